@@ -1,0 +1,396 @@
+"""The `genesis` command line: thin click commands over the modules that decide."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from . import __version__, breaker, exitcodes
+from .atomicio import write_text
+from .claude_settings import SettingsError, hook_command, install, installed_events, settings_path, uninstall
+from .config import ConfigError, Config, effective, resolve
+from .console import say
+from .heartbeat import default_heartbeat_file, hook_script, read_heartbeat
+from .layout import Layout, UnsafeDir
+from .orchestrate import Step, StepFailed, layout_for
+from .progress import NotARepository
+
+
+class Fail(click.ClickException):
+    """An error the user can act on, with a distinct exit code."""
+
+    def __init__(self, message: str, code: int = exitcodes.ERROR):
+        super().__init__(message)
+        self.exit_code = code
+
+    def show(self, file=None) -> None:
+        click.echo(f"genesis: error: {self.format_message()}", err=True)
+
+
+def guarded(fn):
+    """Turn the modules' exceptions into clear messages and documented exit codes."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ConfigError, NotARepository, UnsafeDir) as exc:
+            raise Fail(str(exc), exitcodes.USAGE) from None
+        except SettingsError as exc:
+            raise Fail(str(exc), exitcodes.USAGE) from None
+        except StepFailed as exc:
+            raise Fail(str(exc), exc.code) from None
+
+    return wrapper
+
+
+class Context:
+    def __init__(self, project: Path, overrides: dict[str, str]):
+        self.project = project
+        self.overrides = overrides
+
+    def config(self) -> Config:
+        return resolve(self.project, flags=self.overrides)
+
+    def step(self, run_id: str) -> Step:
+        cfg = self.config()
+        return Step(cfg, layout_for(cfg), run_id, lambda msg, kind="info": say(msg, kind))
+
+    def bare_layout(self) -> Layout:
+        """The project's layout without validating the whole configuration."""
+        project = self.project.resolve()
+        return Layout(project, project / "orchestrator" / "logs", project / "hooks" / "loop_multi_agent.txt")
+
+
+def _parse_set(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="genesis")
+@click.option("--project", type=click.Path(file_okay=False, path_type=Path), default=".",
+              show_default=True, help="The git project the loop works on.")
+@click.option("--set", "overrides", multiple=True, callback=_parse_set, metavar="KEY=VALUE",
+              help="Override a setting (highest precedence); repeatable.")
+@click.pass_context
+def cli(ctx: click.Context, project: Path, overrides: dict[str, str]) -> None:
+    """Genesis: a self-healing supervisor for overnight coding-agent loops."""
+    ctx.obj = Context(project, overrides)
+
+
+pass_ctx = click.pass_obj
+run_id_opt = click.option("--run-id", required=True, help="The loop run's id (its marker).")
+iteration_opt = click.option("--iteration", type=click.IntRange(min=1), required=True)
+
+
+# --- steps the loop calls -------------------------------------------------------------
+
+@cli.command(hidden=True)
+@click.option("--loop-pid", type=int, required=True)
+@run_id_opt
+@pass_ctx
+@guarded
+def preflight(obj: Context, loop_pid: int, run_id: str) -> None:
+    """Validate, lock the project, check the breaker (before the first iteration)."""
+    from .orchestrate import preflight as run
+
+    run(obj.step(run_id), loop_pid)
+
+
+@cli.command("loop-settings", hidden=True)
+@pass_ctx
+@guarded
+def loop_settings(obj: Context) -> None:
+    """Print max iterations, pause seconds and the stop flag path, one per line."""
+    cfg = obj.config()
+    click.echo(f"{cfg.max_iterations}\n{cfg.pause:g}\n{cfg.stop_flag}")
+
+
+@cli.command(hidden=True)
+@iteration_opt
+@run_id_opt
+@pass_ctx
+@guarded
+def plan(obj: Context, iteration: int, run_id: str) -> None:
+    """Print the phases due this iteration, one per line."""
+    from .orchestrate import plan as run
+
+    for phase in run(obj.step(run_id), iteration):
+        click.echo(phase.name)
+
+
+@cli.command("run-phase", hidden=True)
+@iteration_opt
+@click.option("--phase", "name", required=True)
+@run_id_opt
+@pass_ctx
+@guarded
+def run_phase(obj: Context, iteration: int, name: str, run_id: str) -> None:
+    """Run one phase's agent under watch (exit 0, 10, 124, 125, 130 or 143)."""
+    from .orchestrate import run_phase as run
+
+    step = obj.step(run_id)
+    phase = next((p for p in step.cfg.phases if p.name == name), None)
+    if phase is None:
+        raise Fail(f"no phase {name!r}; phases are {', '.join(p.name for p in step.cfg.phases)}",
+                   exitcodes.USAGE)
+    sys.exit(run(step, phase, iteration))
+
+
+@cli.command(hidden=True)
+@click.argument("what", type=click.Choice(["start", "finish"]))
+@iteration_opt
+@run_id_opt
+@pass_ctx
+@guarded
+def iteration(obj: Context, what: str, iteration: int, run_id: str) -> None:
+    """Record the iteration's baseline, or measure its progress (exit 3: breaker OPEN)."""
+    from .orchestrate import iteration_finish, iteration_start
+
+    step = obj.step(run_id)
+    if what == "start":
+        iteration_start(step, iteration)
+    else:
+        sys.exit(iteration_finish(step, iteration))
+
+
+@cli.command(hidden=True)
+@run_id_opt
+@click.option("--reason", required=True)
+@click.option("--code", type=int, required=True)
+@pass_ctx
+@guarded
+def finish(obj: Context, run_id: str, reason: str, code: int) -> None:
+    """Reap, release the lock, print the summary (when the loop stops for any reason)."""
+    from .orchestrate import finish as run
+
+    run(obj.step(run_id), reason, code)
+
+
+# --- commands for people ----------------------------------------------------------------
+
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="List what would be killed and why; kill nothing.")
+@pass_ctx
+@guarded
+def reap(obj: Context, dry_run: bool) -> None:
+    """Kill leftovers of this project's loop agents (only those proven ours)."""
+    from .looplock import current_holder
+    from .orchestrate import reap as run
+
+    step = obj.step("manual")
+    holder = current_holder(step.layout.loop_lock)
+    if holder is not None and not dry_run:
+        raise Fail(f"a loop (pid {holder.pid}) is running on this project and reaps by itself; "
+                   f"use --dry-run to look, or stop the loop first", exitcodes.LOCKED)
+    found = run(step, "by hand", dry_run=dry_run)
+    if dry_run:
+        for lo in found.leftovers:
+            click.echo(f"would kill pid {lo.ident.pid}: {lo.cmdline[:100]} ({lo.why})")
+        if not found.leftovers:
+            click.echo("nothing to reap")
+    elif not found.leftovers:
+        click.echo("nothing to reap")
+
+
+@cli.command()
+@pass_ctx
+@guarded
+def stop(obj: Context) -> None:
+    """Ask the running loop to stop after the current phase (writes false to the stop flag)."""
+    cfg = obj.config()
+    cfg.stop_flag.parent.mkdir(parents=True, exist_ok=True)
+    write_text(cfg.stop_flag, "false\n")
+    click.echo(f"wrote false to {cfg.stop_flag}; the loop stops before its next phase")
+
+
+@cli.group("breaker")
+def breaker_group() -> None:
+    """The git-progress circuit breaker."""
+
+
+@breaker_group.command("show")
+@pass_ctx
+@guarded
+def breaker_show(obj: Context) -> None:
+    """Print the breaker's state file (a fresh CLOSED breaker if there is none)."""
+    path = obj.bare_layout().breaker_file
+    state, warning = breaker.BreakerStore(path).load()
+    if warning:
+        click.echo(f"genesis: warning: {warning}", err=True)
+    click.echo(json.dumps(state.to_json(), indent=2))
+
+
+@breaker_group.command("reset")
+@pass_ctx
+@guarded
+def breaker_reset(obj: Context) -> None:
+    """Reset the breaker to CLOSED (the same as deleting its file)."""
+    path = obj.bare_layout().breaker_file
+    existed = breaker.BreakerStore(path).reset()
+    click.echo(f"removed {path}: the breaker is CLOSED" if existed else "no breaker file: already CLOSED")
+
+
+@cli.group("heartbeat")
+def heartbeat_group() -> None:
+    """Heartbeats written by the hook."""
+
+
+@heartbeat_group.command("show")
+@click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path),
+              help="A heartbeat file (default: $GENESIS_HEARTBEAT_FILE or the per-user one).")
+@click.option("--phase", help="The loop's heartbeat for this phase of --project.")
+@pass_ctx
+@guarded
+def heartbeat_show(obj: Context, path: Path | None, phase: str | None) -> None:
+    """Print where the heartbeat is, its age and its content."""
+    if phase:
+        path = obj.bare_layout().heartbeat_file(phase)
+    path = path or default_heartbeat_file()
+    beat, why = read_heartbeat(path)
+    click.echo(f"heartbeat file: {path}")
+    if beat is None:
+        raise Fail(f"no usable heartbeat: {why}", exitcodes.ERROR)
+    age = time.time() - beat.epoch
+    click.echo(f"age: {age:.1f}s ({beat.timestamp})")
+    click.echo(f"agent: {beat.agent}  tool: {beat.tool or '-'}  event: {beat.event or '-'}  "
+               f"session: {beat.session_id or '-'}  pid: {beat.pid}")
+
+
+@cli.group("hook")
+def hook_group() -> None:
+    """The heartbeat hook in Claude Code's settings."""
+
+
+scope_opt = click.option("--scope", type=click.Choice(["user", "project", "local"]), default="user",
+                         show_default=True, help="~/.claude/settings.json, .claude/settings.json "
+                         "or .claude/settings.local.json of --project.")
+
+
+def _state_dir() -> Path:
+    return default_heartbeat_file({k: v for k, v in os.environ.items() if k != "GENESIS_HEARTBEAT_FILE"}).parent
+
+
+@hook_group.command("install")
+@scope_opt
+@pass_ctx
+@guarded
+def hook_install(obj: Context, scope: str) -> None:
+    """Merge the heartbeat hook (and the Bash timeout env defaults) into Claude's settings."""
+    path = settings_path(scope, obj.project.resolve())
+    change = install(path, hook_command(hook_script()), _state_dir())
+    if not change.added_events and not change.added_env:
+        click.echo(f"already installed in {path}")
+        return
+    click.echo(f"installed the heartbeat hook in {path}")
+    if change.added_events:
+        click.echo(f"  events: {', '.join(change.added_events)} -> {hook_script()}")
+    if change.added_env:
+        click.echo(f"  env: {', '.join(change.added_env)}")
+    if change.backup:
+        click.echo(f"  previous file kept as {change.backup}")
+
+
+@hook_group.command("uninstall")
+@scope_opt
+@pass_ctx
+@guarded
+def hook_uninstall(obj: Context, scope: str) -> None:
+    """Remove what `hook install` added, and nothing else."""
+    path = settings_path(scope, obj.project.resolve())
+    change = uninstall(path, _state_dir())
+    if not change.added_events and not change.added_env:
+        click.echo(f"not installed in {path}: nothing to remove")
+        return
+    click.echo(f"removed the heartbeat hook from {path}"
+               + (f" (and env {', '.join(change.added_env)})" if change.added_env else ""))
+    if change.backup:
+        click.echo(f"  previous file kept as {change.backup}")
+
+
+@hook_group.command("status")
+@pass_ctx
+@guarded
+def hook_status(obj: Context) -> None:
+    """Say where the hook is installed and when it last fired (exit 1 if nowhere)."""
+    command = hook_command(hook_script())
+    found = False
+    for scope in ("user", "project", "local"):
+        path = settings_path(scope, obj.project.resolve())
+        events_ = installed_events(path)
+        if events_:
+            found = True
+            exact = installed_events(path, command)
+            note = "" if exact else f" (points to another copy; run `genesis hook install --scope {scope}`)"
+            click.echo(f"{scope}: installed in {path} for {', '.join(events_)}{note}")
+    if not found:
+        click.echo("not installed; run: genesis hook install")
+    beats = [default_heartbeat_file()]
+    hb_dir = obj.bare_layout().state_dir / "heartbeats"
+    if hb_dir.is_dir() and not hb_dir.is_symlink():
+        beats += sorted(hb_dir.glob("*.json"))
+    for path in beats:
+        beat, _why = read_heartbeat(path)
+        if beat is not None:
+            click.echo(f"last fired {time.time() - beat.epoch:.0f}s ago ({beat.timestamp}, "
+                       f"tool {beat.tool or '-'}) -> {path}")
+    if not found:
+        sys.exit(exitcodes.ERROR)
+
+
+@cli.group("config")
+def config_group() -> None:
+    """Settings: defaults < orchestrator/genesis.conf < environment < --set flags."""
+
+
+@config_group.command("show")
+@pass_ctx
+@guarded
+def config_show(obj: Context) -> None:
+    """Print every effective setting and where it came from."""
+    rows = effective(obj.config())
+    width = max(len(k) for k, _, _ in rows)
+    for key, value, source in rows:
+        click.echo(f"{key:<{width}}  {value}  [{source}]")
+
+
+@cli.command()
+@click.option("--run-id", help="A run id from the events log (default: the latest run).")
+@pass_ctx
+@guarded
+def report(obj: Context, run_id: str | None) -> None:
+    """Summarize what a loop run did (read in the morning)."""
+    from .orchestrate import summary_lines
+
+    for line in summary_lines(layout_for(obj.config()), run_id):
+        click.echo(line)
+
+
+@cli.command("demo-init", hidden=True)
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@guarded
+def demo_init(directory: Path) -> None:
+    """Create the demo's throwaway git project."""
+    from .demo import init_project
+
+    init_project(directory)
+
+
+def main() -> None:
+    cli(prog_name="genesis")
+
+
+if __name__ == "__main__":
+    main()

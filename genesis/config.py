@@ -1,0 +1,274 @@
+"""Configuration: defaults < project file < environment < flags, validated in one place."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from .phases import BUILTIN_PROMPTS, NAME_RE, Phase, Trigger, parse_trigger
+
+__all__ = ["ConfigError", "Config", "Knob", "KNOBS", "load", "CONFIG_FILE", "resolve"]
+
+CONFIG_FILE = "orchestrator/genesis.conf"
+RANKS = {"default": 0, "file": 1, "env": 2, "flag": 3}
+
+
+class ConfigError(ValueError):
+    """A setting is missing or wrong; the message names it and says what to do."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: str | None
+    help: str
+
+
+DEFAULT_TRIGGERS = {
+    "Builder": "always",
+    "Criticizer": r"when:grep -qs '^- \[?\]' TASKS.md",
+    "Planner": r"when:[ $((GENESIS_ITERATION % 5)) -eq 0 ] || ! grep -qs '^- \[ \]' TASKS.md",
+}
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("GENESIS_AGENT_CMD", "claude -p --dangerously-skip-permissions",
+         "agent command line, word-split like a shell; the phase prompt is appended"),
+    Knob("GENESIS_PHASES", "Builder Criticizer Planner", "phases run in order each iteration"),
+    Knob("GENESIS_MAX_ITERATIONS", "0", "stop after this many iterations (0: no limit)"),
+    Knob("ITERATION_PAUSE_SECONDS", "10", "pause between iterations (interruptible)"),
+    Knob("HEARTBEAT_CHECK_INTERVAL", "60", "seconds between heartbeat checks"),
+    Knob("HEARTBEAT_STALE_MINUTES", "15", "no heartbeat for this long means stuck"),
+    Knob("HEARTBEAT_STALE_SECONDS", None, "the same in seconds (wins over minutes at equal precedence)"),
+    Knob("AGENT_MAX_RUNTIME_MINUTES", "45", "runtime cap per agent run, even with fresh heartbeats"),
+    Knob("AGENT_MAX_RUNTIME_SECONDS", None, "the same in seconds"),
+    Knob("HEARTBEAT_COUNT_OUTPUT", "true", "agent output to its log also counts as a sign of life "
+         "(for CLIs without hooks)"),
+    Knob("KILL_GRACE_SECONDS", "10", "SIGTERM, then SIGKILL after this many seconds"),
+    Knob("CB_WARNING_THRESHOLD", "3", "iterations without progress before HALF_OPEN (warn)"),
+    Knob("CB_STOP_THRESHOLD", "5", "iterations without progress before OPEN (stop)"),
+    Knob("AUTO_COMMIT", "true", "commit the project's changes after each phase"),
+    Knob("AUTO_PUSH", "false", "push after each auto-commit"),
+    Knob("REAP_SCOPE", "all", "all: reap every leftover of this loop's agents; matching: only "
+         "REAP_PATTERNS and REAP_PORTS"),
+    Knob("REAP_PATTERNS", r"python[0-9.]* -m server\.main|pytest",
+         "extended regex on a leftover's command line (| for several)"),
+    Knob("REAP_PORTS", "8080", "ports whose listeners are reaped if ours, reported if not"),
+    Knob("GENESIS_LOG_DIR", "orchestrator/logs", "agent logs and events, relative to the project"),
+    Knob("GENESIS_STOP_FLAG", "hooks/loop_multi_agent.txt",
+         "the loop stops when this file says false (relative to the project)"),
+)
+KNOB_NAMES = {k.name for k in KNOBS}
+PHASE_KEY_RE = re.compile(r"^PHASE_([A-Za-z][A-Za-z0-9_]*)_(TRIGGER|PROMPT)$")
+PAIRS = (("HEARTBEAT_STALE_MINUTES", "HEARTBEAT_STALE_SECONDS"),
+         ("AGENT_MAX_RUNTIME_MINUTES", "AGENT_MAX_RUNTIME_SECONDS"))
+
+
+@dataclass(frozen=True)
+class Setting:
+    value: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Config:
+    project: Path
+    agent_cmd: tuple[str, ...]
+    phases: tuple[Phase, ...]
+    max_iterations: int
+    pause: float
+    check_interval: float
+    stale_after: float
+    max_runtime: float
+    kill_grace: float
+    count_output: bool
+    cb_warning: int
+    cb_stop: int
+    auto_commit: bool
+    auto_push: bool
+    reap_scope: str
+    reap_patterns: str
+    reap_ports: tuple[int, ...]
+    log_dir: Path
+    stop_flag: Path
+    settings: Mapping[str, Setting] = field(default_factory=dict, compare=False)
+
+
+def is_genesis_key(key: str) -> bool:
+    return key in KNOB_NAMES or PHASE_KEY_RE.match(key) is not None
+
+
+def parse_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines, # comments, optional shell-style quotes; never executed."""
+    values: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return values
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc}); fix or remove it") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, raw = line.partition("=")
+        key = key.strip().removeprefix("export ").strip()
+        if not sep or not is_genesis_key(key):
+            raise ConfigError(f"{path}:{n}: '{line[:60]}' is not KEY=VALUE with a known key "
+                              f"(see `genesis config show` for the keys)")
+        try:
+            parts = shlex.split(raw, comments=True)
+        except ValueError as exc:
+            raise ConfigError(f"{path}:{n}: {exc}; quote the value") from None
+        values[key] = " ".join(parts) if len(parts) != 1 else parts[0]
+    return values
+
+
+def gather(project: Path, env: Mapping[str, str], flags: Mapping[str, str]) -> dict[str, Setting]:
+    merged: dict[str, Setting] = {k.name: Setting(k.default, "default") for k in KNOBS if k.default is not None}
+    for source, values in (("file", parse_file(project / CONFIG_FILE)),
+                           ("env", {k: v for k, v in env.items() if is_genesis_key(k)}),
+                           ("flag", flags)):
+        for key, value in values.items():
+            if not is_genesis_key(key):
+                raise ConfigError(f"unknown setting {key}; see `genesis config show`")
+            merged[key] = Setting(value, source)
+    return merged
+
+
+def resolve(project: Path, env: Mapping[str, str] | None = None,
+            flags: Mapping[str, str] | None = None) -> Config:
+    """Load and validate; ConfigError names the first bad setting and what it accepts."""
+    project = Path(project).resolve()
+    s = gather(project, os.environ if env is None else env, flags or {})
+
+    def get(key: str) -> str:
+        return s[key].value.strip()
+
+    def number(key: str, minimum: float, integer: bool = False) -> float:
+        raw = get(key)
+        try:
+            value = int(raw) if integer else float(raw)
+        except ValueError:
+            kind = "a whole number" if integer else "a number"
+            raise ConfigError(f"{key}={raw!r} ({s[key].source}): expected {kind}") from None
+        if not value >= minimum or value != value or value in (float("inf"),):
+            raise ConfigError(f"{key}={raw!r} ({s[key].source}): must be at least {minimum:g}")
+        return value
+
+    def boolean(key: str) -> bool:
+        raw = get(key).lower()
+        if raw in ("1", "true", "yes", "on"):
+            return True
+        if raw in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key}={get(key)!r} ({s[key].source}): expected true or false")
+
+    def seconds(minutes_key: str, seconds_key: str, minimum: float) -> float:
+        m, sec = s.get(minutes_key), s.get(seconds_key)
+        if sec is not None and (m is None or RANKS[sec.source] >= RANKS[m.source]):
+            return number(seconds_key, minimum)
+        return number(minutes_key, minimum / 60) * 60
+
+    try:
+        agent_cmd = tuple(shlex.split(get("GENESIS_AGENT_CMD")))
+    except ValueError as exc:
+        raise ConfigError(f"GENESIS_AGENT_CMD: {exc}; check its quotes") from None
+    if not agent_cmd:
+        raise ConfigError("GENESIS_AGENT_CMD is empty; set the agent command, e.g. 'claude -p'")
+
+    check_interval = number("HEARTBEAT_CHECK_INTERVAL", 0.05)
+    stale_after = seconds("HEARTBEAT_STALE_MINUTES", "HEARTBEAT_STALE_SECONDS", 0.1)
+    if stale_after < check_interval:
+        raise ConfigError(f"the stale window ({stale_after:g}s) is shorter than HEARTBEAT_CHECK_INTERVAL "
+                          f"({check_interval:g}s); lengthen the window or check more often")
+    cb_warning = int(number("CB_WARNING_THRESHOLD", 1, integer=True))
+    cb_stop = int(number("CB_STOP_THRESHOLD", 1, integer=True))
+    if cb_stop < cb_warning:
+        raise ConfigError(f"CB_STOP_THRESHOLD ({cb_stop}) is below CB_WARNING_THRESHOLD ({cb_warning}); "
+                          f"the loop must warn before it stops")
+
+    scope = get("REAP_SCOPE")
+    if scope not in ("all", "matching"):
+        raise ConfigError(f"REAP_SCOPE={scope!r}: expected all or matching")
+    patterns = get("REAP_PATTERNS")
+    try:
+        re.compile(patterns)
+    except re.error as exc:
+        raise ConfigError(f"REAP_PATTERNS={patterns!r}: not a valid regex ({exc})") from None
+    ports = []
+    for word in get("REAP_PORTS").replace(",", " ").split():
+        if not word.isdigit() or not 1 <= int(word) <= 65535:
+            raise ConfigError(f"REAP_PORTS: {word!r} is not a port number (1-65535)")
+        ports.append(int(word))
+
+    return Config(
+        project=project,
+        agent_cmd=agent_cmd,
+        phases=_phases(project, s),
+        max_iterations=int(number("GENESIS_MAX_ITERATIONS", 0, integer=True)),
+        pause=number("ITERATION_PAUSE_SECONDS", 0),
+        check_interval=check_interval,
+        stale_after=stale_after,
+        max_runtime=seconds("AGENT_MAX_RUNTIME_MINUTES", "AGENT_MAX_RUNTIME_SECONDS", 0.1),
+        kill_grace=number("KILL_GRACE_SECONDS", 0),
+        count_output=boolean("HEARTBEAT_COUNT_OUTPUT"),
+        cb_warning=cb_warning,
+        cb_stop=cb_stop,
+        auto_commit=boolean("AUTO_COMMIT"),
+        auto_push=boolean("AUTO_PUSH"),
+        reap_scope=scope,
+        reap_patterns=patterns,
+        reap_ports=tuple(ports),
+        log_dir=project / get("GENESIS_LOG_DIR"),
+        stop_flag=project / get("GENESIS_STOP_FLAG"),
+        settings=s,
+    )
+
+
+def _phases(project: Path, s: dict[str, Setting]) -> tuple[Phase, ...]:
+    names = s["GENESIS_PHASES"].value.replace(",", " ").split()
+    if not names:
+        raise ConfigError("GENESIS_PHASES is empty; name at least one phase, e.g. 'Builder'")
+    phases = []
+    for name in names:
+        if not NAME_RE.match(name):
+            raise ConfigError(f"GENESIS_PHASES: {name!r} is not a phase name (letters, digits, _)")
+        if name in (p.name for p in phases):
+            raise ConfigError(f"GENESIS_PHASES: {name} is listed twice")
+        trig_key, prompt_key = f"PHASE_{name}_TRIGGER", f"PHASE_{name}_PROMPT"
+        trig_text = s[trig_key].value if trig_key in s else DEFAULT_TRIGGERS.get(name, "always")
+        try:
+            trigger: Trigger = parse_trigger(trig_text)
+        except ValueError as exc:
+            raise ConfigError(f"{trig_key}: {exc}") from None
+        prompt = s[prompt_key].value if prompt_key in s else f"orchestrator/prompts/{name.lower()}.md"
+        phases.append(Phase(name, trigger, _prompt_file(project, prompt_key, prompt)))
+    return tuple(phases)
+
+
+def _prompt_file(project: Path, key: str, prompt: str) -> Path:
+    """The project's own prompt file if it has one, else the one shipped with Genesis."""
+    path = Path(prompt).expanduser()
+    candidates = [path] if path.is_absolute() else [project / path, BUILTIN_PROMPTS / path.name]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"{key}: no prompt file {prompt!r} in {project} or among Genesis's prompts; "
+                      f"create it or set {key} to an existing file")
+
+
+def effective(cfg: Config) -> list[tuple[str, str, str]]:
+    """Every knob and phase setting with its effective value and where it came from."""
+    rows = [(k.name, cfg.settings[k.name].value, cfg.settings[k.name].source)
+            for k in KNOBS if k.name in cfg.settings]
+    for phase in cfg.phases:
+        for suffix, value in (("TRIGGER", str(phase.trigger)), ("PROMPT", str(phase.prompt_file))):
+            key = f"PHASE_{phase.name}_{suffix}"
+            rows.append((key, value, cfg.settings[key].source if key in cfg.settings else "default"))
+    rows.append(("(stale window)", f"{cfg.stale_after:g}s", "derived"))
+    rows.append(("(max runtime)", f"{cfg.max_runtime:g}s", "derived"))
+    return rows

@@ -1,0 +1,12 @@
+"""Exit codes shared by the `genesis` CLI and start-multi-agent-loop.sh (see README)."""
+
+OK = 0
+ERROR = 1              # an internal error; the message says what failed
+USAGE = 2              # bad flag, bad configuration, not a git work tree
+BREAKER_OPEN = 3       # the circuit breaker is OPEN: the loop stopped or refuses to start
+LOCKED = 4             # another loop is running on this project
+AGENT_FAILED = 10      # run-phase: the agent exited by itself with a non-zero status
+AGENT_STALE = 124      # run-phase: no heartbeat for the stale window; tree killed
+AGENT_OVERTIME = 125   # run-phase: over the runtime cap; tree killed
+INTERRUPTED_INT = 130  # SIGINT
+INTERRUPTED_TERM = 143 # SIGTERM

@@ -1,0 +1,200 @@
+"""Processes: identity that survives pid reuse, proof of ownership, and killing a tree."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import psutil
+
+__all__ = ["ProcId", "KillReport", "identify", "descendants", "marked", "protected_pids",
+           "kill_all", "become_subreaper", "reap_zombie_children"]
+
+POLL = 0.05
+
+
+@dataclass(frozen=True, order=True)
+class ProcId:
+    """A process as (pid, start time): a recycled pid never matches an old record."""
+
+    pid: int
+    create_time: float
+
+    def process(self) -> psutil.Process | None:
+        """The live process this record names, or None if it is gone or the pid was reused."""
+        try:
+            proc = psutil.Process(self.pid)
+            if proc.create_time() != self.create_time:
+                return None
+            return proc
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return None
+
+
+@dataclass(frozen=True)
+class KillReport:
+    targets: int              # processes found to kill
+    terminated: int           # gone after SIGTERM within the grace period
+    killed: int               # needed SIGKILL
+    survivors: tuple[int, ...]
+
+
+def identify(pid: int) -> ProcId | None:
+    try:
+        return ProcId(pid, psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def descendants(root: ProcId) -> list[ProcId]:
+    """The root (if still itself) and every descendant visible now."""
+    proc = root.process()
+    if proc is None:
+        return []
+    found = [root]
+    try:
+        kids = proc.children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return found
+    for kid in kids:
+        ident = identify(kid.pid)
+        if ident is not None:
+            found.append(ident)
+    return found
+
+
+def marked(markers: dict[str, str], uid: int | None = None) -> list[ProcId]:
+    """Processes of this user whose environment carries any of the KEY=VALUE markers.
+
+    The loop puts the markers into the agent's environment; every process the agent
+    starts inherits them, even one that moved to its own session or was orphaned, so a
+    match is proof that the process descends from one of our agents.
+    """
+    uid = os.geteuid() if uid is None else uid
+    found = []
+    for proc in psutil.process_iter(["uids"]):
+        try:
+            uids = proc.info["uids"]
+            if uids is None or uids.real != uid:
+                continue
+            env = proc.environ()
+            if any(env.get(k) == v for k, v in markers.items()):
+                found.append(ProcId(proc.pid, proc.create_time()))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return found
+
+
+def protected_pids() -> set[int]:
+    """Never signalled: pid 0 and 1, this process and all of its ancestors."""
+    pids = {0, 1, os.getpid()}
+    try:
+        for parent in psutil.Process().parents():
+            pids.add(parent.pid)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+    return pids
+
+
+def _send(ident: ProcId, sig: int) -> bool:
+    proc = ident.process()
+    if proc is None:
+        return False
+    try:
+        proc.send_signal(sig)
+        return True
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return False
+
+
+def _alive(ident: ProcId) -> bool:
+    proc = ident.process()
+    if proc is None:
+        return False
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def reap_zombie_children(keep: Iterable[int] = ()) -> None:
+    """Collect exited children (orphans re-parented to us as subreaper), except `keep`."""
+    keep = set(keep)
+    for child in psutil.Process().children():
+        if child.pid in keep:
+            continue
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)
+        except (psutil.NoSuchProcess, ChildProcessError, OSError):
+            pass
+
+
+def _wait_gone(idents: set[ProcId], deadline: float, keep: Iterable[int]) -> set[ProcId]:
+    while True:
+        reap_zombie_children(keep)
+        idents = {i for i in idents if _alive(i)}
+        if not idents or time.monotonic() >= deadline:
+            return idents
+        time.sleep(POLL)
+
+
+def kill_all(find: Callable[[], Iterable[ProcId]], grace: float, keep: Iterable[int] = (),
+             rounds: int = 5) -> KillReport:
+    """Stop, terminate, then kill every process `find` returns, until none is left.
+
+    `find` is called again after each step so that children forked meanwhile are caught:
+    first everything found is frozen with SIGSTOP (a forking tree stops growing), then
+    SIGTERM and SIGCONT let each clean up, and after `grace` seconds SIGKILL ends the rest.
+    Pids in protected_pids() are never signalled, whatever `find` says.
+    """
+    protected = protected_pids()
+    keep = tuple(keep)
+
+    def found() -> set[ProcId]:
+        return {i for i in find() if i.pid not in protected}
+
+    frozen: set[ProcId] = set()
+    for _ in range(rounds):
+        new = found() - frozen
+        if not new:
+            break
+        for ident in new:
+            _send(ident, signal.SIGSTOP)
+        frozen |= new
+    targets = {i for i in frozen if _alive(i)}
+    for ident in targets:
+        _send(ident, signal.SIGTERM)
+        _send(ident, signal.SIGCONT)
+    left = _wait_gone(targets, time.monotonic() + grace, keep)
+    killed = set(left)
+    for _ in range(rounds):
+        for ident in left:
+            _send(ident, signal.SIGKILL)
+        _wait_gone(left, time.monotonic() + 2.0, keep)
+        left = {i for i in found() | left if _alive(i)}
+        if not left:
+            break
+        killed |= left
+    return KillReport(targets=len(targets | killed), terminated=len(targets - killed),
+                      killed=len(killed), survivors=tuple(sorted(i.pid for i in left)))
+
+
+def become_subreaper() -> bool:
+    """On Linux, adopt orphaned descendants (PR_SET_CHILD_SUBREAPER) so they stay findable."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False

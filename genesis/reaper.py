@@ -1,0 +1,120 @@
+"""Reaping: find what this loop's agents left behind, prove it is ours, and end it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from .proctree import KillReport, ProcId, identify, kill_all, marked, protected_pids
+
+__all__ = ["Leftover", "ForeignPort", "ReapPlan", "markers_for", "plan_reap", "execute"]
+
+
+@dataclass(frozen=True)
+class Leftover:
+    ident: ProcId
+    cmdline: str
+    why: str
+
+
+@dataclass(frozen=True)
+class ForeignPort:
+    port: int
+    pid: int | None
+    cmdline: str
+
+
+@dataclass(frozen=True)
+class ReapPlan:
+    leftovers: tuple[Leftover, ...]
+    foreign_ports: tuple[ForeignPort, ...]
+
+
+def markers_for(project: Path, run_id: str | None = None) -> dict[str, str]:
+    """The environment markers every agent of a loop over this project carries."""
+    found = {"GENESIS_PROJECT_DIR": str(Path(project).resolve())}
+    if run_id:
+        found["GENESIS_RUN_ID"] = run_id
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return " ".join(psutil.Process(pid).cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return "?"
+
+
+def _listeners(ports: tuple[int, ...]) -> dict[int, list[int | None]]:
+    """Pids listening on the given ports (None: a socket whose owner we may not see)."""
+    holders: dict[int, list[int | None]] = {}
+    if not ports:
+        return holders
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except psutil.AccessDenied:
+        conns = []
+    for conn in conns:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port in ports:
+            pids = holders.setdefault(conn.laddr.port, [])
+            if conn.pid not in pids:
+                pids.append(conn.pid)
+    return holders
+
+
+def plan_reap(project: Path, run_id: str | None, scope: str, patterns: str,
+              ports: tuple[int, ...], extra_owned: tuple[ProcId, ...] = ()) -> ReapPlan:
+    """What would be killed and why; ports held by processes that are not ours are reported.
+
+    Only processes proven ours are ever listed: they carry this project's loop markers in
+    their environment, or are in `extra_owned` (descendants the caller started itself).
+    """
+    protected = protected_pids()
+    owned = {i for i in marked(markers_for(project, run_id)) if i.pid not in protected}
+    owned |= {i for i in extra_owned if i.pid not in protected and i.process() is not None}
+    by_pid = {i.pid: i for i in owned}
+    regex = re.compile(patterns) if patterns else None
+    port_of: dict[int, int] = {}
+    foreign: list[ForeignPort] = []
+    for port, pids in sorted(_listeners(ports).items()):
+        for pid in pids:
+            if pid is not None and pid in by_pid:
+                port_of[pid] = port
+            else:
+                foreign.append(ForeignPort(port, pid, _cmdline(pid) if pid else "(owner not visible)"))
+    leftovers = []
+    for ident in sorted(owned):
+        cmd = _cmdline(ident.pid)
+        if ident.pid in port_of:
+            why = f"listens on port {port_of[ident.pid]}"
+        elif regex is not None and regex.search(cmd):
+            why = "matches REAP_PATTERNS"
+        elif scope == "all":
+            why = "left behind by an agent of this loop"
+        else:
+            continue
+        leftovers.append(Leftover(ident, cmd, why))
+    return ReapPlan(tuple(leftovers), tuple(foreign))
+
+
+def execute(plan: ReapPlan, grace: float, keep: tuple[int, ...] = ()) -> KillReport:
+    """Kill the planned leftovers (and anything they fork meanwhile that carries our marks)."""
+    targets = {lo.ident for lo in plan.leftovers}
+    if not targets:
+        return KillReport(0, 0, 0, ())
+
+    def find() -> list[ProcId]:
+        live = [t for t in targets if t.process() is not None]
+        kids: list[ProcId] = []
+        for t in live:
+            proc = t.process()
+            try:
+                kids += [k for k in (identify(c.pid) for c in proc.children(recursive=True)) if k]
+            except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
+                pass
+        return live + kids
+
+    return kill_all(find, grace, keep)

@@ -1,0 +1,1 @@
+../genesis/data/genesis-heartbeat.sh

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# start-multi-agent-loop.sh - run agent phases over a git project, iteration after
+# iteration, and keep the loop healthy while nobody watches.
+#
+# Usage: ./start-multi-agent-loop.sh [--project DIR] [--agent-cmd CMD] [--max-iterations N]
+#                                    [--set KEY=VALUE]... [--demo] [--help]
+#
+# This script only sequences steps, handles signals and never dies silently; every
+# decision about time, JSON, git or processes is a `genesis` subcommand. Exit codes:
+# 0 done (max iterations or stop flag), 1 internal error, 2 usage or configuration,
+# 3 circuit breaker OPEN, 4 another loop runs on the project, 130/143 SIGINT/SIGTERM.
+set -euo pipefail
+
+GENESIS_HOME="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+readonly GENESIS_HOME
+readonly EXIT_ERROR=1 EXIT_USAGE=2 EXIT_BREAKER_OPEN=3
+
+project="."
+demo=0
+overrides=()
+genesis_cmd=()
+run_id=""
+child=""
+finishing=0
+
+err() { printf 'genesis: error: %s\n' "$*" >&2; }
+say() { printf '[genesis %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+usage() {
+  sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p;}' "${BASH_SOURCE[0]}"
+}
+
+# The genesis CLI from this checkout's virtualenv, created on first use.
+bootstrap() {
+  local venv="${GENESIS_HOME}/.venv" python
+  if [[ -n ${GENESIS_BIN:-} ]]; then
+    genesis_cmd=("${GENESIS_BIN}")
+    return
+  fi
+  if [[ -x ${venv}/bin/genesis ]] && "${venv}/bin/python" -c 'import genesis, click, psutil, git, filelock' 2>/dev/null; then
+    genesis_cmd=("${venv}/bin/genesis")
+    return
+  fi
+  python="$(command -v python3 || true)"
+  if [[ -z ${python} ]] || ! "${python}" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+    err "Genesis needs Python 3.10 or newer as python3 on PATH"
+    exit "${EXIT_USAGE}"
+  fi
+  say "first run: creating ${venv} and installing Genesis into it from PyPI (once)"
+  "${python}" -m venv "${venv}"
+  "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check -e "${GENESIS_HOME}"
+  genesis_cmd=("${venv}/bin/genesis")
+}
+
+g() { "${genesis_cmd[@]}" --project "${project}" ${overrides[@]+"${overrides[@]}"} "$@"; }
+
+stop_requested() {
+  local flag_file="$1" value=""
+  [[ -f ${flag_file} && ! -L ${flag_file} ]] || return 1
+  IFS= read -r value <"${flag_file}" || true
+  value="${value//[[:space:]]/}"
+  case "${value}" in [Ff][Aa][Ll][Ss][Ee]) return 0 ;; esac
+  return 1
+}
+
+# Ends the loop: whatever happened, leftovers are reaped, the lock released, a summary shown.
+finish_loop() {
+  local code="$1" reason="$2"
+  finishing=1
+  trap '' INT TERM
+  trap - EXIT ERR
+  g finish --run-id "${run_id}" --reason "${reason}" --code "${code}" || err "final clean-up failed"
+  if ((demo)) && ((code == EXIT_BREAKER_OPEN)); then
+    say "demo finished: the breaker opened as designed. The demo project is ${project}"
+    say "look at its orchestrator/logs/ and orchestrator/.circuit_breaker.json"
+    code=0
+  fi
+  exit "${code}"
+}
+
+on_signal() {
+  local name="$1" code="$2"
+  trap '' INT TERM
+  say "received SIG${name}: stopping the agent and cleaning up"
+  if [[ -n ${child} ]]; then
+    kill -TERM "${child}" 2>/dev/null || true
+    wait "${child}" 2>/dev/null || true
+  fi
+  finish_loop "${code}" "interrupted by SIG${name}"
+}
+
+on_error() {
+  local status="$1" line="$2" command="$3"
+  ((finishing)) && return
+  err "internal error: '${command}' failed with status ${status} at line ${line}"
+  if [[ -n ${child} ]]; then
+    kill -TERM "${child}" 2>/dev/null || true
+    wait "${child}" 2>/dev/null || true
+  fi
+  finish_loop "${EXIT_ERROR}" "internal error at line ${line}: ${command}"
+}
+
+# Runs a genesis step in the background and waits, so that signals are handled at once.
+step() {
+  local rc=0
+  g "$@" &
+  child=$!
+  wait "${child}" || rc=$?
+  child=""
+  return "${rc}"
+}
+
+pause() {
+  [[ $1 == 0 ]] && return 0
+  sleep "$1" &
+  child=$!
+  wait "${child}" || true
+  child=""
+}
+
+run_loop() {
+  local settings max_iterations pause_seconds stop_flag iteration=0 phases phase rc
+  settings="$(g loop-settings)"
+  {
+    IFS= read -r max_iterations
+    IFS= read -r pause_seconds
+    IFS= read -r stop_flag
+  } <<<"${settings}"
+  while true; do
+    iteration=$((iteration + 1))
+    if ((max_iterations > 0 && iteration > max_iterations)); then
+      finish_loop 0 "reached GENESIS_MAX_ITERATIONS=${max_iterations}"
+    fi
+    stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
+    step iteration start --iteration "${iteration}" --run-id "${run_id}"
+    phases="$(g plan --iteration "${iteration}" --run-id "${run_id}")"
+    for phase in ${phases}; do
+      stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
+      rc=0
+      step run-phase --iteration "${iteration}" --phase "${phase}" --run-id "${run_id}" || rc=$?
+      case "${rc}" in
+        0 | 10 | 124 | 125) ;;  # finished, failed, stuck or over time: the loop goes on
+        130 | 143) finish_loop "${rc}" "phase ${phase} was interrupted" ;;
+        *) finish_loop "${rc}" "phase ${phase} could not run (status ${rc})" ;;
+      esac
+    done
+    rc=0
+    step iteration finish --iteration "${iteration}" --run-id "${run_id}" || rc=$?
+    case "${rc}" in
+      0) ;;
+      "${EXIT_BREAKER_OPEN}") finish_loop "${rc}" "circuit breaker OPEN" ;;
+      *) finish_loop "${rc}" "progress check failed (status ${rc})" ;;
+    esac
+    if ((max_iterations == 0 || iteration < max_iterations)); then
+      pause "${pause_seconds}"
+    fi
+  done
+}
+
+main() {
+  while (($# > 0)); do
+    case "$1" in
+      --project) project="${2:?--project needs a directory}"; shift 2 ;;
+      --agent-cmd) overrides+=(--set "GENESIS_AGENT_CMD=${2:?--agent-cmd needs a command}"); shift 2 ;;
+      --max-iterations) overrides+=(--set "GENESIS_MAX_ITERATIONS=${2:?--max-iterations needs a number}"); shift 2 ;;
+      --set) overrides+=(--set "${2:?--set needs KEY=VALUE}"); shift 2 ;;
+      --demo) demo=1; shift ;;
+      -h | --help) usage; exit 0 ;;
+      *) err "unknown argument '$1' (see --help)"; exit "${EXIT_USAGE}" ;;
+    esac
+  done
+  bootstrap
+  if ((demo)); then
+    project="$(mktemp -d "${TMPDIR:-/tmp}/genesis-demo.XXXXXX")/project"
+    say "demo: creating a throwaway git project in ${project}"
+    "${genesis_cmd[@]}" demo-init "${project}" >/dev/null
+    g hook install --scope local
+  fi
+  if [[ ! -d ${project} ]]; then
+    err "--project ${project}: no such directory"
+    exit "${EXIT_USAGE}"
+  fi
+  project="$(cd "${project}" && pwd)"
+  run_id="$(date -u +%Y%m%dT%H%M%SZ)-$$"
+  g preflight --loop-pid "$$" --run-id "${run_id}" || exit $?
+  trap 'on_signal INT 130' INT
+  trap 'on_signal TERM 143' TERM
+  trap 'on_error $? ${LINENO} "${BASH_COMMAND}"' ERR
+  trap 'on_error $? ${LINENO} "unexpected exit"' EXIT
+  run_loop
+}
+
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  main "$@"
+fi
