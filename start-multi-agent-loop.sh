@@ -10,6 +10,7 @@
 # 0 done (max iterations or stop flag), 1 internal error, 2 usage or configuration,
 # 3 circuit breaker OPEN, 4 another loop runs on the project, 130/143 SIGINT/SIGTERM.
 set -euo pipefail
+set -o errtrace  # the ERR trap also fires inside functions, so no failure goes unreported
 
 GENESIS_HOME="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly GENESIS_HOME
@@ -91,6 +92,7 @@ on_signal() {
 
 on_error() {
   local status="$1" line="$2" command="$3"
+  ((BASH_SUBSHELL > 0)) && exit "${status}"  # in $(...) or &: the parent reports it
   ((finishing)) && return
   err "internal error: '${command}' failed with status ${status} at line ${line}"
   if [[ -n ${child} ]]; then
@@ -186,7 +188,7 @@ main() {
   trap 'on_signal INT 130' INT
   trap 'on_signal TERM 143' TERM
   trap 'on_error $? ${LINENO} "${BASH_COMMAND}"' ERR
-  trap 'on_error $? ${LINENO} "unexpected exit"' EXIT
+  trap 'on_error $? ${LINENO} "${BASH_COMMAND}"' EXIT
   run_loop
 }
 

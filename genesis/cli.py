@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -291,6 +292,8 @@ def hook_install(obj: Context, scope: str) -> None:
     """Merge the heartbeat hook (and the Bash timeout env defaults) into Claude's settings."""
     path = settings_path(scope, obj.project.resolve())
     change = install(path, hook_command(hook_script()), _state_dir())
+    if scope == "local":
+        ignore_local_settings(obj.project.resolve())
     if not change.added_events and not change.added_env:
         click.echo(f"already installed in {path}")
         return
@@ -301,6 +304,16 @@ def hook_install(obj: Context, scope: str) -> None:
         click.echo(f"  env: {', '.join(change.added_env)}")
     if change.backup:
         click.echo(f"  previous file kept as {change.backup}")
+
+
+def ignore_local_settings(project: Path) -> None:
+    """Keep settings.local.json out of git, as Claude Code does, so auto-commit never takes it."""
+    from .layout import add_git_excludes
+
+    try:
+        add_git_excludes(project, ["/.claude/settings.local.json"])
+    except (OSError, subprocess.CalledProcessError):
+        pass  # not a git project: nothing to keep it out of
 
 
 @hook_group.command("uninstall")

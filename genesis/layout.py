@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .atomicio import write_text
 
-__all__ = ["Layout", "UnsafeDir", "private_dir", "ensure_git_excludes"]
+__all__ = ["Layout", "UnsafeDir", "private_dir", "ensure_git_excludes", "add_git_excludes"]
 
 
 class UnsafeDir(PermissionError):
@@ -85,15 +85,20 @@ def private_dir(path: Path) -> Path:
 
 def ensure_git_excludes(layout: Layout) -> list[str]:
     """Add Genesis's files to the repository's info/exclude (never the user's .gitignore)."""
-    out = subprocess.run(["git", "rev-parse", "--git-path", "info/exclude"], cwd=layout.project,
+    return add_git_excludes(layout.project, layout.ignored())
+
+
+def add_git_excludes(project: Path, patterns: list[str]) -> list[str]:
+    """Append the patterns missing from the repository's info/exclude; return them."""
+    out = subprocess.run(["git", "rev-parse", "--git-path", "info/exclude"], cwd=project,
                          capture_output=True, text=True, check=True).stdout.strip()
-    exclude = Path(out) if os.path.isabs(out) else layout.project / out
+    exclude = Path(out) if os.path.isabs(out) else Path(project) / out
     exclude.parent.mkdir(parents=True, exist_ok=True)
     current = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
     lines = current.splitlines()
-    missing = [p for p in layout.ignored() if p not in lines]
+    missing = [p for p in patterns if p not in lines]
     if missing:
         text = current + ("" if not current or current.endswith("\n") else "\n")
-        text += "# Genesis state and logs\n" + "".join(f"{p}\n" for p in missing)
+        text += "# added by Genesis\n" + "".join(f"{p}\n" for p in missing)
         write_text(exclude, text)
     return missing

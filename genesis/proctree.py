@@ -139,9 +139,22 @@ def reap_zombie_children(keep: Iterable[int] = ()) -> None:
             pass
 
 
+def _collect(idents: set[ProcId], keep: Iterable[int]) -> None:
+    """Reap those of the idents that are our own exited children (adopted orphans)."""
+    me, keep = os.getpid(), set(keep)
+    for ident in idents:
+        proc = ident.process()
+        try:
+            if proc is not None and ident.pid not in keep and proc.ppid() == me \
+                    and proc.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(ident.pid, os.WNOHANG)
+        except (psutil.NoSuchProcess, ChildProcessError, OSError):
+            pass
+
+
 def _wait_gone(idents: set[ProcId], deadline: float, keep: Iterable[int]) -> set[ProcId]:
     while True:
-        reap_zombie_children(keep)
+        _collect(idents, keep)
         idents = {i for i in idents if _alive(i)}
         if not idents or time.monotonic() >= deadline:
             return idents

@@ -37,7 +37,7 @@ def open_repo(project: Path):
     import git  # GitPython; imported here to keep other commands quick to start
 
     try:
-        repo = git.Repo(project)
+        repo = git.Repo(project, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise NotARepository(f"{project} is not a git work tree; run `git init` there or pass "
                              f"--project with a git project") from None

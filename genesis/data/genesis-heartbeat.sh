@@ -54,6 +54,7 @@ if [[ -z ${target} ]]; then
   [[ -n ${GENESIS_STATE_DIR:-} || -n ${XDG_RUNTIME_DIR:-} || -n ${HOME:-} ]] || exit 0
   dir="${GENESIS_STATE_DIR:-${XDG_RUNTIME_DIR:+${XDG_RUNTIME_DIR}/genesis}}"
   dir="${dir:-${HOME}/.local/state/genesis}"
+  # shellcheck disable=SC2174  # only the last directory holds heartbeats: it is the private one
   [[ -e ${dir} || -L ${dir} ]] || mkdir -p -m 700 "${dir}" || exit 0
   target="${dir}/heartbeat.json"
 else

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# run-tests.sh - install the test dependencies and run every test: pytest, then bats.
+#
+# Usage: ./run-tests.sh [PYTEST_ARGS...]
+#
+# Installs into folders git ignores: .venv/ (Genesis and pytest, shellcheck from PyPI) and
+# .tools/ (bats-core, bats-support, bats-assert from the npm registry).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
+readonly BATS_PACKAGES=(bats@1.13.0 bats-support@0.3.0 bats-assert@2.2.4)
+
+if [[ ! -x .venv/bin/python ]]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+if [[ ! -x .tools/node_modules/bats/bin/bats ]]; then
+  command -v npm >/dev/null || { echo "run-tests.sh: npm is needed to install bats-core" >&2; exit 2; }
+  mkdir -p .tools
+  (cd .tools && npm install --no-save --no-audit --no-fund --loglevel=error "${BATS_PACKAGES[@]}")
+fi
+
+export PATH="${PWD}/.venv/bin:${PATH}"
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+.tools/node_modules/bats/bin/bats tests/bats || status=$?
+exit "${status}"

@@ -1,0 +1,176 @@
+#!/usr/bin/env bats
+# The loop end to end with the simulated Claude Code: real processes, git and signals.
+
+bats_require_minimum_version 1.5.0
+load test_helper
+
+setup() {
+  common_setup
+  make_project
+  genesis --project "${PROJECT}" hook install --scope local >/dev/null
+}
+
+breaker_field() {
+  "${PY}" -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
+    "${PROJECT}/orchestrator/.circuit_breaker.json" "$1"
+}
+
+@test "not a git work tree: a clear error before anything runs" {
+  mkdir "${BATS_TEST_TMPDIR}/plain"
+  run -2 "${LOOP}" --project "${BATS_TEST_TMPDIR}/plain"
+  assert_output --partial "is not a git work tree"
+  [[ ! -e ${BATS_TEST_TMPDIR}/plain/orchestrator ]] || false
+}
+
+@test "a healthy phase: heartbeats from every tool call, work committed, breaker CLOSED" {
+  fast_loop_env '*:*=work'
+  run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 1
+  assert_output --partial "Builder: finished"
+  assert_output --partial "iteration 1: progress (new commits); breaker CLOSED"
+  run -0 git -C "${PROJECT}" log --oneline
+  assert_output --partial "Builder: iteration 1"
+  run -0 genesis --project "${PROJECT}" heartbeat show --phase Builder
+  assert_output --partial "agent: Builder"
+  assert_output --regexp "tool: Bash  event: PostToolUse  session: [0-9a-f-]{36}"
+  run -0 breaker_field state; assert_output "CLOSED"
+  run -0 git -C "${PROJECT}" status --porcelain
+  assert_output ""
+}
+
+@test "a hung agent is killed with its tree and the loop goes on to the next phase" {
+  fast_loop_env '*:Builder=hang,*:Planner=work'
+  export GENESIS_PHASES="Builder Planner" PHASE_Planner_TRIGGER=always
+  run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 1
+  assert_output --regexp "Builder: stuck: no heartbeat for [0-9]+s \(stale after 2s\); killed [0-9]+ process"
+  assert_output --partial "[Bash] "
+  assert_output --partial "Planner: finished"
+  run -0 marked_count; assert_output "0"
+  run -0 genesis --project "${PROJECT}" report
+  assert_output --partial "stuck or over-time agents killed: 1"
+}
+
+@test "a server left on a port is reaped after the phase; an unrelated one survives" {
+  local ours theirs
+  ours="$(free_port)"
+  theirs="$(free_port)"
+  "${PY}" "${SPAWN}" listen "${theirs}" &
+  local bystander=$!
+  fast_loop_env '*:*=server'
+  export GENESIS_AGENT_CMD="${PY} -m genesis.simagent --port ${ours} --script '*:*=server'"
+  export REAP_PORTS="${ours} ${theirs}"
+  mkdir -p "${PROJECT}/server" && touch "${PROJECT}/server/__init__.py"
+  cp "${REPO_ROOT}/tests/helpers/spawn.py" "${PROJECT}/server/main.py"
+  sed -i.bak 's/^    main(sys.argv\[1:\])$/    main(["listen"] + sys.argv[1:])/' "${PROJECT}/server/main.py"
+  run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 1
+  assert_output --regexp "reaped 1 leftover process\(es\) after Builder: .*server.main ${ours}.*listens on port ${ours}"
+  assert_output --regexp "port ${theirs} is held by pid ${bystander} .*not this loop's: left alone"
+  run -0 marked_count; assert_output "0"
+  kill -0 "${bystander}"
+  kill "${bystander}"
+}
+
+@test "no progress: HALF_OPEN at 3, OPEN at 5, the loop stops with exit 3" {
+  fast_loop_env '*:*=idle'
+  run -3 "${LOOP}" --project "${PROJECT}" --max-iterations 10
+  assert_output --partial "iteration 3: no progress; breaker HALF_OPEN"
+  assert_output --partial "iteration 5: no progress; breaker OPEN after 5 iteration(s) in a row"
+  refute_output --partial -- "--- iteration 6 ---"
+  run -0 breaker_field state; assert_output "OPEN"
+  run -0 breaker_field no_progress_count; assert_output "5"
+}
+
+@test "an OPEN breaker survives a restart; deleting the file resets it; a change closes it" {
+  fast_loop_env '*:*=idle'
+  export CB_WARNING_THRESHOLD=1 CB_STOP_THRESHOLD=2
+  run -3 "${LOOP}" --project "${PROJECT}" --max-iterations 5
+  run -3 "${LOOP}" --project "${PROJECT}" --max-iterations 5
+  assert_output --partial "circuit breaker is OPEN"
+  assert_output --partial "genesis breaker reset"
+  refute_output --partial -- "--- iteration 1 ---"
+  rm "${PROJECT}/orchestrator/.circuit_breaker.json"
+  run -3 "${LOOP}" --project "${PROJECT}" --max-iterations 5
+  assert_output --partial "--- iteration 2 ---"
+  echo "new idea" >>"${PROJECT}/README.md"
+  run -3 "${LOOP}" --project "${PROJECT}" --max-iterations 5
+  assert_output --partial "the repository changed since then, so it is CLOSED again"
+}
+
+@test "the flag file set to false stops the loop, and genesis stop sets it" {
+  cat >"${BATS_TEST_TMPDIR}/agent.sh" <<'AGENT'
+echo "iteration $GENESIS_ITERATION" >> progress.txt
+[ "$GENESIS_ITERATION" = 2 ] && genesis --project . stop
+exit 0
+AGENT
+  fast_loop_env
+  export GENESIS_AGENT_CMD="bash ${BATS_TEST_TMPDIR}/agent.sh"
+  run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 10
+  assert_output --partial "stop flag ${PROJECT}/hooks/loop_multi_agent.txt says false"
+  refute_output --partial -- "--- iteration 3 ---"
+  run cat "${PROJECT}/hooks/loop_multi_agent.txt"; assert_output "false"
+  # the next start resets a flag left false by an earlier stop
+  run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 1
+  assert_output --partial "said false (an earlier stop); set it back to true"
+}
+
+interrupt_test() {
+  local sig="$1" code="$2"
+  fast_loop_env '*:*=hang'
+  export HEARTBEAT_STALE_SECONDS=120
+  set -m
+  "${LOOP}" --project "${PROJECT}" >"${BATS_TEST_TMPDIR}/out" 2>&1 &
+  local loop=$!
+  set +m
+  wait_until 30 grep -q '\[Bash\]' "${PROJECT}/orchestrator/logs/iter-0001-Builder.log"
+  run -0 marked_count; refute_output "0"
+  kill "-${sig}" "${loop}"
+  local rc=0
+  wait "${loop}" || rc=$?
+  cat "${BATS_TEST_TMPDIR}/out"
+  [[ ${rc} == "${code}" ]] || false
+  run -0 marked_count; assert_output "0"
+  run grep -c "received SIG${sig}" "${BATS_TEST_TMPDIR}/out"; assert_output "1"
+  [[ ! -e ${PROJECT}/orchestrator/.genesis/loop.json ]] || false
+  run -0 genesis --project "${PROJECT}" report
+  assert_output --partial "stopped: interrupted by SIG${sig} (exit ${code})"
+}
+
+@test "SIGINT mid-phase: the agent tree is gone, the lock released, exit 130" {
+  interrupt_test INT 130
+}
+
+@test "SIGTERM mid-phase: the agent tree is gone, exit 143" {
+  interrupt_test TERM 143
+}
+
+@test "a second loop on the same project is refused and names the running one" {
+  fast_loop_env '*:*=hang'
+  export HEARTBEAT_STALE_SECONDS=120
+  "${LOOP}" --project "${PROJECT}" >/dev/null 2>&1 &
+  local first=$!
+  wait_until 30 test -e "${PROJECT}/orchestrator/.genesis/loop.json"
+  run -4 "${LOOP}" --project "${PROJECT}"
+  assert_output --partial "another Genesis loop is already running on this project: pid ${first}"
+  kill -TERM "${first}"
+  wait "${first}" || true
+  run -0 marked_count; assert_output "0"
+}
+
+@test "an internal error is reported with its reason; the loop cleans up and exits 1" {
+  cat >"${BATS_TEST_TMPDIR}/genesis-broken" <<WRAP
+#!/usr/bin/env bash
+for a in "\$@"; do [[ \$a == plan && -e ${BATS_TEST_TMPDIR}/broken ]] && exit 42; done
+exec "${REPO_ROOT}/.venv/bin/genesis" "\$@"
+WRAP
+  chmod +x "${BATS_TEST_TMPDIR}/genesis-broken"
+  cat >"${BATS_TEST_TMPDIR}/agent.sh" <<AGENT
+"${PY}" "${SPAWN}" detach "${BATS_TEST_TMPDIR}/leftover.pid" "${PY}" "${SPAWN}" sleep
+touch "${BATS_TEST_TMPDIR}/broken"
+AGENT
+  fast_loop_env
+  export GENESIS_AGENT_CMD="bash ${BATS_TEST_TMPDIR}/agent.sh"
+  GENESIS_BIN="${BATS_TEST_TMPDIR}/genesis-broken" run -1 "${LOOP}" --project "${PROJECT}" --max-iterations 3
+  assert_output --regexp "internal error: 'phases=\"\\\$\(g plan .*' failed with status 42 at line [0-9]+"
+  assert_output --partial "stopped: internal error at line"
+  run -0 marked_count; assert_output "0"
+  [[ ! -e ${PROJECT}/orchestrator/.genesis/loop.json ]] || false
+}

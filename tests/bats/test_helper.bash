@@ -1,0 +1,62 @@
+# Common setup for the bats suites: a hermetic HOME, a real git project, the repo's tools.
+# shellcheck disable=SC2034  # HOOK, LOOP, SPAWN are used by the .bats files
+
+REPO_ROOT="$(cd "${BATS_TEST_DIRNAME}/../.." && pwd)"
+LIBS="${BATS_LIB_DIR:-${REPO_ROOT}/.tools/node_modules}"
+load "${LIBS}/bats-support/load"
+load "${LIBS}/bats-assert/load"
+
+HOOK="${REPO_ROOT}/hooks/genesis-heartbeat.sh"
+LOOP="${REPO_ROOT}/start-multi-agent-loop.sh"
+PY="${REPO_ROOT}/.venv/bin/python"
+SPAWN="${REPO_ROOT}/tests/helpers/spawn.py"
+
+common_setup() {
+  export HOME="${BATS_TEST_TMPDIR}/home"
+  mkdir -p "${HOME}"
+  unset XDG_RUNTIME_DIR GENESIS_HEARTBEAT_FILE GENESIS_STATE_DIR GENESIS_AGENT GENESIS_RUN_ID \
+    GENESIS_PROJECT_DIR GENESIS_AGENT_CMD GENESIS_MAX_ITERATIONS CLAUDE_PID
+  export PATH="${REPO_ROOT}/.venv/bin:${PATH}"
+  export NO_COLOR=1
+}
+
+# A real git project with one commit.
+make_project() {
+  PROJECT="${BATS_TEST_TMPDIR}/project"
+  mkdir -p "${PROJECT}"
+  git -C "${PROJECT}" init -q
+  git -C "${PROJECT}" config user.name "Test"
+  git -C "${PROJECT}" config user.email "test@example.invalid"
+  echo "hello" >"${PROJECT}/README.md"
+  git -C "${PROJECT}" add -A
+  git -C "${PROJECT}" commit -qm init
+}
+
+# Fast knobs for loop tests, and the simulated Claude Code as the agent.
+fast_loop_env() {
+  export HEARTBEAT_CHECK_INTERVAL=0.2 HEARTBEAT_STALE_SECONDS=2 AGENT_MAX_RUNTIME_SECONDS=60
+  export KILL_GRACE_SECONDS=1 ITERATION_PAUSE_SECONDS=0 REAP_PORTS=""
+  export GENESIS_PHASES="Builder"
+  export GENESIS_AGENT_CMD="${PY} -m genesis.simagent --script '${1:-*:*=idle}'"
+}
+
+# How many processes carry this project's loop marker (must be 0 after any stop).
+marked_count() {
+  "${PY}" -c 'import sys; from genesis.proctree import marked; print(len(marked({"GENESIS_PROJECT_DIR": sys.argv[1]})))' \
+    "$(cd "${PROJECT}" && pwd)"
+}
+
+free_port() {
+  "${PY}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Wait up to $1 seconds for a command to succeed.
+wait_until() {
+  local limit="$1" i=0
+  shift
+  until "$@"; do
+    i=$((i + 1))
+    ((i > limit * 10)) && return 1
+    sleep 0.1
+  done
+}

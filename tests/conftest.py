@@ -1,0 +1,100 @@
+"""Shared fixtures: a hermetic HOME, real git projects, and real process helpers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+PY = sys.executable
+
+
+@pytest.fixture(autouse=True)
+def hermetic(tmp_path, monkeypatch):
+    """Every test gets its own HOME and no GENESIS_* or knob settings from the caller."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    for key in list(os.environ):
+        if key.startswith(("GENESIS_", "HEARTBEAT_", "AGENT_MAX", "CB_", "REAP_", "PHASE_", "AUTO_",
+                           "ITERATION_PAUSE", "KILL_GRACE", "CLAUDE")):
+            monkeypatch.delenv(key, raising=False)
+    return home
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=T", "-c", "user.email=t@example.invalid", *args],
+                          cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A real git work tree with one commit."""
+    root = tmp_path / "project"
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / "README.md").write_text("hello\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "init")
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+LISTEN = ("import socket, sys, time\n"
+          "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+          "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen()\n"
+          "time.sleep(600)\n")
+
+
+def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture
+def procs():
+    """Processes a test starts; whatever is still alive at the end is killed."""
+    started: list[subprocess.Popen] = []
+
+    def start(argv, env=None, **kw) -> subprocess.Popen:
+        proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL, **kw)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        try:
+            for kid in psutil.Process(proc.pid).children(recursive=True):
+                kid.kill()
+        except psutil.NoSuchProcess:
+            pass
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,55 @@
+"""Process shapes for the tests: listeners, sleepers, detached daemons, forking trees.
+
+  spawn.py listen PORT [TAG]      listen on 127.0.0.1:PORT, then sleep
+  spawn.py sleep [TAG]            sleep (TAG only shows in the command line)
+  spawn.py stubborn [TAG]         sleep and ignore SIGTERM
+  spawn.py detach PIDFILE CMD...  start CMD in a new session, write its pid, exit (orphaning it)
+  spawn.py tree DEPTH WIDTH       a tree of sleepers; every other one in its own session,
+                                  every third one ignoring SIGTERM
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def sleep_forever():
+    while True:
+        time.sleep(60)
+
+
+def main(argv):
+    what = argv[0]
+    if what == "listen":
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", int(argv[1])))
+        sock.listen()
+        sleep_forever()
+    elif what == "sleep":
+        sleep_forever()
+    elif what == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sleep_forever()
+    elif what == "detach":
+        child = subprocess.Popen(argv[2:], start_new_session=True, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(argv[1] + ".tmp", "w") as fh:
+            fh.write(str(child.pid))
+        os.replace(argv[1] + ".tmp", argv[1])
+    elif what == "tree":
+        depth, width = int(argv[1]), int(argv[2])
+        if depth > 0:
+            for i in range(width):
+                subprocess.Popen([sys.executable, __file__, "tree", str(depth - 1), str(width)],
+                                 start_new_session=(i % 2 == 1), stdin=subprocess.DEVNULL)
+        if depth % 3 == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sleep_forever()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,97 @@
+"""The circuit breaker: transitions (pure, injected time) and its state file (real files)."""
+
+import json
+import os
+
+import pytest
+
+from genesis import breaker
+from genesis.breaker import CLOSED, HALF_OPEN, OPEN, BreakerState, BreakerStore, record
+
+NOW = 1_800_000_000.0
+
+
+def run(progress: list[bool], warn=3, stop=5) -> BreakerState:
+    state = BreakerState()
+    for i, p in enumerate(progress, 1):
+        state = record(state, i, p, NOW + i, warn, stop)
+    return state
+
+
+def test_half_open_at_the_warning_threshold_and_open_at_the_stop_threshold():
+    assert run([False] * 2).state == CLOSED
+    assert run([False] * 3).state == HALF_OPEN
+    assert run([False] * 4).state == HALF_OPEN
+    s = run([False] * 5)
+    assert s.state == OPEN and s.no_progress_count == 5 and s.opened_at is not None
+
+
+def test_n_minus_one_idle_iterations_then_progress_closes_and_resets_the_counter():
+    s = run([False] * 4 + [True])
+    assert s.state == CLOSED and s.no_progress_count == 0 and s.last_progress_iteration == 5
+    assert run([False] * 4 + [True] + [False] * 4).state == HALF_OPEN  # not OPEN: counter was reset
+
+
+def test_history_records_each_transition_once_with_reason():
+    s = run([True, False, False, False, False, False])
+    assert [(t.from_state, t.to_state, t.iteration) for t in s.history] == [
+        (CLOSED, HALF_OPEN, 4), (HALF_OPEN, OPEN, 6)]
+    assert s.history[-1].reason == "5 iterations without progress"
+
+
+def test_the_repository_fingerprint_is_kept_when_it_opens():
+    s = BreakerState()
+    for i in range(1, 6):
+        s = record(s, i, False, NOW, 3, 5, fingerprint={"head": "abc", "digest": str(i)})
+    assert s.state == OPEN and s.opened_fingerprint == {"head": "abc", "digest": "5"}
+    closed = breaker.close(s, NOW, "repository changed")
+    assert closed.state == CLOSED and closed.opened_fingerprint is None
+    assert closed.history[-1].reason == "repository changed"
+
+
+def test_store_round_trip_with_the_seed_fields(tmp_path):
+    store = BreakerStore(tmp_path / "orchestrator" / ".circuit_breaker.json", clock=lambda: NOW)
+    for i in range(1, 4):
+        store.update(lambda s, i=i: record(s, i, False, NOW, 3, 5))
+    data = json.loads(store.path.read_text())
+    assert data["state"] == HALF_OPEN
+    assert data["no_progress_count"] == 3
+    assert data["last_progress_iteration"] == 0
+    assert data["updated_at"] == "2027-01-15T08:00:00Z"
+    assert data["history"][0]["to_state"] == HALF_OPEN
+    assert [p.name for p in store.path.parent.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_deleting_the_file_resets_the_breaker(tmp_path):
+    store = BreakerStore(tmp_path / ".circuit_breaker.json")
+    for i in range(1, 6):
+        store.update(lambda s, i=i: record(s, i, False, NOW, 3, 5))
+    assert store.load()[0].state == OPEN
+    store.path.unlink()
+    state, warning = store.load()
+    assert state.state == CLOSED and state.no_progress_count == 0 and warning is None
+
+
+@pytest.mark.parametrize("content", [b"", b"{trunc", b"[1, 2]", b'{"state": "AJAR"}',
+                                     b'{"state": "OPEN", "no_progress_count": "five"}',
+                                     b'{"state": "OPEN", "history": [1]}', b"\xff\xfe"])
+def test_a_corrupt_file_is_kept_aside_and_the_fallback_is_a_fresh_closed_breaker(tmp_path, content):
+    path = tmp_path / ".circuit_breaker.json"
+    path.write_bytes(content)
+    store = BreakerStore(path, clock=lambda: NOW)
+    state, warning = store.load()
+    assert state.state == CLOSED and state.no_progress_count == 0
+    kept = tmp_path / ".circuit_breaker.json.corrupt-20270115T080000Z"
+    assert kept.read_bytes() == content
+    assert str(kept) in warning and "unusable" in warning
+    assert not path.exists()
+
+
+def test_a_symlink_at_the_state_path_is_not_followed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    path = tmp_path / ".circuit_breaker.json"
+    os.symlink(victim, path)
+    state, warning = BreakerStore(path, clock=lambda: NOW).load()
+    assert state.state == CLOSED and "symlink" in warning
+    assert victim.read_text() == "precious"

@@ -1,0 +1,96 @@
+"""Configuration: precedence, the minutes/seconds pairs, validation that says what to do."""
+
+import pytest
+from click.testing import CliRunner
+
+from genesis.cli import cli
+from genesis.config import ConfigError, resolve
+
+
+def conf(project, text):
+    (project / "orchestrator").mkdir(exist_ok=True)
+    (project / "orchestrator" / "genesis.conf").write_text(text)
+
+
+def test_defaults_are_the_seeds(project):
+    cfg = resolve(project, env={})
+    assert (cfg.stale_after, cfg.check_interval, cfg.max_runtime) == (900, 60, 45 * 60)
+    assert (cfg.cb_warning, cfg.cb_stop, cfg.pause) == (3, 5, 10)
+    assert cfg.agent_cmd == ("claude", "-p", "--dangerously-skip-permissions")
+    assert [p.name for p in cfg.phases] == ["Builder", "Criticizer", "Planner"]
+    assert cfg.reap_ports == (8080,) and cfg.auto_commit and not cfg.auto_push
+
+
+def test_flags_beat_environment_beat_file_beat_defaults(project):
+    conf(project, "CB_WARNING_THRESHOLD=2\nCB_STOP_THRESHOLD=4\nITERATION_PAUSE_SECONDS=7\n")
+    cfg = resolve(project, env={"CB_STOP_THRESHOLD": "6", "ITERATION_PAUSE_SECONDS": "8"},
+                  flags={"ITERATION_PAUSE_SECONDS": "9"})
+    assert (cfg.cb_warning, cfg.cb_stop, cfg.pause) == (2, 6, 9)
+    assert cfg.settings["CB_WARNING_THRESHOLD"].source == "file"
+    assert cfg.settings["CB_STOP_THRESHOLD"].source == "env"
+    assert cfg.settings["ITERATION_PAUSE_SECONDS"].source == "flag"
+
+
+def test_seconds_forms_win_at_equal_precedence_and_lose_to_a_higher_source(project):
+    assert resolve(project, env={"HEARTBEAT_STALE_SECONDS": "90"}).stale_after == 90
+    conf(project, "HEARTBEAT_STALE_SECONDS=90\n")
+    assert resolve(project, env={"HEARTBEAT_STALE_MINUTES": "2"}).stale_after == 120
+    assert resolve(project, env={}, flags={"AGENT_MAX_RUNTIME_SECONDS": "5"}).max_runtime == 5
+
+
+def test_the_agent_command_is_word_split_like_a_shell(project):
+    cfg = resolve(project, env={"GENESIS_AGENT_CMD": "codex exec --model 'o4 mini'"})
+    assert cfg.agent_cmd == ("codex", "exec", "--model", "o4 mini")
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"HEARTBEAT_STALE_SECONDS": "30", "HEARTBEAT_CHECK_INTERVAL": "60"}, "shorter than HEARTBEAT_CHECK_INTERVAL"),
+    ({"CB_WARNING_THRESHOLD": "5", "CB_STOP_THRESHOLD": "3"}, "must warn before it stops"),
+    ({"CB_STOP_THRESHOLD": "five"}, "expected a whole number"),
+    ({"HEARTBEAT_CHECK_INTERVAL": "nan"}, "must be at least"),
+    ({"GENESIS_AGENT_CMD": "  "}, "is empty"),
+    ({"GENESIS_AGENT_CMD": "claude 'unclosed"}, "check its quotes"),
+    ({"REAP_PORTS": "8080,99999"}, "not a port number"),
+    ({"REAP_PATTERNS": "(unclosed"}, "not a valid regex"),
+    ({"REAP_SCOPE": "everything"}, "expected all or matching"),
+    ({"AUTO_COMMIT": "maybe"}, "expected true or false"),
+    ({"GENESIS_PHASES": "Builder Builder"}, "listed twice"),
+    ({"GENESIS_PHASES": "Reviewer", "PHASE_Reviewer_TRIGGER": "sometimes"}, "always, never, every:N"),
+    ({"GENESIS_PHASES": "Reviewer"}, "no prompt file"),
+])
+def test_bad_values_get_a_clear_error(project, env, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve(project, env=env)
+
+
+def test_a_config_file_line_that_is_not_a_known_key_is_named(project):
+    conf(project, "# ok\nHEARTBEAT_STALE_MINUTS=3\n")
+    with pytest.raises(ConfigError, match=r"genesis.conf:2: .*known key"):
+        resolve(project, env={})
+
+
+def test_custom_phases_with_project_prompts_and_triggers(project):
+    (project / "orchestrator" / "prompts").mkdir(parents=True)
+    (project / "orchestrator" / "prompts" / "reviewer.md").write_text("review")
+    cfg = resolve(project, env={"GENESIS_PHASES": "Builder,Reviewer", "PHASE_Reviewer_TRIGGER": "every:3"})
+    reviewer = cfg.phases[1]
+    assert reviewer.prompt_file == project / "orchestrator" / "prompts" / "reviewer.md"
+    assert str(reviewer.trigger) == "every:3"
+
+
+def test_config_show_prints_every_value_and_its_source(project, monkeypatch):
+    monkeypatch.setenv("CB_STOP_THRESHOLD", "7")
+    result = CliRunner().invoke(cli, ["--project", str(project), "--set", "ITERATION_PAUSE_SECONDS=1",
+                                      "config", "show"], catch_exceptions=False)
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert any(line.split()[:3] == ["CB_STOP_THRESHOLD", "7", "[env]"] for line in lines)
+    assert any(line.split()[:3] == ["ITERATION_PAUSE_SECONDS", "1", "[flag]"] for line in lines)
+    assert any(line.split()[:3] == ["HEARTBEAT_STALE_MINUTES", "15", "[default]"] for line in lines)
+    assert any(line.startswith("PHASE_Builder_TRIGGER") and "always" in line for line in lines)
+
+
+def test_invalid_configuration_exits_2_with_the_reason(project):
+    result = CliRunner().invoke(cli, ["--project", str(project), "--set", "CB_STOP_THRESHOLD=x",
+                                      "config", "show"])
+    assert result.exit_code == 2 and "CB_STOP_THRESHOLD" in result.output
