@@ -24,5 +24,8 @@ fi
 export PATH="${PWD}/.venv/bin:${PATH}"
 status=0
 .venv/bin/python -m pytest "$@" || status=$?
-.tools/node_modules/bats/bin/bats tests/bats || status=$?
+tap="$(mktemp)"
+trap 'rm -f "${tap}"' EXIT
+.tools/node_modules/bats/bin/bats tests/bats | tee "${tap}" || status=$?
+printf 'bats: %d passed, %d failed\n' "$(grep -c '^ok ' "${tap}")" "$(grep -c '^not ok ' "${tap}")"
 exit "${status}"

@@ -123,6 +123,8 @@ class BreakerStore:
 
     def load(self) -> tuple[BreakerState, str | None]:
         """The state and, if the file was unusable, a warning saying where it went."""
+        if not self.path.parent.is_dir():
+            return BreakerState(updated_at=iso(self._clock())), None  # nothing to lock or read
         with self.lock:
             return self._load()
 

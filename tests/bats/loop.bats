@@ -174,3 +174,15 @@ AGENT
   run -0 marked_count; assert_output "0"
   [[ ! -e ${PROJECT}/orchestrator/.genesis/loop.json ]] || false
 }
+
+@test "the loop warns at start when it runs Claude Code and the hook is not installed" {
+  genesis --project "${PROJECT}" hook uninstall --scope local >/dev/null
+  mkdir -p "${BATS_TEST_TMPDIR}/bin"
+  printf '#!/usr/bin/env bash\necho "claude stub: $*"\n' >"${BATS_TEST_TMPDIR}/bin/claude"
+  chmod +x "${BATS_TEST_TMPDIR}/bin/claude"
+  fast_loop_env
+  PATH="${BATS_TEST_TMPDIR}/bin:${PATH}" run -0 "${LOOP}" --project "${PROJECT}" --agent-cmd "claude -p" --max-iterations 1
+  assert_output --partial "Claude Code's heartbeat hook is not installed"
+  assert_output --partial "genesis hook install"
+  run -0 grep -c "claude stub: -p You are the Builder" "${PROJECT}/orchestrator/logs/iter-0001-Builder.log"
+}

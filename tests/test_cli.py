@@ -1,0 +1,87 @@
+"""The commands people type: exit codes and exact messages."""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from genesis.cli import cli
+from genesis.looplock import acquire
+from genesis.reaper import markers_for
+
+from conftest import alive, wait_for
+
+SPAWN = str(Path(__file__).parent / "helpers" / "spawn.py")
+
+
+def invoke(project, *args):
+    return CliRunner().invoke(cli, ["--project", str(project), *args])
+
+
+def test_breaker_show_and_reset(project):
+    path = project / "orchestrator" / ".circuit_breaker.json"
+    shown = invoke(project, "breaker", "show")
+    assert shown.exit_code == 0 and json.loads(shown.output)["state"] == "CLOSED"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"state": "OPEN", "no_progress_count": 5, "last_progress_iteration": 2}))
+    assert json.loads(invoke(project, "breaker", "show").output)["state"] == "OPEN"
+    reset = invoke(project, "breaker", "reset")
+    assert reset.exit_code == 0 and "the breaker is CLOSED" in reset.output
+    assert not path.exists()
+    assert "already CLOSED" in invoke(project, "breaker", "reset").output
+
+
+def test_heartbeat_show_without_a_heartbeat_exits_1_and_says_why(project, hermetic):
+    result = invoke(project, "heartbeat", "show")
+    assert result.exit_code == 1
+    assert f"heartbeat file: {hermetic}/.local/state/genesis/heartbeat.json" in result.output
+    assert "no heartbeat yet" in result.output
+
+
+def test_heartbeat_show_reports_age_and_fields(project, tmp_path):
+    hb = tmp_path / "hb.json"
+    hb.write_text(json.dumps({"agent": "Builder", "timestamp": "t", "epoch": time.time() - 42, "tool": "Bash",
+                              "event": "PostToolUse", "session_id": "s", "pid": 7}))
+    result = invoke(project, "heartbeat", "show", "--file", str(hb))
+    assert result.exit_code == 0
+    assert "age: 42." in result.output and "tool: Bash" in result.output
+
+
+def test_stop_writes_false_to_the_flag_file(project):
+    result = invoke(project, "stop")
+    assert result.exit_code == 0
+    assert (project / "hooks" / "loop_multi_agent.txt").read_text() == "false\n"
+
+
+def test_reap_dry_run_lists_and_kills_nothing_then_reap_kills(project, procs):
+    leftover = procs([sys.executable, SPAWN, "sleep", "pytest"], env=markers_for(project))
+    wait_for(lambda: alive(leftover.pid))
+    dry = invoke(project, "reap", "--dry-run")
+    assert dry.exit_code == 0
+    assert f"would kill pid {leftover.pid}:" in dry.output and "(matches REAP_PATTERNS)" in dry.output
+    assert alive(leftover.pid)
+    done = invoke(project, "reap")
+    assert done.exit_code == 0 and f"pid {leftover.pid}" in done.output
+    wait_for(lambda: not alive(leftover.pid), what="the leftover to die")
+    assert "nothing to reap" in invoke(project, "reap").output
+
+
+def test_reap_by_hand_refuses_while_a_loop_runs(project):
+    acquire(project / "orchestrator" / ".genesis" / "loop.json", os.getpid(), "run-x")
+    result = invoke(project, "reap")
+    assert result.exit_code == 4 and f"a loop (pid {os.getpid()}) is running" in result.output
+
+
+def test_report_without_runs_says_so(project):
+    result = invoke(project, "report")
+    assert result.exit_code == 0 and "no Genesis run recorded" in result.output
+
+
+def test_a_project_that_is_not_a_repository_exits_2(tmp_path):
+    (tmp_path / "plain").mkdir()
+    result = CliRunner().invoke(cli, ["--project", str(tmp_path / "plain"), "preflight", "--loop-pid",
+                                      str(os.getpid()), "--run-id", "r"])
+    assert result.exit_code == 2 and "is not a git work tree" in result.output
