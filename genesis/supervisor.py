@@ -125,7 +125,7 @@ def supervise(run: AgentRun, limits: Limits, clock: Clock = SystemClock(),
                 note(msg)
             if verdict.stale:
                 return end("stale", verdict.idle,
-                           detail=f"no heartbeat for {verdict.idle:.0f}s (stale after {limits.stale_after:g}s)")
+                           detail=f"no heartbeat for {verdict.idle:.1f}s (stale after {limits.stale_after:g}s)")
             if clock.mono() >= deadline:
                 return end("overtime", verdict.idle,
                            detail=f"ran for {clock.mono() - start_mono:.0f}s (cap {limits.max_runtime:g}s)")
