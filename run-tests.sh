@@ -4,11 +4,13 @@
 # Usage: ./run-tests.sh [PYTEST_ARGS...]
 #
 # Installs into folders git ignores: .venv/ (Genesis and pytest, shellcheck from PyPI) and
-# .tools/ (bats-core, bats-support, bats-assert from the npm registry).
+# .tools/ (bats-core, bats-support, bats-assert and the pinned Claude Code from the npm
+# registry). Without Claude Code the end-to-end suite is skipped, with the reason shown.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
 readonly BATS_PACKAGES=(bats@1.13.0 bats-support@0.3.0 bats-assert@2.2.4)
+readonly CLAUDE_CODE=@anthropic-ai/claude-code@2.1.329
 
 if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
@@ -19,6 +21,12 @@ if [[ ! -x .tools/node_modules/bats/bin/bats ]]; then
   command -v npm >/dev/null || { echo "run-tests.sh: npm is needed to install bats-core" >&2; exit 2; }
   mkdir -p .tools
   (cd .tools && npm install --no-save --no-audit --no-fund --loglevel=error "${BATS_PACKAGES[@]}")
+fi
+if [[ ! -x .tools/node_modules/.bin/claude ]]; then
+  if ! (cd .tools && npm install --no-save --no-audit --no-fund --loglevel=error "${CLAUDE_CODE}") \
+    >.tools/claude-code-install.log 2>&1; then
+    echo "run-tests.sh: could not install ${CLAUDE_CODE}; the Claude Code suite will be skipped" >&2
+  fi
 fi
 
 export PATH="${PWD}/.venv/bin:${PATH}"

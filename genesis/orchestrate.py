@@ -84,9 +84,14 @@ def preflight(step: Step, loop_pid: int) -> None:
     if _read_flag(lay.stop_flag) == "false":
         write_text(lay.stop_flag, "true\n")
         say(f"stop flag {step.rel(lay.stop_flag)} said false (an earlier stop); set it back to true")
-    if Path(cfg.agent_cmd[0]).name == "claude" and not hook_installed(cfg.project):
-        say("Claude Code's heartbeat hook is not installed, so every agent will look stuck after "
-            f"{cfg.stale_after:g}s; install it with: genesis hook install", "warn")
+    if Path(cfg.agent_cmd[0]).name == "claude":
+        if not hook_installed(cfg.project):
+            say("Claude Code's heartbeat hook is not installed, so every agent will look stuck after "
+                f"{cfg.stale_after:g}s; install it with: genesis hook install", "warn")
+        if os.geteuid() == 0 and "--dangerously-skip-permissions" in cfg.agent_cmd \
+                and os.environ.get("IS_SANDBOX") != "1":
+            say("as root, Claude Code refuses --dangerously-skip-permissions unless IS_SANDBOX=1 is set "
+                "(in a sandbox or container); every phase would fail at once", "warn")
     say(f"project {cfg.project}", "head")
     say(f"agent: {' '.join(cfg.agent_cmd)}")
     say("phases: " + ", ".join(f"{p.name} ({p.trigger})" for p in cfg.phases))
@@ -178,7 +183,7 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
         if outcome.status != "interrupted":
             for line in tail(log):
                 say(f"  | {line}", "info")
-    step.event("phase_end", iteration=iteration, phase=phase.name, status=outcome.status,
+    step.event("phase_end", iteration=iteration, phase=phase.name, pid=outcome.pid, status=outcome.status,
                returncode=outcome.returncode, duration=round(outcome.duration, 2),
                killed=(outcome.kill.targets if outcome.kill else 0), detail=outcome.detail)
     reap(step, "after " + phase.name)

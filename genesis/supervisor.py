@@ -48,6 +48,7 @@ class Outcome:
     kill: KillReport | None = None
     signum: int | None = None
     detail: str = ""
+    pid: int | None = None         # the agent's pid
 
     @property
     def exit_code(self) -> int:
@@ -92,7 +93,8 @@ def supervise(run: AgentRun, limits: Limits, clock: Clock = SystemClock(),
     def end(status: str, idle: float = 0.0, signum: int | None = None, detail: str = "") -> Outcome:
         report = kill_all(tree, limits.kill_grace, keep=(proc.pid,) if proc else ())
         rc = proc.wait() if proc else None
-        return Outcome(status, rc, clock.mono() - start_mono, idle, report, signum, detail)
+        return Outcome(status, rc, clock.mono() - start_mono, idle, report, signum, detail,
+                       proc.pid if proc else None)
 
     try:
         with open(run.log, "ab") as log:
@@ -112,7 +114,7 @@ def supervise(run: AgentRun, limits: Limits, clock: Clock = SystemClock(),
             wait = max(0.0, min(limits.check_interval, deadline - clock.mono()))
             try:
                 rc = proc.wait(timeout=wait)
-                return Outcome("exited", rc, clock.mono() - start_mono)
+                return Outcome("exited", rc, clock.mono() - start_mono, pid=proc.pid)
             except subprocess.TimeoutExpired:
                 pass
             reap_zombie_children(keep=(proc.pid,))

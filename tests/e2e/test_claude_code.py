@@ -1,0 +1,196 @@
+"""The real Claude Code CLI through the real loop, offline against a stub Messages API.
+
+The test command installs the pinned `@anthropic-ai/claude-code` into .tools/; where it
+could not (no Node, no npm registry), every test here is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from genesis.proctree import marked
+
+from conftest import alive, free_port, git, listening, wait_for
+from e2e.stub_api import StubAPI
+
+ROOT = Path(__file__).resolve().parents[2]
+CLAUDE = ROOT / ".tools" / "node_modules" / ".bin" / "claude"
+INSTALL_LOG = ROOT / ".tools" / "claude-code-install.log"
+LOOP = ROOT / "start-multi-agent-loop.sh"
+GENESIS = [sys.executable, "-m", "genesis"]
+
+pytestmark = pytest.mark.claude
+
+
+@pytest.fixture(scope="module")
+def claude() -> Path:
+    if not CLAUDE.exists():
+        why = INSTALL_LOG.read_text().strip()[-300:] if INSTALL_LOG.exists() else "run ./run-tests.sh to install it"
+        pytest.skip(f"real Claude Code is not installed, e2e suite skipped: {why}")
+    done = subprocess.run([str(CLAUDE), "--version"], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        pytest.skip(f"real Claude Code does not run here, e2e suite skipped: {done.stderr.strip()[-300:]}")
+    return CLAUDE
+
+
+@pytest.fixture
+def stub():
+    api = StubAPI().start()
+    yield api
+    api.shutdown()
+
+
+@pytest.fixture
+def e2e(claude, stub, project, hermetic, tmp_path):
+    """A project with the hook installed the user's way, and the loop's environment."""
+    git(project, "config", "user.name", "Agent")
+    git(project, "config", "user.email", "agent@example.invalid")
+    done = subprocess.run(GENESIS + ["--project", str(project), "hook", "install"], capture_output=True,
+                          text=True, check=True)
+    assert str(hermetic / ".claude" / "settings.json") in done.stdout
+    env = {**os.environ,
+           "ANTHROPIC_BASE_URL": stub.url, "ANTHROPIC_API_KEY": "sk-ant-stub",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+           "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
+           "GENESIS_BIN": str(Path(sys.executable).parent / "genesis"),
+           "GENESIS_AGENT_CMD": f"{claude} -p --output-format stream-json --verbose --dangerously-skip-permissions",
+           "GENESIS_PHASES": "Builder", "PHASE_Builder_TRIGGER": "always",
+           "HEARTBEAT_CHECK_INTERVAL": "0.5", "HEARTBEAT_STALE_SECONDS": "6", "AGENT_MAX_RUNTIME_SECONDS": "120",
+           "KILL_GRACE_SECONDS": "3", "ITERATION_PAUSE_SECONDS": "0", "REAP_PORTS": "", "NO_COLOR": "1"}
+    if os.geteuid() == 0:
+        env["IS_SANDBOX"] = "1"  # Claude Code refuses to skip permissions as root otherwise
+    return Loop(project, env, tmp_path)
+
+
+class Loop:
+    def __init__(self, project: Path, env: dict, tmp: Path):
+        self.project, self.env, self.tmp = project, env, tmp
+
+    def phase(self, name: str, scenario: str, **params) -> None:
+        prompt = self.tmp / f"{name}.md"
+        extra = " ".join(f"{k}={v}" for k, v in params.items())
+        prompt.write_text(f"SCENARIO: {scenario}\nCWD={self.project}\nPARAMS: {extra}\n")
+        self.env[f"PHASE_{name}_PROMPT"] = str(prompt)
+        self.env[f"PHASE_{name}_TRIGGER"] = "always"
+
+    def run(self, *args: str, watch: str | None = None) -> tuple[subprocess.CompletedProcess, list[dict]]:
+        """Run the loop to its end; with watch=PHASE, collect every heartbeat it writes."""
+        seen: list[dict] = []
+        stop = threading.Event()
+        hb = self.project / "orchestrator" / ".genesis" / "heartbeats" / f"{watch}.json"
+
+        def poll():
+            while not stop.is_set():
+                try:
+                    beat = json.loads(hb.read_text())
+                    if beat not in seen:
+                        seen.append(beat)
+                except (OSError, ValueError):
+                    pass
+                time.sleep(0.01)
+
+        poller = threading.Thread(target=poll, daemon=True)
+        if watch:
+            poller.start()
+        try:
+            done = subprocess.run(["bash", str(LOOP), "--project", str(self.project), *args], env=self.env,
+                                  capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+        finally:
+            stop.set()
+        print(done.stdout, done.stderr)
+        return done, seen
+
+    def breaker(self) -> dict:
+        return json.loads((self.project / "orchestrator" / ".circuit_breaker.json").read_text())
+
+    def leftovers(self) -> list:
+        return marked({"GENESIS_PROJECT_DIR": str(self.project.resolve())})
+
+
+def session_of(log: Path) -> str:
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event.get("type") == "system" and event.get("subtype") == "init":
+                return event["session_id"]
+    raise AssertionError(f"no init event in {log}")
+
+
+def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
+    e2e.phase("Builder", "progress")
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: finished" in done.stdout
+    project = e2e.project
+    assert (project / "hello.txt").read_text() == "hello from claude\n"
+    assert (project / "notes.md").read_text() == "# Notes\n\nWritten by the agent.\n"
+    assert "agent: hello and notes" in git(project, "log", "--format=%s")
+    session = session_of(project / "orchestrator" / "logs" / "iter-0001-Builder.log")
+    post = {(b["event"], b["tool"]) for b in beats}
+    assert {("PostToolUse", "Bash"), ("PostToolUse", "Write"), ("PostToolUseFailure", "Bash")} <= post
+    assert all(b["session_id"] == session and b["agent"] == "Builder" for b in beats)
+    run_id = json.loads((project / "orchestrator" / "logs" / "events.jsonl").read_text().splitlines()[0])["run_id"]
+    assert {b["run_id"] for b in beats} == {run_id}
+    ended = [json.loads(line) for line in (project / "orchestrator" / "logs" / "events.jsonl").read_text()
+             .splitlines() if '"phase_end"' in line]
+    assert {b["pid"] for b in beats} == {ended[0]["pid"]}  # CLAUDE_PID: the agent the loop started
+    breaker = e2e.breaker()
+    assert breaker["state"] == "CLOSED" and breaker["last_progress_iteration"] == 1
+    assert e2e.leftovers() == []
+
+
+def test_a_hung_bash_call_goes_stale_and_claude_and_the_tool_session_are_killed(e2e):
+    e2e.phase("Builder", "hang")
+    e2e.phase("Planner", "quick")
+    e2e.env["GENESIS_PHASES"] = "Builder Planner"
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: stuck: no heartbeat for" in done.stdout
+    assert "Planner: finished" in done.stdout
+    assert beats[-1]["event"] == "PreToolUse" and beats[-1]["tool"] == "Bash"
+    tool_shell = int((e2e.project / "tool-shell.pid").read_text())
+    ended = [json.loads(line) for line in (e2e.project / "orchestrator" / "logs" / "events.jsonl").read_text()
+             .splitlines() if '"phase_end"' in line]
+    assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stale"), ("Planner", "exited")]
+    claude_pid = ended[0]["pid"]
+    assert beats[-1]["pid"] == claude_pid and tool_shell != claude_pid
+    assert not alive(tool_shell) and not alive(claude_pid)
+    assert e2e.leftovers() == []
+
+
+def test_a_server_left_on_a_port_is_reaped_and_an_unrelated_one_survives(e2e, procs):
+    port, theirs = free_port(), free_port()
+    bystander = procs([sys.executable, "-m", "http.server", str(theirs), "--bind", "127.0.0.1"],
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: listening(theirs), what="the unrelated server")
+    e2e.phase("Builder", "server", port=port)
+    e2e.env["REAP_PORTS"] = f"{port} {theirs}"
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    server = int((e2e.project / "server.pid").read_text())
+    assert f"listens on port {port}" in done.stdout
+    assert f"port {theirs} is held by pid {bystander.pid}" in done.stdout
+    assert not alive(server) and not listening(port)
+    assert alive(bystander.pid) and listening(theirs)
+    assert e2e.leftovers() == []
+
+
+def test_no_progress_opens_the_breaker_and_the_loop_stops_with_exit_3(e2e):
+    e2e.phase("Builder", "idle")
+    done, _ = e2e.run("--max-iterations", "10")
+    assert done.returncode == 3, done.stdout
+    assert "iteration 3: no progress; breaker HALF_OPEN" in done.stdout
+    assert "iteration 5: no progress; breaker OPEN" in done.stdout
+    assert "--- iteration 6 ---" not in done.stdout
+    breaker = e2e.breaker()
+    assert breaker["state"] == "OPEN" and breaker["no_progress_count"] == 5
+    assert [(t["to_state"], t["iteration"]) for t in breaker["history"]] == [("HALF_OPEN", 3), ("OPEN", 5)]
+    assert git(e2e.project, "status", "--porcelain") == ""
