@@ -88,6 +88,8 @@ def preflight(step: Step, loop_pid: int) -> None:
         if not hook_installed(cfg.project):
             say("Claude Code's heartbeat hook is not installed, so every agent will look stuck after "
                 f"{cfg.stale_after:g}s; install it with: genesis hook install", "warn")
+        if "--bare" in cfg.agent_cmd:
+            say("claude --bare skips the settings hooks, so no heartbeat will arrive; drop --bare", "warn")
         if os.geteuid() == 0 and "--dangerously-skip-permissions" in cfg.agent_cmd \
                 and os.environ.get("IS_SANDBOX") != "1":
             say("as root, Claude Code refuses --dangerously-skip-permissions unless IS_SANDBOX=1 is set "
