@@ -1,24 +1,15 @@
-"""Hook cost per tool call: the heartbeat hook against the floor of starting any hook.
-
-Usage: python bench/hook_cost.py [RUNS]
-
-Feeds the hook a real PostToolUse stdin (as Claude Code sends it) RUNS times, interleaved
-with `bash -c true` (the floor), and prints median, min and max of each and their ratio.
-"""
+"""1. Hook cost per tool call: the heartbeat hook, the floor, and the same work in Python."""
 
 from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-HOOK = ROOT / "hooks" / "genesis-heartbeat.sh"
+from common import HOOK, PY, ROOT, Row
+
 PAYLOAD = json.dumps({
     "session_id": "97f9c0de-1d2b-4a51-9c1e-0a1b2c3d4e5f",
     "transcript_path": "/home/u/.claude/projects/-home-u-proj/97f9c0de-1d2b-4a51-9c1e-0a1b2c3d4e5f.jsonl",
@@ -30,29 +21,36 @@ PAYLOAD = json.dumps({
 }).encode()
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
+def _timed(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
     subprocess.run(argv, input=PAYLOAD, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    check=True)
     return (time.perf_counter() - start) * 1000
 
 
-def main() -> None:
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+def run(runs: int = 300) -> list[Row]:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "GENESIS_HEARTBEAT_FILE": os.path.join(tmp, "hb.json"), "GENESIS_AGENT": "Builder"}
-        cases = {"floor: bash -c true": ["bash", "-c", "true"], "genesis-heartbeat.sh": [str(HOOK)]}
+        cases = {
+            "hook: floor, bash -c true": ["bash", "-c", "true"],
+            "hook: bash genesis-heartbeat.sh (as installed)": ["bash", str(HOOK)],
+            "hook: genesis-heartbeat.sh (via its #! line)": [str(HOOK)],
+            "hook: the same work in Python": [PY, str(ROOT / "bench" / "python_hook.py")],
+        }
         samples: dict[str, list[float]] = {name: [] for name in cases}
-        for _ in range(runs):  # interleaved, so machine noise hits both alike
+        for i in range(runs):  # interleaved, so machine noise hits every case alike
             for name, argv in cases.items():
-                samples[name].append(timed(argv, env))
-    floor = statistics.median(samples["floor: bash -c true"])
-    print(f"hook cost per tool call, {runs} runs each (ms)")
-    print(f"{'case':<24} {'median':>8} {'min':>8} {'max':>8} {'x floor':>8}")
+                if "Python" in name and i % 10:
+                    continue  # Python is slow and steady: a tenth of the runs is plenty
+                samples[name].append(_timed(argv, env))
+    floor = "hook: floor, bash -c true"
+    rows = []
     for name, values in samples.items():
-        med = statistics.median(values)
-        print(f"{name:<24} {med:8.2f} {min(values):8.2f} {max(values):8.2f} {med / floor:8.2f}")
-
-
-if __name__ == "__main__":
-    main()
+        row = Row(name, "ms", tuple(values))
+        if name != floor:
+            ratio = row.median / Row(floor, "ms", tuple(samples[floor])).median
+            target_applies = "as installed" in name
+            row = Row(name, "ms", tuple(values), target="<= 2x floor" if target_applies else "",
+                      met=(ratio <= 2.0) if target_applies else None, baseline=floor, ratio=ratio)
+        rows.append(row)
+    return rows

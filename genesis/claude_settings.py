@@ -43,7 +43,8 @@ def settings_path(scope: str, project: Path, home: Path | None = None) -> Path:
 
 
 def hook_command(script: Path) -> str:
-    return shlex.quote(str(script))
+    """Run through bash directly: it saves an exec of /usr/bin/env on every tool call."""
+    return f"bash {shlex.quote(str(script))}"
 
 
 def _load(path: Path) -> dict:

@@ -126,17 +126,23 @@ def _alive(ident: ProcId) -> bool:
         return True
 
 
-def reap_zombie_children(keep: Iterable[int] = ()) -> None:
-    """Collect exited children (orphans re-parented to us as subreaper), except `keep`."""
-    keep = set(keep)
-    for child in psutil.Process().children():
-        if child.pid in keep:
-            continue
+def reap_zombie_children(keep: int | None = None) -> None:
+    """Collect exited children (orphans adopted as subreaper), leaving `keep` to its Popen.
+
+    waitid(WNOWAIT) peeks at the next exited child without collecting it, so the agent's
+    own exit status is never taken from under subprocess.Popen.
+    """
+    while True:
         try:
-            if child.status() == psutil.STATUS_ZOMBIE:
-                os.waitpid(child.pid, os.WNOHANG)
-        except (psutil.NoSuchProcess, ChildProcessError, OSError):
-            pass
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None or info.si_pid == 0 or info.si_pid == keep:
+            return
+        try:
+            os.waitpid(info.si_pid, 0)
+        except ChildProcessError:
+            return
 
 
 def _collect(idents: set[ProcId], keep: Iterable[int]) -> None:

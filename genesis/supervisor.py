@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import time
@@ -85,6 +86,7 @@ def supervise(run: AgentRun, limits: Limits, clock: Clock = SystemClock(),
     old = {s: signal.signal(s, _raise_once) for s in (signal.SIGTERM, signal.SIGINT)}
     proc: subprocess.Popen[bytes] | None = None
     root: ProcId | None = None
+    exited: ExitWatch | None = None
 
     def tree() -> list[ProcId]:
         found = descendants(root) if root is not None else []
@@ -107,17 +109,15 @@ def supervise(run: AgentRun, limits: Limits, clock: Clock = SystemClock(),
             except OSError as exc:
                 return Outcome("not_started", None, 0.0, detail=f"cannot start {run.argv[0]!r}: {exc.strerror}")
         root = identify(proc.pid)
+        exited = ExitWatch(proc)
         dog = Watchdog(limits.stale_after, limits.check_interval, start_mono, start_wall)
         deadline = start_mono + limits.max_runtime
         log_size = _size(run.log)
         while True:
-            wait = max(0.0, min(limits.check_interval, deadline - clock.mono()))
-            try:
-                rc = proc.wait(timeout=wait)
+            rc = exited.wait(max(0.0, min(limits.check_interval, deadline - clock.mono())))
+            if rc is not None:
                 return Outcome("exited", rc, clock.mono() - start_mono, pid=proc.pid)
-            except subprocess.TimeoutExpired:
-                pass
-            reap_zombie_children(keep=(proc.pid,))
+            reap_zombie_children(keep=proc.pid)
             beat, _why = read_heartbeat(run.heartbeat)
             ours = beat is not None and beat.run_id in ("", run.run_id)
             size = _size(run.log)
@@ -136,6 +136,49 @@ def supervise(run: AgentRun, limits: Limits, clock: Clock = SystemClock(),
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+        if exited is not None:
+            exited.close()
+
+
+class ExitWatch:
+    """Sleep until the agent exits or the timeout passes, without polling in between.
+
+    Linux: a pidfd becomes readable at exit; macOS: kqueue reports NOTE_EXIT. Elsewhere
+    Popen.wait's own polling is used. Saves the watcher's CPU over a long, quiet run.
+    """
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.fd: int | None = None
+        self.kq = None
+        try:
+            if hasattr(os, "pidfd_open"):
+                self.fd = os.pidfd_open(proc.pid)
+            elif hasattr(select, "kqueue"):
+                self.kq = select.kqueue()
+                self.kq.control([select.kevent(proc.pid, select.KQ_FILTER_PROC, select.KQ_EV_ADD,
+                                               select.KQ_NOTE_EXIT)], 0, 0)
+        except OSError:
+            self.fd, self.kq = None, None  # already gone, or not supported: poll instead
+
+    def wait(self, timeout: float) -> int | None:
+        """The exit status, or None if it still runs after `timeout` seconds."""
+        if self.fd is not None:
+            select.select([self.fd], [], [], timeout)
+        elif self.kq is not None:
+            self.kq.control(None, 1, timeout)
+        else:
+            try:
+                return self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return None
+        return self.proc.poll()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+        if self.kq is not None:
+            self.kq.close()
 
 
 def _size(path: Path) -> int:

@@ -32,9 +32,16 @@ field() {
 
 payload=""
 if [[ ! -t 0 ]]; then
-  wait_s=1
-  ((BASH_VERSINFO[0] >= 4)) && wait_s=0.5
-  IFS= read -r -d '' -t "${wait_s}" -n "${STDIN_HEAD}" payload
+  # bash reads a pipe a byte at a time, and with -t it sets a timer for every byte: so
+  # when the payload is already there (Claude Code writes it whole) read it untimed, and
+  # only wait, briefly, when nothing has arrived yet.
+  if read -r -t 0; then
+    IFS= read -r -d '' -n "${STDIN_HEAD}" payload
+  else
+    wait_s=1
+    ((BASH_VERSINFO[0] >= 4)) && wait_s=0.5
+    IFS= read -r -d '' -t "${wait_s}" -n "${STDIN_HEAD}" payload
+  fi
   # A large payload: drain the rest in the background so the writer never sees EPIPE
   # and this hook never waits on it.
   ((${#payload} >= STDIN_HEAD)) && { cat >/dev/null 2>&1 & }

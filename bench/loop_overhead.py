@@ -1,0 +1,34 @@
+"""4. Loop overhead: from one phase's agent exit to the next phase's agent start (no pause)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from common import ROOT, Row, git_project
+
+
+def run(iterations: int = 6) -> list[Row]:
+    with tempfile.TemporaryDirectory() as tmp:
+        project = git_project(Path(tmp) / "project")
+        times = Path(tmp) / "times"
+        agent = Path(tmp) / "agent.sh"
+        agent.write_text('echo "start $EPOCHREALTIME" >> "$TIMES"\necho "end $EPOCHREALTIME" >> "$TIMES"\n')
+        env = {**os.environ, "TIMES": str(times), "GENESIS_AGENT_CMD": f"bash {agent}",
+               "GENESIS_PHASES": "Builder Criticizer Planner", "PHASE_Criticizer_TRIGGER": "always",
+               "PHASE_Planner_TRIGGER": "always", "ITERATION_PAUSE_SECONDS": "0",
+               "CB_WARNING_THRESHOLD": "100", "CB_STOP_THRESHOLD": "100", "HEARTBEAT_CHECK_INTERVAL": "1",
+               "HEARTBEAT_STALE_SECONDS": "30", "REAP_PORTS": "8080", "NO_COLOR": "1"}
+        subprocess.run(["bash", str(ROOT / "start-multi-agent-loop.sh"), "--project", str(project),
+                        "--max-iterations", str(iterations)], env=env, check=True, stdout=subprocess.DEVNULL)
+        marks = [line.split() for line in times.read_text().splitlines()]
+    starts = [float(v.replace(",", ".")) for k, v in marks if k == "start"]
+    ends = [float(v.replace(",", ".")) for k, v in marks if k == "end"]
+    gaps = [starts[i + 1] - ends[i] for i in range(len(ends) - 1)]
+    within = tuple(g for i, g in enumerate(gaps) if (i + 1) % 3)       # Builder->Criticizer, Criticizer->Planner
+    across = tuple(g for i, g in enumerate(gaps) if (i + 1) % 3 == 0)  # Planner -> next iteration's Builder
+    return [Row("loop overhead, phase to phase", "s", within, target="< 1 s", met=max(within) < 1.0),
+            Row("loop overhead, across iterations (no pause)", "s", across, target="< 1 s",
+                met=max(across) < 1.0, note="adds the progress check and the next plan")]
