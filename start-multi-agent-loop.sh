@@ -79,14 +79,26 @@ finish_loop() {
   exit "${code}"
 }
 
+# Stops the running step, if any: only a pid bash still lists as its own running job,
+# never a pid that may have been recycled since.
+stop_child() {
+  [[ -n ${child} ]] || return 0
+  local pid
+  for pid in $(jobs -pr); do
+    if [[ ${pid} == "${child}" ]]; then
+      kill -TERM "${child}" 2>/dev/null || true
+      break
+    fi
+  done
+  wait "${child}" 2>/dev/null || true
+  child=""
+}
+
 on_signal() {
   local name="$1" code="$2"
   trap '' INT TERM
   say "received SIG${name}: stopping the agent and cleaning up"
-  if [[ -n ${child} ]]; then
-    kill -TERM "${child}" 2>/dev/null || true
-    wait "${child}" 2>/dev/null || true
-  fi
+  stop_child
   finish_loop "${code}" "interrupted by SIG${name}"
 }
 
@@ -95,10 +107,7 @@ on_error() {
   ((BASH_SUBSHELL > 0)) && exit "${status}"  # in $(...) or &: the parent reports it
   ((finishing)) && return
   err "internal error: '${command}' failed with status ${status} at line ${line}"
-  if [[ -n ${child} ]]; then
-    kill -TERM "${child}" 2>/dev/null || true
-    wait "${child}" 2>/dev/null || true
-  fi
+  stop_child
   finish_loop "${EXIT_ERROR}" "internal error at line ${line}: ${command}"
 }
 

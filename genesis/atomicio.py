@@ -56,9 +56,42 @@ def read_json(path: Path, limit: int = MAX_STATE_BYTES) -> Any | None:
         raise CorruptFile(path, f"is not valid JSON ({exc})") from None
 
 
+def _sweep_temps(path: Path) -> None:
+    """Remove temp files a crashed writer left beside path (their writer pid is gone)."""
+    prefix = f".{path.name}."
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        pid = name[len(prefix):].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            try:
+                os.unlink(path.parent / name)
+            except OSError:
+                pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: an existence check, nothing is sent
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def write_text(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write via a temp file in the same directory, fsync, then rename over the target."""
+    """Write via a temp file in the same directory, fsync, then rename over the target.
+
+    A crash before the rename leaves the old file intact; its temp file is swept away by
+    the next write.
+    """
     path = Path(path)
+    _sweep_temps(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
     try:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from .atomicio import quarantine
 from .phases import BUILTIN_PROMPTS, NAME_RE, Phase, Trigger, parse_trigger
 
 __all__ = ["ConfigError", "Config", "Knob", "KNOBS", "load", "CONFIG_FILE", "resolve"]
@@ -105,11 +107,21 @@ def parse_file(path: Path) -> dict[str, str]:
     """KEY=VALUE lines, # comments, optional shell-style quotes; never executed."""
     values: dict[str, str] = {}
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return values
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc}); fix or remove it") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror}); fix or remove it") from None
+    try:
+        if b"\0" in data:
+            raise UnicodeDecodeError("utf-8", data, data.index(b"\0"), data.index(b"\0") + 1, "NUL byte")
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        # Not text at all (a crash or disk error, not a typo): keep it aside for inspection
+        # and stop, rather than run all night on settings the user did not choose.
+        kept = quarantine(path, time.time())
+        raise ConfigError(f"{path} is corrupt (not UTF-8 text); it was moved aside to {kept}. Restore or "
+                          f"rewrite it; without it the defaults and environment apply") from None
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):

@@ -187,7 +187,8 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
                 say(f"  | {line}", "info")
     step.event("phase_end", iteration=iteration, phase=phase.name, pid=outcome.pid, status=outcome.status,
                returncode=outcome.returncode, duration=round(outcome.duration, 2),
-               killed=(outcome.kill.targets if outcome.kill else 0), detail=outcome.detail)
+               killed=(outcome.kill.targets if outcome.kill else 0),
+               sigkilled=(outcome.kill.killed if outcome.kill else 0), detail=outcome.detail)
     reap(step, "after " + phase.name)
     if cfg.auto_commit and outcome.status not in ("interrupted", "not_started"):
         result = commit(cfg.project, f"genesis: {phase.name}, iteration {iteration}", lay.ignored(),

@@ -66,15 +66,14 @@ def _listeners(ports: tuple[int, ...]) -> dict[int, list[int | None]]:
 
 
 def plan_reap(project: Path, run_id: str | None, scope: str, patterns: str,
-              ports: tuple[int, ...], extra_owned: tuple[ProcId, ...] = ()) -> ReapPlan:
+              ports: tuple[int, ...]) -> ReapPlan:
     """What would be killed and why; ports held by processes that are not ours are reported.
 
-    Only processes proven ours are ever listed: they carry this project's loop markers in
-    their environment, or are in `extra_owned` (descendants the caller started itself).
+    Only processes proven ours are ever listed: processes of this user that carry this
+    project's loop markers in their environment.
     """
     protected = protected_pids()
     owned = {i for i in marked(markers_for(project, run_id)) if i.pid not in protected}
-    owned |= {i for i in extra_owned if i.pid not in protected and i.process() is not None}
     by_pid = {i.pid: i for i in owned}
     regex = re.compile(patterns) if patterns else None
     port_of: dict[int, int] = {}
