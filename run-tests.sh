@@ -31,9 +31,13 @@ fi
 
 export PATH="${PWD}/.venv/bin:${PATH}"
 status=0
-.venv/bin/python -m pytest "$@" || status=$?
+tally="$(mktemp)"
 tap="$(mktemp)"
-trap 'rm -f "${tap}"' EXIT
+trap 'rm -f "${tally}" "${tap}"' EXIT
+GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest "$@" || status=$?
 .tools/node_modules/bats/bin/bats tests/bats | tee "${tap}" || status=$?
-printf 'bats: %d passed, %d failed\n' "$(grep -c '^ok ' "${tap}")" "$(grep -c '^not ok ' "${tap}")"
+# The fault suite's tally (pytest and bats together), then the total over every test.
+if (($# == 0)); then
+  .venv/bin/python tests/fault_tally.py "${tally}" "${tap}" || status=$?
+fi
 exit "${status}"

@@ -112,9 +112,10 @@ on_error() {
 }
 
 # Runs a genesis step in the background and waits, so that signals are handled at once.
+# A simple command, not g: bash then execs genesis itself, so $child is genesis's pid.
 step() {
   local rc=0
-  g "$@" &
+  "${genesis_cmd[@]}" --project "${project}" ${overrides[@]+"${overrides[@]}"} "$@" &
   child=$!
   wait "${child}" || rc=$?
   child=""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -98,3 +99,35 @@ def procs():
             pass
         proc.kill()
         proc.wait()
+
+
+# --- the fault suite's tally ----------------------------------------------------------
+# Tests tagged @pytest.mark.fault(N) cover fault N of the reliability list; a fault passes
+# when every test tagged with it passed. With GENESIS_FAULT_TALLY set, the results are
+# written there as JSON for run-tests.sh to combine with the bats fault tests.
+
+FAULT_RESULTS: dict[int, str] = {}
+RANK = {"passed": 0, "skipped": 1, "failed": 2}
+COUNTS = {"passed": 0, "failed": 0, "skipped": 0}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" and not (report.failed or report.skipped):
+        return
+    status = "failed" if report.failed else "skipped" if report.skipped else "passed"
+    if report.when == "call" or status != "passed":
+        COUNTS[status] += 1
+    for mark in item.iter_markers("fault"):
+        for n in mark.args:
+            prev = FAULT_RESULTS.get(n, "passed")
+            FAULT_RESULTS[n] = max(prev, status, key=RANK.__getitem__)
+
+
+def pytest_terminal_summary(terminalreporter):
+    path = os.environ.get("GENESIS_FAULT_TALLY")
+    if path:
+        with open(path, "w") as fh:
+            json.dump({"faults": {str(k): v for k, v in sorted(FAULT_RESULTS.items())}, "counts": COUNTS}, fh)

@@ -18,6 +18,7 @@ def run(progress: list[bool], warn=3, stop=5) -> BreakerState:
     return state
 
 
+@pytest.mark.fault(16)
 def test_half_open_at_the_warning_threshold_and_open_at_the_stop_threshold():
     assert run([False] * 2).state == CLOSED
     assert run([False] * 3).state == HALF_OPEN
@@ -26,6 +27,7 @@ def test_half_open_at_the_warning_threshold_and_open_at_the_stop_threshold():
     assert s.state == OPEN and s.no_progress_count == 5 and s.opened_at is not None
 
 
+@pytest.mark.fault(16)
 def test_n_minus_one_idle_iterations_then_progress_closes_and_resets_the_counter():
     s = run([False] * 4 + [True])
     assert s.state == CLOSED and s.no_progress_count == 0 and s.last_progress_iteration == 5
@@ -62,6 +64,7 @@ def test_store_round_trip_with_the_seed_fields(tmp_path):
     assert [p.name for p in store.path.parent.iterdir() if p.name.endswith(".tmp")] == []
 
 
+@pytest.mark.fault(17)
 def test_deleting_the_file_resets_the_breaker(tmp_path):
     store = BreakerStore(tmp_path / ".circuit_breaker.json")
     for i in range(1, 6):
@@ -75,6 +78,7 @@ def test_deleting_the_file_resets_the_breaker(tmp_path):
 @pytest.mark.parametrize("content", [b"", b"{trunc", b"[1, 2]", b'{"state": "AJAR"}',
                                      b'{"state": "OPEN", "no_progress_count": "five"}',
                                      b'{"state": "OPEN", "history": [1]}', b"\xff\xfe"])
+@pytest.mark.fault(17)
 def test_a_corrupt_file_is_kept_aside_and_the_fallback_is_a_fresh_closed_breaker(tmp_path, content):
     path = tmp_path / ".circuit_breaker.json"
     path.write_bytes(content)
@@ -87,6 +91,7 @@ def test_a_corrupt_file_is_kept_aside_and_the_fallback_is_a_fresh_closed_breaker
     assert not path.exists()
 
 
+@pytest.mark.fault(17)
 def test_a_symlink_at_the_state_path_is_not_followed(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")

@@ -4,6 +4,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from genesis.proctree import ProcId, identify, kill_all
 from genesis.reaper import execute, markers_for, plan_reap
 
@@ -18,6 +20,7 @@ def read_pid(path: Path) -> int:
     return int(path.read_text())
 
 
+@pytest.mark.fault(10, 13, 15)
 def test_ours_die_unrelated_survive_and_a_foreign_port_is_reported(project, tmp_path, procs):
     ours_port, foreign_port = free_port(), free_port()
     marks = markers_for(project, "run-1")
@@ -65,6 +68,7 @@ def test_dry_run_planning_kills_nothing(project, procs):
     assert alive(leftover.pid)
 
 
+@pytest.mark.fault(7)
 def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(project, procs):
     stubborn = procs([sys.executable, SPAWN, "stubborn"], env=markers_for(project, "r"))
     wait_for(lambda: alive(stubborn.pid))
@@ -74,6 +78,7 @@ def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(project, pr
     assert not alive(stubborn.pid)
 
 
+@pytest.mark.fault(11)
 def test_a_recycled_pid_is_left_alone(procs):
     bystander = procs([sys.executable, SPAWN, "sleep"])
     wait_for(lambda: alive(bystander.pid))
@@ -84,6 +89,7 @@ def test_a_recycled_pid_is_left_alone(procs):
     assert alive(bystander.pid)
 
 
+@pytest.mark.fault(13)
 def test_never_signals_itself_or_its_ancestors():
     import os
 
@@ -95,6 +101,7 @@ def test_never_signals_itself_or_its_ancestors():
     assert report.targets == 0  # and we are still here to say so
 
 
+@pytest.mark.fault(14)
 def test_a_forking_tree_with_setsid_and_stubborn_members_converges(project, procs):
     root = procs([sys.executable, SPAWN, "tree", "3", "3"], env=markers_for(project, "r"))
     wait_for(lambda: len(plan_reap(project, "r", "all", PATTERNS, ()).leftovers) >= 40, timeout=30,

@@ -4,6 +4,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from genesis import exitcodes
 from genesis.heartbeat import hook_script, read_heartbeat
 from genesis.proctree import marked
@@ -38,6 +40,7 @@ def test_an_agent_that_finishes_keeps_its_status_and_its_output_goes_to_the_log(
     assert (out.status, out.returncode, out.exit_code) == ("exited", 7, exitcodes.AGENT_FAILED)
 
 
+@pytest.mark.fault(10)
 def test_a_silent_hang_is_stuck_and_the_whole_tree_dies_including_a_setsid_child(tmp_path):
     script = ('"$PY" "$SPAWN" detach "$PWD/daemon.pid" "$PY" "$SPAWN" sleep\n'
               '"$HOOK" Bash </dev/null\n'
@@ -66,6 +69,7 @@ def test_output_counts_as_life_for_agents_without_hooks(tmp_path):
     assert out.status == "exited" and out.returncode == 0
 
 
+@pytest.mark.fault(7)
 def test_an_agent_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     script = 'trap "" TERM\n"$PY" "$SPAWN" stubborn &\nwhile true; do sleep 0.1; done\n'
     out, _, _ = agent(tmp_path, script, count_output=False, kill_grace=0.5)

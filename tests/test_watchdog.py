@@ -1,5 +1,7 @@
 """Staleness on an injected clock: no sleeping, every edge of the window."""
 
+import pytest
+
 from genesis.watchdog import Watchdog
 
 WALL0 = 1_800_000_000.0
@@ -41,6 +43,7 @@ def test_a_heartbeat_from_before_the_start_counts_as_the_start():
     assert d.observe(WALL0 - 5000, 960, WALL0 + 960).stale
 
 
+@pytest.mark.fault(4)
 def test_a_future_timestamp_is_counted_as_now_with_a_warning_never_fresh_forever():
     d = dog()
     v = d.observe(WALL0 + 99_999, 60, WALL0 + 60)
@@ -50,6 +53,7 @@ def test_a_future_timestamp_is_counted_as_now_with_a_warning_never_fresh_forever
     assert d.observe(WALL0 + 99_999, 961, WALL0 + 961).stale
 
 
+@pytest.mark.fault(5)
 def test_a_suspend_restarts_the_window_instead_of_killing_at_wake():
     d = dog()
     d.observe(WALL0 + 50, 60, WALL0 + 60)
@@ -62,6 +66,7 @@ def test_a_suspend_restarts_the_window_instead_of_killing_at_wake():
     assert d.observe(WALL0 + 50, 1080, WALL0 + 1080 + 5 * 3600).stale
 
 
+@pytest.mark.fault(5)
 def test_a_wall_clock_moved_backwards_restarts_the_window():
     d = dog()
     v = d.observe(None, 60, WALL0 - 3600)

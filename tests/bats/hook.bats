@@ -44,36 +44,6 @@ json_field() { "${PY}" -c 'import json, sys; print(json.load(open(sys.argv[1]))[
   run -0 json_field "${HB}" tool; assert_output "test_tool"
 }
 
-@test "garbage, binary and 10 MB stdin: exit 0, nothing printed, valid JSON" {
-  run -0 bash -c 'echo "not json at all {{{" | "$1"' _ "${HOOK}"
-  assert_output ""
-  run -0 json_field "${HB}" tool; assert_output ""
-  run -0 bash -c 'head -c 100000 /dev/urandom | "$1"' _ "${HOOK}"
-  run -0 "${PY}" -c 'import json, sys; json.load(open(sys.argv[1]))' "${HB}"
-  run -0 bash -c '{ printf "{\"hook_event_name\":\"PostToolUse\",\"tool_name\":\"Write\",\"tool_input\":{\"content\":\""; head -c 10000000 /dev/zero | tr "\0" a; printf "\"}}"; } | "$1"' _ "${HOOK}"
-  assert_output ""
-  run -0 json_field "${HB}" tool; assert_output "Write"
-}
-
-@test "stdin that stays open without data does not block the hook" {
-  mkfifo "${BATS_TEST_TMPDIR}/fifo"
-  sleep 30 >"${BATS_TEST_TMPDIR}/fifo" &
-  local writer=$!
-  run timeout 10 "${HOOK}" <"${BATS_TEST_TMPDIR}/fifo"
-  kill "${writer}" 2>/dev/null || true
-  assert_success
-  run -0 json_field "${HB}" tool; assert_output ""
-}
-
-@test "a symlink planted at the heartbeat path is not followed and not replaced" {
-  echo "precious" >"${BATS_TEST_TMPDIR}/victim"
-  ln -s "${BATS_TEST_TMPDIR}/victim" "${HB}"
-  run -0 "${HOOK}" test_tool </dev/null
-  assert_output ""
-  run cat "${BATS_TEST_TMPDIR}/victim"; assert_output "precious"
-  [[ -L ${HB} ]] || false
-}
-
 @test "without a loop path it writes to a private per-user directory that genesis heartbeat show finds" {
   unset GENESIS_HEARTBEAT_FILE
   run -0 "${HOOK}" test_tool </dev/null
@@ -84,13 +54,4 @@ json_field() { "${PY}" -c 'import json, sys; print(json.load(open(sys.argv[1]))[
   assert_line "heartbeat file: ${HOME}/.local/state/genesis/heartbeat.json"
   assert_line --regexp '^age: [0-9.]+s'
   assert_output --partial "tool: test_tool"
-}
-
-@test "concurrent invocations leave one whole heartbeat and no temp files" {
-  for i in $(seq 1 50); do "${HOOK}" "tool_${i}" </dev/null & done
-  wait
-  run -0 json_field "${HB}" tool
-  assert_output --regexp '^tool_[0-9]+$'
-  run ls -A "${BATS_TEST_TMPDIR}/hb"
-  assert_output "Builder.json"
 }

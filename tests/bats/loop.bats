@@ -112,68 +112,6 @@ AGENT
   assert_output --partial "said false (an earlier stop); set it back to true"
 }
 
-interrupt_test() {
-  local sig="$1" code="$2"
-  fast_loop_env '*:*=hang'
-  export HEARTBEAT_STALE_SECONDS=120
-  set -m
-  "${LOOP}" --project "${PROJECT}" >"${BATS_TEST_TMPDIR}/out" 2>&1 &
-  local loop=$!
-  set +m
-  wait_until 30 grep -q '\[Bash\]' "${PROJECT}/orchestrator/logs/iter-0001-Builder.log"
-  run -0 marked_count; refute_output "0"
-  kill "-${sig}" "${loop}"
-  local rc=0
-  wait "${loop}" || rc=$?
-  cat "${BATS_TEST_TMPDIR}/out"
-  [[ ${rc} == "${code}" ]] || false
-  run -0 marked_count; assert_output "0"
-  run grep -c "received SIG${sig}" "${BATS_TEST_TMPDIR}/out"; assert_output "1"
-  [[ ! -e ${PROJECT}/orchestrator/.genesis/loop.json ]] || false
-  run -0 genesis --project "${PROJECT}" report
-  assert_output --partial "stopped: interrupted by SIG${sig} (exit ${code})"
-}
-
-@test "SIGINT mid-phase: the agent tree is gone, the lock released, exit 130" {
-  interrupt_test INT 130
-}
-
-@test "SIGTERM mid-phase: the agent tree is gone, exit 143" {
-  interrupt_test TERM 143
-}
-
-@test "a second loop on the same project is refused and names the running one" {
-  fast_loop_env '*:*=hang'
-  export HEARTBEAT_STALE_SECONDS=120
-  "${LOOP}" --project "${PROJECT}" >/dev/null 2>&1 &
-  local first=$!
-  wait_until 30 test -e "${PROJECT}/orchestrator/.genesis/loop.json"
-  run -4 "${LOOP}" --project "${PROJECT}"
-  assert_output --partial "another Genesis loop is already running on this project: pid ${first}"
-  kill -TERM "${first}"
-  wait "${first}" || true
-  run -0 marked_count; assert_output "0"
-}
-
-@test "an internal error is reported with its reason; the loop cleans up and exits 1" {
-  cat >"${BATS_TEST_TMPDIR}/genesis-broken" <<WRAP
-#!/usr/bin/env bash
-for a in "\$@"; do [[ \$a == plan && -e ${BATS_TEST_TMPDIR}/broken ]] && exit 42; done
-exec "${REPO_ROOT}/.venv/bin/genesis" "\$@"
-WRAP
-  chmod +x "${BATS_TEST_TMPDIR}/genesis-broken"
-  cat >"${BATS_TEST_TMPDIR}/agent.sh" <<AGENT
-"${PY}" "${SPAWN}" detach "${BATS_TEST_TMPDIR}/leftover.pid" "${PY}" "${SPAWN}" sleep
-touch "${BATS_TEST_TMPDIR}/broken"
-AGENT
-  fast_loop_env
-  export GENESIS_AGENT_CMD="bash ${BATS_TEST_TMPDIR}/agent.sh"
-  GENESIS_BIN="${BATS_TEST_TMPDIR}/genesis-broken" run -1 "${LOOP}" --project "${PROJECT}" --max-iterations 3
-  assert_output --regexp "internal error: 'phases=\"\\\$\(g plan .*' failed with status 42 at line [0-9]+"
-  assert_output --partial "stopped: internal error at line"
-  run -0 marked_count; assert_output "0"
-  [[ ! -e ${PROJECT}/orchestrator/.genesis/loop.json ]] || false
-}
 
 @test "the loop warns at start when it runs Claude Code and the hook is not installed" {
   genesis --project "${PROJECT}" hook uninstall --scope local >/dev/null

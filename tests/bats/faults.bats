@@ -1,0 +1,213 @@
+#!/usr/bin/env bats
+# The fault suite, shell side: each test is named "fault N: ..." after the reliability
+# list; run-tests.sh counts them with the pytest fault tests into one tally.
+
+bats_require_minimum_version 1.5.0
+load test_helper
+
+setup() {
+  common_setup
+  HB="${BATS_TEST_TMPDIR}/hb/Builder.json"
+  mkdir -p "${BATS_TEST_TMPDIR}/hb"
+  chmod 700 "${BATS_TEST_TMPDIR}/hb"
+  export GENESIS_HEARTBEAT_FILE="${HB}"
+}
+
+json_field() { "${PY}" -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
+
+loop_setup() {
+  unset GENESIS_HEARTBEAT_FILE
+  make_project
+  genesis --project "${PROJECT}" hook install --scope local >/dev/null
+}
+
+@test "fault 1: a symlink planted at the heartbeat path is not followed and not replaced" {
+  echo "precious" >"${BATS_TEST_TMPDIR}/victim"
+  ln -s "${BATS_TEST_TMPDIR}/victim" "${HB}"
+  run -0 "${HOOK}" test_tool </dev/null
+  assert_output ""
+  run cat "${BATS_TEST_TMPDIR}/victim"; assert_output "precious"
+  [[ -L ${HB} ]] || false
+}
+
+
+@test "fault 2: the hook writes nothing into a heartbeat directory that is not its user's" {
+  [[ $(id -u) == 0 ]] || skip "needs root to give the directory to another user"
+  chown 65534 "${BATS_TEST_TMPDIR}/hb"
+  run -0 "${HOOK}" test_tool </dev/null
+  assert_output ""
+  run ls -A "${BATS_TEST_TMPDIR}/hb"
+  assert_output ""
+}
+
+@test "fault 20: garbage, binary and 10 MB stdin: exit 0, nothing printed, valid JSON" {
+  run -0 bash -c 'echo "not json at all {{{" | "$1"' _ "${HOOK}"
+  assert_output ""
+  run -0 json_field "${HB}" tool; assert_output ""
+  run -0 bash -c 'head -c 100000 /dev/urandom | "$1"' _ "${HOOK}"
+  run -0 "${PY}" -c 'import json, sys; json.load(open(sys.argv[1]))' "${HB}"
+  run -0 bash -c '{ printf "{\"hook_event_name\":\"PostToolUse\",\"tool_name\":\"Write\",\"tool_input\":{\"content\":\""; head -c 10000000 /dev/zero | tr "\0" a; printf "\"}}"; } | "$1"' _ "${HOOK}"
+  assert_output ""
+  run -0 json_field "${HB}" tool; assert_output "Write"
+}
+
+
+@test "fault 20: stdin that stays open without data does not block the hook" {
+  mkfifo "${BATS_TEST_TMPDIR}/fifo"
+  sleep 30 >"${BATS_TEST_TMPDIR}/fifo" &
+  local writer=$!
+  run timeout 10 "${HOOK}" <"${BATS_TEST_TMPDIR}/fifo"
+  kill "${writer}" 2>/dev/null || true
+  assert_success
+  run -0 json_field "${HB}" tool; assert_output ""
+}
+
+
+@test "fault 20: absent and closed stdin: exit 0, a whole heartbeat" {
+  run -0 "${HOOK}" absent </dev/null
+  run -0 json_field "${HB}" tool; assert_output "absent"
+  run -0 "${HOOK}" closed <&-
+  run -0 json_field "${HB}" tool; assert_output "closed"
+}
+
+@test "fault 21: disk full: exit 0, nothing printed, the previous heartbeat intact, no temp file" {
+  local fs="${BATS_TEST_TMPDIR}/full" script
+  mkdir -p "${fs}"
+  # A real, tiny tmpfs in a private mount namespace (unshare), filled until ENOSPC.
+  script='mount -t tmpfs -o size=64k,mode=700 tmpfs "$1" || exit 77
+    GENESIS_HEARTBEAT_FILE="$1/hb.json" "$2" before </dev/null || exit 1
+    cp "$1/hb.json" "$1/../before.json"
+    dd if=/dev/zero of="$1/filler" bs=1k count=1000 2>/dev/null
+    GENESIS_HEARTBEAT_FILE="$1/hb.json" "$2" after </dev/null >"$1/../out" 2>&1; echo "$?" >"$1/../status"
+    cmp "$1/hb.json" "$1/../before.json" || exit 2
+    ls -A "$1" >"$1/../listing"'
+  run unshare --user --map-root-user --mount bash -c "${script}" _ "${fs}" "${HOOK}"
+  [[ ${status} != 77 ]] || skip "cannot mount a tmpfs here (no mount namespace)"
+  assert_success
+  run cat "${BATS_TEST_TMPDIR}/status"; assert_output "0"
+  run cat "${BATS_TEST_TMPDIR}/out"; assert_output ""
+  run cat "${BATS_TEST_TMPDIR}/listing"; assert_output $'filler\nhb.json'
+  run -0 json_field "${BATS_TEST_TMPDIR}/before.json" tool; assert_output "before"
+}
+
+@test "fault 22: 100 concurrent invocations leave one whole heartbeat and no temp files" {
+  for i in $(seq 1 100); do "${HOOK}" "tool_${i}" </dev/null & done
+  wait
+  run -0 json_field "${HB}" tool
+  assert_output --regexp '^tool_[0-9]+$'
+  run ls -A "${BATS_TEST_TMPDIR}/hb"
+  assert_output "Builder.json"
+}
+
+interrupt_test() {
+  local sig="$1" code="$2"
+  fast_loop_env '*:*=hang'
+  export HEARTBEAT_STALE_SECONDS=120
+  set -m
+  "${LOOP}" --project "${PROJECT}" >"${BATS_TEST_TMPDIR}/out" 2>&1 &
+  local loop=$!
+  set +m
+  wait_until 30 grep -q '\[Bash\]' "${PROJECT}/orchestrator/logs/iter-0001-Builder.log"
+  run -0 marked_count; refute_output "0"
+  kill "-${sig}" "${loop}"
+  local rc=0
+  wait "${loop}" || rc=$?
+  cat "${BATS_TEST_TMPDIR}/out"
+  [[ ${rc} == "${code}" ]] || false
+  run -0 marked_count; assert_output "0"
+  run pgrep -f -- "--project ${PROJECT} .*run-phase"; assert_failure  # the watcher is gone too
+  run grep -c "received SIG${sig}" "${BATS_TEST_TMPDIR}/out"; assert_output "1"
+  [[ ! -e ${PROJECT}/orchestrator/.genesis/loop.json ]] || false
+  run -0 genesis --project "${PROJECT}" report
+  assert_output --partial "stopped: interrupted by SIG${sig} (exit ${code})"
+}
+
+@test "fault 24: SIGINT mid-phase: the agent tree is gone, the lock released, exit 130" {
+  loop_setup
+  interrupt_test INT 130
+}
+
+
+@test "fault 24: SIGTERM mid-phase: the agent tree is gone, exit 143" {
+  loop_setup
+  interrupt_test TERM 143
+}
+
+
+@test "fault 19: a second loop on the same project is refused and names the running one" {
+  loop_setup
+  fast_loop_env '*:*=hang'
+  export HEARTBEAT_STALE_SECONDS=120
+  "${LOOP}" --project "${PROJECT}" >/dev/null 2>&1 &
+  local first=$!
+  wait_until 30 test -e "${PROJECT}/orchestrator/.genesis/loop.json"
+  run -4 "${LOOP}" --project "${PROJECT}"
+  assert_output --partial "another Genesis loop is already running on this project: pid ${first}"
+  kill -TERM "${first}"
+  wait "${first}" || true
+  run -0 marked_count; assert_output "0"
+}
+
+
+@test "fault 19: a loop that was SIGKILLed does not block the next; its orphaned agent is reaped" {
+  loop_setup
+  fast_loop_env '*:*=hang'
+  export HEARTBEAT_STALE_SECONDS=120
+  "${LOOP}" --project "${PROJECT}" >/dev/null 2>&1 &
+  local first=$!
+  wait_until 30 grep -q '\[Bash\]' "${PROJECT}/orchestrator/logs/iter-0001-Builder.log"
+  # SIGKILL the loop and its watcher: no trap runs, the agent is orphaned, the lock stays.
+  pkill -KILL -P "${first}" || true
+  kill -KILL "${first}"
+  wait "${first}" || true
+  run -0 marked_count; refute_output "0"
+  fast_loop_env '*:*=idle'
+  run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 1
+  assert_output --regexp "reaped [0-9]+ leftover process\(es\) before Builder"
+  run -0 marked_count; assert_output "0"
+}
+
+@test "fault 23: an internal error is reported with its reason; the loop cleans up and exits 1" {
+  loop_setup
+  cat >"${BATS_TEST_TMPDIR}/genesis-broken" <<WRAP
+#!/usr/bin/env bash
+for a in "\$@"; do [[ \$a == plan && -e ${BATS_TEST_TMPDIR}/broken ]] && exit 42; done
+exec "${REPO_ROOT}/.venv/bin/genesis" "\$@"
+WRAP
+  chmod +x "${BATS_TEST_TMPDIR}/genesis-broken"
+  cat >"${BATS_TEST_TMPDIR}/agent.sh" <<AGENT
+"${PY}" "${SPAWN}" detach "${BATS_TEST_TMPDIR}/leftover.pid" "${PY}" "${SPAWN}" sleep
+touch "${BATS_TEST_TMPDIR}/broken"
+AGENT
+  fast_loop_env
+  export GENESIS_AGENT_CMD="bash ${BATS_TEST_TMPDIR}/agent.sh"
+  GENESIS_BIN="${BATS_TEST_TMPDIR}/genesis-broken" run -1 "${LOOP}" --project "${PROJECT}" --max-iterations 3
+  assert_output --regexp "internal error: 'phases=\"\\\$\(g plan .*' failed with status 42 at line [0-9]+"
+  assert_output --partial "stopped: internal error at line"
+  run -0 marked_count; assert_output "0"
+  [[ ! -e ${PROJECT}/orchestrator/.genesis/loop.json ]] || false
+}
+
+
+@test "fault 23: the watcher dies mid-phase: reported, the agent tree cleaned up, exit non-zero" {
+  loop_setup
+  cat >"${BATS_TEST_TMPDIR}/genesis-dies" <<WRAP
+#!/usr/bin/env bash
+if [[ " \$* " == *" run-phase "* ]]; then
+  "${REPO_ROOT}/.venv/bin/genesis" "\$@" &
+  watcher=\$!
+  until grep -q '\[Bash\]' "${PROJECT}/orchestrator/logs/iter-0001-Builder.log" 2>/dev/null; do sleep 0.1; done
+  kill -KILL "\${watcher}"
+  wait "\${watcher}"
+  exit
+fi
+exec "${REPO_ROOT}/.venv/bin/genesis" "\$@"
+WRAP
+  chmod +x "${BATS_TEST_TMPDIR}/genesis-dies"
+  fast_loop_env '*:*=hang'
+  export HEARTBEAT_STALE_SECONDS=120
+  GENESIS_BIN="${BATS_TEST_TMPDIR}/genesis-dies" run -137 "${LOOP}" --project "${PROJECT}" --max-iterations 3
+  assert_output --partial "phase Builder could not run (status 137)"
+  assert_output --regexp "reaped [0-9]+ leftover process\(es\) at stop"
+  run -0 marked_count; assert_output "0"
+}
