@@ -41,9 +41,7 @@ def guarded(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, NotARepository, UnsafeDir) as exc:
-            raise Fail(str(exc), exitcodes.USAGE) from None
-        except SettingsError as exc:
+        except (ConfigError, NotARepository, UnsafeDir, SettingsError) as exc:
             raise Fail(str(exc), exitcodes.USAGE) from None
         except StepFailed as exc:
             raise Fail(str(exc), exc.code) from None

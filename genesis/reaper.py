@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,21 +49,42 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
-def _listeners(ports: tuple[int, ...]) -> dict[int, list[int | None]]:
-    """Pids listening on the given ports (None: a socket whose owner we may not see)."""
+def _listeners(ports: tuple[int, ...], owned: set[ProcId]) -> dict[int, list[int | None]]:
+    """Pids listening on the given ports (None: a listener whose owner we cannot see).
+
+    The system-wide table needs privileges on macOS; without them, our own processes'
+    sockets are read one by one, and a port that answers without a visible owner is
+    reported as held by someone else.
+    """
     holders: dict[int, list[int | None]] = {}
     if not ports:
         return holders
     try:
-        conns = psutil.net_connections(kind="inet")
+        conns = [(c, c.pid) for c in psutil.net_connections(kind="inet")]
     except psutil.AccessDenied:
         conns = []
-    for conn in conns:
+        for ident in owned:
+            proc = ident.process()
+            try:
+                listing = getattr(proc, "net_connections", None) or proc.connections
+                conns += [(c, ident.pid) for c in listing(kind="inet")]
+            except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
+                continue
+    for conn, pid in conns:
         if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port in ports:
             pids = holders.setdefault(conn.laddr.port, [])
-            if conn.pid not in pids:
-                pids.append(conn.pid)
+            if pid not in pids:
+                pids.append(pid)
+    for port in ports:
+        if port not in holders and _answers(port):
+            holders[port] = [None]
     return holders
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def plan_reap(project: Path, run_id: str | None, scope: str, patterns: str,
@@ -78,7 +100,7 @@ def plan_reap(project: Path, run_id: str | None, scope: str, patterns: str,
     regex = re.compile(patterns) if patterns else None
     port_of: dict[int, int] = {}
     foreign: list[ForeignPort] = []
-    for port, pids in sorted(_listeners(ports).items()):
+    for port, pids in sorted(_listeners(ports, owned).items()):
         for pid in pids:
             if pid is not None and pid in by_pid:
                 port_of[pid] = port

@@ -35,10 +35,10 @@ if [[ ! -t 0 ]]; then
   # bash reads a pipe a byte at a time, and with -t it sets a timer for every byte: so
   # when the payload is already there (Claude Code writes it whole) read it untimed, and
   # only wait, briefly, when nothing has arrived yet.
-  if read -r -t 0; then
+  if ((BASH_VERSINFO[0] >= 4)) && read -r -t 0; then
     IFS= read -r -d '' -n "${STDIN_HEAD}" payload
   else
-    wait_s=1
+    wait_s=1   # bash 3.2 takes whole seconds only
     ((BASH_VERSINFO[0] >= 4)) && wait_s=0.5
     IFS= read -r -d '' -t "${wait_s}" -n "${STDIN_HEAD}" payload
   fi

@@ -21,6 +21,18 @@ loop_setup() {
   genesis --project "${PROJECT}" hook install --scope local >/dev/null
 }
 
+# Starts the loop in the background (its own process group, as from a terminal) with an
+# agent that hangs in a Bash call; returns once the agent runs, with the loop in LOOP_PID.
+start_hung_loop() {
+  fast_loop_env '*:*=hang'
+  export HEARTBEAT_STALE_SECONDS=120
+  set -m
+  "${LOOP}" --project "${PROJECT}" >"${BATS_TEST_TMPDIR}/out" 2>&1 &
+  LOOP_PID=$!
+  set +m
+  wait_until 30 grep -q '\[Bash\]' "${PROJECT}/orchestrator/logs/iter-0001-Builder.log"
+}
+
 @test "fault 1: a symlink planted at the heartbeat path is not followed and not replaced" {
   echo "precious" >"${BATS_TEST_TMPDIR}/victim"
   ln -s "${BATS_TEST_TMPDIR}/victim" "${HB}"
@@ -101,13 +113,8 @@ loop_setup() {
 
 interrupt_test() {
   local sig="$1" code="$2"
-  fast_loop_env '*:*=hang'
-  export HEARTBEAT_STALE_SECONDS=120
-  set -m
-  "${LOOP}" --project "${PROJECT}" >"${BATS_TEST_TMPDIR}/out" 2>&1 &
-  local loop=$!
-  set +m
-  wait_until 30 grep -q '\[Bash\]' "${PROJECT}/orchestrator/logs/iter-0001-Builder.log"
+  start_hung_loop
+  local loop="${LOOP_PID}"
   run -0 marked_count; refute_output "0"
   kill "-${sig}" "${loop}"
   local rc=0
@@ -136,11 +143,8 @@ interrupt_test() {
 
 @test "fault 19: a second loop on the same project is refused and names the running one" {
   loop_setup
-  fast_loop_env '*:*=hang'
-  export HEARTBEAT_STALE_SECONDS=120
-  "${LOOP}" --project "${PROJECT}" >/dev/null 2>&1 &
-  local first=$!
-  wait_until 30 test -e "${PROJECT}/orchestrator/.genesis/loop.json"
+  start_hung_loop
+  local first="${LOOP_PID}"
   run -4 "${LOOP}" --project "${PROJECT}"
   assert_output --partial "another Genesis loop is already running on this project: pid ${first}"
   kill -TERM "${first}"
@@ -151,11 +155,8 @@ interrupt_test() {
 
 @test "fault 19: a loop that was SIGKILLed does not block the next; its orphaned agent is reaped" {
   loop_setup
-  fast_loop_env '*:*=hang'
-  export HEARTBEAT_STALE_SECONDS=120
-  "${LOOP}" --project "${PROJECT}" >/dev/null 2>&1 &
-  local first=$!
-  wait_until 30 grep -q '\[Bash\]' "${PROJECT}/orchestrator/logs/iter-0001-Builder.log"
+  start_hung_loop
+  local first="${LOOP_PID}"
   # SIGKILL the loop and its watcher: no trap runs, the agent is orphaned, the lock stays.
   pkill -KILL -P "${first}" || true
   kill -KILL "${first}"
