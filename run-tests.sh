@@ -17,14 +17,19 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
-if [[ ! -x .tools/node_modules/bats/bin/bats ]]; then
+# Each in its own folder: npm prunes what a later `npm install --no-save` did not name.
+npm_into() {
+  local dir="$1"
+  shift
+  mkdir -p "${dir}"
+  (cd "${dir}" && npm install --no-save --no-audit --no-fund --loglevel=error "$@")
+}
+if [[ ! -x .tools/bats/node_modules/bats/bin/bats ]]; then
   command -v npm >/dev/null || { echo "run-tests.sh: npm is needed to install bats-core" >&2; exit 2; }
-  mkdir -p .tools
-  (cd .tools && npm install --no-save --no-audit --no-fund --loglevel=error "${BATS_PACKAGES[@]}")
+  npm_into .tools/bats "${BATS_PACKAGES[@]}"
 fi
-if [[ ! -x .tools/node_modules/.bin/claude ]]; then
-  if ! (cd .tools && npm install --no-save --no-audit --no-fund --loglevel=error "${CLAUDE_CODE}") \
-    >.tools/claude-code-install.log 2>&1; then
+if [[ ! -x .tools/claude/node_modules/.bin/claude ]]; then
+  if ! npm_into .tools/claude "${CLAUDE_CODE}" >.tools/claude-code-install.log 2>&1; then
     echo "run-tests.sh: could not install ${CLAUDE_CODE}; the Claude Code suite will be skipped" >&2
   fi
 fi
@@ -35,7 +40,7 @@ tally="$(mktemp)"
 tap="$(mktemp)"
 trap 'rm -f "${tally}" "${tap}"' EXIT
 GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest "$@" || status=$?
-.tools/node_modules/bats/bin/bats tests/bats | tee "${tap}" || status=$?
+.tools/bats/node_modules/bats/bin/bats tests/bats | tee "${tap}" || status=$?
 # The fault suite's tally (pytest and bats together), then the total over every test.
 if (($# == 0)); then
   .venv/bin/python tests/fault_tally.py "${tally}" "${tap}" || status=$?

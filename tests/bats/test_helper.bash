@@ -2,7 +2,7 @@
 # shellcheck disable=SC2034  # HOOK, LOOP, SPAWN are used by the .bats files
 
 REPO_ROOT="$(cd "${BATS_TEST_DIRNAME}/../.." && pwd)"
-LIBS="${BATS_LIB_DIR:-${REPO_ROOT}/.tools/node_modules}"
+LIBS="${BATS_LIB_DIR:-${REPO_ROOT}/.tools/bats/node_modules}"
 load "${LIBS}/bats-support/load"
 load "${LIBS}/bats-assert/load"
 

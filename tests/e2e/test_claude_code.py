@@ -22,7 +22,7 @@ from conftest import alive, free_port, git, listening, wait_for
 from e2e.stub_api import StubAPI
 
 ROOT = Path(__file__).resolve().parents[2]
-CLAUDE = ROOT / ".tools" / "node_modules" / ".bin" / "claude"
+CLAUDE = ROOT / ".tools" / "claude" / "node_modules" / ".bin" / "claude"
 INSTALL_LOG = ROOT / ".tools" / "claude-code-install.log"
 LOOP = ROOT / "start-multi-agent-loop.sh"
 GENESIS = [sys.executable, "-m", "genesis"]
