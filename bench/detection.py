@@ -31,10 +31,11 @@ def worker(interval: float, stale: float, tmp: str, delay: str) -> None:
 
     hb = Path(tmp) / "hb.json"
     run_id = f"bench-{os.getpid()}"
-    env = {**os.environ, "HOOK": str(HOOK), "PY": PY, "DELAY": delay, "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_RUN_ID": run_id}
+    env = {**os.environ, "HOOK": str(HOOK), "PY": PY, "DELAY": delay, "GENESIS_HEARTBEAT_FILE": str(hb),
+           "GENESIS_RUN_ID": run_id}
     (Path(tmp) / "agent.sh").write_text(AGENT)
-    out = supervise(AgentRun(("bash", str(Path(tmp) / "agent.sh"), "p"), Path(tmp), env, Path(tmp) / "log", hb,
-                             run_id), Limits(interval, stale, 3600, 1.0, count_output=False))
+    run = AgentRun(("bash", str(Path(tmp) / "agent.sh"), "p"), Path(tmp), env, Path(tmp) / "log", hb, run_id)
+    out = supervise(run, Limits(interval, stale, 3600, 1.0, count_output=False))
     gone = time.time()
     beat, _ = read_heartbeat(hb)
     left = marked({"GENESIS_RUN_ID": run_id})

@@ -26,7 +26,7 @@ def run(runs: int = 5, grace: float = 2.0) -> list[Row]:
         ident = identify(root.pid)
         sizes.append(len(set(descendants(ident)) | set(marked(marker))))
         start = time.perf_counter()
-        report = kill_all(lambda: descendants(ident) + marked(marker), grace)
+        report = kill_all(lambda ident=ident, marker=marker: descendants(ident) + marked(marker), grace)
         times.append(time.perf_counter() - start)
         root.wait()
         assert report.survivors == () and marked(marker) == [], report

@@ -34,7 +34,8 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{platform.system()} {platform.release()}, {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
+    system = f"{platform.system()} {platform.release()}"
+    return f"{system}, {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
 
 
 def fmt(value: float, unit: str) -> str:

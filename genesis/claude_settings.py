@@ -61,7 +61,8 @@ def _load(path: Path) -> dict:
             raise SettingsError(f"{path}: \"{key}\" is not an object; fix it by hand (it was left untouched)")
     for event, groups in data.get("hooks", {}).items():
         if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
-            raise SettingsError(f"{path}: hooks.{event} is not a list of objects; fix it by hand (it was left untouched)")
+            raise SettingsError(f"{path}: hooks.{event} is not a list of objects; "
+                                f"fix it by hand (it was left untouched)")
     return data
 
 

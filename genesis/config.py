@@ -13,7 +13,7 @@ from typing import Mapping
 from .atomicio import quarantine
 from .phases import BUILTIN_PROMPTS, NAME_RE, Phase, Trigger, parse_trigger
 
-__all__ = ["ConfigError", "Config", "Knob", "KNOBS", "load", "CONFIG_FILE", "resolve"]
+__all__ = ["ConfigError", "Config", "Knob", "KNOBS", "CONFIG_FILE", "resolve"]
 
 CONFIG_FILE = "orchestrator/genesis.conf"
 RANKS = {"default": 0, "file": 1, "env": 2, "flag": 3}

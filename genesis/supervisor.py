@@ -77,9 +77,10 @@ def _raise_once(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
 
-def supervise(run: AgentRun, limits: Limits, clock: Clock = SystemClock(),
+def supervise(run: AgentRun, limits: Limits, clock: Clock | None = None,
               note: Callable[[str], None] = lambda _msg: None) -> Outcome:
     """Run the agent to its end, or kill its whole tree when stale, over time or interrupted."""
+    clock = clock or SystemClock()
     become_subreaper()
     run.log.parent.mkdir(parents=True, exist_ok=True)
     start_mono, start_wall = clock.mono(), clock.wall()
