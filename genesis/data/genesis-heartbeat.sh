@@ -10,7 +10,7 @@
 # directory ($GENESIS_STATE_DIR, else $XDG_RUNTIME_DIR/genesis, else
 # ~/.local/state/genesis).
 #
-# It runs on every tool call, so: no Python, one fork (mv) in the common case. It never
+# It runs on every tool call, so: no Python and, on bash 5, no fork at all. It never
 # blocks the agent and never fails the tool call: it always exits 0 and prints nothing.
 # No `set -e`: any failed step just ends the hook quietly.
 set -u
@@ -81,14 +81,28 @@ else                             # bash 3.2 (stock macOS): two forks, still port
   stamp="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 fi
 
-printf -v json '{"agent":"%s","timestamp":"%s","epoch":%s,"tool":"%s","event":"%s","session_id":"%s","pid":%s,"run_id":"%s"}\n' \
+printf -v json '{"agent":"%s","timestamp":"%s","epoch":%s,"tool":"%s","event":"%s","session_id":"%s","pid":%s,"run_id":"%s"}' \
   "${agent}" "${stamp}" "${epoch}" "${tool}" "${event}" "${session}" "${pid}" "${run_id}"
 
-# Atomic: write a new file beside the target (noclobber opens it with O_EXCL), then
-# rename it over the target. A reader sees the old heartbeat or the new one, never half.
+# Atomic: a reader sees the old heartbeat or the new one, never half.
+# bash 5 (readline 8): when the target exists, its own `history -w` writes
+# "<target>-<pid>.tmp" and renames it over the target, with no fork. That temp name is
+# claimed first with noclobber (O_EXCL), so history writes into a file this hook just
+# created, never through a planted symlink; if the claim fails, or for the first beat
+# (history would write a new file in place), the mv path below is used. The history
+# settings are pinned so that the file holds exactly the one line, and it all stands on
+# one line so that history records no command. GENESIS_HOOK_ATOMIC=mv forces the mv path.
 set -o noclobber
+if ((BASH_VERSINFO[0] >= 5)) && [[ ${GENESIS_HOOK_ATOMIC:-} != mv && -f ${target} ]] \
+  && : >"${target}-$$.tmp"; then
+  HISTFILE=/dev/null HISTSIZE=2 HISTFILESIZE=2
+  unset HISTTIMEFORMAT HISTIGNORE HISTCONTROL
+  set -o history; history -c; history -s "${json}"; history -w "${target}"; set +o history
+  exit 0
+fi
+# Older bash: write a new file with noclobber (O_EXCL), then rename it with mv.
 tmp="${dir}/.${target##*/}.${$}.${RANDOM}.tmp"
-if printf '%s' "${json}" >"${tmp}"; then
+if printf '%s\n' "${json}" >"${tmp}"; then
   mv -f -- "${tmp}" "${target}" || rm -f -- "${tmp}"
 else
   rm -f -- "${tmp}"   # disk full or the like: the previous heartbeat stays as it was

@@ -33,13 +33,20 @@ start_hung_loop() {
   wait_until 30 grep -q '\[Bash\]' "${PROJECT}/orchestrator/logs/iter-0001-Builder.log"
 }
 
-@test "fault 1: a symlink planted at the heartbeat path is not followed and not replaced" {
+@test "fault 1: a symlink planted at the heartbeat path or its temp name is not followed" {
   echo "precious" >"${BATS_TEST_TMPDIR}/victim"
   ln -s "${BATS_TEST_TMPDIR}/victim" "${HB}"
   run -0 "${HOOK}" test_tool </dev/null
   assert_output ""
   run cat "${BATS_TEST_TMPDIR}/victim"; assert_output "precious"
   [[ -L ${HB} ]] || false
+  # A symlink at the temp name bash 5's history writer would use (the hook's own pid, kept
+  # across exec): the hook takes the mv path instead, the victim stays as it was.
+  rm "${HB}"
+  "${HOOK}" first </dev/null
+  run -0 bash -c 'ln -s "$1" "$2-$$.tmp"; exec "$3" second </dev/null' _ "${BATS_TEST_TMPDIR}/victim" "${HB}" "${HOOK}"
+  run cat "${BATS_TEST_TMPDIR}/victim"; assert_output "precious"
+  run -0 json_field "${HB}" tool; assert_output "second"
 }
 
 
@@ -82,18 +89,20 @@ start_hung_loop() {
   run -0 json_field "${HB}" tool; assert_output "closed"
 }
 
-@test "fault 21: disk full: exit 0, nothing printed, the previous heartbeat intact, no temp file" {
-  local fs="${BATS_TEST_TMPDIR}/full" script
+# Both ways the hook writes atomically: bash 5's history file writer, and a temp file + mv.
+disk_full() {
+  local fs="${BATS_TEST_TMPDIR}/full-$1" script
   mkdir -p "${fs}"
   # A real, tiny tmpfs in a private mount namespace (unshare), filled until ENOSPC.
   script='mount -t tmpfs -o size=64k,mode=700 tmpfs "$1" || exit 77
     GENESIS_HEARTBEAT_FILE="$1/hb.json" "$2" before </dev/null || exit 1
     cp "$1/hb.json" "$1/../before.json"
     dd if=/dev/zero of="$1/filler" bs=1k count=1000 2>/dev/null
-    GENESIS_HEARTBEAT_FILE="$1/hb.json" "$2" after </dev/null >"$1/../out" 2>&1; echo "$?" >"$1/../status"
+    GENESIS_HOOK_ATOMIC="$3" GENESIS_HEARTBEAT_FILE="$1/hb.json" "$2" after </dev/null >"$1/../out" 2>&1
+    echo "$?" >"$1/../status"
     cmp "$1/hb.json" "$1/../before.json" || exit 2
     ls -A "$1" >"$1/../listing"'
-  run unshare --user --map-root-user --mount bash -c "${script}" _ "${fs}" "${HOOK}"
+  run unshare --user --map-root-user --mount bash -c "${script}" _ "${fs}" "${HOOK}" "$1"
   [[ ${status} != 77 ]] || skip "cannot mount a tmpfs here (no mount namespace)"
   assert_success
   run cat "${BATS_TEST_TMPDIR}/status"; assert_output "0"
@@ -102,13 +111,22 @@ start_hung_loop() {
   run -0 json_field "${BATS_TEST_TMPDIR}/before.json" tool; assert_output "before"
 }
 
+@test "fault 21: disk full: exit 0, nothing printed, the previous heartbeat intact, no temp file" {
+  disk_full history
+  disk_full mv
+}
+
 @test "fault 22: 100 concurrent invocations leave one whole heartbeat and no temp files" {
-  for i in $(seq 1 100); do "${HOOK}" "tool_${i}" </dev/null & done
-  wait
-  run -0 json_field "${HB}" tool
-  assert_output --regexp '^tool_[0-9]+$'
-  run ls -A "${BATS_TEST_TMPDIR}/hb"
-  assert_output "Builder.json"
+  local mode i
+  "${HOOK}" first </dev/null
+  for mode in history mv; do
+    for i in $(seq 1 100); do GENESIS_HOOK_ATOMIC="${mode}" "${HOOK}" "${mode}_${i}" </dev/null & done
+    wait
+    run -0 json_field "${HB}" tool
+    assert_output --regexp "^${mode}_[0-9]+$"
+    run ls -A "${BATS_TEST_TMPDIR}/hb"
+    assert_output "Builder.json"
+  done
 }
 
 interrupt_test() {
@@ -157,10 +175,12 @@ interrupt_test() {
   loop_setup
   start_hung_loop
   local first="${LOOP_PID}"
-  # SIGKILL the loop and its watcher: no trap runs, the agent is orphaned, the lock stays.
-  pkill -KILL -P "${first}" || true
+  # SIGKILL the loop, then its watcher: no trap runs, the agent is orphaned, the lock stays.
+  local watcher
+  watcher="$(pgrep -P "${first}")"
   kill -KILL "${first}"
   wait "${first}" || true
+  kill -KILL "${watcher}"
   run -0 marked_count; refute_output "0"
   fast_loop_env '*:*=idle'
   run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 1
