@@ -86,15 +86,17 @@ printf -v json '{"agent":"%s","timestamp":"%s","epoch":%s,"tool":"%s","event":"%
 
 # Atomic: a reader sees the old heartbeat or the new one, never half.
 # bash 5 (readline 8): when the target exists, its own `history -w` writes
-# "<target>-<pid>.tmp" and renames it over the target, with no fork. That temp name is
-# claimed first with noclobber (O_EXCL), so history writes into a file this hook just
-# created, never through a planted symlink; if the claim fails, or for the first beat
-# (history would write a new file in place), the mv path below is used. The history
-# settings are pinned so that the file holds exactly the one line, and it all stands on
-# one line so that history records no command. GENESIS_HOOK_ATOMIC=mv forces the mv path.
+# "<target>-NNNNN.tmp" (the last five digits of its pid) and renames it over the target,
+# with no fork. That temp name is claimed first with noclobber (O_EXCL), so history
+# writes into a file this hook just created, never through a planted symlink; if the
+# claim fails, or for the first beat (history would write a new file in place), the mv
+# path below is used. The history settings are pinned so that the file holds exactly the
+# one line, and it all stands on one line so that history records no command.
+# GENESIS_HOOK_ATOMIC=mv forces the mv path.
 set -o noclobber
+printf -v claim '%s-%05d.tmp' "${target}" "$(($$ % 100000))"
 if ((BASH_VERSINFO[0] >= 5)) && [[ ${GENESIS_HOOK_ATOMIC:-} != mv && -f ${target} ]] \
-  && : >"${target}-$$.tmp"; then
+  && : >"${claim}"; then
   HISTFILE=/dev/null HISTSIZE=2 HISTFILESIZE=2
   unset HISTTIMEFORMAT HISTIGNORE HISTCONTROL
   set -o history; history -c; history -s "${json}"; history -w "${target}"; set +o history

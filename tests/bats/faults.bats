@@ -44,7 +44,8 @@ start_hung_loop() {
   # across exec): the hook takes the mv path instead, the victim stays as it was.
   rm "${HB}"
   "${HOOK}" first </dev/null
-  run -0 bash -c 'ln -s "$1" "$2-$$.tmp"; exec "$3" second </dev/null' _ "${BATS_TEST_TMPDIR}/victim" "${HB}" "${HOOK}"
+  run -0 bash -c 'printf -v t "%s-%05d.tmp" "$2" "$(($$ % 100000))"; ln -s "$1" "$t"; exec "$3" second </dev/null' \
+    _ "${BATS_TEST_TMPDIR}/victim" "${HB}" "${HOOK}"
   run cat "${BATS_TEST_TMPDIR}/victim"; assert_output "precious"
   run -0 json_field "${HB}" tool; assert_output "second"
 }
