@@ -112,7 +112,10 @@ class Loop:
         return json.loads((self.project / "orchestrator" / ".circuit_breaker.json").read_text())
 
     def leftovers(self) -> list:
-        return marked({"GENESIS_PROJECT_DIR": str(self.project.resolve())})
+        """Processes carrying the project's marker or the last run's id: none may be left."""
+        events = (self.project / "orchestrator" / "logs" / "events.jsonl").read_text().splitlines()
+        run_id = [json.loads(e)["run_id"] for e in events if '"loop_start"' in e][-1]
+        return marked({"GENESIS_PROJECT_DIR": str(self.project.resolve()), "GENESIS_RUN_ID": run_id})
 
 
 def session_of(log: Path) -> str:
