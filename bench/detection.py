@@ -42,7 +42,7 @@ def worker(interval: float, stale: float, tmp: str, delay: str) -> None:
     print(json.dumps({"status": out.status, "latency": gone - (beat.epoch + stale), "left": len(left)}))
 
 
-def run(configs=((1.0, 3.0, 9), (10.0, 20.0, 5))) -> list[Row]:
+def run(configs=((1.0, 3.0, 9), (10.0, 30.0, 5))) -> list[Row]:
     rows = []
     for interval, stale, runs in configs:
         with tempfile.TemporaryDirectory() as tmp:

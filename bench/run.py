@@ -47,8 +47,8 @@ def main() -> int:
     started = time.monotonic()
     plan = [
         ("1. hook cost", lambda: hook_cost.run(60 if quick else 300)),
-        ("2. detection latency", lambda: detection.run(((1.0, 3.0, 3), (10.0, 20.0, 2)) if quick else
-                                                        ((1.0, 3.0, 9), (10.0, 20.0, 5)))),
+        ("2. detection latency", lambda: detection.run(((1.0, 3.0, 3), (10.0, 30.0, 2)) if quick else
+                                                        ((1.0, 3.0, 9), (10.0, 30.0, 5)))),
         ("3. kill time", lambda: killtime.run(2 if quick else 5)),
         ("4. loop overhead", lambda: loop_overhead.run(3 if quick else 6)),
         ("5. watcher cost", lambda: watcher_cost.run(20 if quick else 60, 2 if quick else 3)),
