@@ -367,14 +367,15 @@ def config_group() -> None:
 
 
 @config_group.command("show")
+@click.option("--explain", is_flag=True, help="Also say what each setting does.")
 @pass_ctx
 @guarded
-def config_show(obj: Context) -> None:
+def config_show(obj: Context, explain: bool) -> None:
     """Print every effective setting and where it came from."""
     rows = effective(obj.config())
-    width = max(len(k) for k, _, _ in rows)
-    for key, value, source in rows:
-        click.echo(f"{key:<{width}}  {value}  [{source}]")
+    width = max(len(row[0]) for row in rows)
+    for key, value, source, what in rows:
+        click.echo(f"{key:<{width}}  {value}  [{source}]" + (f"  # {what}" if explain else ""))
 
 
 @cli.command()

@@ -16,8 +16,6 @@ class Clock(Protocol):
     def mono(self) -> float:
         """A monotonic reading: for measuring intervals within this process."""
 
-    def sleep(self, seconds: float) -> None: ...
-
 
 @dataclass(frozen=True)
 class SystemClock:
@@ -26,6 +24,3 @@ class SystemClock:
 
     def mono(self) -> float:
         return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)

@@ -273,14 +273,15 @@ def _prompt_file(project: Path, key: str, prompt: str) -> Path:
                       f"create it or set {key} to an existing file")
 
 
-def effective(cfg: Config) -> list[tuple[str, str, str]]:
-    """Every knob and phase setting with its effective value and where it came from."""
-    rows = [(k.name, cfg.settings[k.name].value, cfg.settings[k.name].source)
+def effective(cfg: Config) -> list[tuple[str, str, str, str]]:
+    """Every knob and phase setting: effective value, where it came from, what it does."""
+    rows = [(k.name, cfg.settings[k.name].value, cfg.settings[k.name].source, k.help)
             for k in KNOBS if k.name in cfg.settings]
     for phase in cfg.phases:
-        for suffix, value in (("TRIGGER", str(phase.trigger)), ("PROMPT", str(phase.prompt_file))):
+        for suffix, value, what in (("TRIGGER", str(phase.trigger), "when the phase runs"),
+                                    ("PROMPT", str(phase.prompt_file), "the phase's prompt file")):
             key = f"PHASE_{phase.name}_{suffix}"
-            rows.append((key, value, cfg.settings[key].source if key in cfg.settings else "default"))
-    rows.append(("(stale window)", f"{cfg.stale_after:g}s", "derived"))
-    rows.append(("(max runtime)", f"{cfg.max_runtime:g}s", "derived"))
+            rows.append((key, value, cfg.settings[key].source if key in cfg.settings else "default", what))
+    rows.append(("(stale window)", f"{cfg.stale_after:g}s", "derived", "from the _MINUTES or _SECONDS form"))
+    rows.append(("(max runtime)", f"{cfg.max_runtime:g}s", "derived", "from the _MINUTES or _SECONDS form"))
     return rows

@@ -133,9 +133,6 @@ class JumpClock:
     def wall(self) -> float:
         return time.time() + (self.by if time.monotonic() - self.start >= self.at else 0.0)
 
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
-
 
 @pytest.mark.fault(5)
 @pytest.mark.parametrize("jump", [5 * 3600.0, -3600.0], ids=["suspend-or-jump-ahead", "clock-set-back"])
