@@ -155,7 +155,7 @@ def test_fault_6_a_sigstopped_agent_is_detected_within_the_window_plus_a_poll(tm
     threading.Thread(target=freeze, daemon=True).start()
     out, _ = run_agent(tmp_path, script, stale_after=1.0, check_interval=0.2)
     assert out.status == "stale" and out.kill.survivors == ()
-    assert 1.0 < out.idle <= 1.0 + 0.2 + 0.5
+    assert 1.0 < out.idle <= 1.0 + 0.2 + 1.5  # window + one poll, with room for a loaded machine
 
 
 @pytest.mark.fault(8)

@@ -41,7 +41,7 @@ breaker_field() {
   fast_loop_env '*:Builder=hang,*:Planner=work'
   export GENESIS_PHASES="Builder Planner" PHASE_Planner_TRIGGER=always
   run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 1
-  assert_output --regexp "Builder: stuck: no heartbeat for [0-9.]+s \(stale after 2s\); killed [0-9]+ process"
+  assert_output --regexp "Builder: stuck: no heartbeat for [0-9.]+s \(stale after 4s\); killed [0-9]+ process"
   assert_output --partial "[Bash] "
   assert_output --partial "Planner: finished"
   run -0 marked_count; assert_output "0"

@@ -34,7 +34,7 @@ make_project() {
 
 # Fast knobs for loop tests, and the simulated Claude Code as the agent.
 fast_loop_env() {
-  export HEARTBEAT_CHECK_INTERVAL=0.2 HEARTBEAT_STALE_SECONDS=2 AGENT_MAX_RUNTIME_SECONDS=60
+  export HEARTBEAT_CHECK_INTERVAL=0.2 HEARTBEAT_STALE_SECONDS=4 AGENT_MAX_RUNTIME_SECONDS=60
   export KILL_GRACE_SECONDS=1 ITERATION_PAUSE_SECONDS=0 REAP_PORTS=""
   export GENESIS_PHASES="Builder"
   export GENESIS_AGENT_CMD="${PY} -m genesis.simagent --script '${1:-*:*=idle}'"
