@@ -15,7 +15,7 @@ import click
 from . import __version__, breaker, exitcodes
 from .atomicio import write_text
 from .claude_settings import SettingsError, hook_command, install, installed_events, settings_path, uninstall
-from .config import ConfigError, Config, effective, resolve
+from .config import KNOBS, ConfigError, Config, effective, resolve
 from .console import say
 from .heartbeat import default_heartbeat_file, hook_script, read_heartbeat
 from .layout import Layout, UnsafeDir
@@ -62,9 +62,11 @@ class Context:
         return Step(cfg, layout_for(cfg), run_id, lambda msg, kind="info": say(msg, kind))
 
     def bare_layout(self) -> Layout:
-        """The project's layout without validating the whole configuration."""
+        """The project's layout with default log and flag places, without validating the
+        whole configuration (enough for the breaker file and heartbeats, which never move)."""
         project = self.project.resolve()
-        return Layout(project, project / "orchestrator" / "logs", project / "hooks" / "loop_multi_agent.txt")
+        defaults = {k.name: k.default for k in KNOBS}
+        return Layout(project, project / defaults["GENESIS_LOG_DIR"], project / defaults["GENESIS_STOP_FLAG"])
 
 
 def _parse_set(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from .proctree import KillReport, ProcId, identify, kill_all, marked, protected_pids
+from .proctree import KillReport, ProcId, descendants, kill_all, marked, protected_pids
 
 __all__ = ["Leftover", "ForeignPort", "ReapPlan", "markers_for", "plan_reap", "execute"]
 
@@ -121,21 +121,9 @@ def plan_reap(project: Path, run_id: str | None, scope: str, patterns: str,
     return ReapPlan(tuple(leftovers), tuple(foreign))
 
 
-def execute(plan: ReapPlan, grace: float, keep: tuple[int, ...] = ()) -> KillReport:
-    """Kill the planned leftovers (and anything they fork meanwhile that carries our marks)."""
+def execute(plan: ReapPlan, grace: float) -> KillReport:
+    """Kill the planned leftovers and anything they fork meanwhile (their descendants)."""
     targets = {lo.ident for lo in plan.leftovers}
     if not targets:
         return KillReport(0, 0, 0, ())
-
-    def find() -> list[ProcId]:
-        live = [t for t in targets if t.process() is not None]
-        kids: list[ProcId] = []
-        for t in live:
-            proc = t.process()
-            try:
-                kids += [k for k in (identify(c.pid) for c in proc.children(recursive=True)) if k]
-            except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
-                pass
-        return live + kids
-
-    return kill_all(find, grace, keep)
+    return kill_all(lambda: [i for t in targets for i in descendants(t)], grace)
