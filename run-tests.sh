@@ -22,7 +22,7 @@ npm_into() {
   local dir="$1"
   shift
   mkdir -p "${dir}"
-  (cd "${dir}" && npm install --no-save --no-audit --no-fund --loglevel=error "$@")
+  (cd "${dir}" && npm install --no-save --no-audit --no-fund --no-update-notifier --loglevel=error "$@")
 }
 if [[ ! -x .tools/bats/node_modules/bats/bin/bats ]]; then
   command -v npm >/dev/null || { echo "run-tests.sh: npm is needed to install bats-core" >&2; exit 2; }

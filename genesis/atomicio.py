@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CorruptFile", "read_json", "write_json", "quarantine", "write_text"]
+__all__ = ["CorruptFile", "TooLarge", "read_bytes", "read_json", "write_json", "quarantine", "write_text"]
 
 MAX_STATE_BYTES = 1 << 20
 
@@ -25,8 +25,39 @@ class CorruptFile(ValueError):
         self.reason = reason
 
 
+class TooLarge(CorruptFile):
+    """A file holds more than the reader's limit; only limit + 1 bytes of it were read."""
+
+    def __init__(self, path: Path, limit: int):
+        super().__init__(path, f"is larger than {limit} bytes")
+        self.limit = limit
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def read_bytes(path: Path, limit: int, follow_symlinks: bool = False) -> bytes:
+    """A regular file's contents, reading at most limit + 1 bytes whatever its size.
+
+    FileNotFoundError when it does not exist; TooLarge past the limit; CorruptFile for a
+    symlink (unless follow_symlinks) or anything but a regular file: a FIFO or a device is
+    refused at once instead of blocking or streaming forever.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow_symlinks else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks:
+            raise CorruptFile(path, "is a symlink; refusing to follow it") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CorruptFile(path, "is not a regular file")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(path, limit)
+    return data
 
 
 def read_json(path: Path, limit: int = MAX_STATE_BYTES) -> Any | None:
@@ -35,19 +66,9 @@ def read_json(path: Path, limit: int = MAX_STATE_BYTES) -> Any | None:
     Opened with O_NOFOLLOW: a symlink planted at a state path is refused, not followed.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        data = read_bytes(path, limit)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise CorruptFile(path, "is a symlink; refusing to follow it") from None
-        raise
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise CorruptFile(path, "is not a regular file")
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise CorruptFile(path, f"is larger than {limit} bytes")
     if not data.strip():
         raise CorruptFile(path, "is empty")
     try:

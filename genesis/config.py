@@ -10,13 +10,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from .atomicio import quarantine
+from .atomicio import CorruptFile, TooLarge, quarantine, read_bytes
 from .phases import BUILTIN_PROMPTS, NAME_RE, Phase, Trigger, parse_trigger
 
-__all__ = ["ConfigError", "Config", "Knob", "KNOBS", "CONFIG_FILE", "resolve"]
+__all__ = ["ConfigError", "Config", "Knob", "KNOBS", "CONFIG_FILE", "MAX_CONFIG_BYTES", "MAX_VALUE_CHARS",
+           "MAX_PROMPT_BYTES", "read_prompt", "resolve"]
 
 CONFIG_FILE = "orchestrator/genesis.conf"
 RANKS = {"default": 0, "file": 1, "env": 2, "flag": 3}
+# Sizes far beyond any real setting. They bound the work as well as the memory: shlex
+# grows each token by string concatenation on an attribute, quadratic in the token's
+# length (a 400 KB value took seconds, 10 MB many minutes); 8 KiB takes milliseconds.
+MAX_CONFIG_BYTES = 64 << 10
+MAX_VALUE_CHARS = 8 << 10       # one line of the file; one value from the environment or a flag
+MAX_PROMPT_BYTES = 1 << 20
 
 
 class ConfigError(ValueError):
@@ -107,9 +114,14 @@ def parse_file(path: Path) -> dict[str, str]:
     """KEY=VALUE lines, # comments, optional shell-style quotes; never executed."""
     values: dict[str, str] = {}
     try:
-        data = path.read_bytes()
+        data = read_bytes(path, MAX_CONFIG_BYTES, follow_symlinks=True)
     except FileNotFoundError:
         return values
+    except TooLarge:
+        raise ConfigError(f"{path} is larger than {MAX_CONFIG_BYTES >> 10} KiB, too large for a few KEY=VALUE "
+                          f"lines; keep only the settings in it (long texts belong in prompt files)") from None
+    except CorruptFile as exc:
+        raise ConfigError(f"{exc}; replace it with a text file of KEY=VALUE lines") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read it ({exc.strerror}); fix or remove it") from None
     try:
@@ -123,6 +135,10 @@ def parse_file(path: Path) -> dict[str, str]:
         raise ConfigError(f"{path} is corrupt (not UTF-8 text); it was moved aside to {kept}. Restore or "
                           f"rewrite it; without it the defaults and environment apply") from None
     for n, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_VALUE_CHARS:
+            raise ConfigError(f"{path}:{n}: the line is {len(line)} characters long, more than the "
+                              f"{MAX_VALUE_CHARS} allowed; shorten it (a long text belongs in a prompt file, "
+                              f"see PHASE_<Name>_PROMPT)")
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -147,6 +163,10 @@ def gather(project: Path, env: Mapping[str, str], flags: Mapping[str, str]) -> d
         for key, value in values.items():
             if not is_genesis_key(key):
                 raise ConfigError(f"unknown setting {key}; see `genesis config show`")
+            if len(value) > MAX_VALUE_CHARS:
+                where = "the environment" if source == "env" else "a --set flag" if source == "flag" else source
+                raise ConfigError(f"{key} from {where} is {len(value)} characters long, more than the "
+                                  f"{MAX_VALUE_CHARS} allowed; shorten it")
             merged[key] = Setting(value, source)
     return merged
 
@@ -268,9 +288,38 @@ def _prompt_file(project: Path, key: str, prompt: str) -> Path:
     candidates = [path] if path.is_absolute() else [project / path, BUILTIN_PROMPTS / path.name]
     for candidate in candidates:
         if candidate.is_file():
+            size = candidate.stat().st_size
+            if size > MAX_PROMPT_BYTES:
+                raise ConfigError(f"{key}: {_too_long(candidate, size)} or set {key} to another file")
             return candidate
     raise ConfigError(f"{key}: no prompt file {prompt!r} in {project} or among Genesis's prompts; "
                       f"create it or set {key} to an existing file")
+
+
+def _too_long(path: Path, size: int | None = None) -> str:
+    what = f"is {size} bytes, over" if size is not None else "is over"
+    return f"the prompt file {path} {what} the {MAX_PROMPT_BYTES >> 20} MiB limit for a prompt: shorten it"
+
+
+def read_prompt(path: Path) -> str:
+    """A phase's prompt as text, read with a bound; ConfigError says what is wrong with the file."""
+    try:
+        data = read_bytes(path, MAX_PROMPT_BYTES, follow_symlinks=True)
+    except TooLarge:
+        raise ConfigError(_too_long(path)) from None
+    except CorruptFile as exc:
+        raise ConfigError(f"{exc}; a prompt must be a text file") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the prompt file {path} ({exc.strerror}); fix it or point "
+                          f"PHASE_<Name>_PROMPT at another file") from None
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ConfigError(f"the prompt file {path} holds a NUL byte (at byte {nul}), so it is not text; remove it")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the prompt file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                          f"save it as UTF-8") from None
 
 
 def effective(cfg: Config) -> list[tuple[str, str, str, str]]:

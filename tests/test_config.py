@@ -1,10 +1,12 @@
 """Configuration: precedence, the minutes/seconds pairs, validation that says what to do."""
 
+import os
+
 import pytest
 from click.testing import CliRunner
 
 from genesis.cli import cli
-from genesis.config import ConfigError, resolve
+from genesis.config import MAX_CONFIG_BYTES, MAX_PROMPT_BYTES, MAX_VALUE_CHARS, ConfigError, read_prompt, resolve
 
 
 def conf(project, text):
@@ -97,3 +99,89 @@ def test_invalid_configuration_exits_2_with_the_reason(project):
     result = CliRunner().invoke(cli, ["--project", str(project), "--set", "CB_STOP_THRESHOLD=x",
                                       "config", "show"])
     assert result.exit_code == 2 and "CB_STOP_THRESHOLD" in result.output
+
+
+# --- sizes: every input is bounded, and too much is refused with the reason ----------
+
+def test_a_config_file_over_the_size_limit_is_refused_untouched(project):
+    conf(project, "# a comment line, repeated\n" * 5000)  # about 130 KB: no real configuration is that long
+    path = project / "orchestrator" / "genesis.conf"
+    with pytest.raises(ConfigError, match=r"genesis\.conf is larger than 64 KiB"):
+        resolve(project, env={})
+    assert path.stat().st_size > MAX_CONFIG_BYTES  # nothing moved or lost
+
+
+def test_a_huge_config_file_is_refused_without_reading_it_all(project):
+    conf(project, "GENESIS_AGENT_CMD=" + "x" * (10 << 20) + "\n")  # 10 MB on one line
+    with pytest.raises(ConfigError, match="larger than 64 KiB"):
+        resolve(project, env={})
+
+
+def test_an_overlong_line_is_named_with_its_line_number(project):
+    conf(project, "# fine\nGENESIS_AGENT_CMD='claude -p " + "y" * MAX_VALUE_CHARS + "'\nAUTO_PUSH=false\n")
+    with pytest.raises(ConfigError, match=r"genesis\.conf:2: the line is \d+ characters long, more than the 8192"):
+        resolve(project, env={})
+
+
+def test_a_line_at_the_limit_is_still_read(project):
+    value = "z" * (MAX_VALUE_CHARS - len("GENESIS_AGENT_CMD=agent "))
+    conf(project, f"GENESIS_AGENT_CMD=agent {value}\n")
+    assert resolve(project, env={}).agent_cmd == ("agent", value)
+
+
+@pytest.mark.parametrize("source", ["env", "flag"])
+def test_a_huge_value_from_the_environment_or_a_flag_is_refused_at_once(project, source):
+    huge = "claude -p " + "w" * (10 << 20)  # 10 MB: word-splitting it would take hours
+    env, flags = ({"GENESIS_AGENT_CMD": huge}, {}) if source == "env" else ({}, {"GENESIS_AGENT_CMD": huge})
+    where = "the environment" if source == "env" else "a --set flag"
+    with pytest.raises(ConfigError, match=f"GENESIS_AGENT_CMD from {where} is {len(huge)} characters long"):
+        resolve(project, env=env, flags=flags)
+
+
+def test_a_config_file_that_is_a_fifo_is_refused_not_waited_on(project):
+    (project / "orchestrator").mkdir()
+    os.mkfifo(project / "orchestrator" / "genesis.conf")
+    with pytest.raises(ConfigError, match="not a regular file"):
+        resolve(project, env={})
+
+
+def test_a_corrupt_config_file_is_still_moved_aside(project):
+    (project / "orchestrator").mkdir()
+    (project / "orchestrator" / "genesis.conf").write_bytes(b"AUTO_PUSH=\xff\xfe\n")
+    with pytest.raises(ConfigError, match="corrupt .* moved aside"):
+        resolve(project, env={})
+    assert not (project / "orchestrator" / "genesis.conf").exists()
+    assert len(list((project / "orchestrator").glob("genesis.conf.corrupt-*"))) == 1
+
+
+def test_a_prompt_file_over_the_limit_is_refused_with_its_setting(project):
+    prompts = project / "orchestrator" / "prompts"
+    prompts.mkdir(parents=True)
+    (prompts / "builder.md").write_bytes(b"p" * (MAX_PROMPT_BYTES + 1))
+    with pytest.raises(ConfigError, match=r"PHASE_Builder_PROMPT: the prompt file .*builder\.md is 1048577 "
+                                          r"bytes, over the 1 MiB limit"):
+        resolve(project, env={"GENESIS_PHASES": "Builder"})
+
+
+def test_read_prompt_reads_text_and_refuses_what_is_not(tmp_path):
+    good = tmp_path / "good.md"
+    good.write_text("Do the next task. \u2713\n", encoding="utf-8")
+    assert read_prompt(good) == "Do the next task. \u2713\n"
+    big = tmp_path / "big.md"
+    big.write_bytes(b"p" * (MAX_PROMPT_BYTES + 1))
+    with pytest.raises(ConfigError, match="over the 1 MiB limit"):
+        read_prompt(big)
+    latin = tmp_path / "latin.md"
+    latin.write_bytes(b"caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"latin\.md is not UTF-8 text .*save it as UTF-8"):
+        read_prompt(latin)
+    nul = tmp_path / "nul.md"
+    nul.write_bytes(b"text\0more")
+    with pytest.raises(ConfigError, match=r"holds a NUL byte \(at byte 4\)"):
+        read_prompt(nul)
+    fifo = tmp_path / "fifo.md"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        read_prompt(fifo)
+    with pytest.raises(ConfigError, match="cannot read the prompt file"):
+        read_prompt(tmp_path / "missing.md")

@@ -1,11 +1,12 @@
 """Progress against real git repositories: every kind of change counts, ours never does."""
 
 import json
+import os
 
 import pytest
 
 from genesis.layout import Layout, ensure_git_excludes
-from genesis.progress import NotARepository, fingerprint
+from genesis.progress import NotARepository, fingerprint, open_repo
 
 from conftest import git
 
@@ -94,3 +95,31 @@ def test_a_subdirectory_of_a_repository_is_refused_with_the_top_level_named(proj
     (project / "sub").mkdir()
     with pytest.raises(NotARepository, match="inside the git work tree"):
         fp(project / "sub")
+
+
+@pytest.mark.parametrize("name", ["$GENESIS_TEST_DIR", "a$GENESIS_TEST_DIR", "${GENESIS_TEST_DIR}", "~$HOME"])
+def test_a_project_whose_path_holds_a_dollar_is_taken_literally(tmp_path, monkeypatch, name):
+    # The variable names a real repository next to the project: expanding it would make git
+    # measure that one instead, so every answer below must come from the project itself.
+    monkeypatch.setenv("GENESIS_TEST_DIR", "other")
+    other = tmp_path / "base" / "other"
+    other.mkdir(parents=True)
+    git(other, "init", "-q")
+    git(other, "commit", "-q", "--allow-empty", "-m", "other")
+    root = tmp_path / "base" / name / "proj"
+    root.mkdir(parents=True)
+    git(root, "init", "-q")
+    (root / "f.txt").write_text("1\n")
+    git(root, "add", "f.txt")
+    git(root, "commit", "-qm", "init")
+    assert open_repo(root).git.rev_parse("--show-toplevel") == str(root)
+    before = fp(root)
+    assert before.head == git(root, "rev-parse", "HEAD").strip() != git(other, "rev-parse", "HEAD").strip()
+    (root / "f.txt").write_text("2\n")
+    assert fp(root) != before
+    (root / "new.txt").write_text("untracked")
+    changed = fp(root)
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "work")
+    assert fp(root).head != changed.head
+    assert git(other, "status", "--porcelain") == ""
