@@ -62,12 +62,13 @@ def e2e(claude, stub, project, hermetic, tmp_path):
            "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
            "GENESIS_BIN": str(Path(sys.executable).parent / "genesis"),
            "GENESIS_AGENT_CMD": f"{claude} -p --output-format stream-json --verbose --dangerously-skip-permissions",
-           "GENESIS_PHASES": "Builder", "PHASE_Builder_TRIGGER": "always",
            "HEARTBEAT_CHECK_INTERVAL": "0.5", "HEARTBEAT_STALE_SECONDS": "6", "AGENT_MAX_RUNTIME_SECONDS": "120",
            "KILL_GRACE_SECONDS": "3", "ITERATION_PAUSE_SECONDS": "0", "REAP_PORTS": "", "NO_COLOR": "1"}
     if os.geteuid() == 0:
         env["IS_SANDBOX"] = "1"  # Claude Code refuses to skip permissions as root otherwise
-    return Loop(project, env, tmp_path)
+    loop = Loop(project, env, tmp_path)
+    loop.phase("Planner", "quick")  # the Planner runs too (no TASKS.md): a quick turn, no change
+    return loop
 
 
 class Loop:
@@ -75,11 +76,12 @@ class Loop:
         self.project, self.env, self.tmp = project, env, tmp
 
     def phase(self, name: str, scenario: str, **params) -> None:
+        """The phase's prompt names a stub scenario; phases and triggers stay the defaults (in
+        a project without TASKS.md: Builder and Planner run, the Criticizer is skipped)."""
         prompt = self.tmp / f"{name}.md"
         extra = " ".join(f"{k}={v}" for k, v in params.items())
         prompt.write_text(f"SCENARIO: {scenario}\nCWD={self.project}\nPARAMS: {extra}\n")
         self.env[f"PHASE_{name}_PROMPT"] = str(prompt)
-        self.env[f"PHASE_{name}_TRIGGER"] = "always"
 
     def run(self, *args: str, watch: str | None = None) -> tuple[subprocess.CompletedProcess, list[dict]]:
         """Run the loop to its end; with watch=PHASE, collect every heartbeat it writes."""
@@ -102,10 +104,11 @@ class Loop:
             poller.start()
         try:
             done = subprocess.run(["bash", str(LOOP), "--project", str(self.project), *args], env=self.env,
-                                  capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240,
+                                  stdin=subprocess.DEVNULL)
         finally:
             stop.set()
-        print(done.stdout, done.stderr)
+        print(done.stdout)  # status lines and errors, as the terminal shows them
         return done, seen
 
     def breaker(self) -> dict:
@@ -136,11 +139,11 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     assert (project / "hello.txt").read_text() == "hello from claude\n"
     assert (project / "notes.md").read_text() == "# Notes\n\nWritten by the agent.\n"
     assert "agent: hello and notes" in git(project, "log", "--format=%s")
-    session = session_of(project / "orchestrator" / "logs" / "iter-0001-Builder.log")
+    run_id = json.loads((project / "orchestrator" / "logs" / "events.jsonl").read_text().splitlines()[0])["run_id"]
+    session = session_of(project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log")
     post = {(b["event"], b["tool"]) for b in beats}
     assert {("PostToolUse", "Bash"), ("PostToolUse", "Write"), ("PostToolUseFailure", "Bash")} <= post
     assert all(b["session_id"] == session and b["agent"] == "Builder" for b in beats)
-    run_id = json.loads((project / "orchestrator" / "logs" / "events.jsonl").read_text().splitlines()[0])["run_id"]
     assert {b["run_id"] for b in beats} == {run_id}
     ended = [json.loads(line) for line in (project / "orchestrator" / "logs" / "events.jsonl").read_text()
              .splitlines() if '"phase_end"' in line]
@@ -152,8 +155,6 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
 
 def test_a_hung_bash_call_goes_stale_and_claude_and_the_tool_session_are_killed(e2e):
     e2e.phase("Builder", "hang")
-    e2e.phase("Planner", "quick")
-    e2e.env["GENESIS_PHASES"] = "Builder Planner"
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
     assert done.returncode == 0, done.stdout
     assert "Builder: stuck: no heartbeat for" in done.stdout
