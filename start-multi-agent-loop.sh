@@ -3,12 +3,14 @@
 # iteration, and keep the loop healthy while nobody watches.
 #
 # Usage: ./start-multi-agent-loop.sh [--project DIR] [--agent-cmd CMD] [--max-iterations N]
-#                                    [--set KEY=VALUE]... [--demo] [--help]
+#                                    [--set KEY=VALUE]... [--allow-dirty] [--demo] [--help]
 #
 # This script only sequences steps, handles signals and never dies silently; every
-# decision about time, JSON, git or processes is a `genesis` subcommand. Exit codes:
-# 0 done (max iterations or stop flag), 1 internal error, 2 usage or configuration,
-# 3 circuit breaker OPEN, 4 another loop runs on the project, 130/143 SIGINT/SIGTERM.
+# decision about time, JSON, git or processes is a `genesis` subcommand. A step prints on
+# stdout only what this script reads; status lines go to stderr, and into the run's
+# console log. Exit codes: 0 done (max iterations or stop flag), 1 internal error,
+# 2 usage or configuration, 3 circuit breaker OPEN, 4 another loop runs on the project,
+# 129/130/143 SIGHUP/SIGINT/SIGTERM.
 set -euo pipefail
 set -o errtrace  # the ERR trap also fires inside functions, so no failure goes unreported
 
@@ -18,14 +20,25 @@ readonly EXIT_ERROR=1 EXIT_USAGE=2 EXIT_BREAKER_OPEN=3
 
 project="."
 demo=0
+allow_dirty=()
 overrides=()
 genesis_cmd=()
 run_id=""
 child=""
 finishing=0
+console_log=""
+last_step=""
 
 err() { printf 'genesis: error: %s\n' "$*" >&2; }
-say() { printf '[genesis %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+# A status line on stderr, and a copy in the run's console log once there is one.
+say() {
+  local line
+  printf -v line '[genesis %s] %s' "$(date +%H:%M:%S)" "$*"
+  printf '%s\n' "${line}" >&2
+  if [[ -n ${console_log} ]]; then
+    { printf '%s\n' "${line}" >>"${console_log}"; } 2>/dev/null || true
+  fi
+}
 
 usage() {
   sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p;}' "${BASH_SOURCE[0]}"
@@ -68,7 +81,7 @@ stop_requested() {
 finish_loop() {
   local code="$1" reason="$2"
   finishing=1
-  trap '' INT TERM
+  trap '' HUP INT TERM
   trap - EXIT ERR
   g finish --run-id "${run_id}" --reason "${reason}" --code "${code}" || err "final clean-up failed"
   if ((demo)) && ((code == EXIT_BREAKER_OPEN)); then
@@ -96,7 +109,7 @@ stop_child() {
 
 on_signal() {
   local name="$1" code="$2"
-  trap '' INT TERM
+  trap '' HUP INT TERM
   say "received SIG${name}: stopping the agent and cleaning up"
   stop_child
   finish_loop "${code}" "interrupted by SIG${name}"
@@ -106,6 +119,7 @@ on_error() {
   local status="$1" line="$2" command="$3"
   ((BASH_SUBSHELL > 0)) && exit "${status}"  # in $(...) or &: the parent reports it
   ((finishing)) && return
+  [[ ${command} == return* && -n ${last_step} ]] && command="${last_step}"  # a step failed
   err "internal error: '${command}' failed with status ${status} at line ${line}"
   stop_child
   finish_loop "${EXIT_ERROR}" "internal error at line ${line}: ${command}"
@@ -115,6 +129,7 @@ on_error() {
 # A simple command, not g: bash then execs genesis itself, so $child is genesis's pid.
 step() {
   local rc=0
+  last_step="genesis $*"
   "${genesis_cmd[@]}" --project "${project}" ${overrides[@]+"${overrides[@]}"} "$@" &
   child=$!
   wait "${child}" || rc=$?
@@ -132,11 +147,13 @@ pause() {
 
 run_loop() {
   local settings max_iterations pause_seconds stop_flag iteration=0 phases phase rc
-  settings="$(g loop-settings)"
+  settings="$(g loop-settings --run-id "${run_id}")"
   {
     IFS= read -r max_iterations
     IFS= read -r pause_seconds
     IFS= read -r stop_flag
+    IFS= read -r console_log
+    IFS= read -r phases
   } <<<"${settings}"
   while true; do
     iteration=$((iteration + 1))
@@ -145,14 +162,14 @@ run_loop() {
     fi
     stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
     step iteration start --iteration "${iteration}" --run-id "${run_id}"
-    phases="$(g plan --iteration "${iteration}" --run-id "${run_id}")"
+    # Every phase in order; run-phase checks the phase's trigger just before it runs.
     for phase in ${phases}; do
       stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
       rc=0
       step run-phase --iteration "${iteration}" --phase "${phase}" --run-id "${run_id}" || rc=$?
       case "${rc}" in
-        0 | 10 | 124 | 125) ;;  # finished, failed, stuck or over time: the loop goes on
-        130 | 143) finish_loop "${rc}" "phase ${phase} was interrupted" ;;
+        0 | 10 | 11 | 124 | 125) ;;  # finished, failed, skipped, stuck or over time: go on
+        129 | 130 | 143) finish_loop "${rc}" "phase ${phase} was interrupted" ;;
         *) finish_loop "${rc}" "phase ${phase} could not run (status ${rc})" ;;
       esac
     done
@@ -176,6 +193,7 @@ main() {
       --agent-cmd) overrides+=(--set "GENESIS_AGENT_CMD=${2:?--agent-cmd needs a command}"); shift 2 ;;
       --max-iterations) overrides+=(--set "GENESIS_MAX_ITERATIONS=${2:?--max-iterations needs a number}"); shift 2 ;;
       --set) overrides+=(--set "${2:?--set needs KEY=VALUE}"); shift 2 ;;
+      --allow-dirty) allow_dirty=(--allow-dirty); shift ;;
       --demo) demo=1; shift ;;
       -h | --help) usage; exit 0 ;;
       *) err "unknown argument '$1' (see --help)"; exit "${EXIT_USAGE}" ;;
@@ -194,7 +212,8 @@ main() {
   fi
   project="$(cd "${project}" && pwd)"
   run_id="$(date -u +%Y%m%dT%H%M%SZ)-$$"
-  g preflight --loop-pid "$$" --run-id "${run_id}" || exit $?
+  g preflight --loop-pid "$$" --run-id "${run_id}" ${allow_dirty[@]+"${allow_dirty[@]}"} || exit $?
+  trap 'on_signal HUP 129' HUP
   trap 'on_signal INT 130' INT
   trap 'on_signal TERM 143' TERM
   trap 'on_error $? ${LINENO} "${BASH_COMMAND}"' ERR

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -57,9 +58,12 @@ class Context:
     def config(self) -> Config:
         return resolve(self.project, flags=self.overrides)
 
-    def step(self, run_id: str) -> Step:
+    def step(self, run_id: str, console_copy: bool = True) -> Step:
+        """A loop step's context; its status lines also go to the run's console log."""
         cfg = self.config()
-        return Step(cfg, layout_for(cfg), run_id, lambda msg, kind="info": say(msg, kind))
+        layout = layout_for(cfg)
+        copy = layout.console_log(run_id) if console_copy else None
+        return Step(cfg, layout, run_id, lambda msg, kind="info": say(msg, kind, copy_to=copy))
 
     def bare_layout(self) -> Layout:
         """The project's layout with default log and flag places, without validating the
@@ -81,8 +85,8 @@ def _parse_set(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="genesis")
-@click.option("--project", type=click.Path(file_okay=False, path_type=Path), default=".",
-              show_default=True, help="The git project the loop works on.")
+@click.option("--project", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".",
+              show_default=True, help="The git project the loop works on (must exist).")
 @click.option("--set", "overrides", multiple=True, callback=_parse_set, metavar="KEY=VALUE",
               help="Override a setting (highest precedence); repeatable.")
 @click.pass_context
@@ -92,7 +96,16 @@ def cli(ctx: click.Context, project: Path, overrides: dict[str, str]) -> None:
 
 
 pass_ctx = click.pass_obj
-run_id_opt = click.option("--run-id", required=True, help="The loop run's id (its marker).")
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+
+
+def _run_id(_ctx, _param, value: str | None) -> str | None:
+    if value is not None and not RUN_ID_RE.match(value):
+        raise click.BadParameter(f"{value!r}: a run id is letters, digits, '.', '_' and '-'")
+    return value
+
+
+run_id_opt = click.option("--run-id", required=True, callback=_run_id, help="The loop run's id (its marker).")
 iteration_opt = click.option("--iteration", type=click.IntRange(min=1), required=True)
 
 
@@ -100,36 +113,28 @@ iteration_opt = click.option("--iteration", type=click.IntRange(min=1), required
 
 @cli.command(hidden=True)
 @click.option("--loop-pid", type=int, required=True)
+@click.option("--allow-dirty", is_flag=True, help="Commit the user's uncommitted changes first, as theirs.")
 @run_id_opt
 @pass_ctx
 @guarded
-def preflight(obj: Context, loop_pid: int, run_id: str) -> None:
+def preflight(obj: Context, loop_pid: int, run_id: str, allow_dirty: bool) -> None:
     """Validate, lock the project, check the breaker (before the first iteration)."""
     from .orchestrate import preflight as run
 
-    run(obj.step(run_id), loop_pid)
+    run(obj.step(run_id), loop_pid, allow_dirty)
 
 
 @cli.command("loop-settings", hidden=True)
 @pass_ctx
 @guarded
-def loop_settings(obj: Context) -> None:
-    """Print max iterations, pause seconds and the stop flag path, one per line."""
-    cfg = obj.config()
-    click.echo(f"{cfg.max_iterations}\n{cfg.pause:g}\n{cfg.stop_flag}")
-
-
-@cli.command(hidden=True)
-@iteration_opt
 @run_id_opt
-@pass_ctx
-@guarded
-def plan(obj: Context, iteration: int, run_id: str) -> None:
-    """Print the phases due this iteration, one per line."""
-    from .orchestrate import plan as run
-
-    for phase in run(obj.step(run_id), iteration):
-        click.echo(phase.name)
+def loop_settings(obj: Context, run_id: str) -> None:
+    """Print max iterations, pause seconds, the stop flag, the run's console log and the
+    phases (space-separated), one per line: the only things the loop reads."""
+    cfg = obj.config()
+    console = layout_for(cfg).console_log(run_id)
+    click.echo(f"{cfg.max_iterations}\n{cfg.pause:g}\n{cfg.stop_flag}\n{console}\n"
+               + " ".join(p.name for p in cfg.phases))
 
 
 @cli.command("run-phase", hidden=True)
@@ -139,7 +144,8 @@ def plan(obj: Context, iteration: int, run_id: str) -> None:
 @pass_ctx
 @guarded
 def run_phase(obj: Context, iteration: int, name: str, run_id: str) -> None:
-    """Run one phase's agent under watch (exit 0, 10, 124, 125, 130 or 143)."""
+    """Run one phase's agent under watch if its trigger says so now (exit 0, 10, 11, 124, 125,
+    129, 130 or 143)."""
     from .orchestrate import run_phase as run
 
     step = obj.step(run_id)
@@ -190,19 +196,27 @@ def reap(obj: Context, dry_run: bool) -> None:
     """Kill leftovers of this project's loop agents (only those proven ours)."""
     from .looplock import current_holder
     from .orchestrate import reap as run
+    from .reaper import live_tree
 
-    step = obj.step("manual")
+    step = obj.step("manual", console_copy=False)
     holder = current_holder(step.layout.loop_lock)
     if holder is not None and not dry_run:
         raise Fail(f"a loop (pid {holder.pid}) is running on this project and reaps by itself; "
                    f"use --dry-run to look, or stop the loop first", exitcodes.LOCKED)
     found = run(step, "by hand", dry_run=dry_run)
-    if dry_run:
-        for lo in found.leftovers:
-            click.echo(f"would kill pid {lo.ident.pid}: {lo.cmdline[:100]} ({lo.why})")
+    if not dry_run:
         if not found.leftovers:
             click.echo("nothing to reap")
-    elif not found.leftovers:
+        return
+    live = live_tree(holder) if holder is not None else set()
+    running = [lo for lo in found.leftovers if lo.ident in live]
+    for lo in running:
+        click.echo(f"running: pid {lo.ident.pid}: {lo.cmdline[:100]} (the live loop's agent tree, "
+                   f"run {holder.run_id}: not a leftover)")
+    for lo in found.leftovers:
+        if lo.ident not in live:
+            click.echo(f"would kill pid {lo.ident.pid}: {lo.cmdline[:100]} ({lo.why})")
+    if len(running) == len(found.leftovers):
         click.echo("nothing to reap")
 
 
@@ -211,10 +225,16 @@ def reap(obj: Context, dry_run: bool) -> None:
 @guarded
 def stop(obj: Context) -> None:
     """Ask the running loop to stop after the current phase (writes false to the stop flag)."""
+    from .looplock import current_holder
+
     cfg = obj.config()
+    holder = current_holder(layout_for(cfg).loop_lock)
+    if holder is None:
+        raise Fail(f"no Genesis loop is running on {cfg.project}; nothing to stop", exitcodes.NOT_RUNNING)
     cfg.stop_flag.parent.mkdir(parents=True, exist_ok=True)
     write_text(cfg.stop_flag, "false\n")
-    click.echo(f"wrote false to {cfg.stop_flag}; the loop stops before its next phase")
+    click.echo(f"wrote false to {cfg.stop_flag}; the loop (pid {holder.pid}, run {holder.run_id}) stops "
+               f"before its next phase")
 
 
 @cli.group("breaker")
@@ -297,7 +317,8 @@ def hook_install(obj: Context, scope: str) -> None:
     if not change.added_events and not change.added_env:
         click.echo(f"already installed in {path}")
         return
-    click.echo(f"installed the heartbeat hook in {path}")
+    click.echo(f"installed the heartbeat hook in {path}"
+               + (f" (a link: edited its target {change.target})" if change.target not in (None, path) else ""))
     if change.added_events:
         click.echo(f"  events: {', '.join(change.added_events)} -> {hook_script()}")
     if change.added_env:
@@ -311,7 +332,7 @@ def ignore_local_settings(project: Path) -> None:
     from .layout import add_git_excludes
 
     try:
-        add_git_excludes(project, ["/.claude/settings.local.json"])
+        add_git_excludes(project, ["/.claude/settings.local.json", "/.claude/settings.local.json.bak-*"])
     except (OSError, subprocess.CalledProcessError):
         pass  # not a git project: nothing to keep it out of
 
@@ -337,19 +358,35 @@ def hook_uninstall(obj: Context, scope: str) -> None:
 @pass_ctx
 @guarded
 def hook_status(obj: Context) -> None:
-    """Say where the hook is installed and when it last fired (exit 1 if nowhere)."""
+    """Say where the hook is installed, whether it really fires, and when it last fired.
+
+    Exit 0 when it works, 1 when it is not installed or broken, 2 when a settings file is malformed.
+    """
+    import shutil
+    import tempfile
+
+    from .hookcheck import MALFORMED, WORKING, self_test
+
+    project = obj.project.resolve()
+    scratch = Path(tempfile.mkdtemp(prefix="genesis-hook-status-"))  # 0700: a heartbeat dir of ours alone
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_")}
+        env.update(GENESIS_AGENT="hook-status", GENESIS_RUN_ID=f"hook-status-{os.getpid()}")
+        check = self_test(project, env, scratch / "heartbeat.json")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     command = hook_command(hook_script())
-    found = False
     for scope in ("user", "project", "local"):
-        path = settings_path(scope, obj.project.resolve())
+        path = settings_path(scope, project)
         events_ = installed_events(path)
-        if events_:
-            found = True
-            exact = installed_events(path, command)
-            note = "" if exact else f" (points to another copy; run `genesis hook install --scope {scope}`)"
-            click.echo(f"{scope}: installed in {path} for {', '.join(events_)}{note}")
-    if not found:
-        click.echo("not installed; run: genesis hook install")
+        if not events_:
+            continue
+        copies = [c for c in check.copies if c.path == path]
+        state = ("working" if any(c.ok for c in copies) else f"broken: {copies[0].detail}" if copies
+                 else f"no PostToolUse hook; run: genesis hook install --scope {scope}")
+        note = "" if installed_events(path, command) else " (points to another copy)"
+        click.echo(f"{scope}: installed in {path} for {', '.join(events_)}{note}: {state}")
+    click.echo(check.detail)
     beats = [default_heartbeat_file()]
     hb_dir = obj.bare_layout().state_dir / "heartbeats"
     if hb_dir.is_dir() and not hb_dir.is_symlink():
@@ -359,8 +396,8 @@ def hook_status(obj: Context) -> None:
         if beat is not None:
             click.echo(f"last fired {time.time() - beat.epoch:.0f}s ago ({beat.timestamp}, "
                        f"tool {beat.tool or '-'}) -> {path}")
-    if not found:
-        sys.exit(exitcodes.ERROR)
+    if check.state != WORKING:
+        sys.exit(exitcodes.USAGE if check.state == MALFORMED else exitcodes.ERROR)
 
 
 @cli.group("config")
@@ -381,14 +418,26 @@ def config_show(obj: Context, explain: bool) -> None:
 
 
 @cli.command()
-@click.option("--run-id", help="A run id from the events log (default: the latest run).")
+@click.option("--run-id", callback=_run_id, help="A run id from `--list` (default: the latest run).")
+@click.option("--list", "list_runs", is_flag=True, help="List every run, one per line.")
 @pass_ctx
 @guarded
-def report(obj: Context, run_id: str | None) -> None:
-    """Summarize what a loop run did (read in the morning)."""
-    from .orchestrate import summary_lines
+def report(obj: Context, run_id: str | None, list_runs: bool) -> None:
+    """Summarize what a loop run did (read in the morning); exit 1 if there is no such run."""
+    from .looplock import current_holder
+    from .report import UnknownRun, list_lines, summary_lines
 
-    for line in summary_lines(layout_for(obj.config()), run_id):
+    layout = layout_for(obj.config())
+    try:
+        if list_runs:
+            lines = list_lines(layout)
+        else:
+            holder = current_holder(layout.loop_lock)
+            latest = run_id is None or (holder is not None and holder.run_id == run_id)
+            lines = summary_lines(layout, run_id, running=holder is not None and latest)
+    except UnknownRun as exc:
+        raise Fail(str(exc), exitcodes.ERROR) from None
+    for line in lines:
         click.echo(line)
 
 

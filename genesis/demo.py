@@ -10,10 +10,13 @@ from pathlib import Path
 
 __all__ = ["init_project", "DEMO_SCRIPT"]
 
-# Iteration 1: a healthy Builder that commits and leaves a server behind, a Criticizer that
-# edits, a Planner that hangs on a silent subprocess. Then nothing changes, so the breaker
-# goes HALF_OPEN at 3 and OPEN at 5 iterations without progress.
-DEMO_SCRIPT = "1:Builder=work+server,1:Criticizer=edit,1:Planner=hang,*:*=idle"
+# The shipped phases and triggers on a two-task TASKS.md. Iteration 1: the Builder builds
+# the first task and leaves a server behind (reaped); the Criticizer, due because a task
+# awaits review, hangs on a silent subprocess (killed as stuck); the Planner is skipped, a
+# task is still open. Iteration 2: the second task is built and both are verified; nothing
+# is open, so the Planner runs. Then nothing changes: the breaker goes HALF_OPEN after 3
+# idle iterations and OPEN after 5.
+DEMO_SCRIPT = "1:Builder=build+server,1:Criticizer=hang,2:Builder=build,2:Criticizer=review,*:*=idle"
 
 SERVER = '''"""A tiny test server, as an agent might start one and forget it."""
 import http.server
@@ -43,8 +46,6 @@ def init_project(directory: Path) -> Path:
         "orchestrator/genesis.conf": (
             "# Demo settings: thresholds compressed to seconds.\n"
             f"GENESIS_AGENT_CMD={shlex.quote(agent)}\n"
-            "PHASE_Criticizer_TRIGGER=always\n"
-            "PHASE_Planner_TRIGGER=always\n"
             "GENESIS_MAX_ITERATIONS=10\n"
             "ITERATION_PAUSE_SECONDS=1\n"
             "HEARTBEAT_CHECK_INTERVAL=1\n"

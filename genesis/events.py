@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["record", "read_events"]
+__all__ = ["record", "read_events", "MAX_READ_BYTES"]
+
+MAX_READ_BYTES = 32 << 20  # a report reads at most the newest 32 MiB of the log
 
 
 def record(path: Path, run_id: str, kind: str, **detail: Any) -> None:
@@ -24,20 +26,33 @@ def record(path: Path, run_id: str, kind: str, **detail: Any) -> None:
         os.close(fd)
 
 
-def read_events(path: Path, run_id: str | None = None) -> list[dict[str, Any]]:
-    """Events of one run (the latest when run_id is None); unreadable lines are skipped."""
+def _tail_text(path: Path, limit: int) -> str:
+    """The file's last `limit` bytes, starting at a whole line; "" if it does not exist."""
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        return []
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except (FileNotFoundError, OSError):
+        return ""
+    with os.fdopen(fd, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, size - limit))
+        data = fh.read(limit)
+    if size > limit:
+        data = data[data.find(b"\n") + 1:]
+    return data.decode("utf-8", errors="replace")
+
+
+def read_events(path: Path, run_id: str | None = None, all_runs: bool = False) -> list[dict[str, Any]]:
+    """Events of one run (the latest when run_id is None), or of every run; bad lines skipped."""
     events = []
-    for line in lines:
+    for line in _tail_text(path, MAX_READ_BYTES).splitlines():
         try:
             event = json.loads(line)
         except ValueError:
             continue
-        if isinstance(event, dict) and isinstance(event.get("run_id"), str):
+        if isinstance(event, dict) and isinstance(event.get("run_id"), str) and isinstance(event.get("event"), str):
             events.append(event)
+    if all_runs:
+        return events
     if run_id is None:
         starts = [e["run_id"] for e in events if e.get("event") == "loop_start"]
         if not starts:

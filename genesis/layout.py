@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomicio import write_text
+from .atomicio import read_bytes, write_text
 
 __all__ = ["Layout", "UnsafeDir", "private_dir", "ensure_git_excludes", "add_git_excludes"]
 
@@ -44,14 +44,26 @@ class Layout:
         return self.state_dir / "baseline.json"
 
     @property
+    def user_files(self) -> Path:
+        """The user's untracked files at the run's start: never auto-committed."""
+        return self.state_dir / "user-untracked.json"
+
+    @property
     def events_file(self) -> Path:
         return self.log_dir / "events.jsonl"
 
     def heartbeat_file(self, phase: str) -> Path:
         return self.state_dir / "heartbeats" / f"{phase}.json"
 
-    def agent_log(self, iteration: int, phase: str) -> Path:
-        return self.log_dir / f"iter-{iteration:04d}-{phase}.log"
+    def run_dir(self, run_id: str) -> Path:
+        """One folder per run: its agents' logs and its console copy are its own."""
+        return self.log_dir / run_id
+
+    def agent_log(self, run_id: str, iteration: int, phase: str) -> Path:
+        return self.run_dir(run_id) / f"iter-{iteration:04d}-{phase}.log"
+
+    def console_log(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "console.log"
 
     def ignored(self) -> list[str]:
         """Patterns (relative to the work tree) for every file Genesis writes in the project."""
@@ -94,7 +106,10 @@ def add_git_excludes(project: Path, patterns: list[str]) -> list[str]:
                          capture_output=True, text=True, check=True).stdout.strip()
     exclude = Path(out) if os.path.isabs(out) else Path(project) / out
     exclude.parent.mkdir(parents=True, exist_ok=True)
-    current = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
+    try:
+        current = read_bytes(exclude, 1 << 20, follow_symlinks=True).decode("utf-8", "replace")
+    except FileNotFoundError:
+        current = ""
     lines = current.splitlines()
     missing = [p for p in patterns if p not in lines]
     if missing:

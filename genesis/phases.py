@@ -71,4 +71,4 @@ def should_run(phase: Phase, iteration: int, project: Path, env: dict[str, str] 
         )
     except subprocess.TimeoutExpired:
         return False, f"condition timed out after {TRIGGER_TIMEOUT:.0f}s"
-    return done.returncode == 0, f"condition exited {done.returncode}"
+    return done.returncode == 0, f"its condition exited {done.returncode}"

@@ -11,7 +11,7 @@ import psutil
 
 from .proctree import KillReport, ProcId, descendants, kill_all, marked, protected_pids
 
-__all__ = ["Leftover", "ForeignPort", "ReapPlan", "markers_for", "plan_reap", "execute"]
+__all__ = ["Leftover", "ForeignPort", "ReapPlan", "markers_for", "plan_reap", "execute", "live_tree"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,13 @@ def plan_reap(project: Path, run_id: str | None, scope: str, patterns: str,
             continue
         leftovers.append(Leftover(ident, cmd, why))
     return ReapPlan(tuple(leftovers), tuple(foreign))
+
+
+def live_tree(loop) -> set[ProcId]:
+    """A running loop's own processes: its descendants (watcher, agent, adopted orphans) and
+    everything carrying its run's marker. `loop` is the lock holder (pid, create_time, run_id)."""
+    root = ProcId(loop.pid, loop.create_time)
+    return set(descendants(root)) | set(marked({"GENESIS_RUN_ID": loop.run_id}))
 
 
 def execute(plan: ReapPlan, grace: float) -> KillReport:

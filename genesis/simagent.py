@@ -9,6 +9,8 @@ each Bash tool command in its own session, and on SIGTERM ends the tool's sessio
 What it does in a phase comes from --script: comma-separated rules ITER:PHASE=ACTIONS,
 first match wins, ITER a number or *, PHASE a name or *, ACTIONS joined by +:
   work    write a file and commit it         edit    change a file, no commit
+  build   take the first open task in TASKS.md (`- [ ]`), write a file for it, mark it
+          `- [?]` and commit                 review  mark every `- [?]` task `- [x]`, commit
   server  start `python -m server.main` on --port in the background and leave it
   hang    a Bash call that hangs silently    idle    look around, change nothing
   fail    a Bash call that exits 3           exit:N  end with status N
@@ -117,6 +119,33 @@ class Agent:
                 return False, {"stderr": str(exc)}
         self.call("Read", {"file_path": str(self.cwd / rel)}, run)
 
+    def _tasks(self) -> list[str]:
+        self.read("TASKS.md")
+        try:
+            return (self.cwd / "TASKS.md").read_text().splitlines(keepends=True)
+        except OSError:
+            return []
+
+    def build(self, phase: str, iteration: int) -> None:
+        lines = self._tasks()
+        n = next((i for i, line in enumerate(lines) if line.startswith("- [ ] ")), None)
+        if n is None:
+            return
+        title = lines[n][len("- [ ] "):].strip()
+        slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "task"
+        self.write(f"work/{slug}.txt", f"{title}: built by the {phase} in iteration {iteration}\n")
+        lines[n] = "- [?] " + lines[n][len("- [ ] "):]
+        self.write("TASKS.md", "".join(lines))
+        self.bash(f"git add -A && git commit -qm 'build: {slug}'")
+
+    def review(self) -> None:
+        lines = self._tasks()
+        if not any(line.startswith("- [?] ") for line in lines):
+            return
+        self.write("TASKS.md", "".join("- [x] " + line[6:] if line.startswith("- [?] ") else line
+                                       for line in lines))
+        self.bash("git commit -qam 'verified the built tasks'")
+
     def _on_term(self, signum, _frame) -> None:
         if self.tool is not None:
             try:
@@ -142,6 +171,10 @@ class Agent:
                 self.read("README.md")
                 self.write(f"work/{stamp}.txt", f"{phase} did iteration {iteration}\n")
                 self.bash(f"git add -A && git commit -qm '{phase}: iteration {iteration}'")
+            elif name == "build":
+                self.build(phase, iteration)
+            elif name == "review":
+                self.review()
             elif name == "server":
                 self.bash(f"nohup {sys.executable} -m server.main {self.port} >/dev/null 2>&1 &")
             elif name == "fail":

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from genesis import events
 from genesis.cli import cli
 from genesis.looplock import acquire
 from genesis.reaper import markers_for
@@ -50,9 +51,18 @@ def test_heartbeat_show_reports_age_and_fields(project, tmp_path):
     assert "age: 42." in result.output and "tool: Bash" in result.output
 
 
-def test_stop_writes_false_to_the_flag_file(project):
+def test_stop_without_a_running_loop_says_so_exits_5_and_writes_nothing(project):
     result = invoke(project, "stop")
-    assert result.exit_code == 0
+    assert result.exit_code == 5
+    assert f"no Genesis loop is running on {project}; nothing to stop" in result.output
+    assert not (project / "hooks").exists()
+
+
+def test_stop_writes_false_to_the_flag_file_of_a_running_loop(project):
+    acquire(project / "orchestrator" / ".genesis" / "loop.json", os.getpid(), "run-x")
+    result = invoke(project, "stop")
+    assert result.exit_code == 0, result.output
+    assert f"(pid {os.getpid()}, run run-x)" in result.output
     assert (project / "hooks" / "loop_multi_agent.txt").read_text() == "false\n"
 
 
@@ -75,9 +85,19 @@ def test_reap_by_hand_refuses_while_a_loop_runs(project):
     assert result.exit_code == 4 and f"a loop (pid {os.getpid()}) is running" in result.output
 
 
-def test_report_without_runs_says_so(project):
+def test_report_without_runs_says_so_and_exits_1(project):
     result = invoke(project, "report")
-    assert result.exit_code == 0 and "no Genesis run recorded" in result.output
+    assert result.exit_code == 1 and "no Genesis run recorded" in result.output
+
+
+def test_report_of_an_unknown_run_exits_1_and_points_to_the_list(project):
+    events.record(project / "orchestrator" / "logs" / "events.jsonl", "run-a", "loop_start")
+    result = invoke(project, "report", "--run-id", "run-b")
+    assert result.exit_code == 1
+    assert "no run 'run-b'" in result.output and "genesis report --list" in result.output
+    listed = invoke(project, "report", "--list")
+    assert listed.exit_code == 0 and listed.output.startswith("run-a  started ")
+    assert "no end recorded" in listed.output
 
 
 def test_a_project_that_is_not_a_repository_exits_2(tmp_path):

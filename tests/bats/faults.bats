@@ -30,7 +30,7 @@ start_hung_loop() {
   "${LOOP}" --project "${PROJECT}" >"${BATS_TEST_TMPDIR}/out" 2>&1 &
   LOOP_PID=$!
   set +m
-  wait_until 30 grep -q '\[Bash\]' "${PROJECT}/orchestrator/logs/iter-0001-Builder.log"
+  wait_until 30 log_has 1 Builder '[Bash]'
 }
 
 @test "fault 1: a symlink planted at the heartbeat path or its temp name is not followed" {
@@ -145,7 +145,8 @@ interrupt_test() {
   run grep -c "received SIG${sig}" "${BATS_TEST_TMPDIR}/out"; assert_output "1"
   [[ ! -e ${PROJECT}/orchestrator/.genesis/loop.json ]] || false
   run -0 genesis --project "${PROJECT}" report
-  assert_output --partial "stopped: interrupted by SIG${sig} (exit ${code})"
+  assert_output --regexp "ended [0-9TZ:-]+ after [0-9]+s: interrupted by SIG${sig} \(exit ${code}\)"
+  assert_output --regexp "iteration 1 Builder: interrupted after [0-9]+s: interrupted by SIG"
 }
 
 @test "fault 24: SIGINT mid-phase: the agent tree is gone, the lock released, exit 130" {
@@ -157,6 +158,26 @@ interrupt_test() {
 @test "fault 24: SIGTERM mid-phase: the agent tree is gone, exit 143" {
   loop_setup
   interrupt_test TERM 143
+}
+
+
+@test "fault 24: SIGHUP (terminal or SSH closed) to the loop's process group: as SIGTERM, exit 129" {
+  loop_setup
+  start_hung_loop
+  local loop="${LOOP_PID}"
+  run -0 marked_count; refute_output "0"
+  # A hangup reaches the whole foreground process group: the loop and its watcher.
+  kill -HUP -- "-${loop}"
+  local rc=0
+  wait "${loop}" || rc=$?
+  cat "${BATS_TEST_TMPDIR}/out"
+  [[ ${rc} == 129 ]] || false
+  run -0 marked_count; assert_output "0"
+  refute_output --partial "internal error"
+  run grep -c "received SIGHUP" "${BATS_TEST_TMPDIR}/out"; assert_output "1"
+  run -0 genesis --project "${PROJECT}" report
+  assert_output --regexp "interrupted by SIGHUP \(exit 129\)"
+  assert_output --regexp "iteration 1 Builder: interrupted after [0-9]+s: interrupted by SIG(HUP|TERM)"
 }
 
 
@@ -193,7 +214,8 @@ interrupt_test() {
   loop_setup
   cat >"${BATS_TEST_TMPDIR}/genesis-broken" <<WRAP
 #!/usr/bin/env bash
-for a in "\$@"; do [[ \$a == plan && -e ${BATS_TEST_TMPDIR}/broken ]] && exit 42; done
+# Fail the "iteration start" step (not the final step, whose --reason quotes it).
+[[ " \$* " == *" iteration start "* && " \$* " != *" --reason "* && -e ${BATS_TEST_TMPDIR}/broken ]] && exit 42
 exec "${REPO_ROOT}/.venv/bin/genesis" "\$@"
 WRAP
   chmod +x "${BATS_TEST_TMPDIR}/genesis-broken"
@@ -204,8 +226,8 @@ AGENT
   fast_loop_env
   export GENESIS_AGENT_CMD="bash ${BATS_TEST_TMPDIR}/agent.sh"
   GENESIS_BIN="${BATS_TEST_TMPDIR}/genesis-broken" run -1 "${LOOP}" --project "${PROJECT}" --max-iterations 3
-  assert_output --regexp "internal error: 'phases=\"\\\$\(g plan .*' failed with status 42 at line [0-9]+"
-  assert_output --partial "stopped: internal error at line"
+  assert_output --regexp "internal error: '[^']*' failed with status 42 at line [0-9]+"
+  assert_output --regexp "ended [0-9TZ:-]+ after [0-9]+s: internal error at line [0-9]+: genesis iteration start"
   run -0 marked_count; assert_output "0"
   [[ ! -e ${PROJECT}/orchestrator/.genesis/loop.json ]] || false
 }
@@ -218,7 +240,7 @@ AGENT
 if [[ " \$* " == *" run-phase "* ]]; then
   "${REPO_ROOT}/.venv/bin/genesis" "\$@" &
   watcher=\$!
-  until grep -q '\[Bash\]' "${PROJECT}/orchestrator/logs/iter-0001-Builder.log" 2>/dev/null; do sleep 0.1; done
+  until grep -qs '\[Bash\]' "${PROJECT}"/orchestrator/logs/*/iter-0001-Builder.log; do sleep 0.1; done
   kill -KILL "\${watcher}"
   wait "\${watcher}"
   exit

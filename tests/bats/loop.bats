@@ -39,14 +39,14 @@ breaker_field() {
 
 @test "a hung agent is killed with its tree and the loop goes on to the next phase" {
   fast_loop_env '*:Builder=hang,*:Planner=work'
-  export GENESIS_PHASES="Builder Planner" PHASE_Planner_TRIGGER=always
   run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 1
   assert_output --regexp "Builder: stuck: no heartbeat for [0-9.]+s \(stale after 4s\); killed [0-9]+ process"
   assert_output --partial "[Bash] "
   assert_output --partial "Planner: finished"
   run -0 marked_count; assert_output "0"
   run -0 genesis --project "${PROJECT}" report
-  assert_output --partial "stuck or over-time agents killed: 1"
+  assert_output --partial "phases run: 2 (1 finished, 1 stuck); skipped: 1"
+  assert_output --regexp "iteration 1 Builder: stuck after [0-9]+s: no heartbeat for"
 }
 
 @test "a server left on a port is reaped after the phase; an unrelated one survives" {
@@ -91,6 +91,9 @@ breaker_field() {
   run -3 "${LOOP}" --project "${PROJECT}" --max-iterations 5
   assert_output --partial "--- iteration 2 ---"
   echo "new idea" >>"${PROJECT}/README.md"
+  run -2 "${LOOP}" --project "${PROJECT}" --max-iterations 5
+  assert_output --partial "uncommitted changes of yours: README.md"
+  git -C "${PROJECT}" commit -qam "a new idea"
   run -3 "${LOOP}" --project "${PROJECT}" --max-iterations 5
   assert_output --partial "the repository changed since then, so it is CLOSED again"
 }
@@ -113,14 +116,30 @@ AGENT
 }
 
 
-@test "the loop warns at start when it runs Claude Code and the hook is not installed" {
+@test "Claude Code without a working hook is refused at start; with it, the self-test passes" {
   genesis --project "${PROJECT}" hook uninstall --scope local >/dev/null
   mkdir -p "${BATS_TEST_TMPDIR}/bin"
   printf '#!/usr/bin/env bash\necho "claude stub: $*"\n' >"${BATS_TEST_TMPDIR}/bin/claude"
   chmod +x "${BATS_TEST_TMPDIR}/bin/claude"
   fast_loop_env
+  PATH="${BATS_TEST_TMPDIR}/bin:${PATH}" run -2 "${LOOP}" --project "${PROJECT}" --agent-cmd "claude -p" --max-iterations 1
+  assert_output --partial "the heartbeat hook does not work (not_installed)"
+  assert_output --partial "genesis hook status"
+  # Installed, but its script was moved away: broken, and refused too.
+  mkdir "${BATS_TEST_TMPDIR}/moved"
+  cp "${REPO_ROOT}/genesis/data/genesis-heartbeat.sh" "${BATS_TEST_TMPDIR}/moved/"
+  "${PY}" - "${PROJECT}/.claude/settings.local.json" "${BATS_TEST_TMPDIR}/moved/genesis-heartbeat.sh" <<'PY'
+import json, sys
+hook = {"type": "command", "command": f"bash {sys.argv[2]}", "timeout": 10}
+json.dump({"hooks": {"PostToolUse": [{"matcher": "*", "hooks": [hook]}]}}, open(sys.argv[1], "w"))
+PY
+  rm -r "${BATS_TEST_TMPDIR}/moved"
+  PATH="${BATS_TEST_TMPDIR}/bin:${PATH}" run -2 "${LOOP}" --project "${PROJECT}" --agent-cmd "claude -p" --max-iterations 1
+  assert_output --partial "the heartbeat hook does not work (broken)"
+  [[ ! -e ${PROJECT}/orchestrator/.genesis/loop.json ]] || false
+  rm "${PROJECT}/.claude/settings.local.json"
+  genesis --project "${PROJECT}" hook install --scope local >/dev/null
   PATH="${BATS_TEST_TMPDIR}/bin:${PATH}" run -0 "${LOOP}" --project "${PROJECT}" --agent-cmd "claude -p" --max-iterations 1
-  assert_output --partial "Claude Code's heartbeat hook is not installed"
-  assert_output --partial "genesis hook install"
-  run -0 grep -c "claude stub: -p You are the Builder" "${PROJECT}/orchestrator/logs/iter-0001-Builder.log"
+  assert_output --partial "heartbeat hook: working (local settings"
+  run -0 grep -c "claude stub: -p You are the Builder" "$(agent_log 1 Builder)"
 }

@@ -32,12 +32,26 @@ make_project() {
   git -C "${PROJECT}" commit -qm init
 }
 
-# Fast knobs for loop tests, and the simulated Claude Code as the agent.
+# Fast time knobs for loop tests, and the simulated Claude Code as the agent. Phases and
+# triggers stay the shipped defaults: in a project without TASKS.md the Builder and the
+# Planner run every iteration and the Criticizer is skipped.
 fast_loop_env() {
   export HEARTBEAT_CHECK_INTERVAL=0.2 HEARTBEAT_STALE_SECONDS=4 AGENT_MAX_RUNTIME_SECONDS=60
   export KILL_GRACE_SECONDS=1 ITERATION_PAUSE_SECONDS=0 REAP_PORTS=""
-  export GENESIS_PHASES="Builder"
   export GENESIS_AGENT_CMD="${PY} -m genesis.simagent --script '${1:-*:*=idle}'"
+}
+
+# The agent log of iteration $1, phase $2, in the project's latest run (fails if none).
+agent_log() {
+  local log
+  log="$(find "${PROJECT}/orchestrator/logs" -name "iter-$(printf %04d "$1")-$2.log" 2>/dev/null | sort | tail -n 1)"
+  [[ -n ${log} ]] && printf '%s\n' "${log}"
+}
+
+# True once the agent log of iteration $1, phase $2 contains the fixed string $3.
+log_has() {
+  local log
+  log="$(agent_log "$1" "$2")" && grep -qF -- "$3" "${log}"
 }
 
 # How many processes carry this project's loop marker (must be 0 after any stop).

@@ -1,0 +1,147 @@
+"""The morning report: what each run did, read back from the events log."""
+
+from __future__ import annotations
+
+import calendar
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import events
+from .layout import Layout
+
+__all__ = ["RunSummary", "UnknownRun", "runs", "summary", "summary_lines", "list_lines", "duration"]
+
+Event = dict[str, Any]
+
+# How a phase_end status reads in the report; anything but a clean exit is abnormal.
+LABELS = {"exited": "exited", "stale": "stuck", "overtime": "over time", "interrupted": "interrupted",
+          "not_started": "could not start"}
+
+
+class UnknownRun(LookupError):
+    """No run with that id in the events log."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    started: str
+    ended: str | None               # None: no loop_end (still running, or the loop was killed)
+    seconds: float | None
+    reason: str
+    exit_code: int | None
+    iterations: int
+    phases: tuple[Event, ...]       # phase_end events, in order
+    skipped: int
+    reaped: int
+    breaker: str | None
+    no_progress: int
+
+    @property
+    def abnormal(self) -> tuple[Event, ...]:
+        return tuple(e for e in self.phases if not (e.get("status") == "exited" and e.get("returncode") == 0))
+
+
+def _epoch(stamp: str | None) -> float | None:
+    try:
+        return float(calendar.timegm(time.strptime(stamp or "", "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _by_run(layout: Layout) -> dict[str, list[Event]]:
+    """Every run's events, in the order the runs started (one read of the log)."""
+    grouped: dict[str, list[Event]] = {}
+    for e in events.read_events(layout.events_file, all_runs=True):
+        if e.get("event") == "loop_start" or e["run_id"] in grouped:
+            grouped.setdefault(e["run_id"], []).append(e)
+    return grouped
+
+
+def runs(layout: Layout) -> list[str]:
+    """Run ids in the order they started."""
+    return list(_by_run(layout))
+
+
+def summary(layout: Layout, run_id: str | None = None) -> RunSummary:
+    """One run (the latest when run_id is None); UnknownRun if there is none such."""
+    grouped = _by_run(layout)
+    if not grouped:
+        raise UnknownRun(f"no Genesis run recorded in {layout.events_file}")
+    if run_id is None:
+        run_id = list(grouped)[-1]
+    elif run_id not in grouped:
+        raise UnknownRun(f"no run {run_id!r} in {layout.events_file}; `genesis report --list` lists the runs")
+    return _summarize(run_id, grouped[run_id])
+
+
+def _summarize(run_id: str, evs: list[Event]) -> RunSummary:
+    start = evs[0]
+    end = next((e for e in reversed(evs) if e["event"] == "loop_end"), None)
+    iterations = {e.get("iteration") for e in evs if e["event"] == "iteration_start"}
+    last_breaker = next((e for e in reversed(evs) if e["event"] == "iteration_end"), {})
+    began, finished = _epoch(start.get("at")), _epoch(end.get("at")) if end else None
+    return RunSummary(
+        run_id=run_id, started=start.get("at", "?"), ended=end.get("at") if end else None,
+        seconds=(finished - began) if began is not None and finished is not None else None,
+        reason=str(end.get("reason", "")) if end else "", exit_code=end.get("exit_code") if end else None,
+        iterations=len(iterations), phases=tuple(e for e in evs if e["event"] == "phase_end"),
+        skipped=sum(1 for e in evs if e["event"] == "phase_skip"),
+        reaped=sum(len(e.get("pids", [])) for e in evs if e["event"] == "reap"),
+        breaker=last_breaker.get("breaker"), no_progress=int(last_breaker.get("no_progress", 0) or 0))
+
+
+def _phase_line(e: Event) -> str:
+    status = e.get("status", "?")
+    label = LABELS.get(status, status)
+    if status == "exited":
+        label = f"exited with status {e.get('returncode')}"
+    killed = f"; killed {e['killed']} process(es)" if e.get("killed") else ""
+    return (f"iteration {e.get('iteration')} {e.get('phase')}: {label} after {duration(e.get('duration', 0))}: "
+            f"{e.get('detail') or '-'}{killed}")
+
+
+def summary_lines(layout: Layout, run_id: str | None = None, running: bool = False) -> list[str]:
+    """The report of one run, for the terminal; `running` if its loop is still alive."""
+    s = summary(layout, run_id)
+    by_status: dict[str, int] = {}
+    for e in s.phases:
+        key = "finished" if e.get("status") == "exited" and e.get("returncode") == 0 else \
+            f"exit {e.get('returncode')}" if e.get("status") == "exited" else LABELS.get(e.get("status"), "?")
+        by_status[key] = by_status.get(key, 0) + 1
+    if s.ended:
+        when = f"ended {s.ended} after {duration(s.seconds or 0)}: {s.reason} (exit {s.exit_code})"
+    elif running:
+        when = "still running"
+    else:
+        when = "no end recorded (the loop was killed, or its events log lost the end)"
+    lines = [f"run {s.run_id}: started {s.started}, {when}",
+             f"  iterations: {s.iterations}; phases run: {len(s.phases)} "
+             f"({', '.join(f'{n} {k}' for k, n in sorted(by_status.items())) or 'none'}); skipped: {s.skipped}",
+             f"  leftover processes reaped: {s.reaped}"]
+    if s.breaker:
+        lines.append(f"  breaker: {s.breaker} ({s.no_progress} iteration(s) without progress at the end)")
+    if s.abnormal:
+        lines.append(f"  abnormal phases ({len(s.abnormal)}):")
+        lines += [f"    {_phase_line(e)}" for e in s.abnormal]
+    lines.append(f"  logs: {layout.run_dir(s.run_id)}")
+    return lines
+
+
+def list_lines(layout: Layout) -> list[str]:
+    """One line per run: id, start, iterations, and how it ended."""
+    lines = []
+    for run_id, evs in _by_run(layout).items():
+        s = _summarize(run_id, evs)
+        end = f"{duration(s.seconds or 0)}, exit {s.exit_code}: {s.reason}" if s.ended else "no end recorded"
+        lines.append(f"{s.run_id}  started {s.started}  {s.iterations} iteration(s)  {end}")
+    return lines
