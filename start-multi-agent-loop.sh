@@ -10,13 +10,14 @@
 # stdout only what this script reads; status lines go to stderr, and into the run's
 # console log. Exit codes: 0 done (max iterations or stop flag), 1 internal error,
 # 2 usage or configuration, 3 circuit breaker OPEN, 4 another loop runs on the project,
+# 6 disk full, 7 the watcher died too often, 8 a step overran its bound twice,
 # 129/130/143 SIGHUP/SIGINT/SIGTERM.
 set -euo pipefail
 set -o errtrace  # the ERR trap also fires inside functions, so no failure goes unreported
 
 GENESIS_HOME="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly GENESIS_HOME
-readonly EXIT_ERROR=1 EXIT_USAGE=2 EXIT_BREAKER_OPEN=3
+readonly EXIT_ERROR=1 EXIT_USAGE=2 EXIT_BREAKER_OPEN=3 EXIT_DISK_FULL=6 EXIT_WATCHER_LOST=7 EXIT_STEP_TIMEOUT=8
 
 project="."
 demo=0
@@ -28,6 +29,7 @@ child=""
 finishing=0
 console_log=""
 last_step=""
+max_iterations="" pause_seconds="" stop_flag="" phases="" lock_file="" rc2=0
 
 err() { printf 'genesis: error: %s\n' "$*" >&2; }
 # A status line on stderr, and a copy in the run's console log once there is one.
@@ -145,8 +147,9 @@ pause() {
   child=""
 }
 
-run_loop() {
-  local settings max_iterations pause_seconds stop_flag iteration=0 phases phase rc
+# Reads what the loop needs from `genesis loop-settings` (which refuses a bad configuration).
+read_settings() {
+  local settings
   settings="$(g loop-settings --run-id "${run_id}")"
   {
     IFS= read -r max_iterations
@@ -154,14 +157,34 @@ run_loop() {
     IFS= read -r stop_flag
     IFS= read -r console_log
     IFS= read -r phases
+    IFS= read -r lock_file
   } <<<"${settings}"
+}
+
+# After a step that failed: a documented reason stops the loop cleanly; anything else is
+# reported as an internal error.
+after_step() {
+  local rc="$1" line="$2"
+  case "${rc}" in
+    0) return 0 ;;
+    "${EXIT_DISK_FULL}") finish_loop "${rc}" "disk full: no room left for Genesis's state or logs" ;;
+    "${EXIT_STEP_TIMEOUT}") finish_loop "${rc}" "a step overran its time bound twice: ${last_step}" ;;
+    "${EXIT_USAGE}") finish_loop "${rc}" "a configuration or usage error: ${last_step}" ;;
+    *) on_error "${rc}" "${line}" "${last_step}" ;;
+  esac
+}
+
+run_loop() {
+  local iteration=0 phase rc
   while true; do
     iteration=$((iteration + 1))
     if ((max_iterations > 0 && iteration > max_iterations)); then
       finish_loop 0 "reached GENESIS_MAX_ITERATIONS=${max_iterations}"
     fi
     stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
-    step iteration start --iteration "${iteration}" --run-id "${run_id}"
+    rc=0
+    step iteration start --iteration "${iteration}" --run-id "${run_id}" || rc=$?
+    after_step "${rc}" "${LINENO}"
     # Every phase in order; run-phase checks the phase's trigger just before it runs.
     for phase in ${phases}; do
       stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
@@ -169,8 +192,20 @@ run_loop() {
       step run-phase --iteration "${iteration}" --phase "${phase}" --run-id "${run_id}" || rc=$?
       case "${rc}" in
         0 | 10 | 11 | 124 | 125) ;;  # finished, failed, skipped, stuck or over time: go on
-        129 | 130 | 143) finish_loop "${rc}" "phase ${phase} was interrupted" ;;
-        *) finish_loop "${rc}" "phase ${phase} could not run (status ${rc})" ;;
+        "${EXIT_ERROR}" | "${EXIT_USAGE}" | "${EXIT_DISK_FULL}" | "${EXIT_STEP_TIMEOUT}")
+          after_step "${rc}" "${LINENO}" ;;
+        *)
+          # The watcher died of a signal this loop did not send (the user's reaches the
+          # loop's trap first): a failed phase, reaped by its run's identity; bounded.
+          rc2=0
+          step phase-lost --iteration "${iteration}" --phase "${phase}" --status "${rc}" \
+            --run-id "${run_id}" || rc2=$?
+          case "${rc2}" in
+            0) ;;
+            "${EXIT_WATCHER_LOST}")
+              finish_loop "${rc2}" "the watcher died too often (last: phase ${phase}, status ${rc})" ;;
+            *) after_step "${rc2}" "${LINENO}" ;;
+          esac ;;
       esac
     done
     rc=0
@@ -178,7 +213,7 @@ run_loop() {
     case "${rc}" in
       0) ;;
       "${EXIT_BREAKER_OPEN}") finish_loop "${rc}" "circuit breaker OPEN" ;;
-      *) finish_loop "${rc}" "progress check failed (status ${rc})" ;;
+      *) after_step "${rc}" "${LINENO}" ;;
     esac
     if ((max_iterations == 0 || iteration < max_iterations)); then
       pause "${pause_seconds}"
@@ -212,7 +247,11 @@ main() {
   fi
   project="$(cd "${project}" && pwd)"
   run_id="$(date -u +%Y%m%dT%H%M%SZ)-$$"
-  g preflight --loop-pid "$$" --run-id "${run_id}" ${allow_dirty[@]+"${allow_dirty[@]}"} || exit $?
+  read_settings
+  # The loop keeps this descriptor open for its whole life; preflight flock()s it, and the
+  # kernel lets go when the loop and its steps are gone. Agents never inherit it.
+  exec 9>>"${lock_file}"
+  g preflight --loop-pid "$$" --lock-fd 9 --run-id "${run_id}" ${allow_dirty[@]+"${allow_dirty[@]}"} || exit $?
   trap 'on_signal HUP 129' HUP
   trap 'on_signal INT 130' INT
   trap 'on_signal TERM 143' TERM

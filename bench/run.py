@@ -21,6 +21,7 @@ import hook_cost  # noqa: E402
 import killtime  # noqa: E402
 import loop_overhead  # noqa: E402
 import reap_cost  # noqa: E402
+import tamper  # noqa: E402
 import watcher_cost  # noqa: E402
 from common import Row  # noqa: E402
 
@@ -53,6 +54,7 @@ def main() -> int:
         ("4. loop overhead", lambda: loop_overhead.run(3 if quick else 6)),
         ("5. watcher cost", lambda: watcher_cost.run(20 if quick else 60, 2 if quick else 3)),
         ("6. reap cost", lambda: reap_cost.run(5 if quick else 10)),
+        ("7. a careless agent", lambda: tamper.run(3 if quick else 5, 2 if quick else 3)),
     ]
     rows: list[Row] = []
     for title, bench in plan:

@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CorruptFile", "TooLarge", "read_bytes", "read_json", "write_json", "quarantine", "write_text"]
+__all__ = ["CorruptFile", "TooLarge", "DiskFull", "read_bytes", "read_json", "write_json", "quarantine",
+           "write_text", "free_bytes", "check_room", "no_room"]
 
 MAX_STATE_BYTES = 1 << 20
+NO_ROOM = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 
 
 class CorruptFile(ValueError):
@@ -31,6 +33,55 @@ class TooLarge(CorruptFile):
     def __init__(self, path: Path, limit: int):
         super().__init__(path, f"is larger than {limit} bytes")
         self.limit = limit
+
+
+class DiskFull(OSError):
+    """No room (or no quota) left to write a file; what was there before is intact."""
+
+    def __init__(self, path: Path, free: int | None, need: int | None = None):
+        room = "free space unknown" if free is None else f"{free} bytes free there"
+        wanted = f", {need} needed" if need else ""
+        super().__init__(errno.ENOSPC, f"no room to write {path} ({room}{wanted}); free some space on that "
+                                       f"disk (the file was left as it was)")
+        self.path = Path(path)
+        self.free = free
+        self.need = need
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes an unprivileged writer may still use on the file system holding path (or
+    the nearest of its parents that exists)."""
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def check_room(path: Path, need: int = 1 << 20) -> None:
+    """DiskFull before a write when the file system holding path has less than need bytes."""
+    try:
+        free = free_bytes(path)
+    except OSError:
+        return  # not knowing is not full: the write itself still reports ENOSPC
+    if free < need:
+        raise DiskFull(path, free, need)
+
+
+def no_room(exc: BaseException, path: Path, need: int | None = None) -> DiskFull | None:
+    """The DiskFull to raise for exc when it is ENOSPC or EDQUOT, else None."""
+    if isinstance(exc, DiskFull):
+        return exc
+    if not isinstance(exc, OSError) or exc.errno not in NO_ROOM:
+        return None
+    try:
+        free = free_bytes(Path(path).parent)
+    except OSError:
+        free = None
+    return DiskFull(path, free, need)
 
 
 def _reject_constant(name: str) -> Any:
@@ -109,23 +160,33 @@ def write_text(path: Path, text: str, mode: int = 0o644) -> None:
     """Write via a temp file in the same directory, fsync, then rename over the target.
 
     A crash before the rename leaves the old file intact; its temp file is swept away by
-    the next write.
+    the next write. No room on the disk (ENOSPC, EDQUOT): DiskFull, the temp file gone
+    and the old file intact.
     """
     path = Path(path)
     _sweep_temps(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
+    except OSError as exc:
+        full = no_room(exc, path)
+        if full:
+            raise full from exc
+        raise
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        full = no_room(exc, path)
+        if full:
+            raise full from exc
         raise
 
 

@@ -1,15 +1,24 @@
-"""Auto-commit after a phase, so that work survives a later kill; push only if asked."""
+"""Auto-commit after a phase, so that work survives a later kill; push only if asked.
+
+The work tree is the agent's: its hooks do not run unless asked (run_hooks), fsmonitor is
+off, and everything git starts (filters such as git-lfs stay on) carries the loop's
+markers, so the reaper can find it. Every git call is bounded (see progress.run_git).
+"""
 
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping, Sequence
+
+from .gitcmd import GitFailed, GitRun, run_git
 
 __all__ = ["CommitResult", "UserChanges", "commit", "user_changes"]
 
 GIT_TIMEOUT = 120
+NO_MARKERS: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -20,55 +29,74 @@ class CommitResult:
     error: str = ""
 
 
-def _git(project: Path, *args: str, identity: bool = False, stdin: str | None = None,
-         literal: bool = False) -> subprocess.CompletedProcess[str]:
-    prefix = ["-c", "user.name=Genesis", "-c", "user.email=genesis@localhost"] if identity else []
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
-    if literal:
-        env["GIT_LITERAL_PATHSPECS"] = "1"  # a file named '*' is that file, not every file
-    return subprocess.run(["git", *prefix, *args], cwd=project, capture_output=True, text=True,
-                          timeout=GIT_TIMEOUT, env=env, input=stdin,
-                          stdin=subprocess.DEVNULL if stdin is None else None)
+@dataclass(frozen=True)
+class _Git:
+    project: Path
+    markers: Mapping[str, str]
+    run_hooks: bool
+    timeout: float
+
+    def __call__(self, *args: str, identity: bool = False, stdin: bytes | None = None,
+                 literal: bool = False, env: Mapping[str, str] | None = None) -> GitRun:
+        config = [("core.fsmonitor", "false")]
+        if not self.run_hooks:
+            config.append(("core.hooksPath", os.devnull))  # no hook is found under /dev/null
+        if identity:
+            config += [("user.name", "Genesis"), ("user.email", "genesis@localhost")]
+        extra = {**self.markers, **(env or {})}
+        if literal:
+            extra["GIT_LITERAL_PATHSPECS"] = "1"  # a file named '*' is that file, not every file
+        return run_git(self.project, args, timeout=self.timeout, config=config, env=extra, stdin=stdin)
 
 
-def _unstage(project: Path, paths: list[str]) -> None:
+def _why(done: GitRun) -> str:
+    return (done.stderr or done.text.strip())[-300:]
+
+
+def _unstage(git: _Git, paths: Sequence[str]) -> None:
     """Take paths back out of the index (as they are in HEAD), read NUL-separated from stdin."""
     if paths:
-        _git(project, "reset", "-q", "--pathspec-from-file=-", "--pathspec-file-nul",
-             stdin="\0".join(paths), literal=True)
+        git("reset", "-q", "--pathspec-from-file=-", "--pathspec-file-nul",
+            stdin=b"\0".join(os.fsencode(p) for p in paths), literal=True)
 
 
 def commit(project: Path, message: str, excluded: list[str], push: bool,
-           keep_out: list[str] = (), tracked_only: bool = False) -> CommitResult:
+           keep_out: Sequence[str] = (), tracked_only: bool = False,
+           markers: Mapping[str, str] = NO_MARKERS, run_hooks: bool = False,
+           timeout: float = GIT_TIMEOUT) -> CommitResult:
     """Stage everything but Genesis's files and `keep_out` and commit it; nothing to commit
     is not an error.
 
     Genesis's files are kept out by info/exclude (see layout.ensure_git_excludes); if the
     user tracks one anyway, its changes are unstaged again before the commit. `keep_out`
     are the user's own untracked files, found at the run's start: never the agent's work.
-    `tracked_only` stages changes to tracked files only.
+    `tracked_only` stages changes to tracked files only. `markers` go into git's
+    environment; `run_hooks` lets the repository's hooks run; `timeout` bounds each git
+    command (one that runs over is killed with its process group and reported in error).
     """
+    git = _Git(Path(project), markers, run_hooks, timeout)
     try:
-        added = _git(project, "add", "-u" if tracked_only else "-A", "--", ".")
-        if added.returncode == 0:
-            _unstage(project, [p.lstrip("/").rstrip("/*") for p in excluded] + list(keep_out))
+        added = git("add", "-u" if tracked_only else "-A", "--", ".")
         if added.returncode != 0:
-            return CommitResult(False, error=f"git add failed: {added.stderr.strip()[-300:]}")
-        if _git(project, "diff", "--cached", "--quiet").returncode == 0:
+            return CommitResult(False, error=f"git add failed: {_why(added)}")
+        _unstage(git, [p.lstrip("/").rstrip("/*") for p in excluded] + list(keep_out))
+        if git("diff", "--cached", "--quiet").returncode == 0:
             return CommitResult(False)
-        has_identity = _git(project, "config", "user.email").stdout.strip() != ""
-        done = _git(project, "commit", "-q", "-m", message, identity=not has_identity)
+        has_identity = git("config", "user.email").text.strip() != ""
+        done = git("commit", "-q", "-m", message, identity=not has_identity)
         if done.returncode != 0:
-            return CommitResult(False, error=f"git commit failed: {(done.stderr or done.stdout).strip()[-300:]}")
-        sha = _git(project, "rev-parse", "--short", "HEAD").stdout.strip()
+            return CommitResult(False, error=f"git commit failed: {_why(done)}")
+        sha = git("rev-parse", "--short", "HEAD").text.strip()
         if not push:
             return CommitResult(True, sha)
-        pushed = _git(project, "push", "-q")
+        pushed = git("push", "-q")
         if pushed.returncode != 0:
-            return CommitResult(True, sha, False, f"git push failed: {pushed.stderr.strip()[-300:]}")
+            return CommitResult(True, sha, False, f"git push failed: {_why(pushed)}")
         return CommitResult(True, sha, True)
-    except subprocess.TimeoutExpired as exc:
-        return CommitResult(False, error=f"git timed out after {GIT_TIMEOUT}s: {' '.join(exc.cmd[:3])}")
+    except GitFailed as exc:  # GitTimeout too: it says which command and what was done
+        return CommitResult(False, error=str(exc))
+    except OSError as exc:
+        return CommitResult(False, error=f"cannot run git in {project}: {exc}")
 
 
 @dataclass(frozen=True)
@@ -77,19 +105,26 @@ class UserChanges:
     untracked: tuple[str, ...]    # files git does not track and does not ignore
 
 
-def user_changes(project: Path) -> UserChanges:
-    """What in the work tree is not committed (Genesis's own files are excluded by git)."""
-    done = _git(project, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=dirty")
+def user_changes(project: Path, markers: Mapping[str, str] = NO_MARKERS,
+                 timeout: float = GIT_TIMEOUT) -> UserChanges:
+    """What in the work tree is not committed (Genesis's own files are excluded by git).
+
+    GitFailed (a RuntimeError; GitTimeout when it ran over timeout) when git cannot say.
+    Names git cannot decode are kept as bytes escaped in the str (os.fsdecode).
+    """
+    git = _Git(Path(project), markers, False, timeout)
+    done = git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=dirty",
+               env={"GIT_OPTIONAL_LOCKS": "0"})  # no opportunistic index write
     if done.returncode != 0:
-        raise RuntimeError(f"git status failed: {done.stderr.strip()[-300:]}")
+        raise GitFailed(f"git status failed in {project}: {_why(done)}")
     changed: list[str] = []
     untracked: list[str] = []
     skip = False
-    for entry in done.stdout.split("\0"):
+    for entry in done.stdout.split(b"\0"):
         if skip:  # the source path of a rename or copy
             skip = False
             continue
         if len(entry) > 3:
-            (untracked if entry.startswith("??") else changed).append(entry[3:])
-            skip = entry[0] in "RC"
+            (untracked if entry.startswith(b"??") else changed).append(os.fsdecode(entry[3:]))
+            skip = entry[:1] in (b"R", b"C")
     return UserChanges(tuple(changed), tuple(untracked))

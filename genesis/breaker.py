@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Iterator
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
-from .atomicio import CorruptFile, quarantine, read_json, write_json
+from .atomicio import CorruptFile, read_bytes, quarantine, read_json, write_json
 
 __all__ = ["CLOSED", "HALF_OPEN", "OPEN", "Transition", "BreakerState", "record", "close",
-           "BreakerStore"]
+           "BreakerStore", "BreakerLocked", "lock_holders"]
 
 CLOSED, HALF_OPEN, OPEN = "CLOSED", "HALF_OPEN", "OPEN"
 STATES = (CLOSED, HALF_OPEN, OPEN)
 HISTORY_LIMIT = 50
 VERSION = 1
+LOCK_TIMEOUT = 30.0
+HOLDER_SEARCH = 2.0        # seconds spent at most looking for who holds a lock
 
 
 def iso(epoch: float) -> str:
@@ -109,23 +116,62 @@ def close(state: BreakerState, now: float, reason: str) -> BreakerState:
                  opened_at=None, opened_fingerprint=None)
 
 
+class BreakerLocked(TimeoutError):
+    """The breaker's lock was not free within its timeout; says who holds it, if known."""
+
+    def __init__(self, lock_path: Path, timeout: float, holders: list[tuple[int, str]]):
+        if holders:
+            who = "; ".join(f"pid {pid} ({cmd})" for pid, cmd in holders)
+            todo = (f"if that is not a running Genesis loop or command, end it (kill "
+                    f"{' '.join(str(pid) for pid, _ in holders)}); the lock is freed when its holder exits")
+        else:
+            who = "another process"
+            todo = f"find it with `lsof {lock_path}` or `fuser {lock_path}` and end it if it is not a running loop"
+        super().__init__(f"the circuit breaker's lock {lock_path} is still held after {timeout:g}s, by {who}; "
+                         f"{todo}")
+        self.lock_path = Path(lock_path)
+        self.holders = holders
+
+
 class BreakerStore:
     """The breaker's JSON file: locked, atomic, and a bad file is kept aside, not trusted.
 
     Fallback for a missing or unusable file: a fresh CLOSED breaker (deleting the file is
     the documented reset), with the bad file renamed to `<name>.corrupt-<UTC time>`.
+    The lock file is `<path>.lock` unless lock_path puts it elsewhere; waiting for it
+    takes at most timeout seconds, then BreakerLocked.
     """
 
-    def __init__(self, path: Path, clock=time.time):
+    def __init__(self, path: Path, clock=time.time, lock_path: Path | None = None,
+                 timeout: float = LOCK_TIMEOUT):
         self.path = Path(path)
-        self.lock = FileLock(str(self.path) + ".lock")
+        self.lock_path = Path(lock_path) if lock_path is not None else Path(str(self.path) + ".lock")
+        self.timeout = timeout
+        self.lock = FileLock(str(self.lock_path), timeout=timeout)
         self._clock = clock
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.lock_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            self.lock.acquire()
+        except Timeout:
+            raise BreakerLocked(self.lock_path, self.timeout, lock_holders(self.lock_path)) from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # opened with O_NOFOLLOW: a planted symlink is never followed
+                raise OSError(errno.ELOOP, f"the circuit breaker's lock {self.lock_path} is a symlink, not "
+                                           f"our lock file; remove it") from None
+            raise
+        try:
+            yield
+        finally:
+            self.lock.release()
 
     def load(self) -> tuple[BreakerState, str | None]:
         """The state and, if the file was unusable, a warning saying where it went."""
         if not self.path.parent.is_dir():
             return BreakerState(updated_at=iso(self._clock())), None  # nothing to lock or read
-        with self.lock:
+        with self._locked():
             return self._load()
 
     def _load(self) -> tuple[BreakerState, str | None]:
@@ -146,18 +192,84 @@ class BreakerStore:
                 f"starting from a fresh CLOSED breaker")
 
     def update(self, change) -> tuple[BreakerState, str | None]:
-        """Load, apply change(state) -> state, save: all under the lock."""
-        with self.lock:
+        """Load, apply change(state) -> state, save: all under the lock.
+
+        atomicio.DiskFull when there is no room to save it; the file is left as it was.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._locked():
             state, warning = self._load()
             new = change(state)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             write_json(self.path, new.to_json())
             return new, warning
 
     def reset(self) -> bool:
-        with self.lock:
+        with self._locked():
             try:
                 self.path.unlink()
                 return True
             except FileNotFoundError:
                 return False
+
+
+def lock_holders(lock_path: Path) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes holding lock_path, as far as can be found.
+
+    Linux: /proc/locks names the pid that took each flock, by inode. Elsewhere, or when
+    that pid is gone (a child inherited the lock), the processes that have the file open.
+    """
+    try:
+        st = os.stat(lock_path)
+    except OSError:
+        return []
+    pids = [pid for pid in _flock_pids(st.st_ino) if pid != os.getpid()]
+    found = [(pid, cmd) for pid in pids if (cmd := _cmdline(pid)) is not None]
+    return found or _openers(lock_path, st)
+
+
+def _flock_pids(inode: int) -> list[int]:
+    if not sys.platform.startswith("linux"):
+        return []
+    try:
+        text = read_bytes(Path("/proc/locks"), 4 << 20, follow_symlinks=True).decode("ascii", "replace")
+    except (OSError, CorruptFile):
+        return []
+    pids = []
+    for line in text.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4242 00:2e:1234 0 EOF"; waiters have "->" after the id
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4].isdigit() \
+                and fields[5].rsplit(":", 1)[-1] == str(inode):
+            pids.append(int(fields[4]))
+    return pids
+
+
+def _cmdline(pid: int) -> str | None:
+    import psutil
+
+    try:
+        cmd = " ".join(" ".join(psutil.Process(pid).cmdline()).split()) or "?"  # one line
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.Error:
+        return "?"
+    return cmd if len(cmd) <= 200 else cmd[:197] + "..."
+
+
+def _openers(lock_path: Path, st: os.stat_result) -> list[tuple[int, str]]:
+    import psutil
+
+    target = os.path.realpath(lock_path)
+    deadline = time.monotonic() + HOLDER_SEARCH
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if time.monotonic() > deadline:
+            break
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if any(f.path == target for f in proc.open_files()):
+                found.append((proc.pid, _cmdline(proc.pid) or "?"))
+        except psutil.Error:
+            continue
+    return found

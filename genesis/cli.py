@@ -19,9 +19,11 @@ from .claude_settings import SettingsError, hook_command, install, installed_eve
 from .config import KNOBS, ConfigError, Config, effective, resolve
 from .console import say
 from .heartbeat import default_heartbeat_file, hook_script, read_heartbeat
-from .layout import Layout, UnsafeDir
-from .orchestrate import Step, StepFailed, layout_for
-from .progress import NotARepository
+from .atomicio import DiskFull
+from .breaker import BreakerLocked
+from .layout import Layout, UnsafeDir, private_dir, state_dir_of
+from .gitcmd import GitFailed, NotARepository
+from .step import Step, StepFailed, layout_for
 
 
 class Fail(click.ClickException):
@@ -46,6 +48,10 @@ def guarded(fn):
             raise Fail(str(exc), exitcodes.USAGE) from None
         except StepFailed as exc:
             raise Fail(str(exc), exc.code) from None
+        except DiskFull as exc:
+            raise Fail(f"disk full: {exc}", exitcodes.DISK_FULL) from None
+        except (GitFailed, BreakerLocked) as exc:
+            raise Fail(str(exc), exitcodes.STEP_TIMEOUT) from None
 
     return wrapper
 
@@ -60,17 +66,31 @@ class Context:
 
     def step(self, run_id: str, console_copy: bool = True) -> Step:
         """A loop step's context; its status lines also go to the run's console log."""
-        cfg = self.config()
+        cfg = self.run_config(run_id)
         layout = layout_for(cfg)
-        copy = layout.console_log(run_id) if console_copy else None
-        return Step(cfg, layout, run_id, lambda msg, kind="info": say(msg, kind, copy_to=copy))
+        copies = (layout.console_log(run_id), layout.console_copy(run_id)) if console_copy else ()
+        return Step(cfg, layout, run_id, lambda msg, kind="info": say(msg, kind, copy_to=copies))
+
+    def run_config(self, run_id: str) -> Config:
+        """A running loop's step reads the settings its run started with (the snapshot),
+        never the files again: an edit made during the night, even a broken one, waits for
+        the next start. Anything else reads the live configuration."""
+        from .config import from_snapshot
+        from .preflight import load_snapshot
+
+        project = self.project.resolve()
+        snap = load_snapshot(state_dir_of(project) / "config.json", run_id)
+        if snap is not None:
+            return from_snapshot(project, snap.get("settings"))
+        return self.config()
 
     def bare_layout(self) -> Layout:
         """The project's layout with default log and flag places, without validating the
         whole configuration (enough for the breaker file and heartbeats, which never move)."""
         project = self.project.resolve()
         defaults = {k.name: k.default for k in KNOBS}
-        return Layout(project, project / defaults["GENESIS_LOG_DIR"], project / defaults["GENESIS_STOP_FLAG"])
+        return Layout(project, project / defaults["GENESIS_LOG_DIR"], project / defaults["GENESIS_STOP_FLAG"],
+                      state_dir_of(project))
 
 
 def _parse_set(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
@@ -113,15 +133,17 @@ iteration_opt = click.option("--iteration", type=click.IntRange(min=1), required
 
 @cli.command(hidden=True)
 @click.option("--loop-pid", type=int, required=True)
+@click.option("--lock-fd", type=int, required=True, help="The loop's descriptor open on its lock file.")
 @click.option("--allow-dirty", is_flag=True, help="Commit the user's uncommitted changes first, as theirs.")
 @run_id_opt
 @pass_ctx
 @guarded
-def preflight(obj: Context, loop_pid: int, run_id: str, allow_dirty: bool) -> None:
-    """Validate, lock the project, check the breaker (before the first iteration)."""
-    from .orchestrate import preflight as run
+def preflight(obj: Context, loop_pid: int, lock_fd: int, run_id: str, allow_dirty: bool) -> None:
+    """Validate, lock the project for the loop's life, snapshot the settings, check the hook
+    and the breaker (before the first iteration)."""
+    from .preflight import preflight as run
 
-    run(obj.step(run_id), loop_pid, allow_dirty)
+    run(obj.step(run_id), loop_pid, lock_fd, allow_dirty)
 
 
 @cli.command("loop-settings", hidden=True)
@@ -129,12 +151,14 @@ def preflight(obj: Context, loop_pid: int, run_id: str, allow_dirty: bool) -> No
 @guarded
 @run_id_opt
 def loop_settings(obj: Context, run_id: str) -> None:
-    """Print max iterations, pause seconds, the stop flag, the run's console log and the
-    phases (space-separated), one per line: the only things the loop reads."""
+    """Print max iterations, pause seconds, the stop flag, the run's console log, the phases
+    (space-separated) and the lock file, one per line: the only things the loop reads.
+    Creates the private state folder, where the lock file lives."""
     cfg = obj.config()
-    console = layout_for(cfg).console_log(run_id)
-    click.echo(f"{cfg.max_iterations}\n{cfg.pause:g}\n{cfg.stop_flag}\n{console}\n"
-               + " ".join(p.name for p in cfg.phases))
+    layout = layout_for(cfg)
+    private_dir(layout.state_dir)
+    click.echo(f"{cfg.max_iterations}\n{cfg.pause:g}\n{cfg.stop_flag}\n{layout.console_log(run_id)}\n"
+               + " ".join(p.name for p in cfg.phases) + f"\n{layout.loop_lock}")
 
 
 @cli.command("run-phase", hidden=True)
@@ -173,6 +197,20 @@ def iteration(obj: Context, what: str, iteration: int, run_id: str) -> None:
         sys.exit(iteration_finish(step, iteration))
 
 
+@cli.command("phase-lost", hidden=True)
+@iteration_opt
+@click.option("--phase", "name", required=True)
+@click.option("--status", type=int, required=True, help="How the watcher ended, as the loop saw it.")
+@run_id_opt
+@pass_ctx
+@guarded
+def phase_lost(obj: Context, iteration: int, name: str, status: int, run_id: str) -> None:
+    """The watcher of a phase died: reap its run, record it; exit 7 when that happened too often."""
+    from .orchestrate import phase_lost as run
+
+    sys.exit(run(obj.step(run_id), name, iteration, status))
+
+
 @cli.command(hidden=True)
 @run_id_opt
 @click.option("--reason", required=True)
@@ -180,7 +218,7 @@ def iteration(obj: Context, what: str, iteration: int, run_id: str) -> None:
 @pass_ctx
 @guarded
 def finish(obj: Context, run_id: str, reason: str, code: int) -> None:
-    """Reap, release the lock, print the summary (when the loop stops for any reason)."""
+    """Reap, let go of the lock, print the summary (when the loop stops for any reason)."""
     from .orchestrate import finish as run
 
     run(obj.step(run_id), reason, code)
@@ -199,7 +237,7 @@ def reap(obj: Context, dry_run: bool) -> None:
     from .reaper import live_tree
 
     step = obj.step("manual", console_copy=False)
-    holder = current_holder(step.layout.loop_lock)
+    holder = current_holder(step.layout.loop_lock, step.layout.loop_record)
     if holder is not None and not dry_run:
         raise Fail(f"a loop (pid {holder.pid}) is running on this project and reaps by itself; "
                    f"use --dry-run to look, or stop the loop first", exitcodes.LOCKED)
@@ -228,7 +266,7 @@ def stop(obj: Context) -> None:
     from .looplock import current_holder
 
     cfg = obj.config()
-    holder = current_holder(layout_for(cfg).loop_lock)
+    holder = current_holder(layout_for(cfg).loop_lock, layout_for(cfg).loop_record)
     if holder is None:
         raise Fail(f"no Genesis loop is running on {cfg.project}; nothing to stop", exitcodes.NOT_RUNNING)
     cfg.stop_flag.parent.mkdir(parents=True, exist_ok=True)
@@ -432,7 +470,7 @@ def report(obj: Context, run_id: str | None, list_runs: bool) -> None:
         if list_runs:
             lines = list_lines(layout)
         else:
-            holder = current_holder(layout.loop_lock)
+            holder = current_holder(layout.loop_lock, layout.loop_record)
             latest = run_id is None or (holder is not None and holder.run_id == run_id)
             lines = summary_lines(layout, run_id, running=holder is not None and latest)
     except UnknownRun as exc:

@@ -61,6 +61,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("CB_STOP_THRESHOLD", "5", "iterations without progress before OPEN (stop)"),
     Knob("AUTO_COMMIT", "true", "commit the project's changes after each phase"),
     Knob("AUTO_PUSH", "false", "push after each auto-commit"),
+    Knob("GENESIS_GIT_HOOKS", "false", "run the repository's git hooks in Genesis's own commits (an agent "
+         "may have planted one)"),
+    Knob("AGENT_LOG_MAX_MB", "50", "an agent log's size cap per phase: its head and newest tail are kept"),
     Knob("REAP_SCOPE", "all", "all: reap every leftover of this loop's agents; matching: only "
          "REAP_PATTERNS and REAP_PORTS"),
     Knob("REAP_PATTERNS", r"python[0-9.]* -m server\.main|pytest",
@@ -103,6 +106,8 @@ class Config:
     reap_ports: tuple[int, ...]
     log_dir: Path
     stop_flag: Path
+    git_hooks: bool = False
+    log_max_bytes: int = 50 << 20
     settings: Mapping[str, Setting] = field(default_factory=dict, compare=False)
 
 
@@ -175,7 +180,24 @@ def resolve(project: Path, env: Mapping[str, str] | None = None,
             flags: Mapping[str, str] | None = None) -> Config:
     """Load and validate; ConfigError names the first bad setting and what it accepts."""
     project = Path(project).resolve()
-    s = gather(project, os.environ if env is None else env, flags or {})
+    return build(project, gather(project, os.environ if env is None else env, flags or {}))
+
+
+def snapshot(cfg: Config) -> dict:
+    """The settings a run started with, to be read back by every later step of that run."""
+    return {key: [setting.value, setting.source] for key, setting in cfg.settings.items()}
+
+
+def from_snapshot(project: Path, data: object) -> Config:
+    """The configuration a run started with (see snapshot); ConfigError if unusable."""
+    if not isinstance(data, dict) or not all(
+            isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v) for v in data.values()):
+        raise ConfigError("the run's configuration snapshot is unreadable; restart the loop")
+    return build(Path(project).resolve(), {key: Setting(v[0], v[1]) for key, v in data.items()})
+
+
+def build(project: Path, s: Mapping[str, Setting]) -> Config:
+    """Validate gathered settings into a Config."""
 
     def get(key: str) -> str:
         return s[key].value.strip()
@@ -257,6 +279,8 @@ def resolve(project: Path, env: Mapping[str, str] | None = None,
         reap_ports=tuple(ports),
         log_dir=project / get("GENESIS_LOG_DIR"),
         stop_flag=project / get("GENESIS_STOP_FLAG"),
+        git_hooks=boolean("GENESIS_GIT_HOOKS"),
+        log_max_bytes=int(number("AGENT_LOG_MAX_MB", 1) * (1 << 20)),
         settings=s,
     )
 

@@ -21,16 +21,17 @@ def _colour(stream: TextIO) -> bool:
     return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
 
 
-def say(message: str, kind: str = "info", stream: TextIO | None = None, copy_to: Path | None = None) -> None:
-    """One status line, `[genesis HH:MM:SS] message`, on stderr (and in copy_to, if given)."""
+def say(message: str, kind: str = "info", stream: TextIO | None = None,
+        copy_to: tuple[Path, ...] = ()) -> None:
+    """One status line, `[genesis HH:MM:SS] message`, on stderr (and appended to each copy_to)."""
     stream = stream or sys.stderr
     prefix = time.strftime("[genesis %H:%M:%S]")
     colour = COLOURS.get(kind, "") if _colour(stream) else ""
     reset = "\033[0m" if colour else ""
     stream.write(f"{prefix} {colour}{message}{reset}\n")
     stream.flush()
-    if copy_to is not None:
-        _append(copy_to, f"{prefix} {message}\n")
+    for path in copy_to:
+        _append(path, f"{prefix} {message}\n")
 
 
 def _append(path: Path, line: str) -> None:

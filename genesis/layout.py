@@ -1,20 +1,45 @@
-"""Where Genesis keeps its files inside a project, and keeping them out of git's view."""
+"""Where Genesis keeps its files, and keeping them out of git's view.
+
+The loop's working state (heartbeats, the lock, baselines, run records, the configuration
+snapshot, the breaker's truth while a loop runs) lives in a private directory inside the
+repository's own git directory, `<git dir>/genesis/`: git commands in the work tree never
+touch it (`git clean -fdx`, `git stash -a`, `rm -rf orchestrator`), it belongs to this
+repository and work tree (a linked worktree has its own git dir), and it goes when the
+repository goes. What users look at or edit stays in the work tree: the breaker file,
+the logs, the stop flag, genesis.conf and prompts.
+"""
 
 from __future__ import annotations
 
 import os
 import stat
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from .atomicio import read_bytes, write_text
 
-__all__ = ["Layout", "UnsafeDir", "private_dir", "ensure_git_excludes", "add_git_excludes"]
+__all__ = ["Layout", "UnsafeDir", "private_dir", "heal_dir", "state_dir_of", "ensure_git_excludes",
+           "add_git_excludes", "GIT_TIMEOUT"]
+
+GIT_TIMEOUT = 60.0
 
 
 class UnsafeDir(PermissionError):
     """A directory Genesis would write into could be tampered with by someone else."""
+
+
+def state_dir_of(project: Path) -> Path:
+    """`<git dir>/genesis` of the work tree at project (see the module's docstring)."""
+    from .gitcmd import GitFailed, NotARepository, run_git
+
+    try:
+        done = run_git(project, ["rev-parse", "--absolute-git-dir"], timeout=GIT_TIMEOUT)
+    except (OSError, GitFailed) as exc:
+        raise NotARepository(f"{project}: cannot ask git where its git directory is ({exc})") from None
+    if done.returncode != 0 or not done.text.strip():
+        raise NotARepository(f"{project} is not a git work tree; run `git init` there or pass --project "
+                             f"with a git project")
+    return Path(done.text.strip()) / "genesis"
 
 
 @dataclass(frozen=True)
@@ -22,6 +47,7 @@ class Layout:
     project: Path
     log_dir: Path
     stop_flag: Path
+    state_dir: Path                # private: see the module's docstring
 
     @property
     def orchestrator(self) -> Path:
@@ -29,14 +55,25 @@ class Layout:
 
     @property
     def breaker_file(self) -> Path:
+        """What users read and delete to reset; while a loop runs, a mirror of breaker_truth."""
         return self.orchestrator / ".circuit_breaker.json"
 
     @property
-    def state_dir(self) -> Path:
-        return self.orchestrator / ".genesis"
+    def breaker_truth(self) -> Path:
+        return self.state_dir / "breaker.json"
+
+    @property
+    def breaker_lock(self) -> Path:
+        return self.state_dir / "breaker.lock"
 
     @property
     def loop_lock(self) -> Path:
+        """flock()ed by the loop for its whole life: the kernel releases it when the loop dies."""
+        return self.state_dir / "loop.lock"
+
+    @property
+    def loop_record(self) -> Path:
+        """Who holds loop_lock: pid, start time, run id (for messages; the lock is the truth)."""
         return self.state_dir / "loop.json"
 
     @property
@@ -49,11 +86,30 @@ class Layout:
         return self.state_dir / "user-untracked.json"
 
     @property
+    def config_snapshot(self) -> Path:
+        """The settings the running loop started with; edits to genesis.conf wait for the next start."""
+        return self.state_dir / "config.json"
+
+    @property
+    def prompts_dir(self) -> Path:
+        """Copies of the phase prompts taken at the start of the run."""
+        return self.state_dir / "prompts"
+
+    @property
+    def hook_record(self) -> Path:
+        """Where the heartbeat hook was found working at start, to reinstall it there if it goes."""
+        return self.state_dir / "hook.json"
+
+    @property
     def events_file(self) -> Path:
-        return self.log_dir / "events.jsonl"
+        return self.state_dir / "events.jsonl"
+
+    @property
+    def heartbeat_dir(self) -> Path:
+        return self.state_dir / "heartbeats"
 
     def heartbeat_file(self, phase: str) -> Path:
-        return self.state_dir / "heartbeats" / f"{phase}.json"
+        return self.heartbeat_dir / f"{phase}.json"
 
     def run_dir(self, run_id: str) -> Path:
         """One folder per run: its agents' logs and its console copy are its own."""
@@ -65,11 +121,14 @@ class Layout:
     def console_log(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "console.log"
 
+    def console_copy(self, run_id: str) -> Path:
+        """The console log's twin in private state, to restore it if the log folder is wiped."""
+        return self.state_dir / "consoles" / f"{run_id}.log"
+
     def ignored(self) -> list[str]:
         """Patterns (relative to the work tree) for every file Genesis writes in the project."""
         rel = []
-        for path, suffix in ((self.breaker_file, "*"), (self.state_dir, "/"), (self.log_dir, "/"),
-                             (self.stop_flag, "")):
+        for path, suffix in ((self.breaker_file, "*"), (self.log_dir, "/"), (self.stop_flag, "")):
             try:
                 rel.append("/" + path.relative_to(self.project).as_posix() + suffix)
             except ValueError:
@@ -95,6 +154,31 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def heal_dir(path: Path) -> str | None:
+    """Make path a private directory again, whatever an agent did to it; say what was fixed.
+
+    Never a refusal that ends the night: a missing folder is recreated, a loose mode reset
+    to 0700, a symlink or file planted in its place (or a folder that is not ours) moved
+    aside. Only UnsafeDir when even that fails.
+    """
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        private_dir(path)
+        return f"{path} was missing; recreated"
+    fixed = None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        aside = path.with_name(f"{path.name}.tampered-{os.getpid()}-{st.st_ino}")
+        os.rename(path, aside)
+        private_dir(path)
+        return f"{path} was replaced by something that is not our folder; moved it aside to {aside}"
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+        fixed = f"{path} had mode {stat.S_IMODE(st.st_mode):o}; reset to 700"
+    return fixed
+
+
 def ensure_git_excludes(layout: Layout) -> list[str]:
     """Add Genesis's files to the repository's info/exclude (never the user's .gitignore)."""
     return add_git_excludes(layout.project, layout.ignored())
@@ -102,8 +186,12 @@ def ensure_git_excludes(layout: Layout) -> list[str]:
 
 def add_git_excludes(project: Path, patterns: list[str]) -> list[str]:
     """Append the patterns missing from the repository's info/exclude; return them."""
-    out = subprocess.run(["git", "rev-parse", "--git-path", "info/exclude"], cwd=project,
-                         capture_output=True, text=True, check=True).stdout.strip()
+    from .gitcmd import GitFailed, run_git
+
+    done = run_git(project, ["rev-parse", "--git-path", "info/exclude"], timeout=GIT_TIMEOUT)
+    if done.returncode != 0:
+        raise GitFailed(f"git rev-parse --git-path info/exclude failed in {project}: {done.stderr}")
+    out = done.text.strip()
     exclude = Path(out) if os.path.isabs(out) else Path(project) / out
     exclude.parent.mkdir(parents=True, exist_ok=True)
     try:

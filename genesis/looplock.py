@@ -1,31 +1,39 @@
-"""One loop per project: a lock record naming the running loop, released if its holder died."""
+"""One loop per project, enforced by the kernel: a flock held for the loop's whole life.
+
+The bash loop opens the lock file on a descriptor it keeps until it exits, and the
+preflight step locks that descriptor (flock locks belong to the open file, which the loop
+holds). The kernel drops the lock when the loop and every step it started are gone, so a
+SIGKILLed loop never blocks the next start, and deleting files never lets a second loop
+in while the first still runs. A small record beside the lock names the holder for
+messages; the lock, not the record, is the truth.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
+import stat
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
 from .atomicio import CorruptFile, finite, read_json, write_json
 from .proctree import identify
 
-__all__ = ["Holder", "Locked", "acquire", "release", "current_holder"]
+__all__ = ["Holder", "Locked", "acquire", "release", "current_holder", "hold"]
 
 
 @dataclass(frozen=True)
 class Holder:
-    pid: int
+    pid: int                       # 0: the lock is held but its record is gone
     create_time: float
     run_id: str
     started_at: str
     host: str
 
     def alive(self) -> bool:
-        """True only if that very process (pid and start time) still runs on this host."""
+        """True if that very process (pid and start time) still runs on this host."""
         if self.host != socket.gethostname():
             return True  # cannot check another machine's processes: assume it runs
         ident = identify(self.pid)
@@ -34,16 +42,22 @@ class Holder:
 
 class Locked(RuntimeError):
     def __init__(self, holder: Holder, path: Path):
-        super().__init__(f"another Genesis loop is already running on this project: pid {holder.pid} "
-                         f"(run {holder.run_id}, started {holder.started_at} on {holder.host}); "
-                         f"stop it first (`genesis stop` or kill {holder.pid}). Lock: {path}")
+        if holder.pid and holder.alive():
+            who = (f"pid {holder.pid} (run {holder.run_id}, started {holder.started_at} on {holder.host}); "
+                   f"stop it first (`genesis stop` or kill {holder.pid})")
+        elif holder.pid:
+            who = (f"a step of the loop pid {holder.pid} (run {holder.run_id}), which is gone: its last phase "
+                   f"is still being ended; try again in a moment")
+        else:
+            who = "a process whose record is gone; find it with `fuser` or `lsof` on the lock"
+        super().__init__(f"another Genesis loop is already running on this project: {who}. Lock: {path}")
         self.holder = holder
 
 
-def _read(path: Path) -> Holder | None:
+def _read(record: Path) -> Holder | None:
     try:
-        data = read_json(path)
-    except CorruptFile:
+        data = read_json(record)
+    except (CorruptFile, OSError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("pid"), int) or finite(data.get("create_time")) is None:
         return None
@@ -51,35 +65,73 @@ def _read(path: Path) -> Holder | None:
                   str(data.get("started_at", "")), str(data.get("host", "")))
 
 
-def current_holder(path: Path) -> Holder | None:
-    """The live loop holding the lock, or None (no record, or its holder is gone)."""
-    holder = _read(path)
-    return holder if holder is not None and holder.alive() else None
+def _unknown() -> Holder:
+    return Holder(0, 0.0, "", "", socket.gethostname())
 
 
-def acquire(path: Path, pid: int, run_id: str) -> Holder:
-    """Record `pid` as this project's loop; Locked if a live loop already holds it."""
+def _same_file(fd: int, path: Path) -> bool:
+    """The descriptor is the regular file at path (not a symlink planted in its place)."""
+    try:
+        st, at = os.fstat(fd), os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(at.st_mode) and (st.st_dev, st.st_ino) == (at.st_dev, at.st_ino)
+
+
+def acquire(lock: Path, record: Path, fd: int, pid: int, run_id: str) -> Holder:
+    """Lock the loop's descriptor `fd` (open on `lock`) for good; Locked if another loop has it."""
+    if not _same_file(fd, lock):
+        raise ValueError(f"descriptor {fd} is not the lock file {lock}")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise Locked(_read(record) or _unknown(), lock) from None
     ident = identify(pid)
     if ident is None:
         raise ValueError(f"loop process {pid} does not exist")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        holder = current_holder(path)
-        if holder is not None and holder.pid != pid:
-            raise Locked(holder, path)
-        mine = Holder(pid, ident.create_time, run_id,
-                      time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), socket.gethostname())
-        write_json(path, asdict(mine))
-        return mine
+    mine = Holder(pid, ident.create_time, run_id, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  socket.gethostname())
+    write_json(record, asdict(mine))
+    return mine
 
 
-def release(path: Path, run_id: str) -> bool:
-    with FileLock(str(path) + ".lock"):
-        holder = _read(path)
-        if holder is None or holder.run_id != run_id:
-            return False
+def current_holder(lock: Path, record: Path) -> Holder | None:
+    """The running loop, or None: asks the kernel whether the lock is held."""
+    try:
+        fd = os.open(lock, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None  # no lock file: no loop has run since the state was made
+    try:
         try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return False
-        return True
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read(record) or _unknown()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def release(record: Path, run_id: str) -> bool:
+    """Remove the holder record if it is this run's (the lock goes when the loop exits)."""
+    holder = _read(record)
+    if holder is None or holder.run_id != run_id:
+        return False
+    try:
+        os.unlink(record)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def hold(lock: Path, record: Path, run_id: str) -> int:
+    """Open and lock the lock file in this process (for a loop run from Python, and tests);
+    returns the descriptor, which holds the lock until it is closed."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        acquire(lock, record, fd, os.getpid(), run_id)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

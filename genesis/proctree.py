@@ -12,8 +12,8 @@ from typing import Callable, Iterable
 
 import psutil
 
-__all__ = ["ProcId", "KillReport", "identify", "descendants", "marked", "protected_pids",
-           "kill_all", "become_subreaper", "reap_zombie_children"]
+__all__ = ["ProcId", "KillReport", "identify", "descendants", "marked", "protected_pids", "adopted",
+           "descends_from", "command_line", "kill_all", "become_subreaper", "reap_zombie_children"]
 
 POLL = 0.05
 
@@ -88,6 +88,56 @@ def marked(markers: dict[str, str], uid: int | None = None) -> list[ProcId]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             continue
     return found
+
+
+def adopted(since: float) -> list[ProcId]:
+    """This process's descendants started at or after `since` (a create time).
+
+    While this process watches an agent as its child subreaper, every orphan of the agent's
+    tree is re-parented to it: descent is proof of ownership whatever the orphan did to its
+    environment or session. The start time leaves out what this process (a test runner, say)
+    had started itself before the agent.
+    """
+    found = []
+    try:
+        kids = psutil.Process().children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return found
+    for kid in kids:
+        ident = identify(kid.pid)
+        if ident is not None and ident.create_time >= since:
+            found.append(ident)
+    return found
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether `ancestor` is among pid's parents (a zombie's parent is still known)."""
+    try:
+        proc = psutil.Process(pid)
+        for _ in range(4096):  # bounded: a parent chain is never that long
+            ppid = proc.ppid()
+            if ppid == ancestor:
+                return True
+            if ppid <= 1:
+                return False
+            proc = psutil.Process(ppid)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return False
+
+
+def command_line(pid: int, width: int = 200) -> str:
+    """A process's command line (its name for a zombie), cut short; "?" once it is gone."""
+    try:
+        proc = psutil.Process(pid)
+        try:
+            line = " ".join(proc.cmdline())
+        except (psutil.ZombieProcess, psutil.AccessDenied):
+            line = ""
+        line = line or f"[{proc.name()}]"
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return "?"
+    return line if len(line) <= width else line[:width - 3] + "..."
 
 
 def protected_pids() -> set[int]:
@@ -190,6 +240,8 @@ def kill_all(find: Callable[[], Iterable[ProcId]], grace: float, keep: Iterable[
         for ident in new:
             _send(ident, signal.SIGSTOP)
         frozen |= new
+    if not frozen:
+        return KillReport(targets=0, terminated=0, killed=0, survivors=())  # nothing found, nothing to fork
     targets = {i for i in frozen if _alive(i)}
     for ident in targets:
         _send(ident, signal.SIGTERM)

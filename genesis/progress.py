@@ -4,28 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import select
 import stat
-import subprocess
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-__all__ = ["Fingerprint", "GitFailed", "NotARepository", "fingerprint", "open_repo"]
+__all__ = ["Fingerprint", "NotARepository", "fingerprint", "open_repo", "check_work_tree", "measuring_config"]
 
-HASH_LIMIT = 8 << 20  # untracked files larger than this are compared by size and mtime
-GIT_TIMEOUT = 300     # seconds for one git command over the whole work tree
+HASH_LIMIT = 8 << 20       # untracked files larger than this are compared by size and mtime
 CHUNK = 1 << 16
 
-
-class NotARepository(ValueError):
-    pass
-
-
-class GitFailed(RuntimeError):
-    """A git command failed or ran over its time while measuring progress."""
+from .gitcmd import GIT_TIMEOUT, GitFailed, GitRun, NotARepository, command_name, run_git  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -44,79 +32,104 @@ class Fingerprint:
         return None
 
 
+def check_work_tree(project: Path, timeout: float = GIT_TIMEOUT) -> Path:
+    """The top of the git work tree at project, or NotARepository with what to do."""
+    try:
+        # A bare repository prints "true" and then fails on --show-toplevel.
+        done = run_git(project, ["rev-parse", "--is-bare-repository", "--show-toplevel"], timeout=timeout,
+                       config=[("core.fsmonitor", "false")], limit=1 << 16)
+    except FileNotFoundError:
+        if not Path(project).is_dir():
+            raise NotARepository(f"{project} is not a directory; pass --project with a git project") from None
+        raise NotARepository("git is not installed (not found on PATH); install git") from None
+    except NotADirectoryError:
+        raise NotARepository(f"{project} is not a directory; pass --project with a git project") from None
+    lines = done.text.splitlines()
+    if lines[:1] == ["true"]:
+        raise NotARepository(f"{project} is a bare repository; point --project at a work tree")
+    if done.returncode != 0 or len(lines) < 2 or not lines[1]:
+        said = f" (git: {done.stderr.splitlines()[-1]})" if done.stderr else ""
+        raise NotARepository(f"{project} is not a git work tree{said}; run `git init` there or pass "
+                             f"--project with a git project")
+    top = lines[1]
+    if Path(top).resolve() != Path(project).resolve():
+        raise NotARepository(f"{project} is inside the git work tree {top}; pass --project {top}")
+    return Path(top)
+
+
 def open_repo(project: Path):
-    """The git work tree at project, or NotARepository with what to do."""
+    """The git work tree at project as a GitPython Repo, or NotARepository with what to do."""
     import git  # GitPython; imported here to keep other commands quick to start
 
+    check_work_tree(project)  # bounded: git reads what GitPython would read unbounded
     try:
         # GitPython expands $VARS and ~ in a str path unless told not to: a directory named
         # `$HOME` is a name here. An absolute path leaves no leading ~ to expand either.
-        repo = git.Repo(os.path.abspath(project), search_parent_directories=True, expand_vars=False)
+        repo = git.Repo(os.path.abspath(project), search_parent_directories=False, expand_vars=False)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise NotARepository(f"{project} is not a git work tree; run `git init` there or pass "
                              f"--project with a git project") from None
-    if repo.bare:
-        raise NotARepository(f"{project} is a bare repository; point --project at a work tree")
-    if Path(repo.working_tree_dir).resolve() != Path(project).resolve():
-        raise NotARepository(f"{project} is inside the git work tree {repo.working_tree_dir}; "
-                             f"pass --project {repo.working_tree_dir}")
     # Its command wrapper expands a str working directory whatever Repo was told, so git
     # would run in another directory; a Path is taken literally.
     repo.git = repo.GitCommandWrapperType(Path(repo.working_tree_dir))
     return repo
 
 
-def fingerprint(project: Path, excluded: list[str]) -> Fingerprint:
-    """A digest of everything an agent can change; Genesis's own files are left out."""
-    open_repo(project)
+def measuring_config(project: Path, timeout: float = GIT_TIMEOUT) -> list[tuple[str, str]]:
+    """Config that makes git read the work tree without running anything the repository
+    configures: every filter driver (clean, smudge, process) off, fsmonitor off, no hooks.
+
+    Filters are found by name in git's own view of its config (every scope and include),
+    then each is emptied, which git treats as no filter; `required` is turned off so an
+    emptied filter is not an error. Textconv and external diff are command-line options.
+    """
+    found = run_git(project, ["config", "-z", "--get-regexp", r"^filter\."], timeout=timeout,
+                    config=[("core.fsmonitor", "false")])
+    if found.returncode not in (0, 1):  # 1: no filter configured
+        raise GitFailed(f"git config failed in {project} (status {found.returncode}): {found.stderr}")
+    names: set[str] = set()
+    for entry in found.stdout.split(b"\0"):
+        key = os.fsdecode(entry.split(b"\n", 1)[0])
+        name, dot, _ = key[len("filter."):].rpartition(".")
+        if key.startswith("filter.") and dot:
+            names.add(name)
+    config = [("core.fsmonitor", "false"), ("core.hooksPath", os.devnull)]
+    for name in sorted(names):
+        config += [(f"filter.{name}.{var}", "") for var in ("clean", "smudge", "process")]
+        config.append((f"filter.{name}.required", "false"))
+    return config
+
+
+def fingerprint(project: Path, excluded: list[str], timeout: float = GIT_TIMEOUT) -> Fingerprint:
+    """A digest of everything an agent can change; Genesis's own files are left out.
+
+    Nothing the repository configures runs (see measuring_config), and each git command
+    is bounded by timeout: GitTimeout names the one that ran over.
+    """
+    check_work_tree(project, timeout)
+    config = measuring_config(project, timeout)
     specs = ["--", "."] + [f":(top,exclude){p.lstrip('/').rstrip('/')}" for p in excluded]
-    out: list[bytes] = []
-    found = _git(project, ["rev-parse", "--verify", "-q", "HEAD"], out.append, ok=(0, 1)) == 0
-    head = b"".join(out).decode("ascii", "replace").strip() if found else None
+
+    def git(args: list[str], sink=None, ok: tuple[int, ...] = (0,)) -> GitRun:
+        done = run_git(project, args, timeout=timeout, config=config, sink=sink,
+                       env={"GIT_OPTIONAL_LOCKS": "0"})
+        if done.returncode not in ok:
+            raise GitFailed(f"{command_name(args)} failed in {project} (status {done.returncode}): {done.stderr}")
+        return done
+
+    found = git(["rev-parse", "--verify", "-q", "HEAD"], ok=(0, 1))
+    head = found.stdout.decode("ascii", "replace").strip() if found.returncode == 0 else None
     h = hashlib.sha256()
     for args in (["--cached"], []):
-        _git(project, ["diff", *args, "--binary", "--no-color", "--no-ext-diff", *specs], h.update)
+        # Submodules: their commits count; looking into their work trees would run their config.
+        git(["diff", *args, "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
+             "--ignore-submodules=dirty", *specs], sink=h.update)
         h.update(b"\0\0")
-    listing: list[bytes] = []
-    _git(project, ["ls-files", "--others", "--exclude-standard", "-z", *specs], listing.append)
-    for rel in sorted(u for u in b"".join(listing).split(b"\0") if u):
+    listing = git(["ls-files", "--others", "--exclude-standard", "-z", *specs]).stdout
+    for rel in sorted(u for u in listing.split(b"\0") if u):
         h.update(rel + b"\0")
         h.update(_file_digest(Path(project) / os.fsdecode(rel)))
     return Fingerprint(head, h.hexdigest())
-
-
-def _git(project: Path, args: list[str], sink: Callable[[bytes], object], ok: tuple[int, ...] = (0,)) -> int:
-    """Run git in project and feed its output to sink as it comes, so a huge diff is never
-    held whole; bounded by GIT_TIMEOUT. No shell and no GitPython: nothing is expanded."""
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
-    deadline = time.monotonic() + GIT_TIMEOUT
-    overtime = GitFailed(f"git {args[0]} ran for more than {GIT_TIMEOUT}s in {project}; check the "
-                         f"repository (a huge work tree, a hung filesystem?)")
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(["git", *args], cwd=project, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=err)
-        try:
-            with proc.stdout:
-                fd = proc.stdout.fileno()
-                while True:
-                    if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                        raise overtime
-                    chunk = os.read(fd, CHUNK)
-                    if not chunk:
-                        break
-                    sink(chunk)
-            rc = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise overtime from None
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        if rc not in ok:
-            err.seek(0)
-            why = err.read(CHUNK).decode("utf-8", "replace").strip()[-300:]
-            raise GitFailed(f"git {args[0]} failed in {project} (status {rc}): {why}")
-        return rc
 
 
 def _file_digest(path: Path) -> bytes:

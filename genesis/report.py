@@ -5,19 +5,18 @@ from __future__ import annotations
 import calendar
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from . import events
 from .layout import Layout
 
-__all__ = ["RunSummary", "UnknownRun", "runs", "summary", "summary_lines", "list_lines", "duration"]
+__all__ = ["RunSummary", "UnknownRun", "run_events", "runs", "summary", "summary_lines", "list_lines", "duration"]
 
 Event = dict[str, Any]
 
 # How a phase_end status reads in the report; anything but a clean exit is abnormal.
 LABELS = {"exited": "exited", "stale": "stuck", "overtime": "over time", "interrupted": "interrupted",
-          "not_started": "could not start"}
+          "not_started": "could not start", "watcher_lost": "watcher lost"}
 
 
 class UnknownRun(LookupError):
@@ -67,6 +66,11 @@ def _by_run(layout: Layout) -> dict[str, list[Event]]:
     return grouped
 
 
+def run_events(layout: Layout, run_id: str) -> list[Event]:
+    """The events of one run, in order (none if it is unknown)."""
+    return _by_run(layout).get(run_id, [])
+
+
 def runs(layout: Layout) -> list[str]:
     """Run ids in the order they started."""
     return list(_by_run(layout))
@@ -96,7 +100,8 @@ def _summarize(run_id: str, evs: list[Event]) -> RunSummary:
         reason=str(end.get("reason", "")) if end else "", exit_code=end.get("exit_code") if end else None,
         iterations=len(iterations), phases=tuple(e for e in evs if e["event"] == "phase_end"),
         skipped=sum(1 for e in evs if e["event"] == "phase_skip"),
-        reaped=sum(len(e.get("pids", [])) for e in evs if e["event"] == "reap"),
+        reaped=sum(len(e.get("pids", [])) for e in evs if e["event"] == "reap")
+        + sum(int(e.get("swept", 0) or 0) for e in evs if e["event"] == "phase_end"),
         breaker=last_breaker.get("breaker"), no_progress=int(last_breaker.get("no_progress", 0) or 0))
 
 
@@ -127,7 +132,7 @@ def summary_lines(layout: Layout, run_id: str | None = None, running: bool = Fal
     lines = [f"run {s.run_id}: started {s.started}, {when}",
              f"  iterations: {s.iterations}; phases run: {len(s.phases)} "
              f"({', '.join(f'{n} {k}' for k, n in sorted(by_status.items())) or 'none'}); skipped: {s.skipped}",
-             f"  leftover processes reaped: {s.reaped}"]
+             f"  leftover processes ended: {s.reaped}"]
     if s.breaker:
         lines.append(f"  breaker: {s.breaker} ({s.no_progress} iteration(s) without progress at the end)")
     if s.abnormal:

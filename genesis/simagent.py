@@ -14,6 +14,8 @@ first match wins, ITER a number or *, PHASE a name or *, ACTIONS joined by +:
   server  start `python -m server.main` on --port in the background and leave it
   hang    a Bash call that hangs silently    idle    look around, change nothing
   fail    a Bash call that exits 3           exit:N  end with status N
+  bash:C  run the Bash command C, %-encoded (%20 a space, %2C a comma, %2B a plus), as an
+          agent that runs `git clean -fdx` or `pkill -f python` would
   slow:S  think for S seconds between calls
 """
 
@@ -27,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -177,6 +180,8 @@ class Agent:
                 self.review()
             elif name == "server":
                 self.bash(f"nohup {sys.executable} -m server.main {self.port} >/dev/null 2>&1 &")
+            elif name == "bash":
+                self.bash(urllib.parse.unquote(arg))
             elif name == "fail":
                 self.bash("echo before-fail; exit 3")
             elif name == "hang":

@@ -47,6 +47,11 @@ def project(tmp_path) -> Path:
     return root
 
 
+def state_of(project: Path) -> Path:
+    """Genesis's private state folder for a plain (non-worktree) repository: <git dir>/genesis."""
+    return project / ".git" / "genesis"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -2,11 +2,13 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from genesis import breaker
-from genesis.breaker import CLOSED, HALF_OPEN, OPEN, BreakerState, BreakerStore, record
+from genesis.breaker import CLOSED, HALF_OPEN, OPEN, BreakerLocked, BreakerState, BreakerStore, record
 
 NOW = 1_800_000_000.0
 
@@ -100,3 +102,79 @@ def test_a_symlink_at_the_state_path_is_not_followed(tmp_path):
     state, warning = BreakerStore(path, clock=lambda: NOW).load()
     assert state.state == CLOSED and "symlink" in warning
     assert victim.read_text() == "precious"
+
+
+# --- the lock: bounded waits, and who holds it ------------------------------------------
+
+HOLD = ("import fcntl, os, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(600)\n")
+
+
+@pytest.fixture
+def holder(tmp_path, procs):
+    """A real process holding the breaker's lock file, as a leftover would."""
+    lock = tmp_path / "private" / "breaker.lock"
+    lock.parent.mkdir(mode=0o700)
+    script = tmp_path / "leftover-lock-holder.py"
+    script.write_text(HOLD)
+    proc = procs([sys.executable, str(script), str(lock)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "locked\n"
+    return lock, proc
+
+
+@pytest.mark.fault(27)
+def test_a_held_lock_is_waited_on_for_the_timeout_then_named_with_its_holder(tmp_path, holder):
+    lock, proc = holder
+    path = tmp_path / "orchestrator" / ".circuit_breaker.json"
+    store = BreakerStore(path, clock=lambda: NOW, lock_path=lock, timeout=0.3)
+    store.path.parent.mkdir()
+    for attempt in (lambda: store.update(lambda s: record(s, 1, False, NOW, 3, 5)), store.load, store.reset):
+        with pytest.raises(BreakerLocked) as caught:
+            attempt()
+        exc = caught.value
+        assert isinstance(exc, TimeoutError)
+        assert exc.holders and exc.holders[0][0] == proc.pid
+        message = str(exc)
+        assert f"the circuit breaker's lock {lock} is still held after 0.3s" in message
+        assert f"pid {proc.pid} (" in message and "leftover-lock-holder" in message
+        assert f"kill {proc.pid}" in message
+    assert not path.exists()
+    proc.kill()
+    proc.wait()
+    state, _ = store.update(lambda s: record(s, 1, False, NOW, 3, 5))  # the kernel freed the lock
+    assert state.no_progress_count == 1 and json.loads(path.read_text())["no_progress_count"] == 1
+
+
+@pytest.mark.fault(27)
+def test_lock_holders_names_the_process_that_holds_it(holder):
+    lock, proc = holder
+    found = breaker.lock_holders(lock)
+    assert [pid for pid, _ in found] == [proc.pid]
+    assert "leftover-lock-holder" in found[0][1]
+    # Where /proc/locks is missing (macOS): the processes that have the file open.
+    assert [pid for pid, _ in breaker._openers(lock, os.stat(lock))] == [proc.pid]
+
+
+def test_the_lock_file_lives_where_it_is_told(tmp_path):
+    path = tmp_path / "orchestrator" / ".circuit_breaker.json"
+    lock = tmp_path / "state" / "breaker.lock"
+    store = BreakerStore(path, lock_path=lock)
+    store.update(lambda s: record(s, 1, True, NOW, 3, 5))
+    assert lock.is_file() and path.is_file()
+    assert sorted(p.name for p in path.parent.iterdir()) == [".circuit_breaker.json"]
+    assert BreakerStore(path).lock_path == tmp_path / "orchestrator" / ".circuit_breaker.json.lock"
+
+
+def test_a_symlink_planted_at_the_lock_path_is_refused_and_its_target_untouched(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    lock = tmp_path / "breaker.lock"
+    os.symlink(victim, lock)
+    store = BreakerStore(tmp_path / ".circuit_breaker.json", lock_path=lock, timeout=0.3)
+    with pytest.raises(OSError, match="is a symlink"):
+        store.update(lambda s: record(s, 1, True, NOW, 3, 5))
+    assert victim.read_text() == "precious"
+    assert not (tmp_path / ".circuit_breaker.json").exists()

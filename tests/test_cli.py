@@ -10,10 +10,10 @@ from click.testing import CliRunner
 
 from genesis import events
 from genesis.cli import cli
-from genesis.looplock import acquire
+from genesis.looplock import hold
 from genesis.reaper import markers_for
 
-from conftest import alive, wait_for
+from conftest import alive, state_of, wait_for
 
 SPAWN = str(Path(__file__).parent / "helpers" / "spawn.py")
 
@@ -59,8 +59,9 @@ def test_stop_without_a_running_loop_says_so_exits_5_and_writes_nothing(project)
 
 
 def test_stop_writes_false_to_the_flag_file_of_a_running_loop(project):
-    acquire(project / "orchestrator" / ".genesis" / "loop.json", os.getpid(), "run-x")
+    fd = hold(state_of(project) / "loop.lock", state_of(project) / "loop.json", "run-x")
     result = invoke(project, "stop")
+    os.close(fd)
     assert result.exit_code == 0, result.output
     assert f"(pid {os.getpid()}, run run-x)" in result.output
     assert (project / "hooks" / "loop_multi_agent.txt").read_text() == "false\n"
@@ -80,8 +81,9 @@ def test_reap_dry_run_lists_and_kills_nothing_then_reap_kills(project, procs):
 
 
 def test_reap_by_hand_refuses_while_a_loop_runs(project):
-    acquire(project / "orchestrator" / ".genesis" / "loop.json", os.getpid(), "run-x")
+    fd = hold(state_of(project) / "loop.lock", state_of(project) / "loop.json", "run-x")
     result = invoke(project, "reap")
+    os.close(fd)
     assert result.exit_code == 4 and f"a loop (pid {os.getpid()}) is running" in result.output
 
 
@@ -91,7 +93,7 @@ def test_report_without_runs_says_so_and_exits_1(project):
 
 
 def test_report_of_an_unknown_run_exits_1_and_points_to_the_list(project):
-    events.record(project / "orchestrator" / "logs" / "events.jsonl", "run-a", "loop_start")
+    events.record(state_of(project) / "events.jsonl", "run-a", "loop_start")
     result = invoke(project, "report", "--run-id", "run-b")
     assert result.exit_code == 1
     assert "no run 'run-b'" in result.output and "genesis report --list" in result.output
@@ -102,6 +104,5 @@ def test_report_of_an_unknown_run_exits_1_and_points_to_the_list(project):
 
 def test_a_project_that_is_not_a_repository_exits_2(tmp_path):
     (tmp_path / "plain").mkdir()
-    result = CliRunner().invoke(cli, ["--project", str(tmp_path / "plain"), "preflight", "--loop-pid",
-                                      str(os.getpid()), "--run-id", "r"])
+    result = CliRunner().invoke(cli, ["--project", str(tmp_path / "plain"), "loop-settings", "--run-id", "r"])
     assert result.exit_code == 2 and "is not a git work tree" in result.output

@@ -15,7 +15,7 @@ from genesis.cli import cli
 from genesis.heartbeat import hook_script, read_heartbeat
 from genesis.hookcheck import BROKEN, MALFORMED, NOT_INSTALLED, WORKING, self_test
 
-from conftest import alive, wait_for
+from conftest import alive, state_of, wait_for
 
 NOW = 1_800_000_000.0
 
@@ -342,7 +342,7 @@ def test_status_leaves_no_test_heartbeat_or_temp_dir_behind(box, tmp_path, monke
 
 def test_status_still_says_when_the_hook_last_fired(box):
     box.install("user")
-    beat = box.project / "orchestrator" / ".genesis" / "heartbeats" / "Builder.json"
+    beat = state_of(box.project) / "heartbeats" / "Builder.json"
     beat.parent.mkdir(parents=True)
     beat.write_text(json.dumps({"agent": "Builder", "timestamp": "2026-11-20T23:45:22Z", "epoch": 1795218322.5,
                                 "tool": "Bash"}))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git
+from conftest import git, state_of
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOP = ROOT / "start-multi-agent-loop.sh"
@@ -64,7 +64,7 @@ def tasks_project(project, tmp_path) -> tuple[Path, Path]:
 
 
 def events_of(project: Path) -> list[dict]:
-    lines = (project / "orchestrator" / "logs" / "events.jsonl").read_text().splitlines()
+    lines = (state_of(project) / "events.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
 
 
@@ -103,19 +103,23 @@ def test_every_step_prints_on_stdout_only_what_the_loop_reads(tasks_project):
     env = loop_env()
     run_id = "20261121T000000Z-1"
 
-    def step(*args: str, code: int = 0) -> subprocess.CompletedProcess:
-        done = subprocess.run(base + list(args), env=env, capture_output=True, text=True, timeout=60)
+    def step(*args: str, code: int = 0, fds: tuple[int, ...] = ()) -> subprocess.CompletedProcess:
+        done = subprocess.run(base + list(args), env=env, capture_output=True, text=True, timeout=60,
+                              pass_fds=fds)
         assert done.returncode == code, (args, done.stdout, done.stderr)
         return done
 
+    settings = step("loop-settings", "--run-id", run_id).stdout
+    assert settings.splitlines() == [
+        "0", "0", str(project / "hooks" / "loop_multi_agent.txt"),
+        str(project / "orchestrator" / "logs" / run_id / "console.log"), "Builder Criticizer Planner",
+        str(state_of(project) / "loop.lock")]
     sleeper = subprocess.Popen(["sleep", "120"])  # stands for the loop: the lock records a live pid
+    lock_fd = os.open(state_of(project) / "loop.lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        pre = step("preflight", "--loop-pid", str(sleeper.pid), "--run-id", run_id)
+        pre = step("preflight", "--loop-pid", str(sleeper.pid), "--lock-fd", str(lock_fd), "--run-id", run_id,
+                   fds=(lock_fd,))
         assert pre.stdout == "" and "[genesis " in pre.stderr
-        settings = step("loop-settings", "--run-id", run_id).stdout
-        assert settings.splitlines() == [
-            "0", "0", str(project / "hooks" / "loop_multi_agent.txt"),
-            str(project / "orchestrator" / "logs" / run_id / "console.log"), "Builder Criticizer Planner"]
         assert step("iteration", "start", "--iteration", "1", "--run-id", run_id).stdout == ""
         for phase in ("Builder", "Criticizer"):
             done = step("run-phase", "--iteration", "1", "--phase", phase, "--run-id", run_id)
@@ -128,6 +132,7 @@ def test_every_step_prints_on_stdout_only_what_the_loop_reads(tasks_project):
     finally:
         sleeper.kill()
         sleeper.wait()
+        os.close(lock_fd)
     console = (project / "orchestrator" / "logs" / run_id / "console.log").read_text()
     assert "Builder: finished" in console and "Planner: skipped" in console
 
@@ -143,7 +148,7 @@ def test_logs_are_per_run_and_commits_name_the_run_and_how_the_phase_ended(tasks
         run_dir = project / "orchestrator" / "logs" / run_id
         builder = (run_dir / "iter-0001-Builder.log").read_text()
         assert builder.count("agent: Builder in iteration 1") == 1  # its own file, never appended to
-        assert f"--- iteration 1 ---" in (run_dir / "console.log").read_text()
+        assert "--- iteration 1 ---" in (run_dir / "console.log").read_text()
     subjects = git(project, "log", "--format=%s").splitlines()
     assert "genesis: Planner, iteration 1 (finished) [run %s]" % runs[0] not in subjects  # Planner skipped
     report = subprocess.run(GENESIS + ["--project", str(project), "report", "--list"], capture_output=True,
@@ -178,7 +183,7 @@ def test_an_agent_command_that_does_not_exist_is_refused_before_anything_runs(pr
     assert done.returncode == 2
     assert "the agent command 'no-such-agent-cli' is not found on PATH" in done.stderr
     assert "GENESIS_AGENT_CMD" in done.stderr
-    assert not (project / "orchestrator" / "logs" / "events.jsonl").exists()
+    assert not (state_of(project) / "events.jsonl").exists()
     script = project.parent / "agent.sh"
     script.write_text("#!/bin/sh\necho hi\n")
     done = run_loop(project, "--agent-cmd", str(script))
@@ -215,7 +220,7 @@ def test_uncommitted_changes_of_the_user_are_never_committed_as_the_agents(proje
     ["stop"], ["report"], ["report", "--list"], ["config", "show"], ["hook", "install", "--scope", "project"],
     ["hook", "install", "--scope", "local"], ["hook", "uninstall", "--scope", "project"], ["hook", "status"],
     ["reap", "--dry-run"], ["breaker", "show"], ["breaker", "reset"], ["heartbeat", "show", "--phase", "Builder"],
-    ["preflight", "--loop-pid", "1", "--run-id", "r"], ["loop-settings", "--run-id", "r"],
+    ["preflight", "--loop-pid", "1", "--lock-fd", "9", "--run-id", "r"], ["loop-settings", "--run-id", "r"],
 ])
 def test_a_project_that_does_not_exist_is_refused_by_every_command_and_nothing_is_created(tmp_path, args):
     missing = tmp_path / "srv" / "myap"

@@ -1,18 +1,21 @@
 """Supervising real agent processes: normal exit, stuck, over time, stubborn trees."""
 
 import os
+import re
+import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from genesis import exitcodes
+from genesis import cgroups, exitcodes
 from genesis.heartbeat import hook_script, read_heartbeat
 from genesis.proctree import marked
-from genesis.supervisor import AgentRun, Limits, prompt_problem, supervise, tail
+from genesis.supervisor import AgentRun, Limits, clear_planted, prompt_problem, supervise, tail
 
-from conftest import alive
+from conftest import alive, wait_for
 
 SPAWN = str(Path(__file__).parent / "helpers" / "spawn.py")
 
@@ -239,3 +242,239 @@ def test_claude_p_reads_a_prompt_too_large_for_an_argument_from_stdin(tmp_path):
     texts = [b.get("text") for c in user for b in ([{"text": c}] if isinstance(c, str) else c)
              if isinstance(b, dict)]
     assert prompt in texts  # the whole prompt, read from stdin, went to the model
+
+
+# --- the agent's output goes through the watcher, with a cap ---------------------------------
+
+CHUNK = 1 << 16
+CHUNKS = 3200  # 200 MiB
+
+
+def stream(start: int, length: int) -> bytes:
+    """Bytes [start, start+length) of what BURST writes: chunk i is its number, repeated."""
+    data = bytearray()
+    first = start // CHUNK
+    for i in range(first, (start + length - 1) // CHUNK + 1):
+        data += b"%08d" % i * (CHUNK // 8) if i < CHUNKS else b""
+    end = b"\nTHE END\n"
+    data += end
+    return bytes(data[start - first * CHUNK:start - first * CHUNK + length])
+
+
+BURST = ('"$PY" -c \'import sys; w = sys.stdout.buffer.write\n'
+         f'for i in range({CHUNKS}): w(b"%08d" % i * {CHUNK // 8})\n'
+         'w(b"\\nTHE END\\n")\'\n')
+MARKER = re.compile(rb"\n=== genesis: (\d+) bytes of output dropped here \(log cap 50 MiB\) ===\n")
+
+
+@pytest.mark.fault(33)
+def test_a_200_mb_burst_leaves_a_log_within_the_cap_with_the_real_head_and_tail(tmp_path):
+    out, _, run = agent(tmp_path, BURST, stale_after=30.0)
+    assert out.status == "exited" and out.returncode == 0
+    cap, total = 50 << 20, CHUNKS * CHUNK + len(b"\nTHE END\n")
+    log = run.log.read_bytes()
+    assert len(log) <= cap
+    header_end = log.index(b"\n") + 1
+    assert log[:header_end].startswith(b"=== genesis: ") and b"starting: bash" in log[:header_end]
+    found = MARKER.search(log)
+    assert found, "the log says what was dropped"
+    head, tail_bytes = log[header_end:found.start()], log[found.end():]
+    assert header_end + len(head) == cap // 2  # the first half of the cap
+    assert cap // 4 <= len(tail_bytes) <= cap // 2
+    assert head == stream(0, len(head))  # the real first bytes...
+    assert tail_bytes == stream(total - len(tail_bytes), len(tail_bytes))  # ...and the real last ones
+    assert len(head) + int(found.group(1)) + len(tail_bytes) == total  # and exactly what is missing
+    assert tail(run.log)[-1] == "THE END"
+
+
+@pytest.mark.fault(33)
+def test_the_log_folder_deleted_mid_phase_comes_back_whole(tmp_path):
+    script = ('echo "before the wipe"\n'
+              'rm -rf "$LOGDIR"\n'
+              'echo "after the wipe"\n'
+              'for _ in $(seq 1 100); do [ -f "$LOGDIR/agent.log" ] && break; sleep 0.05; done\n'
+              '[ -f "$LOGDIR/agent.log" ] && echo "the log is back mid-phase"\n')
+    logdir = tmp_path / "logs" / "run-1"
+    os.environ["LOGDIR"] = str(logdir)
+    try:
+        (tmp_path / "agent.sh").write_text(script)
+        hb = tmp_path / "hb" / "Builder.json"
+        hb.parent.mkdir()
+        run = AgentRun(("bash", str(tmp_path / "agent.sh")), tmp_path, dict(os.environ), logdir / "agent.log", hb,
+                       "run-1")
+        notes: list[str] = []
+        out = supervise(run, Limits(0.1, 30.0, 30.0, 1.0), note=notes.append)
+    finally:
+        del os.environ["LOGDIR"]
+    assert out.status == "exited" and out.returncode == 0
+    text = run.log.read_text()
+    assert text.startswith("=== genesis: ") and "starting: bash" in text.splitlines()[0]
+    assert text.splitlines()[1:] == ["before the wipe", "after the wipe", "the log is back mid-phase"]
+    assert any("was deleted or replaced mid-phase; put back with the" in n for n in notes)
+
+
+def test_a_log_cap_too_small_to_hold_a_head_and_a_tail_is_refused_with_the_minimum():
+    with pytest.raises(ValueError, match="the log cap must be at least 65536 bytes, not 1000"):
+        Limits(0.2, 1.0, 5.0, 0.5, log_max_bytes=1000)
+    assert Limits(0.2, 1.0, 5.0, 0.5).log_max_bytes == 50 << 20
+
+
+def test_a_small_cap_keeps_head_and_newest_tail_across_many_compactions(tmp_path):
+    script = '"$PY" -c \'import sys\nfor i in range(200000): sys.stdout.write("line %06d\\n" % i)\'\n'
+    out, _, run = agent(tmp_path, script, log_max_bytes=64 << 10)
+    assert out.status == "exited" and out.returncode == 0
+    log = run.log.read_bytes()
+    assert len(log) <= 64 << 10
+    lines = log.decode().splitlines()
+    assert lines[1:3] == ["line 000000", "line 000001"] and lines[-1] == "line 199999"
+    found = re.search(r"=== genesis: (\d+) bytes of output dropped here \(log cap 0.0625 MiB\) ===", log.decode())
+    assert found and int(found.group(1)) > 200000 * 12 - (64 << 10)
+
+
+def test_output_written_to_a_log_path_holding_a_symlink_replaces_the_link_not_its_target(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    (tmp_path / "agent.log").symlink_to(victim)
+    out, _, run = agent(tmp_path, 'echo "to the log"\n')
+    assert out.status == "exited"
+    assert victim.read_text() == "untouched\n"
+    assert not run.log.is_symlink() and "to the log" in run.log.read_text()
+
+
+# --- output alone is a sign of life only up to a bound ---------------------------------------
+
+@pytest.mark.fault(34)
+def test_a_hung_agent_with_a_chatty_child_is_stale_once_output_alone_no_longer_counts(tmp_path):
+    script = ('"$HOOK" Bash </dev/null\n'
+              '(while true; do echo "tick"; sleep 0.3; done) &\n'
+              'exec "$PY" -c "import time; time.sleep(600)"\n')
+    out, _, _ = agent(tmp_path, script, stale_after=1.0, check_interval=0.2)
+    assert out.status == "stale"
+    assert "its output alone no longer counts" in out.detail
+    assert out.duration < 2 * 1.0 + 0.2 + 3.0  # two windows and a check, room for a loaded machine
+    assert out.kill.survivors == () and marked({"GENESIS_RUN_ID": "run-1"}) == []
+
+
+# --- tampering with the heartbeat path -------------------------------------------------------
+
+PLANT = {
+    "symlink": 'ln -s "$VICTIM" "$HB"',
+    "directory": 'mkdir "$HB" && ln -s "$VICTIM" "$HB/inside" && echo x > "$HB/file"',
+    "FIFO": 'mkfifo "$HB"',
+}
+
+
+@pytest.mark.fault(30)
+@pytest.mark.parametrize("kind", PLANT)
+def test_something_planted_at_the_heartbeat_path_is_removed_and_named_at_the_kill(tmp_path, kind):
+    victim = tmp_path / "victim.json"
+    victim.write_text('{"epoch": 1}')
+    script = PLANT[kind] + '\nexec "$PY" -c "import time; time.sleep(600)"\n'
+    os.environ["VICTIM"] = str(victim)
+    try:
+        out, notes, run = agent(tmp_path, f'HB="$GENESIS_HEARTBEAT_FILE"\n{script}', count_output=False)
+    finally:
+        del os.environ["VICTIM"]
+    article = "a FIFO" if kind == "FIFO" else f"a {kind}"
+    assert out.status == "stale"
+    assert out.detail.endswith(f"; {article} was planted at the heartbeat path and removed")
+    assert f"{article} was planted at the heartbeat path and removed" in notes
+    assert not os.path.lexists(run.heartbeat)
+    assert victim.read_text() == '{"epoch": 1}'  # never followed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent.log", "agent.sh", "hb", "home", "victim.json"]
+
+
+def test_a_regular_heartbeat_file_is_left_alone(tmp_path):
+    hb = tmp_path / "hb.json"
+    assert clear_planted(hb) is None
+    hb.write_text("{}")
+    assert clear_planted(hb) is None and hb.read_text() == "{}"
+    assert clear_planted(tmp_path / "no-such-dir" / "hb.json") is None
+
+
+# --- the agent's own cgroup ------------------------------------------------------------------
+
+def test_where_cgroup_v2_is_writable_the_agent_runs_in_a_cgroup_of_its_own_removed_after(tmp_path):
+    probe, why = cgroups.create("probe")
+    if probe is None:
+        pytest.skip(f"no writable cgroup v2 here: {why}")
+    probe.remove()
+    out, _, _ = agent(tmp_path, 'cat /proc/self/cgroup > "$PWD/cgroup.txt"\n')
+    assert out.status == "exited" and out.returncode == 0
+    line = next(l for l in (tmp_path / "cgroup.txt").read_text().splitlines() if l.startswith("0::"))
+    mine = cgroups.own_cgroup()
+    assert line[3:].startswith(mine[1].rstrip("/") + "/genesis-")  # a child of the watcher's
+    assert not (mine[0] / line[3:].rsplit("/", 1)[1]).exists()  # removed at the end
+
+
+def test_a_cgroup_kill_ends_a_forking_tree_and_the_group_is_removed(tmp_path, procs):
+    group, why = cgroups.create("kill-test")
+    if group is None:
+        pytest.skip(f"no writable cgroup v2 here: {why}")
+    try:
+        top = subprocess.Popen([sys.executable, SPAWN, "tree", "2", "3"], preexec_fn=group.join,
+                               stdin=subprocess.DEVNULL, start_new_session=True)
+        wait_for(lambda: len(group.pids()) == 13, what="the tree to grow in its cgroup")
+        assert group.holds(top.pid)
+        assert group.kill() == 13
+        top.wait(5)
+        assert group.pids() == []
+    finally:
+        assert group.remove()
+    assert not group.path.exists()
+
+
+def test_without_cgroup_kill_every_pid_in_the_group_is_killed(tmp_path, monkeypatch):
+    group, why = cgroups.create("no-kill-file")
+    if group is None:
+        pytest.skip(f"no writable cgroup v2 here: {why}")
+    real_exists = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda p: False if p.name == "cgroup.kill" else real_exists(p))
+    try:
+        top = subprocess.Popen([sys.executable, SPAWN, "tree", "1", "3"], preexec_fn=group.join,
+                               stdin=subprocess.DEVNULL)
+        wait_for(lambda: len(group.pids()) == 4, what="the tree to grow in its cgroup")
+        assert group.kill() == 4 and group.pids() == []
+        top.wait(5)
+    finally:
+        assert group.remove()
+
+
+def test_no_cgroup_v2_is_no_error_just_a_debug_note(tmp_path, monkeypatch):
+    monkeypatch.setattr(cgroups, "own_cgroup", lambda: (None, "", "no cgroup v2 hierarchy (cgroup v1 only)"))
+    (tmp_path / "agent.sh").write_text("echo fine\n")
+    debug: list[str] = []
+    run = AgentRun(("bash", str(tmp_path / "agent.sh")), tmp_path, dict(os.environ), tmp_path / "a.log",
+                   tmp_path / "hb.json", "run-d")
+    out = supervise(run, Limits(0.2, 5.0, 10.0, 0.5), debug=debug.append)
+    assert out.status == "exited" and out.returncode == 0
+    assert debug == ["the agent runs without a cgroup of its own: no cgroup v2 hierarchy (cgroup v1 only)"]
+
+
+# --- where the platform cannot name a signal's sender (macOS): as before ----------------------
+
+def test_without_sigtimedwait_the_watcher_sleeps_on_the_agents_exit_as_before(tmp_path, monkeypatch):
+    monkeypatch.delattr(signal, "sigtimedwait", raising=False)
+    out, _, _ = agent(tmp_path, '"$HOOK" Edit </dev/null; echo done\n')
+    assert out.status == "exited" and out.returncode == 0
+    out, _, _ = agent(tmp_path, 'exec "$PY" -c "import time; time.sleep(600)"\n', count_output=False)
+    assert out.status == "stale" and out.kill.survivors == ()
+
+
+def test_groups_the_agent_made_below_its_own_are_killed_and_removed_too(tmp_path):
+    group, why = cgroups.create("nested")
+    if group is None:
+        pytest.skip(f"no writable cgroup v2 here: {why}")
+    try:
+        below = group.path / "made-by-the-agent" / "deeper"
+        below.mkdir(parents=True)
+        top = subprocess.Popen([sys.executable, SPAWN, "sleep"], preexec_fn=group.join, stdin=subprocess.DEVNULL)
+        wait_for(lambda: group.holds(top.pid), what="the sleeper in its group")
+        (below / "cgroup.procs").write_text(str(top.pid))  # it moves itself down, out of the group's own list
+        assert (group.path / "cgroup.procs").read_text() == "" and group.holds(top.pid)
+        assert group.pids() == [top.pid]
+        assert group.kill() == 1
+        top.wait(5)
+    finally:
+        assert group.remove()
+    assert not group.path.exists()

@@ -4,6 +4,10 @@
 bats_require_minimum_version 1.5.0
 load test_helper
 
+teardown() {
+  [[ -z ${BYSTANDER:-} ]] || kill "${BYSTANDER}" 2>/dev/null || true
+}
+
 setup() {
   common_setup
   make_project
@@ -53,8 +57,10 @@ breaker_field() {
   local ours theirs
   ours="$(free_port)"
   theirs="$(free_port)"
-  "${PY}" "${SPAWN}" listen "${theirs}" &
-  local bystander=$!
+  # Its own output and no bats descriptor: a failed assertion must not leave bats waiting on it.
+  "${PY}" "${SPAWN}" listen "${theirs}" >/dev/null 2>&1 3>&- &
+  BYSTANDER=$!
+  local bystander=${BYSTANDER}
   fast_loop_env '*:*=server'
   export GENESIS_AGENT_CMD="${PY} -m genesis.simagent --port ${ours} --script '*:*=server'"
   export REAP_PORTS="${ours} ${theirs}"
@@ -62,7 +68,8 @@ breaker_field() {
   cp "${REPO_ROOT}/tests/helpers/spawn.py" "${PROJECT}/server/main.py"
   sed -i.bak 's/^    main(sys.argv\[1:\])$/    main(["listen"] + sys.argv[1:])/' "${PROJECT}/server/main.py"
   run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 1
-  assert_output --regexp "reaped 1 leftover process\(es\) after Builder: .*server.main ${ours}.*listens on port ${ours}"
+  # Ended with the phase by the watcher (it carries the run's marker), before any reaper.
+  assert_output --regexp "Builder: ended 1 process\(es\) the agent left behind: pid [0-9]+ '.*server.main ${ours}' \(carries this run's marker\)"
   assert_output --regexp "port ${theirs} is held by pid ${bystander} .*not this loop's: left alone"
   run -0 marked_count; assert_output "0"
   kill -0 "${bystander}"
@@ -136,7 +143,7 @@ PY
   rm -r "${BATS_TEST_TMPDIR}/moved"
   PATH="${BATS_TEST_TMPDIR}/bin:${PATH}" run -2 "${LOOP}" --project "${PROJECT}" --agent-cmd "claude -p" --max-iterations 1
   assert_output --partial "the heartbeat hook does not work (broken)"
-  [[ ! -e ${PROJECT}/orchestrator/.genesis/loop.json ]] || false
+  [[ ! -e ${PROJECT}/.git/genesis/loop.json ]] || false
   rm "${PROJECT}/.claude/settings.local.json"
   genesis --project "${PROJECT}" hook install --scope local >/dev/null
   PATH="${BATS_TEST_TMPDIR}/bin:${PATH}" run -0 "${LOOP}" --project "${PROJECT}" --agent-cmd "claude -p" --max-iterations 1

@@ -22,7 +22,7 @@ import pytest
 
 from genesis.proctree import marked
 
-from conftest import git
+from conftest import git, state_of
 from e2e.stub_api import StubAPI, slug
 from e2e.test_claude_code import CLAUDE, GENESIS, LOOP, ROOT, claude  # noqa: F401  (claude is a fixture)
 
@@ -72,7 +72,7 @@ def run_to_end(argv: list[str], timeout: float = 240, **kw) -> subprocess.Comple
 
 def run_events(project: Path) -> list[dict]:
     """The events of the project's latest run, in order."""
-    lines = (project / "orchestrator" / "logs" / "events.jsonl").read_text().splitlines()
+    lines = (state_of(project) / "events.jsonl").read_text().splitlines()
     evs = [json.loads(line) for line in lines if line.strip()]
     run_id = [e["run_id"] for e in evs if e["event"] == "loop_start"][-1]
     return [e for e in evs if e["run_id"] == run_id]
@@ -166,7 +166,7 @@ def test_a_tasks_night_with_the_shipped_defaults(claude, fast_stub, project, her
 
     # Every phase's Claude Code fired the user-scope hook into the loop's heartbeat file.
     for phase in ("Builder", "Criticizer", "Planner"):
-        beat = json.loads((project / "orchestrator" / ".genesis" / "heartbeats" / f"{phase}.json").read_text())
+        beat = json.loads((state_of(project) / "heartbeats" / f"{phase}.json").read_text())
         assert (beat["agent"], beat["run_id"]) == (phase, start["run_id"])
 
     ends = [(e["iteration"], e["progress"], e["breaker"]) for e in of(evs, "iteration_end")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ import pytest
 
 from genesis.proctree import marked
 
-from conftest import alive, free_port, git, listening, wait_for
+from conftest import alive, free_port, git, listening, state_of, wait_for
 from e2e.stub_api import StubAPI
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +88,7 @@ class Loop:
         """Run the loop to its end; with watch=PHASE, collect every heartbeat it writes."""
         seen: list[dict] = []
         stop = threading.Event()
-        hb = self.project / "orchestrator" / ".genesis" / "heartbeats" / f"{watch}.json"
+        hb = state_of(self.project) / "heartbeats" / f"{watch}.json"
 
         def poll():
             while not stop.is_set():
@@ -116,7 +117,7 @@ class Loop:
 
     def leftovers(self) -> list:
         """Processes carrying the project's marker or the last run's id: none may be left."""
-        events = (self.project / "orchestrator" / "logs" / "events.jsonl").read_text().splitlines()
+        events = (state_of(self.project) / "events.jsonl").read_text().splitlines()
         run_id = [json.loads(e)["run_id"] for e in events if '"loop_start"' in e][-1]
         return marked({"GENESIS_PROJECT_DIR": str(self.project.resolve()), "GENESIS_RUN_ID": run_id})
 
@@ -139,13 +140,13 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     assert (project / "hello.txt").read_text() == "hello from claude\n"
     assert (project / "notes.md").read_text() == "# Notes\n\nWritten by the agent.\n"
     assert "agent: hello and notes" in git(project, "log", "--format=%s")
-    run_id = json.loads((project / "orchestrator" / "logs" / "events.jsonl").read_text().splitlines()[0])["run_id"]
+    run_id = json.loads((state_of(project) / "events.jsonl").read_text().splitlines()[0])["run_id"]
     session = session_of(project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log")
     post = {(b["event"], b["tool"]) for b in beats}
     assert {("PostToolUse", "Bash"), ("PostToolUse", "Write"), ("PostToolUseFailure", "Bash")} <= post
     assert all(b["session_id"] == session and b["agent"] == "Builder" for b in beats)
     assert {b["run_id"] for b in beats} == {run_id}
-    ended = [json.loads(line) for line in (project / "orchestrator" / "logs" / "events.jsonl").read_text()
+    ended = [json.loads(line) for line in (state_of(project) / "events.jsonl").read_text()
              .splitlines() if '"phase_end"' in line]
     assert {b["pid"] for b in beats} == {ended[0]["pid"]}  # CLAUDE_PID: the agent the loop started
     breaker = e2e.breaker()
@@ -161,7 +162,7 @@ def test_a_hung_bash_call_goes_stale_and_claude_and_the_tool_session_are_killed(
     assert "Planner: finished" in done.stdout
     assert beats[-1]["event"] == "PreToolUse" and beats[-1]["tool"] == "Bash"
     tool_shell = int((e2e.project / "tool-shell.pid").read_text())
-    ended = [json.loads(line) for line in (e2e.project / "orchestrator" / "logs" / "events.jsonl").read_text()
+    ended = [json.loads(line) for line in (state_of(e2e.project) / "events.jsonl").read_text()
              .splitlines() if '"phase_end"' in line]
     assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stale"), ("Planner", "exited")]
     claude_pid = ended[0]["pid"]
@@ -180,7 +181,9 @@ def test_a_server_left_on_a_port_is_reaped_and_an_unrelated_one_survives(e2e, pr
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == 0, done.stdout
     server = int((e2e.project / "server.pid").read_text())
-    assert f"listens on port {port}" in done.stdout
+    # Ended with the phase by the watcher: it carries the run's marker.
+    assert re.search(rf"ended 1 process\(es\) the agent left behind: pid {server} '\S*python3 -m http\.server "
+                     rf"{port} --bind 127\.0\.0\.1' \(carries this run's marker\)", done.stdout), done.stdout
     assert f"port {theirs} is held by pid {bystander.pid}" in done.stdout
     assert not alive(server) and not listening(port)
     assert alive(bystander.pid) and listening(theirs)

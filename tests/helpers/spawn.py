@@ -6,8 +6,13 @@
   spawn.py detach PIDFILE CMD...  start CMD in a new session, write its pid, exit (orphaning it)
   spawn.py tree DEPTH WIDTH       a tree of sleepers; every other one in its own session,
                                   every third one ignoring SIGTERM
+  spawn.py supervise SPEC.json    a watcher of its own: supervise() the agent SPEC describes
+                                  (argv, cwd, env, log, heartbeat, run_id, limits) and write
+                                  its outcome and notes as JSON to SPEC's "out"
 """
 
+import dataclasses
+import json
 import os
 import signal
 import socket
@@ -19,6 +24,23 @@ import time
 def sleep_forever():
     while True:
         time.sleep(60)
+
+
+def supervise(spec_file):
+    from pathlib import Path
+
+    from genesis.supervisor import AgentRun, Limits, supervise
+
+    with open(spec_file) as fh:
+        spec = json.load(fh)
+    run = AgentRun(tuple(spec["argv"]), Path(spec["cwd"]), spec["env"], Path(spec["log"]), Path(spec["heartbeat"]),
+                   spec["run_id"], prompt=spec.get("prompt", ""))
+    notes = []
+    out = supervise(run, Limits(**spec["limits"]), note=notes.append)
+    result = {**dataclasses.asdict(out), "notes": notes}
+    with open(spec["out"] + ".tmp", "w") as fh:
+        json.dump(result, fh)
+    os.replace(spec["out"] + ".tmp", spec["out"])
 
 
 def main(argv):
@@ -40,6 +62,8 @@ def main(argv):
         with open(argv[1] + ".tmp", "w") as fh:
             fh.write(str(child.pid))
         os.replace(argv[1] + ".tmp", argv[1])
+    elif what == "supervise":
+        supervise(argv[1])
     elif what == "tree":
         depth, width = int(argv[1]), int(argv[2])
         if depth > 0:
