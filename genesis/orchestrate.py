@@ -19,7 +19,8 @@ from .progress import Fingerprint, fingerprint
 from .reaper import ReapPlan, execute, markers_for, plan_reap
 from .gitcmd import GitFailed
 from .step import Step, StepFailed, agent_env
-from .supervisor import AgentRun, Limits, Outcome, supervise, tail
+from .agentlog import tail
+from .supervisor import AgentRun, Limits, Outcome, supervise
 
 __all__ = ["run_phase", "reap", "iteration_start", "iteration_finish", "finish", "phase_lost",
            "commit_message", "WATCHER_DEATHS_MAX"]

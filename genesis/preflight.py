@@ -23,7 +23,7 @@ from .looplock import Locked, acquire, release
 from .progress import fingerprint, open_repo
 from .reaper import markers_for
 from .step import Step, StepFailed, agent_env, is_claude
-from .supervisor import prompt_problem
+from .cmdline import prompt_problem
 
 __all__ = ["preflight", "agent_problem", "reads_prompt_from_stdin", "load_snapshot"]
 

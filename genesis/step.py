@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import events
+from .atomicio import DiskFull
 from .config import Config
 from .layout import Layout, state_dir_of
 from .reaper import markers_for
@@ -33,7 +34,12 @@ class Step:
     say: Say
 
     def event(self, kind: str, **detail) -> None:
-        events.record(self.layout.events_file, self.run_id, kind, **detail)
+        """Record an event; on a full disk, say it instead (the record is not lost on the
+        user, and the step goes on to stop the loop cleanly at its next write)."""
+        try:
+            events.record(self.layout.events_file, self.run_id, kind, **detail)
+        except DiskFull as exc:
+            self.say(f"disk full, so this was not recorded: {kind} {detail} ({exc})", "error")
 
     def rel(self, path: Path) -> str:
         try:

@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import select
-import shlex
 import shutil
 import signal
 import stat
-import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,16 +27,16 @@ from typing import Callable, Mapping
 import psutil
 
 from . import cgroups, exitcodes
+from .agentlog import MIN_LOG_BYTES, AgentLog, OutputPump, grow_pipe
 from .clock import Clock, SystemClock
+from .cmdline import header_line, misfit, prompt_problem, too_big
 from .heartbeat import read_heartbeat
 from .proctree import (KillReport, ProcId, adopted, become_subreaper, command_line, descendants, descends_from,
                        identify, kill_all, marked, protected_pids, reap_zombie_children)
 from .watchdog import Verdict, Watchdog
 
-__all__ = ["AgentRun", "Limits", "Outcome", "Interrupted", "AgentLog", "prompt_problem", "supervise", "tail",
-           "sanitize", "clear_planted", "disk_full"]
+__all__ = ["AgentRun", "Limits", "Outcome", "Interrupted", "supervise", "clear_planted", "disk_full"]
 
-MIN_LOG_BYTES = 64 << 10   # the smallest log cap: room for a head, a tail and the line between
 DISK_ROOM = 64 << 10       # less free space than this: the hook cannot write a heartbeat
 SI_KERNEL = 0x80           # si_code of a signal the kernel sent (a terminal's Ctrl-C, a hangup)
 
@@ -117,88 +113,6 @@ def _raise_once(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
 
-# --- how large a command line may be -------------------------------------------------
-# Linux: one string (argument or environment entry) takes at most MAX_ARG_STRLEN = 32 pages
-# with its NUL, and all of them with their pointers at most a quarter of the stack limit
-# (capped at 6 MiB, at least 128 KiB). macOS: only the total, ARG_MAX. HEADROOM covers what
-# the kernel adds (the program's path, a script's interpreter line).
-HEADROOM = 8 << 10
-POINTER = struct.calcsize("P")
-
-
-def _limits() -> tuple[int, int | None]:
-    """(bytes for every argument and environment string with its pointer, most bytes for one string)."""
-    try:
-        total = os.sysconf("SC_ARG_MAX")
-    except (ValueError, OSError):
-        total = -1
-    total = total if total > 0 else 128 << 10
-    if sys.platform.startswith("linux"):
-        return min(total, 6 << 20) - HEADROOM, 32 * os.sysconf("SC_PAGE_SIZE")
-    return total - HEADROOM, None
-
-
-def _cost(strings: list[bytes]) -> int:
-    return sum(len(b) + 1 + POINTER for b in strings) + 2 * POINTER  # the two NULL terminators
-
-
-def _strings(argv: tuple[str, ...], env: Mapping[str, str]) -> list[bytes]:
-    return [os.fsencode(a) for a in argv] + [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
-
-
-def _misfit(argv: tuple[str, ...], prompt: str, env: Mapping[str, str]) -> str | None:
-    """Why prompt cannot be the last argument of argv, or None when it can."""
-    if "\0" in prompt:
-        return "the prompt contains a NUL byte, which no command-line argument can carry (remove it)"
-    total, per_string = _limits()
-    size = len(os.fsencode(prompt))
-    if per_string is not None and size + 1 > per_string:
-        return (f"the prompt is {size} bytes, more than the {per_string - 1} bytes the OS allows in one "
-                f"command-line argument")
-    room = total - _cost(_strings(argv, env)) - POINTER - 1
-    if size > room:
-        return (f"the prompt is {size} bytes, but the OS allows {total + HEADROOM} bytes for a program's "
-                f"arguments and environment together and the agent command and environment leave "
-                f"{max(room, 0)} of them")
-    return None
-
-
-def prompt_problem(argv: tuple[str, ...], prompt: str, env: Mapping[str, str], prompt_stdin: bool) -> str | None:
-    """Why the agent cannot be given this prompt, with what to do; None when it can.
-
-    A prompt goes as the last argument when it fits the OS's limits, else on stdin if the
-    agent reads it there; otherwise the run is refused with this reason, before it starts.
-    """
-    if not prompt or prompt_stdin:
-        return None
-    why = _misfit(tuple(argv), prompt, env)
-    if why is None:
-        return None
-    return f"{why}; shorten the prompt file, or use an agent that reads its prompt from stdin (as `claude -p` does)"
-
-
-def _too_big(argv: tuple[str, ...], env: Mapping[str, str]) -> str:
-    """The real reason behind E2BIG: the sizes, the largest strings, the limits."""
-    total, per_string = _limits()
-    strings = _strings(argv, env)
-    names = [f"argument {i}" for i in range(len(argv))] + [f"environment variable {k}" for k in env]
-    largest = max(range(len(strings)), key=lambda i: len(strings[i]), default=None)
-    biggest = f"; the largest is {names[largest]}, {len(strings[largest])} bytes" if largest is not None else ""
-    one = f", at most {per_string - 1} in one string" if per_string is not None else ""
-    return (f"its arguments and environment take {_cost(strings)} bytes, too many for the OS (about "
-            f"{total + HEADROOM} in all{one}){biggest}; shorten the agent command, the prompt or the environment")
-
-
-def _command_line(argv: tuple[str, ...], prompt: str, on_stdin: bool) -> str:
-    """The command for the log's header: quoted, cut short, the prompt by its size only."""
-    shown = shlex.join(argv)
-    shown = shown if len(shown) <= 500 else shown[:500] + "..."
-    if not prompt:
-        return shown
-    size = len(prompt.encode("utf-8", "surrogateescape"))
-    return f"{shown} <prompt, {size} bytes{' on stdin' if on_stdin else ''}>"
-
-
 def supervise(run: AgentRun, limits: Limits, clock: Clock | None = None,
               note: Callable[[str], None] = lambda _msg: None,
               debug: Callable[[str], None] = lambda _msg: None) -> Outcome:
@@ -244,11 +158,11 @@ class _Watcher:
     def _run(self) -> Outcome:
         run = self.run_
         self.log = AgentLog(run.log, self.limits.log_max_bytes)
-        misfit = _misfit(tuple(run.argv), run.prompt, run.env) if run.prompt else None
-        on_stdin = misfit is not None and run.prompt_stdin
-        argv = tuple(run.argv) + ((run.prompt,) if run.prompt and misfit is None else ())
+        unfit = misfit(tuple(run.argv), run.prompt, run.env) if run.prompt else None
+        on_stdin = unfit is not None and run.prompt_stdin
+        argv = tuple(run.argv) + ((run.prompt,) if run.prompt and unfit is None else ())
         stamp = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
-        self.log.say(f"{stamp} starting: {_command_line(run.argv, run.prompt, on_stdin)}")
+        self.log.say(f"{stamp} starting: {header_line(run.argv, run.prompt, on_stdin)}")
         try:
             problem = prompt_problem(run.argv, run.prompt, run.env, run.prompt_stdin)
             if problem is None:
@@ -280,14 +194,14 @@ class _Watcher:
         if self.group is None:
             self.debug(f"the agent runs without a cgroup of its own: {why}")
         out_r, out_w = os.pipe()
-        _grow_pipe(out_w)
+        grow_pipe(out_w)
         try:
             self.proc = subprocess.Popen(argv, cwd=run.cwd, env=dict(run.env), stdin=stdin or subprocess.DEVNULL,
                                          stdout=out_w, stderr=out_w, start_new_session=True,
                                          preexec_fn=self.group.join if self.group else None)
         except OSError as exc:
             if exc.errno == errno.E2BIG:
-                return _too_big(argv, run.env)
+                return too_big(argv, run.env)
             if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR):
                 return f"{exc.strerror}; install it or fix the agent command (GENESIS_AGENT_CMD)"
             return exc.strerror or str(exc)
@@ -302,7 +216,7 @@ class _Watcher:
                 self._drop_group()
         # Only now: the agent must not inherit a mask that blocks the signals it is stopped with.
         self.waiter = SignalWait() if hasattr(signal, "sigtimedwait") else ExitWait(self.proc)
-        self.pump = OutputPump(out_r, self.log)
+        self.pump = OutputPump(out_r, self.log, {*STOP_SIGNALS, signal.SIGCHLD})
         self.root = identify(self.proc.pid)
         self.since = self.root.create_time if self.root else self.since
         if self.group and not self.group.holds(self.proc.pid) and not self.group.pids():
@@ -567,253 +481,6 @@ class ExitWait:
 
 # --- the agent's output -----------------------------------------------------------------
 
-MARK_ROOM = 200  # bytes kept free for the line that says what was dropped
-
-
-class AgentLog:
-    """The agent's output on its way to its log file, written by the watcher alone.
-
-    At most `cap` bytes per phase: past the cap the first half is kept, then a line saying
-    how many bytes were dropped there, then a rolling tail of the newest bytes (between a
-    quarter and a half of the cap; it is compacted in halves, so each byte is copied at most
-    twice). Written through an open descriptor: a log file or folder deleted mid-phase (`git
-    clean -fdx`, `rm -rf orchestrator`) is recreated with everything written so far, read
-    back from the descriptor of the deleted file. Thread-safe: the output thread writes while
-    the watcher checks.
-    """
-
-    def __init__(self, path: Path, cap: int):
-        self.path, self.cap = Path(path), cap
-        self.lock = threading.Lock()
-        self.received = 0              # bytes of agent output read: a sign of life
-        self.dropped = 0               # bytes of it cut out past the cap
-        self.lost = 0                  # bytes that could not be written (a full disk)
-        self._error = ""               # the first write error, said once
-        self._error_said = False
-        self._heal_failed = False
-        self.fd = self._open()
-        self.base = self.size = os.fstat(self.fd).st_size  # what the file held before (kept as it was)
-        self.head_end = self.base + cap // 2
-        self.tail_start: int | None = None                  # set once something was dropped
-
-    def _open(self) -> int:
-        """The log, appended to; a symlink, FIFO or other non-file planted there is replaced."""
-        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-        try:
-            fd = os.open(self.path, flags, 0o644)
-        except OSError as exc:
-            if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-                raise
-            return self._fresh(None)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return self._fresh(None)
-        os.set_blocking(fd, True)
-        return fd
-
-    def _fresh(self, old: int | None) -> int:
-        """A new file at the path with the first `size` bytes of `old`, renamed into place."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        try:
-            offset = 0
-            while old is not None and offset < self.size:
-                chunk = os.pread(old, min(1 << 20, self.size - offset), offset)
-                if not chunk:
-                    break
-                _pwrite_all(fd, chunk, offset)
-                offset += len(chunk)
-            os.replace(tmp, self.path)
-        except BaseException:
-            os.close(fd)
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        return fd
-
-    def say(self, text: str) -> None:
-        """A line of Genesis's own in the log."""
-        self.write(f"=== genesis: {text}\n".encode("utf-8", "replace"), own=True)
-
-    def write(self, data: bytes, own: bool = False) -> None:
-        with self.lock:
-            if not own:
-                self.received += len(data)
-            if self.size + len(data) <= self.base + self.cap:
-                self._append(data)
-                return
-            if self.tail_start is None and self.size < self.head_end:
-                head = data[:self.head_end - self.size]
-                self._append(head)
-                data = data[len(head):]
-            self._compact(data)
-
-    def _append(self, data: bytes) -> None:
-        self.size += self._put(self.size, data)
-
-    def _put(self, offset: int, data: bytes) -> int:
-        try:
-            return _pwrite_all(self.fd, data, offset)
-        except OSError as exc:
-            self.lost += len(data)
-            self._error = self._error or (f"cannot write the agent's log {self.path} ({exc.strerror}); its output "
-                                          f"is dropped meanwhile")
-            return 0
-
-    def _compact(self, data: bytes) -> None:
-        """Past the cap: keep the head, the marker and the newest half of the tail's room."""
-        region = self.tail_start if self.tail_start is not None else self.head_end
-        room = self.base + self.cap - self.head_end - MARK_ROOM
-        keep = room // 2
-        total = self.size - region + len(data)
-        if len(data) >= keep:
-            kept = bytes(data[len(data) - keep:])
-        else:
-            want = keep - len(data)
-            try:
-                older = os.pread(self.fd, want, self.size - want)
-            except OSError:
-                older = b""
-            kept = older + bytes(data)
-        self.dropped += total - len(kept)
-        marker = (f"\n=== genesis: {self.dropped} bytes of output dropped here (log cap "
-                  f"{self.cap / (1 << 20):g} MiB) ===\n").encode()
-        self.size = self.head_end
-        self._append(marker)
-        self.tail_start = self.size
-        self._append(kept)
-        try:
-            os.ftruncate(self.fd, self.size)
-        except OSError:
-            pass
-
-    def heal(self) -> str | None:
-        """Put the log back if it was deleted or replaced; what to tell the user, if anything."""
-        with self.lock:
-            try:
-                mine = os.fstat(self.fd)
-                try:
-                    there = os.lstat(self.path)
-                    if (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
-                        return None
-                except FileNotFoundError:
-                    pass
-                fd = self._fresh(self.fd)
-            except OSError as exc:
-                if self._heal_failed:
-                    return None
-                self._heal_failed = True
-                return (f"the agent's log {self.path} was deleted or replaced and cannot be put back "
-                        f"({exc.strerror or exc}); retrying at each check")
-            os.close(self.fd)
-            self.fd, self._heal_failed = fd, False
-            return (f"the agent's log {self.path} was deleted or replaced mid-phase; put back with the "
-                    f"{self.size - self.base} bytes written so far")
-
-    def problems(self) -> list[str]:
-        """What went wrong since the last call: the log put back, a write error (once)."""
-        found = [msg for msg in (self.heal(),) if msg]
-        with self.lock:
-            if self._error and not self._error_said:
-                found.append(self._error)
-                self._error_said = True
-        return found
-
-    def close(self) -> list[str]:
-        found = self.problems()
-        with self.lock:
-            if self.fd >= 0:
-                os.close(self.fd)
-                self.fd = -1
-        return found
-
-
-def _pwrite_all(fd: int, data: bytes, offset: int) -> int:
-    view = memoryview(data)
-    done = 0
-    while done < len(view):
-        done += os.pwrite(fd, view[done:], offset + done)
-    return done
-
-
-def _grow_pipe(fd: int) -> None:
-    """Linux: a 1 MiB pipe (the unprivileged maximum) takes bursts with fewer wake-ups."""
-    try:
-        import fcntl
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ"), 1 << 20)
-    except (ImportError, AttributeError, OSError):
-        pass
-
-
-class OutputPump:
-    """Reads the agent's stdout and stderr from a pipe into its log, in a thread of its own:
-    the agent never blocks on a full pipe while the watcher sleeps, checks or kills."""
-
-    CHUNK = 1 << 20
-
-    def __init__(self, fd: int, log: AgentLog):
-        self.fd, self.log = fd, log
-        self._wake_r, self._wake_w = os.pipe()
-        self._stop = threading.Event()
-        os.set_blocking(fd, False)
-        self.thread = threading.Thread(target=self._run, name="genesis-agent-output", daemon=True)
-        # The thread starts with the signals blocked, so they always reach the main thread:
-        # its wait is what a signal must interrupt (or, on Linux, what takes them).
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {*STOP_SIGNALS, signal.SIGCHLD})
-        try:
-            self.thread.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-    def _run(self) -> None:
-        poller = select.poll()
-        poller.register(self.fd, select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
-        while not self._stop.is_set():
-            ready = dict(poller.poll())
-            if self.fd in ready and not self._drain():
-                return  # the end of the output: every writer is gone
-        self._drain(most=2 * self.log.cap)  # what is left in the pipe, without waiting for more
-
-    def _drain(self, most: int | None = None) -> bool:
-        """Read what is there now; False at the end of the output."""
-        got = 0
-        while most is not None or not self._stop.is_set():
-            if most is not None and got >= most:
-                return True
-            try:
-                data = os.read(self.fd, self.CHUNK)
-            except BlockingIOError:
-                return True
-            except OSError:
-                return False
-            if not data:
-                return False
-            got += len(data)
-            self.log.write(data)
-        return True
-
-    def finish(self, wait: float) -> None:
-        """Read to the end of the output for at most `wait` seconds, then stop (bounded)."""
-        if self.fd < 0:
-            return
-        self.thread.join(wait)
-        if self.thread.is_alive():
-            self._stop.set()
-            os.write(self._wake_w, b"x")
-            self.thread.join(5.0)
-        if self.thread.is_alive():
-            return  # stuck writing (a hung filesystem): leave its descriptors to it
-        for fd in (self.fd, self._wake_r, self._wake_w):
-            os.close(fd)
-        self.fd = -1
-
-
-# --- the heartbeat's surroundings ---------------------------------------------------------
-
 KINDS = {stat.S_IFLNK: "a symlink", stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
          stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
 
@@ -909,34 +576,3 @@ class ExitWatch:
 # DCS, SOS, PM and APC strings up to their terminator (BEL, ESC \\ or 0x9c), or the line's
 # end when cut off; any other ESC sequence; then every C0 and C1 control left, DEL, and the
 # bidirectional overrides and isolates that make text read other than it is.
-ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"
-                     r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
-                     r"|\x1b[\x20-\x2f]*[\x30-\x7e]?")
-CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def sanitize(line: str, width: int = 300) -> str:
-    """One line of agent output made safe for a terminal: control sequences and characters go,
-    the text stays; a carriage return keeps what a terminal would show last; at most width."""
-    line = ESCAPES.sub("", line)
-    line = next((part for part in reversed(line.split("\r")) if part), "")
-    line = CONTROLS.sub("", line.expandtabs(8))
-    return line if len(line) <= width else line[:width - 1] + "\u2026"
-
-
-def tail(path: Path, lines: int = 12, max_bytes: int = 16384, width: int = 300) -> list[str]:
-    """The last lines of a log, sanitised for the console when an agent is killed."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read(max_bytes)
-    except OSError:
-        return []
-    text = data.decode("utf-8", errors="replace").split("\n")
-    if size > max_bytes:
-        text = text[1:]  # begins mid-line, maybe mid-character or mid-sequence
-    if text and text[-1] == "":
-        text.pop()
-    return [sanitize(line, width) for line in text[-lines:]]

@@ -13,7 +13,9 @@ import pytest
 from genesis import cgroups, exitcodes
 from genesis.heartbeat import hook_script, read_heartbeat
 from genesis.proctree import marked
-from genesis.supervisor import AgentRun, Limits, clear_planted, prompt_problem, supervise, tail
+from genesis.agentlog import tail
+from genesis.cmdline import prompt_problem
+from genesis.supervisor import AgentRun, Limits, clear_planted, supervise
 
 from conftest import alive, wait_for
 

@@ -83,8 +83,9 @@ wipe_test() {
 
 @test "fault 29: the agent signals the watcher (pkill -f run-phase): the night goes on" {
   [[ $(uname) == Linux ]] || skip "only Linux tells a signal's sender"
-  # gen[e]sis: the pattern must not match the agent's own command line, which quotes it.
-  fast_loop_env "1:Builder=bash:pkill%20-TERM%20-f%20%27bin/gen[e]sis%20--project.*%20run-phase%27+work,*:*=idle"
+  # Only this test's watcher: the pattern names the project. gen[e]sis: it must not match the
+  # agent's own command line, which quotes it.
+  fast_loop_env "1:Builder=bash:pkill%20-TERM%20-f%20%27bin/gen[e]sis%20--project%20${PROJECT}%20.*run-phase%27+work,*:*=idle"
   run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 2
   assert_output --regexp "signal .*SIGTERM.* from pid [0-9]+ .*ignored"
   assert_output --partial "Builder: finished"
@@ -94,7 +95,7 @@ wipe_test() {
 }
 
 @test "fault 29: the agent SIGKILLs its watcher: a failed phase, reaped, and the night goes on" {
-  fast_loop_env "1:Builder=bash:pkill%20-KILL%20-f%20%27bin/gen[e]sis%20--project.*%20run-phase.*Builder%27+hang,*:*=idle"
+  fast_loop_env "1:Builder=bash:pkill%20-KILL%20-f%20%27bin/gen[e]sis%20--project%20${PROJECT}%20.*run-phase.*Builder%27+hang,*:*=idle"
   run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 2
   assert_output --partial "Builder: the watcher died of signal 9; the phase counts as failed"
   assert_output --partial -- "--- iteration 2 ---"
