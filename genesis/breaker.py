@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import sys
 import time
@@ -11,7 +12,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
-from filelock import FileLock, Timeout
 
 from .atomicio import CorruptFile, read_bytes, quarantine, read_json, write_json
 
@@ -22,6 +22,7 @@ CLOSED, HALF_OPEN, OPEN = "CLOSED", "HALF_OPEN", "OPEN"
 STATES = (CLOSED, HALF_OPEN, OPEN)
 HISTORY_LIMIT = 50
 VERSION = 1
+LOCK_POLL = 0.05   # seconds between tries for a held lock
 LOCK_TIMEOUT = 30.0
 HOLDER_SEARCH = 2.0        # seconds spent at most looking for who holds a lock
 
@@ -147,25 +148,33 @@ class BreakerStore:
         self.path = Path(path)
         self.lock_path = Path(lock_path) if lock_path is not None else Path(str(self.path) + ".lock")
         self.timeout = timeout
-        self.lock = FileLock(str(self.lock_path), timeout=timeout)
         self._clock = clock
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
+        # flock on a descriptor of our own: the kernel drops it when the holder dies, and
+        # closing the descriptor releases it (no library: this runs in every step).
         self.lock_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
-            self.lock.acquire()
-        except Timeout:
-            raise BreakerLocked(self.lock_path, self.timeout, lock_holders(self.lock_path)) from None
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o600)
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # opened with O_NOFOLLOW: a planted symlink is never followed
                 raise OSError(errno.ELOOP, f"the circuit breaker's lock {self.lock_path} is a symlink, not "
                                            f"our lock file; remove it") from None
             raise
         try:
+            deadline = time.monotonic() + self.timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise BreakerLocked(self.lock_path, self.timeout, lock_holders(self.lock_path)) from None
+                    time.sleep(LOCK_POLL)
             yield
         finally:
-            self.lock.release()
+            os.close(fd)
 
     def load(self) -> tuple[BreakerState, str | None]:
         """The state and, if the file was unusable, a warning saying where it went."""

@@ -76,7 +76,7 @@ class Context:
         never the files again: an edit made during the night, even a broken one, waits for
         the next start. Anything else reads the live configuration."""
         from .config import from_snapshot
-        from .preflight import load_snapshot
+        from .config import load_snapshot
 
         project = self.project.resolve()
         snap = load_snapshot(state_dir_of(project) / "config.json", run_id)

@@ -13,7 +13,7 @@ from typing import Mapping
 from .atomicio import CorruptFile, TooLarge, quarantine, read_bytes
 from .phases import BUILTIN_PROMPTS, NAME_RE, Phase, Trigger, parse_trigger
 
-__all__ = ["ConfigError", "Config", "Knob", "KNOBS", "CONFIG_FILE", "MAX_CONFIG_BYTES", "MAX_VALUE_CHARS",
+__all__ = ["load_snapshot", "ConfigError", "Config", "Knob", "KNOBS", "CONFIG_FILE", "MAX_CONFIG_BYTES", "MAX_VALUE_CHARS",
            "MAX_PROMPT_BYTES", "read_prompt", "resolve"]
 
 CONFIG_FILE = "orchestrator/genesis.conf"
@@ -358,3 +358,14 @@ def effective(cfg: Config) -> list[tuple[str, str, str, str]]:
     rows.append(("(stale window)", f"{cfg.stale_after:g}s", "derived", "from the _MINUTES or _SECONDS form"))
     rows.append(("(max runtime)", f"{cfg.max_runtime:g}s", "derived", "from the _MINUTES or _SECONDS form"))
     return rows
+
+
+def load_snapshot(path: Path, run_id: str) -> dict | None:
+    """The configuration snapshot at path if it is run_id's, else None."""
+    from .atomicio import CorruptFile, read_json
+
+    try:
+        data = read_json(path)
+    except CorruptFile:
+        return None
+    return data if isinstance(data, dict) and data.get("run_id") == run_id else None

@@ -13,15 +13,16 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .atomicio import CorruptFile, read_bytes, read_json, write_json, write_text
 from .breaker import BreakerState, BreakerStore
-from .claude_settings import SettingsError, hook_command, install
 from .config import CONFIG_FILE, MAX_CONFIG_BYTES
-from .heartbeat import default_heartbeat_file, hook_script
-from .hookcheck import HookCheck, self_test
 from .layout import Layout, heal_dir
 from .step import Step, agent_env
+
+if TYPE_CHECKING:
+    from .hookcheck import HookCheck
 
 __all__ = ["heal", "breaker_store", "mirror_breaker", "guard_breaker", "guard_hook", "guard_config",
            "record_hook", "config_digest"]
@@ -116,7 +117,7 @@ def _move_aside(path: Path) -> None:
 
 # --- the hook -------------------------------------------------------------------------
 
-def record_hook(lay: Layout, check: HookCheck) -> None:
+def record_hook(lay: Layout, check: "HookCheck") -> None:
     """Remember where the hook was found working, to reinstall it there if it goes."""
     if check.ok and check.scope in ("user", "project", "local") and check.path is not None:
         write_json(lay.hook_record, {"scope": check.scope, "path": str(check.path)})
@@ -124,6 +125,10 @@ def record_hook(lay: Layout, check: HookCheck) -> None:
 
 def guard_hook(step: Step, phase: str, iteration: int) -> None:
     """The same self-test as at start; a hook that went missing is reinstalled where it was."""
+    from .claude_settings import SettingsError, hook_command, install
+    from .heartbeat import default_heartbeat_file, hook_script
+    from .hookcheck import self_test
+
     lay = step.layout
     heartbeat = lay.heartbeat_file(phase)
     check = self_test(step.cfg.project, agent_env(step, phase, iteration), heartbeat)

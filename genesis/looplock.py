@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .atomicio import CorruptFile, finite, read_json, write_json
-from .proctree import identify
 
 __all__ = ["Holder", "Locked", "acquire", "release", "current_holder", "hold"]
 
@@ -34,6 +33,8 @@ class Holder:
 
     def alive(self) -> bool:
         """True if that very process (pid and start time) still runs on this host."""
+        from .proctree import identify
+
         if self.host != socket.gethostname():
             return True  # cannot check another machine's processes: assume it runs
         ident = identify(self.pid)
@@ -86,6 +87,8 @@ def acquire(lock: Path, record: Path, fd: int, pid: int, run_id: str) -> Holder:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise Locked(_read(record) or _unknown(), lock) from None
+    from .proctree import identify
+
     ident = identify(pid)
     if ident is None:
         raise ValueError(f"loop process {pid} does not exist")

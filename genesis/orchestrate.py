@@ -5,22 +5,24 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import breaker, exitcodes, report
 from .atomicio import CorruptFile, read_json, write_json
 from .autocommit import commit
-from .config import read_prompt
+from .config import load_snapshot, read_prompt
 from .guard import breaker_store, guard_breaker, guard_config, heal, mirror_breaker
 from .layout import Layout
 from .looplock import release
 from .phases import Phase, should_run
-from .preflight import load_snapshot, reads_prompt_from_stdin
 from .progress import Fingerprint, fingerprint
-from .reaper import ReapPlan, execute, markers_for, plan_reap
+from .markers import markers_for
 from .gitcmd import GitFailed
-from .step import Step, StepFailed, agent_env
-from .agentlog import tail
-from .supervisor import AgentRun, Limits, Outcome, supervise
+from .step import Step, StepFailed, agent_env, reads_prompt_from_stdin
+
+if TYPE_CHECKING:
+    from .reaper import ReapPlan
+    from .supervisor import Outcome
 
 __all__ = ["run_phase", "reap", "iteration_start", "iteration_finish", "finish", "phase_lost",
            "commit_message", "WATCHER_DEATHS_MAX"]
@@ -36,8 +38,10 @@ def _user_files(lay: Layout) -> list[str]:
     return [p for p in data if isinstance(p, str)] if isinstance(data, list) else []
 
 
-def reap(step: Step, when: str, dry_run: bool = False) -> ReapPlan:
+def reap(step: Step, when: str, dry_run: bool = False) -> "ReapPlan":
     """Kill this loop's leftovers; report ports held by anything else."""
+    from .reaper import execute, plan_reap
+
     cfg = step.cfg
     found = plan_reap(cfg.project, step.run_id, cfg.reap_scope, cfg.reap_patterns, cfg.reap_ports)
     for port in found.foreign_ports:
@@ -72,6 +76,8 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
         say(f"{phase.name}: skipped ({why})", "info")
         step.event("phase_skip", iteration=iteration, phase=phase.name, why=why)
         return exitcodes.PHASE_SKIPPED
+    from .supervisor import AgentRun, Limits, supervise  # the watcher's machinery, only where it watches
+
     heal(step, phase.name, iteration)
     hb = lay.heartbeat_file(phase.name)
     try:
@@ -107,8 +113,10 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     return outcome.exit_code
 
 
-def _describe(step: Step, phase: Phase, outcome: Outcome, log: Path) -> str:
+def _describe(step: Step, phase: Phase, outcome: "Outcome", log: Path) -> str:
     """Say how the phase ended; return the reason the events log and the report keep."""
+    from .agentlog import tail
+
     say, took = step.say, f"{outcome.duration:.0f}s"
     if outcome.status == "exited" and outcome.returncode == 0:
         say(f"{phase.name}: finished in {took}", "ok")
@@ -131,7 +139,7 @@ def _describe(step: Step, phase: Phase, outcome: Outcome, log: Path) -> str:
     return outcome.detail
 
 
-def commit_message(phase: str, iteration: int, run_id: str, outcome: Outcome) -> str:
+def commit_message(phase: str, iteration: int, run_id: str, outcome: "Outcome") -> str:
     """Names the run and how the phase ended; work of an agent that did not finish is partial."""
     if outcome.status == "exited" and outcome.returncode == 0:
         how = "finished"

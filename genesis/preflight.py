@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from . import breaker, exitcodes
-from .atomicio import CorruptFile, read_bytes, read_json, write_json, write_text
+from .atomicio import CorruptFile, read_bytes, write_json, write_text
 from .autocommit import commit, user_changes
 from .config import Config, read_prompt, snapshot
 from .guard import breaker_store, config_digest, mirror_breaker, record_hook
@@ -21,11 +21,11 @@ from .hookcheck import self_test
 from .layout import ensure_git_excludes, heal_dir
 from .looplock import Locked, acquire, release
 from .progress import fingerprint, open_repo
-from .reaper import markers_for
-from .step import Step, StepFailed, agent_env, is_claude
+from .markers import markers_for
+from .step import Step, StepFailed, agent_env, is_claude, reads_prompt_from_stdin
 from .cmdline import prompt_problem
 
-__all__ = ["preflight", "agent_problem", "reads_prompt_from_stdin", "load_snapshot"]
+__all__ = ["preflight", "agent_problem"]
 
 
 def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False) -> None:
@@ -90,15 +90,6 @@ def _snapshot(step: Step) -> None:
                                      "conf_digest": config_digest(cfg.project)})
 
 
-def load_snapshot(path: Path, run_id: str) -> dict | None:
-    """The configuration snapshot at path if it is run_id's, else None."""
-    try:
-        data = read_json(path)
-    except CorruptFile:
-        return None
-    return data if isinstance(data, dict) and data.get("run_id") == run_id else None
-
-
 def _start_breaker(step: Step) -> breaker.BreakerState:
     """The user's breaker file is the truth while no loop runs (deleting it resets); from now
     on the loop holds the state and the file mirrors it."""
@@ -138,11 +129,6 @@ def agent_problem(cfg: Config) -> str | None:
     if shutil.which(program) is None:
         return f"the agent command {program!r} is not found on PATH; {fix}"
     return None
-
-
-def reads_prompt_from_stdin(cfg: Config) -> bool:
-    """`claude -p` takes its prompt on stdin when none is given: the way for a huge prompt."""
-    return is_claude(cfg)
 
 
 def _prompt_problem(cfg: Config) -> str | None:

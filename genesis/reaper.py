@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 
+from .markers import markers_for
 from .proctree import KillReport, ProcId, descendants, kill_all, marked, protected_pids
 
 __all__ = ["Leftover", "ForeignPort", "ReapPlan", "markers_for", "plan_reap", "execute", "live_tree"]
@@ -32,14 +33,6 @@ class ForeignPort:
 class ReapPlan:
     leftovers: tuple[Leftover, ...]
     foreign_ports: tuple[ForeignPort, ...]
-
-
-def markers_for(project: Path, run_id: str | None = None) -> dict[str, str]:
-    """The environment markers every agent of a loop over this project carries."""
-    found = {"GENESIS_PROJECT_DIR": str(Path(project).resolve())}
-    if run_id:
-        found["GENESIS_RUN_ID"] = run_id
-    return found
 
 
 def _cmdline(pid: int) -> str:

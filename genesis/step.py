@@ -11,9 +11,9 @@ from . import events
 from .atomicio import DiskFull
 from .config import Config
 from .layout import Layout, state_dir_of
-from .reaper import markers_for
+from .markers import markers_for
 
-__all__ = ["Step", "StepFailed", "layout_for", "agent_env", "is_claude"]
+__all__ = ["Step", "StepFailed", "layout_for", "agent_env", "is_claude", "reads_prompt_from_stdin"]
 
 Say = Callable[[str, str], None]
 
@@ -60,3 +60,8 @@ def agent_env(step: Step, phase: str, iteration: int) -> dict[str, str]:
     """The environment of a phase's agent: the caller's, the loop's markers and where to beat."""
     return {**os.environ, **markers_for(step.cfg.project, step.run_id), "GENESIS_AGENT": phase,
             "GENESIS_HEARTBEAT_FILE": str(step.layout.heartbeat_file(phase)), "GENESIS_ITERATION": str(iteration)}
+
+
+def reads_prompt_from_stdin(cfg: Config) -> bool:
+    """`claude -p` takes its prompt on stdin when none is given: the way for a huge prompt."""
+    return is_claude(cfg)
