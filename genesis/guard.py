@@ -130,16 +130,15 @@ def guard_hook(step: Step, phase: str, iteration: int) -> None:
     from .hookcheck import self_test
 
     lay = step.layout
-    heartbeat = lay.heartbeat_file(phase)
-    check = self_test(step.cfg.project, agent_env(step, phase, iteration), heartbeat)
-    if check.ok:
-        return
     try:
         where = read_json(lay.hook_record)
     except CorruptFile:
         where = None
     if not isinstance(where, dict) or not isinstance(where.get("path"), str):
-        step.say(f"{phase}: the heartbeat hook does not work ({check.detail})", "warn")
+        return  # no hook worked at start (the start said so once): nothing to keep working
+    heartbeat = lay.heartbeat_file(phase)
+    check = self_test(step.cfg.project, agent_env(step, phase, iteration), heartbeat)
+    if check.ok:
         return
     path = Path(where["path"])
     user_dir = default_heartbeat_file({k: v for k, v in os.environ.items()

@@ -192,6 +192,10 @@ def _check_hook(step: Step) -> None:
         record_hook(step.layout, check)
         step.say(f"heartbeat hook: working ({check.scope} settings, {check.path})", "ok")
         return
+    try:
+        os.unlink(step.layout.hook_record)  # an earlier run's: nothing to reinstall for this one
+    except FileNotFoundError:
+        pass
     if is_claude(cfg):
         raise StepFailed(exitcodes.USAGE, f"the heartbeat hook does not work ({check.state}): {check.detail}. "
                          f"Without it every Claude Code agent looks stuck; fix it, then check with "
