@@ -71,6 +71,9 @@ breaker_field() {
   # Ended with the phase by the watcher (it carries the run's marker), before any reaper.
   assert_output --regexp "Builder: ended 1 process\(es\) the agent left behind: pid [0-9]+ '.*server.main ${ours}' \(carries this run's marker\)"
   assert_output --regexp "port ${theirs} is held by pid ${bystander} .*not this loop's: left alone"
+  # ...and recorded in the events, not only printed.
+  run -0 grep -c "\"event\": \"foreign_port\".*\"port\": ${theirs}, \"pid\": ${bystander}" "${PROJECT}/.git/genesis/events.jsonl"
+  refute_output "0"
   run -0 marked_count; assert_output "0"
   kill -0 "${bystander}"
   kill "${bystander}"
