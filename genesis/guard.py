@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .atomicio import CorruptFile, read_bytes, read_json, write_json, write_text
+from .atomicio import CorruptFile, check_room, read_bytes, read_json, write_json, write_text
 from .breaker import BreakerState, BreakerStore
 from .config import CONFIG_FILE, MAX_CONFIG_BYTES
 from .layout import Layout, heal_dir
@@ -32,7 +32,11 @@ CONSOLE_MAX = 64 << 20  # a night's status lines are far fewer
 
 
 def heal(step: Step, phase: str | None = None, iteration: int = 0) -> None:
-    """Everything below, in order; the hook only when a phase is about to run."""
+    """Everything below, in order; the hook only when a phase is about to run. First the
+    room to write at all: a full disk stops the loop cleanly (DiskFull, exit 6) before any
+    write fails half way or a working agent is blamed for heartbeats it could not write."""
+    check_room(step.layout.state_dir)
+    check_room(step.layout.run_dir(step.run_id))
     heal_folders(step)
     guard_breaker(step)
     if phase is not None:

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,11 +56,11 @@ def _namespace() -> list[str]:
     pytest.skip(f"no private mount namespace here (unshare refused: {why})")
 
 
-def on_small_disk(tmp_path, body: str) -> dict:
-    """Run PRELUDE + body in a private mount namespace with a 64 KiB tmpfs; its `out` as a dict."""
+def on_small_disk(tmp_path, body: str, size: str = "64k") -> dict:
+    """Run PRELUDE + body in a private mount namespace with a small tmpfs; its `out` as a dict."""
     mnt = tmp_path / "small"
     mnt.mkdir()
-    script = 'mount -t tmpfs -o size=64k,mode=700 tmpfs "$1" || exit 77; shift; exec "$@"'
+    script = f'mount -t tmpfs -o size={size},mode=700 tmpfs "$1" || exit 77; shift; exec "$@"'
     code = PRELUDE + body + "\nprint(json.dumps(out))\n"
     done = subprocess.run([*_namespace(), "sh", "-c", script, "_", str(mnt), PY, "-c", code, str(mnt)],
                           capture_output=True, text=True, timeout=120)
@@ -202,3 +203,33 @@ def test_a_fifo_at_the_events_path_is_neither_waited_on_nor_written(tmp_path):
     finally:
         os.close(reader)
     assert events.read_events(fifo, all_runs=True) == []
+
+
+@pytest.mark.fault(32)
+def test_the_loop_stops_cleanly_with_disk_full_when_an_agent_fills_the_disk(tmp_path):
+    """The project and Genesis's state on a 4 MiB disk; in iteration 1 the Builder fills it."""
+    loop = Path(__file__).resolve().parents[1] / "start-multi-agent-loop.sh"
+    out = on_small_disk(tmp_path, f"""
+import subprocess
+project = mnt / "project"
+project.mkdir()
+git = ["git", "-c", "user.name=T", "-c", "user.email=t@example.invalid"]
+subprocess.run(["git", "init", "-q", str(project)], check=True)
+(project / "README.md").write_text("hello\\n")
+subprocess.run(git + ["add", "-A"], cwd=project, check=True)
+subprocess.run(git + ["commit", "-qm", "init"], cwd=project, check=True)
+agent = mnt / "agent.sh"
+agent.write_text("#!/bin/sh\\nhead -c 8000000 /dev/zero >filler 2>/dev/null; echo filled\\n")
+agent.chmod(0o755)
+env = {{**os.environ, "GENESIS_BIN": {str(Path(PY).parent / "genesis")!r}, "NO_COLOR": "1",
+       "ITERATION_PAUSE_SECONDS": "0", "HEARTBEAT_CHECK_INTERVAL": "0.2", "HEARTBEAT_STALE_SECONDS": "5",
+       "REAP_PORTS": ""}}
+done = subprocess.run(["bash", {str(loop)!r}, "--project", str(project), "--agent-cmd", str(agent),
+                       "--max-iterations", "3"], env=env, capture_output=True, text=True, timeout=120)
+out["code"] = done.returncode
+out["output"] = done.stdout + done.stderr
+""", size="4m")
+    assert out["code"] == 6, out["output"]
+    assert "disk full" in out["output"] and "no room to write" in out["output"]
+    assert "--- iteration 2 ---" not in out["output"]
+    assert "Traceback" not in out["output"] and ": stuck:" not in out["output"]
