@@ -14,15 +14,14 @@ from pathlib import Path
 import click
 
 from . import __version__, breaker, exitcodes
-from .atomicio import write_text
+from .atomicio import DiskFull, write_text
+from .breaker import BreakerLocked
 from .claude_settings import SettingsError, hook_command, install, installed_events, settings_path, uninstall
 from .config import KNOBS, ConfigError, Config, effective, resolve
 from .console import say
-from .heartbeat import default_heartbeat_file, hook_script, read_heartbeat
-from .atomicio import DiskFull
-from .breaker import BreakerLocked
-from .layout import Layout, UnsafeDir, private_dir, state_dir_of
 from .gitcmd import GitFailed, NotARepository
+from .heartbeat import default_heartbeat_file, hook_script, read_heartbeat
+from .layout import Layout, UnsafeDir, private_dir, state_dir_of
 from .step import Step, StepFailed, layout_for
 
 
@@ -75,8 +74,7 @@ class Context:
         """A running loop's step reads the settings its run started with (the snapshot),
         never the files again: an edit made during the night, even a broken one, waits for
         the next start. Anything else reads the live configuration."""
-        from .config import from_snapshot
-        from .config import load_snapshot
+        from .config import from_snapshot, load_snapshot
 
         project = self.project.resolve()
         snap = load_snapshot(state_dir_of(project) / "config.json", run_id)
@@ -266,7 +264,8 @@ def stop(obj: Context) -> None:
     from .looplock import current_holder
 
     cfg = obj.config()
-    holder = current_holder(layout_for(cfg).loop_lock, layout_for(cfg).loop_record)
+    layout = layout_for(cfg)
+    holder = current_holder(layout.loop_lock, layout.loop_record)
     if holder is None:
         raise Fail(f"no Genesis loop is running on {cfg.project}; nothing to stop", exitcodes.NOT_RUNNING)
     cfg.stop_flag.parent.mkdir(parents=True, exist_ok=True)

@@ -11,13 +11,13 @@ from . import breaker, exitcodes, report
 from .atomicio import CorruptFile, read_json, write_json
 from .autocommit import commit
 from .config import load_snapshot, read_prompt
+from .gitcmd import GitFailed
 from .guard import breaker_store, guard_breaker, guard_config, heal, mirror_breaker
 from .layout import Layout
 from .looplock import release
+from .markers import markers_for
 from .phases import Phase, should_run
 from .progress import Fingerprint, fingerprint
-from .markers import markers_for
-from .gitcmd import GitFailed
 from .step import Step, StepFailed, agent_env, reads_prompt_from_stdin
 
 if TYPE_CHECKING:

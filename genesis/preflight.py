@@ -15,15 +15,15 @@ from pathlib import Path
 from . import breaker, exitcodes
 from .atomicio import CorruptFile, read_bytes, write_json, write_text
 from .autocommit import commit, user_changes
+from .cmdline import prompt_problem
 from .config import Config, read_prompt, snapshot
 from .guard import breaker_store, config_digest, mirror_breaker, record_hook
 from .hookcheck import self_test
 from .layout import ensure_git_excludes, heal_dir
 from .looplock import Locked, acquire, release
-from .progress import fingerprint, open_repo
 from .markers import markers_for
+from .progress import fingerprint, open_repo
 from .step import Step, StepFailed, agent_env, is_claude, reads_prompt_from_stdin
-from .cmdline import prompt_problem
 
 __all__ = ["preflight", "agent_problem"]
 
