@@ -8,16 +8,19 @@
 # This script only sequences steps, handles signals and never dies silently; every
 # decision about time, JSON, git or processes is a `genesis` subcommand. A step prints on
 # stdout only what this script reads; status lines go to stderr, and into the run's
-# console log. Exit codes: 0 done (max iterations or stop flag), 1 internal error,
-# 2 usage or configuration, 3 circuit breaker OPEN, 4 another loop runs on the project,
-# 6 disk full, 7 the watcher died too often, 8 a step overran its bound twice,
-# 129/130/143 SIGHUP/SIGINT/SIGTERM.
+# console log. Exit codes: 0 done (the work is finished, max iterations or stop flag),
+# 1 internal error, 2 usage or configuration, 3 circuit breaker OPEN, 4 another loop runs
+# on the project, 6 disk full, 7 the watcher died too often, 8 a step overran its bound
+# twice, 20 a usage limit resets beyond GENESIS_MAX_LIMIT_WAIT, 21 an API outage outlasted
+# GENESIS_MAX_OUTAGE_MINUTES, 22 an agent error retrying cannot fix, 23 the runtime
+# ceiling, 24 the cost ceiling, 129/130/143 SIGHUP/SIGINT/SIGTERM.
 set -euo pipefail
 set -o errtrace  # the ERR trap also fires inside functions, so no failure goes unreported
 
 GENESIS_HOME="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly GENESIS_HOME
 readonly EXIT_ERROR=1 EXIT_USAGE=2 EXIT_BREAKER_OPEN=3 EXIT_DISK_FULL=6 EXIT_WATCHER_LOST=7 EXIT_STEP_TIMEOUT=8
+readonly STEP_WAIT=12 STEP_WORK_DONE=13  # between steps only: sit out a wait; the work is finished
 
 project="."
 demo=0
@@ -86,10 +89,8 @@ finish_loop() {
   trap '' HUP INT TERM
   trap - EXIT ERR
   g finish --run-id "${run_id}" --reason "${reason}" --code "${code}" || err "final clean-up failed"
-  if ((demo)) && ((code == EXIT_BREAKER_OPEN)); then
-    say "demo finished: the breaker opened as designed. The demo project is ${project}"
-    say "look at its orchestrator/logs/ and orchestrator/.circuit_breaker.json"
-    code=0
+  if ((demo)); then
+    say "demo finished. The demo project is ${project}; look at its orchestrator/logs/ and TASKS.md"
   fi
   exit "${code}"
 }
@@ -161,8 +162,8 @@ read_settings() {
   } <<<"${settings}"
 }
 
-# After a step that failed: a documented reason stops the loop cleanly; anything else is
-# reported as an internal error.
+# After a step that failed: a documented reason stops the loop cleanly (the step said the
+# details); anything else is reported as an internal error.
 after_step() {
   local rc="$1" line="$2"
   case "${rc}" in
@@ -170,8 +171,24 @@ after_step() {
     "${EXIT_DISK_FULL}") finish_loop "${rc}" "disk full: no room left for Genesis's state or logs" ;;
     "${EXIT_STEP_TIMEOUT}") finish_loop "${rc}" "a step overran its time bound twice: ${last_step}" ;;
     "${EXIT_USAGE}") finish_loop "${rc}" "a configuration or usage error: ${last_step}" ;;
+    20) finish_loop "${rc}" "a usage limit resets later than GENESIS_MAX_LIMIT_WAIT" ;;
+    21) finish_loop "${rc}" "the model API failed for longer than GENESIS_MAX_OUTAGE_MINUTES" ;;
+    22) finish_loop "${rc}" "the agent reported an error retrying cannot fix" ;;
+    23) finish_loop "${rc}" "the runtime ceiling GENESIS_MAX_RUNTIME_HOURS was reached" ;;
+    24) finish_loop "${rc}" "the cost ceiling GENESIS_MAX_COST_USD was reached" ;;
+    129 | 130 | 143) finish_loop "${rc}" "interrupted" ;;
     *) on_error "${rc}" "${line}" "${last_step}" ;;
   esac
+}
+
+# Sits out the wait a step planned (a usage limit, an API outage, a breaker cooldown); the
+# stop flag ends it early, and then the loop.
+sit_out() {
+  local rc=0
+  step wait --run-id "${run_id}" || rc=$?
+  after_step "${rc}" "${LINENO}"
+  stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
+  return 0
 }
 
 run_loop() {
@@ -187,12 +204,16 @@ run_loop() {
     after_step "${rc}" "${LINENO}"
     # Every phase in order; run-phase checks the phase's trigger just before it runs.
     for phase in ${phases}; do
-      stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
-      rc=0
-      step run-phase --iteration "${iteration}" --phase "${phase}" --run-id "${run_id}" || rc=$?
+      while true; do  # a phase that met a usage limit or an outage runs again after the wait
+        stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
+        rc=0
+        step run-phase --iteration "${iteration}" --phase "${phase}" --run-id "${run_id}" || rc=$?
+        ((rc == STEP_WAIT)) || break
+        sit_out
+      done
       case "${rc}" in
         0 | 10 | 11 | 124 | 125) ;;  # finished, failed, skipped, stuck or over time: go on
-        "${EXIT_ERROR}" | "${EXIT_USAGE}" | "${EXIT_DISK_FULL}" | "${EXIT_STEP_TIMEOUT}")
+        "${EXIT_ERROR}" | "${EXIT_USAGE}" | "${EXIT_DISK_FULL}" | "${EXIT_STEP_TIMEOUT}" | 2[0-4])
           after_step "${rc}" "${LINENO}" ;;
         *)
           # The watcher died of a signal this loop did not send (the user's reaches the
@@ -212,6 +233,8 @@ run_loop() {
     step iteration finish --iteration "${iteration}" --run-id "${run_id}" || rc=$?
     case "${rc}" in
       0) ;;
+      "${STEP_WAIT}") sit_out ;;  # the OPEN breaker's cooldown, then a trial iteration
+      "${STEP_WORK_DONE}") finish_loop 0 "done: the work is finished (GENESIS_DONE_WHEN)" ;;
       "${EXIT_BREAKER_OPEN}") finish_loop "${rc}" "circuit breaker OPEN" ;;
       *) after_step "${rc}" "${LINENO}" ;;
     esac

@@ -13,10 +13,11 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["AgentLog", "OutputPump", "MIN_LOG_BYTES", "grow_pipe", "sanitize", "tail"]
+__all__ = ["AgentLog", "OutputPump", "Transcriber", "MIN_LOG_BYTES", "MAX_LINE", "grow_pipe", "sanitize", "tail"]
 
 MIN_LOG_BYTES = 64 << 10   # the smallest log cap: room for a head, a tail and the line between
 MARK_ROOM = 200  # bytes kept free for the line that says what was dropped
+MAX_LINE = 1 << 20  # an output line longer than this is not read into the transcript (bounded memory)
 
 
 class AgentLog:
@@ -197,13 +198,87 @@ def grow_pipe(fd: int) -> None:
         pass
 
 
+class Transcriber:
+    """Where the agent's output goes: split into lines for its reader, which renders a
+    readable transcript and learns how the run ends.
+
+    With a raw log (structured output), the raw bytes go there and the reader's lines to the
+    transcript; without one the output is its own transcript, byte for byte, and the reader
+    only reads along. Memory is bounded: a line longer than MAX_LINE is skipped (noted in the
+    transcript). A reader that fails is noted once and then left out; the output still flows.
+    """
+
+    def __init__(self, transcript: AgentLog, raw: AgentLog | None, reader) -> None:
+        self.transcript, self.raw, self.reader = transcript, raw, reader
+        self.received = 0              # bytes of agent output: a sign of life
+        self._buf = bytearray()
+        self._skipped = 0              # bytes of an over-long line being skipped (0: none)
+
+    @property
+    def cap(self) -> int:
+        return (self.raw or self.transcript).cap
+
+    @property
+    def logs(self) -> tuple[AgentLog, ...]:
+        return (self.transcript,) if self.raw is None else (self.transcript, self.raw)
+
+    def write(self, data: bytes) -> None:
+        self.received += len(data)
+        (self.raw or self.transcript).write(data)
+        if self.reader is None:
+            return
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            if end < 0:
+                self._keep(data[start:])
+                return
+            self._keep(data[start:end])
+            self._line()
+            start = end + 1
+
+    def _keep(self, part: bytes) -> None:
+        if self._skipped:
+            self._skipped += len(part)
+        elif len(self._buf) + len(part) > MAX_LINE:
+            self._skipped = len(self._buf) + len(part)
+            self._buf.clear()
+        else:
+            self._buf += part
+
+    def _line(self) -> None:
+        if self._skipped:
+            self._emit([f"(an output line of {self._skipped} bytes was not read)"])
+            self._skipped = 0
+            return
+        text = self._buf.decode("utf-8", "replace")
+        self._buf.clear()
+        try:
+            lines = self.reader.feed(text)
+        except Exception as exc:  # a reader's bug must not stop the output flowing to the logs
+            self._emit([f"=== genesis: the agent's output could not be read further ({exc!r})"])
+            self.reader = None
+            return
+        if self.raw is not None:
+            self._emit(lines)
+
+    def _emit(self, lines: list[str]) -> None:
+        if lines:
+            self.transcript.write(("\n".join(lines) + "\n").encode("utf-8", "replace"), own=True)
+
+    def flush(self) -> None:
+        """The last line, if the output did not end with a newline."""
+        if self.reader is not None and (self._buf or self._skipped):
+            self._line()
+
+
 class OutputPump:
     """Reads the agent's stdout and stderr from a pipe into its log, in a thread of its own:
     the agent never blocks on a full pipe while the watcher sleeps, checks or kills."""
 
     CHUNK = 1 << 20
 
-    def __init__(self, fd: int, log: AgentLog, blocked: set[int]):
+    def __init__(self, fd: int, log: "AgentLog | Transcriber", blocked: set[int]):
         self.fd, self.log = fd, log
         self._wake_r, self._wake_w = os.pipe()
         self._stop = threading.Event()

@@ -1,7 +1,13 @@
-"""The git-progress circuit breaker: CLOSED -> HALF_OPEN (warn) -> OPEN (stop)."""
+"""The git-progress circuit breaker: CLOSED -> HALF_OPEN (warn) -> OPEN (stop).
+
+With a cooldown (opt-in), an OPEN breaker is not the end: after the cooldown one trial
+iteration runs HALF_OPEN; progress closes the breaker, none opens it again with a cooldown
+twice as long, until the trials are spent and the loop stops.
+"""
 
 from __future__ import annotations
 
+import calendar
 import errno
 import fcntl
 import os
@@ -16,6 +22,7 @@ from typing import Iterator
 from .atomicio import CorruptFile, read_bytes, quarantine, read_json, write_json
 
 __all__ = ["CLOSED", "HALF_OPEN", "OPEN", "Transition", "BreakerState", "record", "close",
+           "cooldown_seconds", "plan_trial", "start_trial", "retry_time",
            "BreakerStore", "BreakerLocked", "lock_holders"]
 
 CLOSED, HALF_OPEN, OPEN = "CLOSED", "HALF_OPEN", "OPEN"
@@ -25,10 +32,16 @@ VERSION = 1
 LOCK_POLL = 0.05   # seconds between tries for a held lock
 LOCK_TIMEOUT = 30.0
 HOLDER_SEARCH = 2.0        # seconds spent at most looking for who holds a lock
+ISO = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def iso(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+    return time.strftime(ISO, time.gmtime(epoch))
+
+
+def _epoch(text: str) -> float:
+    """The inverse of iso(); ValueError for anything else."""
+    return float(calendar.timegm(time.strptime(text, ISO)))
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,8 @@ class BreakerState:
     updated_at: str = ""
     opened_at: str | None = None
     opened_fingerprint: dict | None = None  # the repository when it opened (see close())
+    trials: int = 0                         # trial iterations let through since it last closed
+    retry_at: str | None = None             # when the cooldown of an OPEN breaker ends
     history: tuple[Transition, ...] = field(default_factory=tuple)
     version: int = VERSION
 
@@ -64,7 +79,7 @@ class BreakerState:
             raise ValueError("not a JSON object")
         if data.get("state") not in STATES:
             raise ValueError(f"unknown state {data.get('state')!r}")
-        for key in ("no_progress_count", "last_progress_iteration", "last_iteration"):
+        for key in ("no_progress_count", "last_progress_iteration", "last_iteration", "trials"):
             value = data.get(key, 0)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{key} is not a whole number")
@@ -76,13 +91,19 @@ class BreakerState:
         except TypeError:
             raise ValueError("history has a malformed entry") from None
         opened_fp = data.get("opened_fingerprint")
+        retry_at = data.get("retry_at")
+        if retry_at is not None:
+            try:
+                _epoch(retry_at)  # the loop waits until then: it must read back as a time
+            except (TypeError, ValueError):
+                raise ValueError("retry_at is not a UTC time") from None
         return cls(state=data["state"], no_progress_count=data.get("no_progress_count", 0),
                    last_progress_iteration=data.get("last_progress_iteration", 0),
                    last_iteration=data.get("last_iteration", 0),
                    updated_at=str(data.get("updated_at", "")),
                    opened_at=data.get("opened_at") if isinstance(data.get("opened_at"), str) else None,
                    opened_fingerprint=opened_fp if isinstance(opened_fp, dict) else None,
-                   history=transitions)
+                   trials=data.get("trials", 0), retry_at=retry_at, history=transitions)
 
 
 def _move(state: BreakerState, to: str, iteration: int, now: float, reason: str, **changes) -> BreakerState:
@@ -94,13 +115,19 @@ def _move(state: BreakerState, to: str, iteration: int, now: float, reason: str,
 
 def record(state: BreakerState, iteration: int, progressed: bool, now: float, warn_at: int,
            stop_at: int, fingerprint: dict | None = None) -> BreakerState:
-    """The state after one iteration: progress closes it, the thresholds open it."""
+    """The state after one iteration: progress closes it, the thresholds open it.
+
+    A trial (HALF_OPEN after a cooldown) without progress opens it again whatever the
+    thresholds say now: the trial was its one chance.
+    """
     if progressed:
         return _move(state, CLOSED, iteration, now, "progress", no_progress_count=0,
                      last_progress_iteration=iteration, last_iteration=iteration,
-                     opened_at=None, opened_fingerprint=None)
+                     opened_at=None, opened_fingerprint=None, trials=0, retry_at=None)
     count = state.no_progress_count + 1
-    if count >= stop_at:
+    if state.state == HALF_OPEN and state.trials > 0:
+        to, reason = OPEN, f"trial {state.trials} made no progress ({count} iterations without progress)"
+    elif count >= stop_at:
         to, reason = OPEN, f"{count} iterations without progress"
     elif count >= warn_at:
         to, reason = HALF_OPEN, f"{count} iterations without progress"
@@ -114,7 +141,37 @@ def record(state: BreakerState, iteration: int, progressed: bool, now: float, wa
 
 def close(state: BreakerState, now: float, reason: str) -> BreakerState:
     return _move(state, CLOSED, state.last_iteration, now, reason, no_progress_count=0,
-                 opened_at=None, opened_fingerprint=None)
+                 opened_at=None, opened_fingerprint=None, trials=0, retry_at=None)
+
+
+def cooldown_seconds(state: BreakerState, base_seconds: float, max_trials: int) -> float | None:
+    """How long an OPEN breaker waits before its next trial: base_seconds, doubled for each
+    trial that failed. None when it is not OPEN or the trials are spent: the loop stops."""
+    if state.state != OPEN or state.trials >= max_trials:
+        return None
+    return base_seconds * 2 ** state.trials
+
+
+def plan_trial(state: BreakerState, now: float, seconds: float) -> BreakerState:
+    """Record when the cooldown of an OPEN breaker ends (a restarted loop can read it back)."""
+    if state.state != OPEN:
+        return state
+    return replace(state, retry_at=iso(now + seconds), updated_at=iso(now))
+
+
+def start_trial(state: BreakerState, now: float, max_trials: int | None = None) -> BreakerState:
+    """The cooldown is over: let one iteration through, HALF_OPEN. A breaker that is no
+    longer OPEN (reset or closed meanwhile) is returned as it is."""
+    if state.state != OPEN:
+        return state
+    trial = state.trials + 1
+    reason = f"cooldown over: trial {trial}" + (f" of {max_trials}" if max_trials is not None else "")
+    return _move(state, HALF_OPEN, state.last_iteration, now, reason, trials=trial, retry_at=None)
+
+
+def retry_time(state: BreakerState) -> float | None:
+    """retry_at as epoch seconds, or None when no trial is planned."""
+    return _epoch(state.retry_at) if state.retry_at is not None else None
 
 
 class BreakerLocked(TimeoutError):

@@ -16,7 +16,7 @@ import click
 from . import __version__, breaker, exitcodes
 from .atomicio import DiskFull, write_text
 from .breaker import BreakerLocked
-from .claude_settings import SettingsError, hook_command, install, installed_events, settings_path, uninstall
+from .agents.claude.settings import SettingsError, hook_command, install, installed_events, settings_path, uninstall
 from .config import KNOBS, ConfigError, Config, effective, resolve
 from .console import say
 from .gitcmd import GitFailed, NotARepository
@@ -193,6 +193,22 @@ def iteration(obj: Context, what: str, iteration: int, run_id: str) -> None:
         iteration_start(step, iteration)
     else:
         sys.exit(iteration_finish(step, iteration))
+
+
+@cli.command("wait", hidden=True)
+@run_id_opt
+@pass_ctx
+@guarded
+def wait_step(obj: Context, run_id: str) -> None:
+    """Sit out the run's pending wait (a usage limit, an API outage's backoff, a breaker
+    cooldown) with a countdown; exit 0 when over or ended by the stop flag, 23 when it would
+    end past GENESIS_MAX_RUNTIME_HOURS."""
+    from .ceilings import deadline
+    from .preflight import read_flag
+    from .waiting import sit_out
+
+    step = obj.step(run_id)
+    sys.exit(sit_out(step, lambda: read_flag(step.layout.stop_flag) == "false", ceiling=deadline(step)))
 
 
 @cli.command("phase-lost", hidden=True)
@@ -402,7 +418,7 @@ def hook_status(obj: Context) -> None:
     import shutil
     import tempfile
 
-    from .hookcheck import MALFORMED, WORKING, self_test
+    from .agents.claude.hookcheck import MALFORMED, WORKING, self_test
 
     project = obj.project.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="genesis-hook-status-"))  # 0700: a heartbeat dir of ours alone

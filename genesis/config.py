@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .atomicio import CorruptFile, TooLarge, quarantine, read_bytes
+from .completion import DoneRule, parse_done_rule
 from .phases import BUILTIN_PROMPTS, NAME_RE, Phase, Trigger, parse_trigger
 
 __all__ = ["load_snapshot", "ConfigError", "Config", "Knob", "KNOBS", "CONFIG_FILE", "MAX_CONFIG_BYTES", "MAX_VALUE_CHARS",
@@ -69,12 +70,33 @@ KNOBS: tuple[Knob, ...] = (
     Knob("REAP_PATTERNS", r"python[0-9.]* -m server\.main|pytest",
          "extended regex on a leftover's command line (| for several)"),
     Knob("REAP_PORTS", "8080", "ports whose listeners are reaped if ours, reported if not"),
+    Knob("GENESIS_LIMIT_MARGIN_SECONDS", "60", "after a usage limit, wait this long past its reset before "
+         "retrying the phase"),
+    Knob("GENESIS_MAX_LIMIT_WAIT", "6h", "a usage limit that resets later than this (e.g. a weekly one) ends "
+         "the loop (exit 20); a duration: 90s, 30m, 6h, 2d"),
+    Knob("GENESIS_BACKOFF_FIRST_SECONDS", "30", "API outage: the first wait before retrying the phase; "
+         "doubles each time, with up to 20% jitter below"),
+    Knob("GENESIS_BACKOFF_MAX_SECONDS", "900", "API outage: the longest single wait"),
+    Knob("GENESIS_MAX_OUTAGE_MINUTES", "120", "an API outage longer than this ends the loop (exit 21)"),
+    Knob("GENESIS_DONE_WHEN", "tasks", "when the work is done and the loop ends with exit 0: tasks (TASKS.md "
+         "has nothing open after a Planner pass), when:COMMAND, phrase:TEXT or never"),
+    Knob("GENESIS_MAX_RUNTIME_HOURS", "0", "end the run after this many hours, between phases (0: no "
+         "ceiling; exit 23)"),
+    Knob("GENESIS_MAX_COST_USD", "0", "end the run once the agents' reported costs reach this, between "
+         "phases (0: no ceiling; exit 24)"),
+    Knob("CB_COOLDOWN_MINUTES", None, "opt-in: an OPEN breaker waits this long, then lets one trial "
+         "iteration through (HALF_OPEN); unset, OPEN stops the loop"),
+    Knob("CB_MAX_TRIALS", "3", "with CB_COOLDOWN_MINUTES: trial iterations before OPEN stops the loop; "
+         "the cooldown doubles after each failed trial"),
     Knob("GENESIS_LOG_DIR", "orchestrator/logs", "agent logs and events, relative to the project"),
     Knob("GENESIS_STOP_FLAG", "hooks/loop_multi_agent.txt",
          "the loop stops when this file says false (relative to the project)"),
 )
 KNOB_NAMES = {k.name for k in KNOBS}
-PHASE_KEY_RE = re.compile(r"^PHASE_([A-Za-z][A-Za-z0-9_]*)_(TRIGGER|PROMPT)$")
+PHASE_KEY_RE = re.compile(r"^PHASE_([A-Za-z][A-Za-z0-9_]*)_(TRIGGER|PROMPT|MAX_TURNS|MAX_BUDGET_USD)$")
+DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d)$")
+MAX_TRIALS = 20
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 PAIRS = (("HEARTBEAT_STALE_MINUTES", "HEARTBEAT_STALE_SECONDS"),
          ("AGENT_MAX_RUNTIME_MINUTES", "AGENT_MAX_RUNTIME_SECONDS"))
 
@@ -108,6 +130,16 @@ class Config:
     stop_flag: Path
     git_hooks: bool = False
     log_max_bytes: int = 50 << 20
+    limit_margin: float = 60.0
+    max_limit_wait: float = 6 * 3600.0
+    backoff_first: float = 30.0
+    backoff_max: float = 900.0
+    max_outage: float = 7200.0
+    done_when: DoneRule = DoneRule("tasks")
+    max_run_seconds: float = 0.0          # 0: no ceiling
+    max_cost_usd: float = 0.0             # 0: no ceiling
+    cb_cooldown: float | None = None      # seconds; None: an OPEN breaker stops the loop
+    cb_max_trials: int = 3
     settings: Mapping[str, Setting] = field(default_factory=dict, compare=False)
 
 
@@ -227,6 +259,14 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
             return number(seconds_key, minimum)
         return number(minutes_key, minimum / 60) * 60
 
+    def duration(key: str) -> float:
+        raw = get(key)
+        found = DURATION_RE.match(raw.lower())
+        if not found:
+            raise ConfigError(f"{key}={raw!r} ({s[key].source}): expected a duration with its unit, e.g. "
+                              f"90s, 30m, 6h or 2d")
+        return float(found.group(1)) * UNITS[found.group(2)]
+
     try:
         agent_cmd = tuple(shlex.split(get("GENESIS_AGENT_CMD")))
     except ValueError as exc:
@@ -259,6 +299,20 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
             raise ConfigError(f"REAP_PORTS: {word!r} is not a port number (1-65535)")
         ports.append(int(word))
 
+    backoff_first = number("GENESIS_BACKOFF_FIRST_SECONDS", 0.1)
+    backoff_max = number("GENESIS_BACKOFF_MAX_SECONDS", 0.1)
+    if backoff_max < backoff_first:
+        raise ConfigError(f"GENESIS_BACKOFF_MAX_SECONDS ({backoff_max:g}) is below GENESIS_BACKOFF_FIRST_SECONDS "
+                          f"({backoff_first:g}); raise the cap or lower the first wait")
+    trials = int(number("CB_MAX_TRIALS", 1, integer=True))
+    if trials > MAX_TRIALS:
+        raise ConfigError(f"CB_MAX_TRIALS={trials}: at most {MAX_TRIALS} (the cooldown doubles after each trial; "
+                          f"{MAX_TRIALS} already reaches years)")
+    try:
+        done_when = parse_done_rule(get("GENESIS_DONE_WHEN"))
+    except ValueError as exc:
+        raise ConfigError(f"GENESIS_DONE_WHEN: {exc}") from None
+
     return Config(
         project=project,
         agent_cmd=agent_cmd,
@@ -281,6 +335,17 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         stop_flag=project / get("GENESIS_STOP_FLAG"),
         git_hooks=boolean("GENESIS_GIT_HOOKS"),
         log_max_bytes=int(number("AGENT_LOG_MAX_MB", 1) * (1 << 20)),
+        limit_margin=number("GENESIS_LIMIT_MARGIN_SECONDS", 0),
+        max_limit_wait=duration("GENESIS_MAX_LIMIT_WAIT"),
+        backoff_first=backoff_first,
+        backoff_max=backoff_max,
+        max_outage=number("GENESIS_MAX_OUTAGE_MINUTES", 0) * 60,
+        done_when=done_when,
+        max_run_seconds=number("GENESIS_MAX_RUNTIME_HOURS", 0) * 3600,
+        max_cost_usd=number("GENESIS_MAX_COST_USD", 0),
+        cb_cooldown=(number("CB_COOLDOWN_MINUTES", 0.01) * 60 if "CB_COOLDOWN_MINUTES" in s
+                     and get("CB_COOLDOWN_MINUTES") else None),
+        cb_max_trials=trials,
         settings=s,
     )
 
@@ -302,8 +367,25 @@ def _phases(project: Path, s: dict[str, Setting]) -> tuple[Phase, ...]:
         except ValueError as exc:
             raise ConfigError(f"{trig_key}: {exc}") from None
         prompt = s[prompt_key].value if prompt_key in s else f"orchestrator/prompts/{name.lower()}.md"
-        phases.append(Phase(name, trigger, _prompt_file(project, prompt_key, prompt)))
+        phases.append(Phase(name, trigger, _prompt_file(project, prompt_key, prompt),
+                            max_turns=_phase_number(s, f"PHASE_{name}_MAX_TURNS", int),
+                            max_budget_usd=_phase_number(s, f"PHASE_{name}_MAX_BUDGET_USD", float)))
     return tuple(phases)
+
+
+def _phase_number(s: Mapping[str, Setting], key: str, kind: type) -> int | float | None:
+    """A phase's optional positive number (its turn or budget cap for the agent); unset: None."""
+    if key not in s or not s[key].value.strip():
+        return None
+    raw = s[key].value.strip()
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or not value > 0 or value != value or value == float("inf"):
+        what = "a whole number" if kind is int else "a number"
+        raise ConfigError(f"{key}={raw!r} ({s[key].source}): expected {what} above 0")
+    return value
 
 
 def _prompt_file(project: Path, key: str, prompt: str) -> Path:
@@ -351,8 +433,13 @@ def effective(cfg: Config) -> list[tuple[str, str, str, str]]:
     rows = [(k.name, cfg.settings[k.name].value, cfg.settings[k.name].source, k.help)
             for k in KNOBS if k.name in cfg.settings]
     for phase in cfg.phases:
-        for suffix, value, what in (("TRIGGER", str(phase.trigger), "when the phase runs"),
-                                    ("PROMPT", str(phase.prompt_file), "the phase's prompt file")):
+        rows_of = [("TRIGGER", str(phase.trigger), "when the phase runs"),
+                   ("PROMPT", str(phase.prompt_file), "the phase's prompt file")]
+        if phase.max_turns is not None:
+            rows_of.append(("MAX_TURNS", str(phase.max_turns), "Claude Code's --max-turns for the phase"))
+        if phase.max_budget_usd is not None:
+            rows_of.append(("MAX_BUDGET_USD", f"{phase.max_budget_usd:g}", "Claude Code's --max-budget-usd"))
+        for suffix, value, what in rows_of:
             key = f"PHASE_{phase.name}_{suffix}"
             rows.append((key, value, cfg.settings[key].source if key in cfg.settings else "default", what))
     rows.append(("(stale window)", f"{cfg.stale_after:g}s", "derived", "from the _MINUTES or _SECONDS form"))

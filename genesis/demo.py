@@ -14,8 +14,7 @@ __all__ = ["init_project", "DEMO_SCRIPT"]
 # the first task and leaves a server behind (reaped); the Criticizer, due because a task
 # awaits review, hangs on a silent subprocess (killed as stuck); the Planner is skipped, a
 # task is still open. Iteration 2: the second task is built and both are verified; nothing
-# is open, so the Planner runs. Then nothing changes: the breaker goes HALF_OPEN after 3
-# idle iterations and OPEN after 5.
+# is open, so the Planner runs and adds nothing: the work is done and the loop ends with 0.
 DEMO_SCRIPT = "1:Builder=build+server,1:Criticizer=hang,2:Builder=build,2:Criticizer=review,*:*=idle"
 
 SERVER = '''"""A tiny test server, as an agent might start one and forget it."""

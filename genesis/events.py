@@ -17,7 +17,7 @@ __all__ = ["record", "read_events", "MAX_READ_BYTES"]
 MAX_READ_BYTES = 32 << 20  # a report reads at most the newest 32 MiB of the log
 
 
-def record(path: Path, run_id: str, kind: str, **detail: Any) -> None:
+def record(path: Path, run_id: str, kind: str, /, **detail: Any) -> None:
     """Append one event; a single O_APPEND write, so concurrent writers never interleave.
 
     A full disk raises atomicio.DiskFull and leaves no part of the line behind. A symlink

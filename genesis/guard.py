@@ -22,7 +22,7 @@ from .layout import Layout, heal_dir
 from .step import Step, agent_env
 
 if TYPE_CHECKING:
-    from .hookcheck import HookCheck
+    from .agents.claude.hookcheck import HookCheck
 
 __all__ = ["heal", "breaker_store", "mirror_breaker", "guard_breaker", "guard_hook", "guard_config",
            "record_hook", "config_digest"]
@@ -129,9 +129,9 @@ def record_hook(lay: Layout, check: "HookCheck") -> None:
 
 def guard_hook(step: Step, phase: str, iteration: int) -> None:
     """The same self-test as at start; a hook that went missing is reinstalled where it was."""
-    from .claude_settings import SettingsError, hook_command, install
+    from .agents.claude.settings import SettingsError, hook_command, install
     from .heartbeat import default_heartbeat_file, hook_script
-    from .hookcheck import self_test
+    from .agents.claude.hookcheck import self_test
 
     lay = step.layout
     try:

@@ -101,6 +101,16 @@ class Layout:
         return self.state_dir / "hook.json"
 
     @property
+    def wait_file(self) -> Path:
+        """The pending wait (a usage limit, an outage's backoff, a cooldown) of the running loop."""
+        return self.state_dir / "wait.json"
+
+    @property
+    def limit_file(self) -> Path:
+        """The usage limit met last and its reset: no agent is started again before it."""
+        return self.state_dir / "limit.json"
+
+    @property
     def events_file(self) -> Path:
         return self.state_dir / "events.jsonl"
 
@@ -115,8 +125,9 @@ class Layout:
         """One folder per run: its agents' logs and its console copy are its own."""
         return self.log_dir / run_id
 
-    def agent_log(self, run_id: str, iteration: int, phase: str) -> Path:
-        return self.run_dir(run_id) / f"iter-{iteration:04d}-{phase}.log"
+    def agent_log(self, run_id: str, iteration: int, phase: str, suffix: str = ".log") -> Path:
+        """A phase's readable transcript (.log), or its raw output under another suffix."""
+        return self.run_dir(run_id) / f"iter-{iteration:04d}-{phase}{suffix}"
 
     def console_log(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "console.log"

@@ -65,17 +65,31 @@ def reap(step: Step, when: str, dry_run: bool = False) -> "ReapPlan":
 
 
 def run_phase(step: Step, phase: Phase, iteration: int) -> int:
-    """If the phase's trigger says so now: reap, run the agent under watch, reap, auto-commit.
+    """If the night's ceilings allow and the phase's trigger says so now: reap, run the agent
+    under watch, reap, auto-commit; then act on how it ended (a usage limit or an API outage
+    plans a wait and a retry, an error retrying cannot fix stops the loop).
 
     The trigger is checked here, just before the phase, so that it sees what the phases
     before it in this iteration did. Returns the phase's exit code.
     """
+    from . import ceilings, waiting
+    from .agents import adapter_for
+
     cfg, lay, say = step.cfg, step.layout, step.say
+    ceiling = ceilings.reached(step, time.time())
+    if ceiling is not None:
+        code, why = ceiling
+        say(f"{why}: stopping before {phase.name}", "warn")
+        step.event("ceiling", iteration=iteration, phase=phase.name, why=why, code=code)
+        return code
     due, why = should_run(phase, iteration, cfg.project)
     if not due:
         say(f"{phase.name}: skipped ({why})", "info")
         step.event("phase_skip", iteration=iteration, phase=phase.name, why=why)
         return exitcodes.PHASE_SKIPPED
+    known = waiting.known_limit(step, time.time())
+    if known is not None:
+        return waiting.plan_limit(step, known, phase.name, iteration, time.time(), known=True)
     from .supervisor import AgentRun, Limits, supervise  # the watcher's machinery, only where it watches
 
     heal(step, phase.name, iteration)
@@ -85,22 +99,30 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     except FileNotFoundError:
         pass
     reap(step, "before " + phase.name)
+    adapter = adapter_for(cfg.agent_cmd)
+    argv = adapter.command(cfg.agent_cmd, phase)
     log = lay.agent_log(step.run_id, iteration, phase.name)
+    suffix = adapter.raw_suffix(argv)
+    raw = lay.agent_log(step.run_id, iteration, phase.name, suffix) if suffix else None
     env = agent_env(step, phase.name, iteration)
     prompt = read_prompt(phase.prompt_file)
     say(f"{phase.name}: agent started (log {step.rel(log)})", "head")
-    step.event("phase_start", iteration=iteration, phase=phase.name, log=str(log))
-    outcome = supervise(AgentRun(cfg.agent_cmd, cfg.project, env, log, hb, step.run_id, prompt=prompt,
-                                 prompt_stdin=reads_prompt_from_stdin(cfg),
-                                 on_check=lambda: guard_breaker(step)),
+    started = time.time()
+    step.event("phase_start", iteration=iteration, phase=phase.name, log=str(log), epoch=started)
+    outcome = supervise(AgentRun(argv, cfg.project, env, log, hb, step.run_id, prompt=prompt,
+                                 prompt_stdin=adapter.prompt_on_stdin, on_check=lambda: guard_breaker(step),
+                                 raw_log=raw, reader=adapter.reader(argv)),
                         Limits(cfg.check_interval, cfg.stale_after, cfg.max_runtime, cfg.kill_grace,
                                cfg.count_output, log_max_bytes=cfg.log_max_bytes),
                         note=lambda msg: say(f"{phase.name}: {msg}", "warn"))
-    detail = _describe(step, phase, outcome, log)
+    ending = how_it_ended(outcome)
+    detail = _describe(step, phase, outcome, log, ending)
     step.event("phase_end", iteration=iteration, phase=phase.name, pid=outcome.pid, status=outcome.status,
                returncode=outcome.returncode, duration=round(outcome.duration, 2),
                killed=(outcome.kill.targets if outcome.kill else 0),
-               sigkilled=(outcome.kill.killed if outcome.kill else 0), swept=outcome.swept, detail=detail)
+               sigkilled=(outcome.kill.killed if outcome.kill else 0), swept=outcome.swept, detail=detail,
+               ending=ending, started=started, api_retries=outcome.api_retries,
+               said_done=_said_done(cfg.done_when, outcome), **_reported(outcome))
     reap(step, "after " + phase.name)
     if cfg.auto_commit and outcome.status not in ("interrupted", "not_started"):
         result = commit(cfg.project, commit_message(phase.name, iteration, step.run_id, outcome),
@@ -110,17 +132,75 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
             say(f"{phase.name}: committed {result.sha}" + (" and pushed" if result.pushed else ""), "info")
         if result.error:
             say(f"{phase.name}: {result.error}", "warn")
+    end = outcome.ending
+    if ending == "limit":
+        return waiting.plan_limit(step, end.limit, phase.name, iteration, time.time())
+    if ending == "outage":
+        return waiting.plan_outage(step, end.api_error, phase.name, iteration, time.time())
+    if ending == "fatal":
+        err = end.api_error
+        say(f"{phase.name}: the agent reported an error that retrying cannot fix: {err.message} "
+            f"({err.code}{f', HTTP {err.status}' if err.status else ''}). Fix it, then restart the loop", "error")
+        return exitcodes.AGENT_FATAL
     return outcome.exit_code
 
 
-def _describe(step: Step, phase: Phase, outcome: "Outcome", log: Path) -> str:
+def how_it_ended(outcome: "Outcome") -> str:
+    """One word for the phase's end: finished, failed, limit, outage, fatal, or the watcher's status."""
+    end = outcome.ending
+    if outcome.status != "exited":
+        return outcome.status
+    if end is not None and end.limit is not None:
+        return "limit"
+    if end is not None and end.api_error is not None:
+        return "outage" if end.api_error.retryable else "fatal"
+    return "finished" if outcome.returncode == 0 else "failed"
+
+
+def _said_done(rule, outcome: "Outcome") -> bool:
+    """Whether the agent's final result holds the completion phrase (never its echoed text)."""
+    end = outcome.ending
+    return (rule.kind == "phrase" and outcome.status == "exited" and end is not None
+            and rule.text in end.final_text)
+
+
+def _reported(outcome: "Outcome") -> dict:
+    """What the agent reported of its run, for the events log and the report."""
+    from dataclasses import asdict
+
+    end = outcome.ending
+    result = end.result if end is not None else None
+    return {
+        "num_turns": result.num_turns if result else None,
+        "cost_usd": result.total_cost_usd if result else None,
+        "is_error": result.is_error if result else None,
+        "terminal_reason": (result.terminal_reason or None) if result else None,
+        "api_error_status": result.api_error_status if result else None,
+        "session_id": (result.session_id or None) if result else None,
+        "result": (result.text[:500] or None) if result else None,
+        "limit": asdict(end.limit) if end is not None and end.limit is not None else None,
+        "api_error": asdict(end.api_error) if end is not None and end.api_error is not None else None,
+    }
+
+
+def _describe(step: Step, phase: Phase, outcome: "Outcome", log: Path, ending: str) -> str:
     """Say how the phase ended; return the reason the events log and the report keep."""
-    from .agentlog import tail
+    from .agentlog import sanitize, tail
 
     say, took = step.say, f"{outcome.duration:.0f}s"
-    if outcome.status == "exited" and outcome.returncode == 0:
-        say(f"{phase.name}: finished in {took}", "ok")
+    result = outcome.ending.result if outcome.ending is not None else None
+    cost = (f", {result.num_turns} turns" if result and result.num_turns is not None else "") + \
+        (f", ${result.total_cost_usd:.4f}" if result and result.total_cost_usd is not None else "")
+    if ending == "finished":
+        say(f"{phase.name}: finished in {took}{cost}", "ok")
         return "finished"
+    if ending in ("limit", "outage", "fatal"):
+        end = outcome.ending
+        message = end.limit.message if end.limit is not None else end.api_error.message
+        detail = {"limit": "usage limit", "outage": "API error", "fatal": "API error"}[ending] + \
+            f": {sanitize(message)}"
+        say(f"{phase.name}: {detail} (after {took}; see {step.rel(log)})", "warn")
+        return detail
     if outcome.status == "exited":
         last = next((line for line in reversed(tail(log)) if line.strip()), "")
         detail = f"the agent exited with status {outcome.returncode}" + (f"; its last line: {last}" if last else "")
@@ -176,7 +256,15 @@ def iteration_start(step: Step, iteration: int) -> None:
 
 
 def iteration_finish(step: Step, iteration: int) -> int:
-    """Measure progress, move the breaker; BREAKER_OPEN tells the loop to stop."""
+    """Measure progress, move the breaker, see whether the work is done.
+
+    OK: go on; WORK_DONE: the work is finished (the loop ends with 0); WAIT: the OPEN
+    breaker cools down, then a trial iteration; BREAKER_OPEN: stop. An iteration that sat
+    out a usage limit or an outage and made no progress is not counted against the breaker.
+    """
+    from . import waiting
+    from .completion import is_done
+
     cfg, lay = step.cfg, step.layout
     now_fp = _measure(step)
     try:
@@ -188,20 +276,43 @@ def iteration_finish(step: Step, iteration: int) -> int:
     progressed = base is None or base != now_fp
     how = ("" if not progressed or base is None else
            "new commits" if base.head != now_fp.head else "uncommitted changes")
-    state, warning = breaker_store(lay).update(
-        lambda s: breaker.record(s, iteration, progressed, time.time(), cfg.cb_warning, cfg.cb_stop,
-                                 now_fp.to_json()))
-    if warning:
-        step.say(warning, "warn")
+    mine = [e for e in report.run_events(lay, step.run_id) if e.get("iteration") == iteration]
+    waited = any(e.get("event") == "wait_start" and e.get("kind") in ("limit", "outage") for e in mine)
+    store = breaker_store(lay)
+    if progressed or not waited:
+        state, warning = store.update(
+            lambda s: breaker.record(s, iteration, progressed, time.time(), cfg.cb_warning, cfg.cb_stop,
+                                     now_fp.to_json()))
+        if warning:
+            step.say(warning, "warn")
+    else:
+        state, _ = store.load()
     mirror_breaker(lay, state)
     step.event("iteration_end", iteration=iteration, progress=progressed, breaker=state.state,
-               no_progress=state.no_progress_count)
+               no_progress=state.no_progress_count, waited=waited)
+    ended = [e for e in mine if e.get("event") == "phase_end"]
+    done, why = is_done(cfg.done_when, cfg.project, [p.name for p in cfg.phases],
+                        [e.get("phase") for e in ended if e.get("ending") == "finished"],
+                        any(e.get("said_done") for e in ended), iteration)
+    if done:
+        step.say(f"iteration {iteration}: done: {why}; the loop ends here", "ok")
+        step.event("work_done", iteration=iteration, why=why)
+        return exitcodes.WORK_DONE
     if progressed:
         step.say(f"iteration {iteration}: progress ({how}); breaker {state.state}", "ok")
         return exitcodes.OK
+    if waited:
+        step.say(f"iteration {iteration}: no progress, but it waited out a usage limit or an API outage: "
+                 f"not counted; breaker {state.state}", "info")
+        return exitcodes.OK
     count = f"{state.no_progress_count} iteration(s) in a row without progress"
     if state.state == breaker.OPEN:
-        step.say(f"iteration {iteration}: no progress; breaker OPEN after {count}: stopping the loop. "
+        cooldown = breaker.cooldown_seconds(state, cfg.cb_cooldown, cfg.cb_max_trials) if cfg.cb_cooldown else None
+        if cooldown is not None:
+            step.say(f"iteration {iteration}: no progress; breaker OPEN after {count}", "error")
+            return waiting.plan_cooldown(step, cooldown, iteration, time.time())
+        trials = f" and {state.trials} trial iteration(s)" if state.trials else ""
+        step.say(f"iteration {iteration}: no progress; breaker OPEN after {count}{trials}: stopping the loop. "
                  f"Reset with `genesis breaker reset` or make a change and restart", "error")
         return exitcodes.BREAKER_OPEN
     if state.state == breaker.HALF_OPEN:

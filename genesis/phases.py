@@ -34,6 +34,8 @@ class Phase:
     name: str
     trigger: Trigger
     prompt_file: Path
+    max_turns: int | None = None          # Claude Code's --max-turns for this phase
+    max_budget_usd: float | None = None   # Claude Code's --max-budget-usd for this phase
 
 
 def parse_trigger(text: str) -> Trigger:

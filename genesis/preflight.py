@@ -8,6 +8,7 @@ the run will keep all night are snapshotted here.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from .autocommit import commit, user_changes
 from .cmdline import prompt_problem
 from .config import Config, read_prompt, snapshot
 from .guard import breaker_store, config_digest, mirror_breaker, record_hook
-from .hookcheck import self_test
+from .agents.claude.hookcheck import self_test
 from .layout import ensure_git_excludes, heal_dir
 from .looplock import Locked, acquire, release
 from .markers import markers_for
@@ -32,7 +33,7 @@ def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False
     """Everything checked before the first agent runs; StepFailed says why not."""
     cfg, lay, say = step.cfg, step.layout, step.say
     open_repo(cfg.project)
-    problem = agent_problem(cfg) or _prompt_problem(cfg)
+    problem = agent_problem(cfg) or _options_problem(cfg) or _prompt_problem(cfg)
     if problem:
         raise StepFailed(exitcodes.USAGE, problem)
     for folder in (lay.state_dir, lay.heartbeat_dir):
@@ -54,7 +55,7 @@ def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False
     except BaseException:
         release(lay.loop_record, step.run_id)
         raise
-    if _read_flag(lay.stop_flag) == "false":
+    if read_flag(lay.stop_flag) == "false":
         write_text(lay.stop_flag, "true\n")
         say(f"stop flag {step.rel(lay.stop_flag)} said false (an earlier stop); set it back to true")
     if is_claude(cfg):
@@ -65,11 +66,20 @@ def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False
             say("as root, Claude Code refuses --dangerously-skip-permissions unless IS_SANDBOX=1 is set "
                 "(in a sandbox or container); every phase would fail at once", "warn")
     say(f"project {cfg.project} (run {step.run_id})", "head")
-    say(f"agent: {' '.join(cfg.agent_cmd)}")
+    from .agents import adapter_for
+    from .report import duration
+
+    say(f"agent: {shlex.join(adapter_for(cfg.agent_cmd).command(cfg.agent_cmd))}")
     say("phases: " + ", ".join(f"{p.name} ({p.trigger})" for p in cfg.phases))
     say(f"stuck after {cfg.stale_after:g}s without a heartbeat (checked every {cfg.check_interval:g}s); "
         f"runtime cap {cfg.max_runtime:g}s; breaker {state.state}, warns at {cfg.cb_warning}, "
         f"stops at {cfg.cb_stop}")
+    ceilings = [f"{cfg.max_run_seconds / 3600:g} h" if cfg.max_run_seconds else "",
+                f"${cfg.max_cost_usd:g}" if cfg.max_cost_usd else ""]
+    say(f"usage limits: wait to the reset + {cfg.limit_margin:g}s (up to {duration(cfg.max_limit_wait)}); API "
+        f"outages: back off {cfg.backoff_first:g}s doubling to {cfg.backoff_max:g}s, for up to "
+        f"{duration(cfg.max_outage)}; done when: {cfg.done_when}; ceilings: "
+        f"{', '.join(c for c in ceilings if c) or 'none'}")
     say(f"logs: {step.rel(lay.run_dir(step.run_id))}")
     step.event("loop_start", project=str(cfg.project), pid=loop_pid, agent=list(cfg.agent_cmd),
                phases=[p.name for p in cfg.phases])
@@ -129,6 +139,13 @@ def agent_problem(cfg: Config) -> str | None:
     if shutil.which(program) is None:
         return f"the agent command {program!r} is not found on PATH; {fix}"
     return None
+
+
+def _options_problem(cfg: Config) -> str | None:
+    from .agents import adapter_for
+
+    adapter = adapter_for(cfg.agent_cmd)
+    return next((why for phase in cfg.phases if (why := adapter.options_problem(cfg.agent_cmd, phase))), None)
 
 
 def _prompt_problem(cfg: Config) -> str | None:
@@ -196,7 +213,9 @@ def _check_hook(step: Step) -> None:
         os.unlink(step.layout.hook_record)  # an earlier run's: nothing to reinstall for this one
     except FileNotFoundError:
         pass
-    if is_claude(cfg):
+    from .agents import adapter_for
+
+    if adapter_for(cfg.agent_cmd).hook_required:
         raise StepFailed(exitcodes.USAGE, f"the heartbeat hook does not work ({check.state}): {check.detail}. "
                          f"Without it every Claude Code agent looks stuck; fix it, then check with "
                          f"`genesis hook status`")
@@ -204,7 +223,7 @@ def _check_hook(step: Step) -> None:
              f"as a sign of life", "warn")
 
 
-def _read_flag(path: Path) -> str | None:
+def read_flag(path: Path) -> str | None:
     try:
         return read_bytes(path, 64).decode("utf-8", "replace").strip().lower()
     except (CorruptFile, OSError):  # missing, too large, a FIFO or a symlink: not a "false"

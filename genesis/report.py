@@ -37,13 +37,14 @@ class RunSummary:
     reaped: int
     breaker: str | None
     no_progress: int
+    waits: tuple[Event, ...] = ()   # wait_end events: usage limits, outages, cooldowns sat out
 
     @property
     def abnormal(self) -> tuple[Event, ...]:
         return tuple(e for e in self.phases if not (e.get("status") == "exited" and e.get("returncode") == 0))
 
 
-def _epoch(stamp: str | None) -> float | None:
+def epoch_of(stamp: str | None) -> float | None:
     try:
         return float(calendar.timegm(time.strptime(stamp or "", "%Y-%m-%dT%H:%M:%SZ")))
     except ValueError:
@@ -93,7 +94,7 @@ def _summarize(run_id: str, evs: list[Event]) -> RunSummary:
     end = next((e for e in reversed(evs) if e["event"] == "loop_end"), None)
     iterations = {e.get("iteration") for e in evs if e["event"] == "iteration_start"}
     last_breaker = next((e for e in reversed(evs) if e["event"] == "iteration_end"), {})
-    began, finished = _epoch(start.get("at")), _epoch(end.get("at")) if end else None
+    began, finished = epoch_of(start.get("at")), epoch_of(end.get("at")) if end else None
     return RunSummary(
         run_id=run_id, started=start.get("at", "?"), ended=end.get("at") if end else None,
         seconds=(finished - began) if began is not None and finished is not None else None,
@@ -102,7 +103,8 @@ def _summarize(run_id: str, evs: list[Event]) -> RunSummary:
         skipped=sum(1 for e in evs if e["event"] == "phase_skip"),
         reaped=sum(len(e.get("pids", [])) for e in evs if e["event"] == "reap")
         + sum(int(e.get("swept", 0) or 0) for e in evs if e["event"] == "phase_end"),
-        breaker=last_breaker.get("breaker"), no_progress=int(last_breaker.get("no_progress", 0) or 0))
+        breaker=last_breaker.get("breaker"), no_progress=int(last_breaker.get("no_progress", 0) or 0),
+        waits=tuple(e for e in evs if e["event"] == "wait_end"))
 
 
 def _phase_line(e: Event) -> str:
@@ -133,13 +135,57 @@ def summary_lines(layout: Layout, run_id: str | None = None, running: bool = Fal
              f"  iterations: {s.iterations}; phases run: {len(s.phases)} "
              f"({', '.join(f'{n} {k}' for k, n in sorted(by_status.items())) or 'none'}); skipped: {s.skipped}",
              f"  leftover processes ended: {s.reaped}"]
+    pending = pending_wait_line(layout, s.run_id, time.time()) if running else None
+    if pending:
+        lines.insert(1, pending)
     if s.breaker:
         lines.append(f"  breaker: {s.breaker} ({s.no_progress} iteration(s) without progress at the end)")
+    lines += _night_lines(s)
     if s.abnormal:
         lines.append(f"  abnormal phases ({len(s.abnormal)}):")
         lines += [f"    {_phase_line(e)}" for e in s.abnormal]
     lines.append(f"  logs: {layout.run_dir(s.run_id)}")
     return lines
+
+
+WAIT_LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "breaker cooldown"}
+
+
+def _night_lines(s: RunSummary) -> list[str]:
+    """What the night cost and what it sat out: reported costs and turns, waits by kind."""
+    lines = []
+    costs = [e["cost_usd"] for e in s.phases if isinstance(e.get("cost_usd"), (int, float))
+             and not isinstance(e.get("cost_usd"), bool)]
+    turns = sum(e["num_turns"] for e in s.phases if isinstance(e.get("num_turns"), int)
+                and not isinstance(e.get("num_turns"), bool))
+    if costs:
+        lines.append(f"  reported by the agents: ${sum(costs):.4f}, {turns} turn(s)")
+    waits: dict[str, list[float]] = {}
+    for e in s.waits:
+        waits.setdefault(str(e.get("kind")), []).append(float(e.get("waited", 0) or 0))
+    if waits:
+        lines.append("  waited: " + "; ".join(f"{WAIT_LABELS.get(k, k)} {len(v)} time(s), {duration(sum(v))}"
+                                              for k, v in sorted(waits.items())))
+    errors = sum(1 for e in s.phases if e.get("ending") in ("outage", "fatal"))
+    if errors:
+        lines.append(f"  phases ended by an API error: {errors}")
+    return lines
+
+
+def pending_wait_line(layout: Layout, run_id: str, now: float) -> str | None:
+    """The wait a running loop sits out now, if any."""
+    from .atomicio import CorruptFile, read_json
+
+    try:
+        data = read_json(layout.wait_file)
+    except CorruptFile:
+        return None
+    if not isinstance(data, dict) or data.get("run_id") != run_id or not isinstance(data.get("until"), (int, float)):
+        return None
+    label = WAIT_LABELS.get(str(data.get("kind")), "a wait")
+    until = time.strftime("%H:%M:%S", time.localtime(data["until"]))
+    return f"  now: waiting out a {label} until {until} ({duration(max(0.0, data['until'] - now))} left): " \
+           f"{data.get('reason', '')}"
 
 
 def list_lines(layout: Layout) -> list[str]:

@@ -33,7 +33,7 @@ class Step:
     run_id: str
     say: Say
 
-    def event(self, kind: str, **detail) -> None:
+    def event(self, kind: str, /, **detail) -> None:
         """Record an event; on a full disk, say it instead (the record is not lost on the
         user, and the step goes on to stop the loop cleanly at its next write)."""
         try:
@@ -53,7 +53,9 @@ def layout_for(cfg: Config) -> Layout:
 
 
 def is_claude(cfg: Config) -> bool:
-    return Path(cfg.agent_cmd[0]).name == "claude"
+    from .agents import adapter_for
+
+    return adapter_for(cfg.agent_cmd).name == "claude"
 
 
 def agent_env(step: Step, phase: str, iteration: int) -> dict[str, str]:
@@ -64,4 +66,6 @@ def agent_env(step: Step, phase: str, iteration: int) -> dict[str, str]:
 
 def reads_prompt_from_stdin(cfg: Config) -> bool:
     """`claude -p` takes its prompt on stdin when none is given: the way for a huge prompt."""
-    return is_claude(cfg)
+    from .agents import adapter_for
+
+    return adapter_for(cfg.agent_cmd).prompt_on_stdin

@@ -22,18 +22,21 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import psutil
 
 from . import cgroups, exitcodes
-from .agentlog import MIN_LOG_BYTES, AgentLog, OutputPump, grow_pipe
+from .agentlog import MIN_LOG_BYTES, AgentLog, OutputPump, Transcriber, grow_pipe
 from .clock import Clock, SystemClock
 from .cmdline import header_line, misfit, prompt_problem, too_big
 from .heartbeat import read_heartbeat
 from .proctree import (KillReport, ProcId, adopted, become_subreaper, command_line, descendants, descends_from,
                        identify, kill_all, marked, protected_pids, reap_zombie_children)
 from .watchdog import Verdict, Watchdog
+
+if TYPE_CHECKING:
+    from .agents import Ending, OutputReader
 
 __all__ = ["AgentRun", "Limits", "Outcome", "Interrupted", "supervise", "clear_planted", "disk_full"]
 
@@ -52,6 +55,8 @@ class AgentRun:
     prompt: str = ""               # appended as the last argument when it fits ("" appends nothing)
     prompt_stdin: bool = False     # the agent reads its prompt from stdin when given none (`claude -p`)
     on_check: Callable[[], None] | None = None  # the loop's own repairs, run at every check
+    raw_log: Path | None = None    # the raw output, when the transcript (log) is rendered from it
+    reader: "OutputReader | None" = None  # reads the output into the transcript and the ending
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,8 @@ class Outcome:
     sender: int | None = None      # interrupted: who sent the signal (0: the kernel, e.g. a terminal)
     swept: int = 0                 # processes the end-of-phase sweep ended (a note says which and why)
     disk_full: bool = False        # the heartbeat's filesystem was full at a check of this phase
+    ending: "Ending | None" = None # what the agent's output says of its end (limit, API error, result)
+    api_retries: int = 0           # API retries of the CLI's own the watcher saw
 
     @property
     def exit_code(self) -> int:
@@ -132,7 +139,10 @@ class _Watcher:
         self.since = 0.0                       # the agent's start (a create time): what came later is its
         self.group: cgroups.AgentGroup | None = None
         self.log: AgentLog | None = None
+        self.out: Transcriber | None = None
         self.pump: OutputPump | None = None
+        self.retry_seen: tuple[int, float] | None = None  # the CLI's latest API retry noted (attempt, seen)
+        self.retries = 0
         self.waiter: SignalWait | ExitWait | None = None
         self.tampered: list[str] = []
         self.disk_full = False
@@ -158,6 +168,8 @@ class _Watcher:
     def _run(self) -> Outcome:
         run = self.run_
         self.log = AgentLog(run.log, self.limits.log_max_bytes)
+        raw = AgentLog(run.raw_log, self.limits.log_max_bytes) if run.raw_log is not None else None
+        self.out = Transcriber(self.log, raw, run.reader)
         unfit = misfit(tuple(run.argv), run.prompt, run.env) if run.prompt else None
         on_stdin = unfit is not None and run.prompt_stdin
         argv = tuple(run.argv) + ((run.prompt,) if run.prompt and unfit is None else ())
@@ -216,7 +228,7 @@ class _Watcher:
                 self._drop_group()
         # Only now: the agent must not inherit a mask that blocks the signals it is stopped with.
         self.waiter = SignalWait() if hasattr(signal, "sigtimedwait") else ExitWait(self.proc)
-        self.pump = OutputPump(out_r, self.log, {*STOP_SIGNALS, signal.SIGCHLD})
+        self.pump = OutputPump(out_r, self.out, {*STOP_SIGNALS, signal.SIGCHLD})
         self.root = identify(self.proc.pid)
         self.since = self.root.create_time if self.root else self.since
         if self.group and not self.group.holds(self.proc.pid) and not self.group.pids():
@@ -263,8 +275,9 @@ class _Watcher:
             self.note(f"disk full: heartbeats cannot be written ({run.heartbeat.parent}); silence is not counted "
                       f"while it lasts (the runtime cap still applies)")
         self.disk_full |= full
-        for msg in self.log.problems():
-            self.note(msg)
+        for log in self.out.logs:
+            for msg in log.problems():
+                self.note(msg)
         if run.on_check is not None:
             try:
                 run.on_check()
@@ -272,10 +285,11 @@ class _Watcher:
                 self.note(f"a check of Genesis's own files failed: {exc}")
         beat, _why = read_heartbeat(run.heartbeat)
         ours = beat is not None and beat.run_id in ("", run.run_id)
-        received = self.log.received
+        received = self.out.received
         grew, self.seen_output = lim.count_output and received > self.seen_output, received
         now = clock.mono()
-        verdict = dog.observe(beat.epoch if ours else None, now, clock.wall(), grew, hold=full)
+        verdict = dog.observe(beat.epoch if ours else None, now, clock.wall(), grew, hold=full,
+                              busy_until=self._api_wait())
         for msg in verdict.notes:
             self.note(msg)
         if verdict.stale:
@@ -284,6 +298,22 @@ class _Watcher:
             return {"status": "overtime", "idle": verdict.idle,
                     "detail": f"ran for {now - self.start_mono:.0f}s (cap {lim.max_runtime:g}s)"}
         return None
+
+    def _api_wait(self) -> float | None:
+        """Until when (monotonic) the CLI said it waits inside its own API retries; None if it is
+        not retrying. Its api_retry event names the delay before its next try: the agent is
+        waiting on the API, not stuck, until that delay is over; after it, silence counts again."""
+        retry = self.run_.reader.retry if self.run_.reader is not None else None
+        if retry is None:
+            return None
+        if self.retry_seen != (retry.attempt, retry.seen):
+            self.retry_seen = (retry.attempt, retry.seen)
+            self.retries += 1
+            status = f"{retry.status} " if retry.status else ""
+            self.note(f"the model API is failing ({status}{retry.error}); the agent retries by itself "
+                      f"(attempt {retry.attempt} of {retry.max_retries}, next in {retry.delay:.0f}s): waiting on "
+                      f"the API, not stuck")
+        return retry.seen + retry.delay
 
     def _stale_detail(self, verdict: Verdict, dog: Watchdog, now: float) -> str:
         detail = f"no heartbeat for {verdict.idle:.1f}s (stale after {self.limits.stale_after:g}s)"
@@ -370,12 +400,25 @@ class _Watcher:
         swept = self._sweep()
         if self.pump is not None:
             self.pump.finish(2.0)
+        ending = self._ending(rc if status == "exited" else None)
         late = self._late_stop()
         if late is not None and status != "interrupted":
             status, (signum, sender) = "interrupted", late
             detail = f"interrupted by {signal.Signals(signum).name}"
         return Outcome(status, rc, self.clock.mono() - self.start_mono, idle, kill, signum, detail, pid,
-                       sender=sender, swept=swept, disk_full=self.disk_full)
+                       sender=sender, swept=swept, disk_full=self.disk_full, ending=ending,
+                       api_retries=self.retries)
+
+    def _ending(self, rc: int | None) -> "Ending | None":
+        """What the output says of the run's end; a reader's failure is noted, never raised."""
+        if self.out is None or self.out.reader is None:
+            return None
+        try:
+            self.out.flush()
+            return self.out.reader.ending(rc) if self.out.reader is not None else None
+        except Exception as exc:
+            self.note(f"the agent's output could not be read for how it ended ({exc!r})")
+            return None
 
     def _everything(self) -> list[ProcId]:
         """Every process of the agent's tree, each with the proof that it is the agent's."""
@@ -425,8 +468,8 @@ class _Watcher:
         if self.group is not None:
             self.group.kill(protected_pids())
             self._drop_group()
-        if self.log is not None:
-            for msg in self.log.close():
+        for log in self.out.logs if self.out is not None else ():
+            for msg in log.close():
                 self.note(msg)
 
 

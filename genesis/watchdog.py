@@ -57,10 +57,12 @@ class Watchdog:
         self._prev_wall = self.started_wall
 
     def observe(self, epoch: float | None, now_mono: float, now_wall: float,
-                output_grew: bool = False, hold: bool = False) -> Verdict:
+                output_grew: bool = False, hold: bool = False, busy_until: float | None = None) -> Verdict:
         """One check: the newest heartbeat epoch (None: none or unusable), the clocks,
-        whether the agent's output grew since the last check, and whether silence must not
-        count now (`hold`: the disk is full, so no heartbeat can be written)."""
+        whether the agent's output grew since the last check, whether silence must not
+        count now (`hold`: the disk is full, so no heartbeat can be written), and until when
+        (monotonic) the agent said it waits on something outside it (`busy_until`: the CLI's
+        own API retry and its announced delay): silence counts only from then."""
         notes: list[str] = []
         since_prev = max(0.0, now_mono - self._prev_mono)
         jump = (now_wall - self._prev_wall) - since_prev
@@ -84,6 +86,8 @@ class Watchdog:
             self._active(now_mono)
             if self.last_beat is not None:
                 self.last_beat = now_mono  # the output bound restarts with the window
+        if busy_until is not None:
+            self._active(min(busy_until, now_mono))
         if output_grew:
             if self.last_beat is None or now_mono - self.last_beat <= self.stale_after:
                 self._active(now_mono)

@@ -79,7 +79,11 @@ def test_deleting_the_file_resets_the_breaker(tmp_path):
 
 @pytest.mark.parametrize("content", [b"", b"{trunc", b"[1, 2]", b'{"state": "AJAR"}',
                                      b'{"state": "OPEN", "no_progress_count": "five"}',
-                                     b'{"state": "OPEN", "history": [1]}', b"\xff\xfe"])
+                                     b'{"state": "OPEN", "history": [1]}', b"\xff\xfe",
+                                     b'{"state": "OPEN", "trials": -1}', b'{"state": "OPEN", "trials": "2"}',
+                                     b'{"state": "OPEN", "trials": true}',
+                                     b'{"state": "OPEN", "retry_at": "tomorrow"}',
+                                     b'{"state": "OPEN", "retry_at": 1800000060}'])
 @pytest.mark.fault(17)
 def test_a_corrupt_file_is_kept_aside_and_the_fallback_is_a_fresh_closed_breaker(tmp_path, content):
     path = tmp_path / ".circuit_breaker.json"
@@ -102,6 +106,115 @@ def test_a_symlink_at_the_state_path_is_not_followed(tmp_path):
     state, warning = BreakerStore(path, clock=lambda: NOW).load()
     assert state.state == CLOSED and "symlink" in warning
     assert victim.read_text() == "precious"
+
+
+# --- recovery without a human: cooldown, then a trial iteration -------------------------
+
+BASE = 60.0   # CB_COOLDOWN_MINUTES=1
+TRIALS = 3    # CB_MAX_TRIALS
+
+
+def opened(warn=3, stop=5) -> BreakerState:
+    s = run([False] * stop, warn, stop)
+    assert s.state == OPEN and s.trials == 0
+    return s
+
+
+def trial(s: BreakerState, now: float) -> BreakerState:
+    """What the loop does with an OPEN breaker: plan the trial, wait, let one iteration through."""
+    seconds = breaker.cooldown_seconds(s, BASE, TRIALS)
+    assert seconds is not None
+    s = breaker.plan_trial(s, now, seconds)
+    assert breaker.retry_time(s) == now + seconds
+    return breaker.start_trial(s, now + seconds, TRIALS)
+
+
+def test_cooldown_then_a_trial_with_progress_closes_the_breaker():
+    s = run([False] * 3)
+    assert s.state == HALF_OPEN and breaker.cooldown_seconds(s, BASE, TRIALS) is None  # a warning only
+    s = record(s, 4, False, NOW + 4, 3, 5)
+    s = record(s, 5, False, NOW + 5, 3, 5)
+    assert s.state == OPEN
+    assert breaker.cooldown_seconds(s, BASE, TRIALS) == 60
+    s = breaker.plan_trial(s, NOW + 5, 60)
+    assert s.state == OPEN and s.retry_at == "2027-01-15T08:01:05Z" and breaker.retry_time(s) == NOW + 65
+    s = breaker.start_trial(s, NOW + 65, TRIALS)
+    assert s.state == HALF_OPEN and s.trials == 1 and s.retry_at is None
+    assert s.no_progress_count == 5  # still past the stop threshold: only the trial's result counts
+    last = s.history[-1]
+    assert (last.from_state, last.to_state, last.iteration, last.at) == (OPEN, HALF_OPEN, 5, "2027-01-15T08:01:05Z")
+    assert last.reason == "cooldown over: trial 1 of 3"
+    s = record(s, 6, True, NOW + 70, 3, 5)
+    assert s.state == CLOSED and s.trials == 0 and s.no_progress_count == 0 and s.retry_at is None
+    assert s.opened_at is None and s.last_progress_iteration == 6
+    assert [t.to_state for t in s.history] == [HALF_OPEN, OPEN, HALF_OPEN, CLOSED]
+    # Closed for good: the next idle run needs the full thresholds again, and its trials start at 1.
+    for i in range(7, 12):
+        s = record(s, i, False, NOW + i * 100, 3, 5)
+    assert s.state == OPEN and breaker.cooldown_seconds(s, BASE, TRIALS) == 60
+    assert breaker.start_trial(s, NOW + 2000).history[-1].reason == "cooldown over: trial 1"
+
+
+def test_each_failed_trial_reopens_with_a_doubled_cooldown_until_the_trials_are_spent():
+    s = opened()
+    now = NOW + 100
+    waits = []
+    for n in range(1, TRIALS + 1):
+        waits.append(breaker.cooldown_seconds(s, BASE, TRIALS))
+        s = trial(s, now)
+        now += waits[-1]
+        assert s.state == HALF_OPEN and s.trials == n
+        s = record(s, 5 + n, False, now + 10, 3, 5, fingerprint={"digest": str(n)})
+        assert s.state == OPEN and s.trials == n and s.no_progress_count == 5 + n
+        assert s.opened_at == breaker.iso(now + 10) and s.opened_fingerprint == {"digest": str(n)}
+        assert s.history[-1].reason == f"trial {n} made no progress ({5 + n} iterations without progress)"
+        now += 10
+    assert waits == [60, 120, 240]
+    assert breaker.cooldown_seconds(s, BASE, TRIALS) is None  # the loop stops now
+    assert breaker.cooldown_seconds(s, BASE, TRIALS + 1) == 480
+
+
+def test_a_failed_trial_reopens_even_if_the_thresholds_were_raised_meanwhile():
+    s = breaker.start_trial(opened(), NOW + 100, TRIALS)
+    s = record(s, 6, False, NOW + 200, warn_at=10, stop_at=20)
+    assert s.state == OPEN and s.trials == 1
+
+
+def test_no_cooldown_or_trial_for_a_breaker_that_is_not_open():
+    for s in (BreakerState(), run([False] * 3)):
+        assert breaker.cooldown_seconds(s, BASE, TRIALS) is None
+        assert breaker.plan_trial(s, NOW, 60) == s
+        assert breaker.start_trial(s, NOW) == s  # reset while the loop waited: nothing to try
+    assert breaker.retry_time(BreakerState()) is None
+
+
+def test_closing_an_open_breaker_forgets_its_trials():
+    s = record(breaker.start_trial(opened(), NOW + 100), 6, False, NOW + 200, 3, 5)
+    s = breaker.plan_trial(s, NOW + 200, 120)
+    closed = breaker.close(s, NOW + 300, "repository changed")
+    assert closed.state == CLOSED and closed.trials == 0 and closed.retry_at is None
+
+
+def test_store_round_trip_with_trials_and_retry_at(tmp_path):
+    store = BreakerStore(tmp_path / ".circuit_breaker.json", clock=lambda: NOW)
+    s = breaker.plan_trial(record(breaker.start_trial(opened(), NOW + 100), 6, False, NOW + 200, 3, 5),
+                           NOW + 200, 120)
+    store.update(lambda _old: s)
+    data = json.loads(store.path.read_text())
+    assert data["trials"] == 1 and data["retry_at"] == "2027-01-15T08:05:20Z"
+    loaded, warning = store.load()
+    assert warning is None and loaded == s and breaker.retry_time(loaded) == NOW + 320
+
+
+def test_a_file_from_before_trials_loads_with_none_spent(tmp_path):
+    path = tmp_path / ".circuit_breaker.json"
+    path.write_text(json.dumps({"state": "OPEN", "no_progress_count": 5, "last_progress_iteration": 2,
+                                "last_iteration": 7, "updated_at": "2027-01-15T08:00:00Z",
+                                "opened_at": "2027-01-15T08:00:00Z", "opened_fingerprint": None,
+                                "history": [], "version": 1}))
+    state, warning = BreakerStore(path, clock=lambda: NOW).load()
+    assert warning is None and state.state == OPEN and state.trials == 0 and state.retry_at is None
+    assert breaker.cooldown_seconds(state, BASE, TRIALS) == 60
 
 
 # --- the lock: bounded waits, and who holds it ------------------------------------------

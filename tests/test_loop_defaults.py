@@ -80,19 +80,23 @@ def test_default_triggers_are_checked_just_before_each_phase(tasks_project):
     assert done.returncode == 0, done.stderr
     ran = phases_run(project)
     # The Criticizer reviews in the same iteration what the Builder marked [?]; the Planner
-    # runs every 5th iteration and once nothing is open (after the 6th task), else it is skipped.
+    # runs every 5th iteration and once nothing is open (after the 6th task), else it is
+    # skipped. Its pass in iteration 6 adds nothing: the work is done, the loop ends itself.
     expected = []
-    for it in range(1, 8):
-        expected += [(it, "Builder", "ran"), (it, "Criticizer", "ran" if it <= 6 else "skipped"),
-                     (it, "Planner", "ran" if it in (5, 6, 7) else "skipped")]
+    for it in range(1, 7):
+        expected += [(it, "Builder", "ran"), (it, "Criticizer", "ran"),
+                     (it, "Planner", "ran" if it in (5, 6) else "skipped")]
     assert ran == expected
+    end = [e for e in events_of(project) if e["event"] == "loop_end"][-1]
+    assert end["exit_code"] == 0 and end["reason"].startswith("done"), end
+    assert "iteration 6: done: every task in TASKS.md is done" in done.stderr
     assert (project / "TASKS.md").read_text() == "# Tasks\n" + "".join(f"- [x] task {n}\n" for n in range(1, 7))
     subjects = git(project, "log", "--format=%s", "--reverse").splitlines()
     assert subjects[:6] == ["init", "tasks", "Builder: task on line 2", "Criticizer: verified",
                             "Builder: task on line 3", "Criticizer: verified"]
     run_id = events_of(project)[0]["run_id"]
     planned = [s for s in subjects if s.startswith("genesis: Planner")]
-    assert planned == [f"genesis: Planner, iteration {n} (finished) [run {run_id}]" for n in (5, 6, 7)]
+    assert planned == [f"genesis: Planner, iteration {n} (finished) [run {run_id}]" for n in (5, 6)]
     assert "Planner: skipped (its condition exited 1)" in done.stderr
 
 

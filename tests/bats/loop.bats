@@ -151,5 +151,8 @@ PY
   genesis --project "${PROJECT}" hook install --scope local >/dev/null
   PATH="${BATS_TEST_TMPDIR}/bin:${PATH}" run -0 "${LOOP}" --project "${PROJECT}" --agent-cmd "claude -p" --max-iterations 1
   assert_output --partial "heartbeat hook: working (local settings"
-  run -0 grep -c "claude stub: -p You are the Builder" "$(agent_log 1 Builder)"
+  # Claude Code runs with structured output added; the raw stream is kept beside the transcript.
+  run -0 grep -c "claude stub: -p --output-format stream-json --verbose You are the Builder" "$(agent_log 1 Builder)"
+  run -0 grep -c "claude stub: -p --output-format stream-json --verbose You are the Builder" \
+    "$(agent_log 1 Builder | sed 's/\.log$/.jsonl/')"
 }

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from genesis.claude_settings import hook_command, install
+from genesis.agents.claude.settings import hook_command, install
 from genesis.cli import cli
 from genesis.heartbeat import hook_script, read_heartbeat
-from genesis.hookcheck import BROKEN, MALFORMED, NOT_INSTALLED, WORKING, self_test
+from genesis.agents.claude.hookcheck import BROKEN, MALFORMED, NOT_INSTALLED, WORKING, self_test
 
 from conftest import alive, state_of, wait_for
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .atomicio import CorruptFile, read_json, write_json
-from .layout import private_dir
+from ...atomicio import CorruptFile, read_json, write_json
+from ...layout import private_dir
 
 __all__ = ["SettingsError", "Change", "settings_path", "user_settings_dir", "managed_settings_dir", "hook_command",
            "install", "uninstall", "installed_events", "read_settings", "is_ours", "HOOK_EVENTS", "ENV_DEFAULTS",

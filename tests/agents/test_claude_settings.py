@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from genesis.claude_settings import (ENV_DEFAULTS, HOOK_EVENTS, SettingsError, hook_command, install,
+from genesis.agents.claude.settings import (ENV_DEFAULTS, HOOK_EVENTS, SettingsError, hook_command, install,
                                      installed_events, uninstall)
 from genesis.cli import cli
 from genesis.heartbeat import hook_script

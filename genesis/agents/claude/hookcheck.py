@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .atomicio import write_text
-from .claude_settings import (SCOPES, SCRIPT_NAME, SettingsError, is_ours, managed_settings_dir, read_settings,
+from ...atomicio import write_text
+from .settings import (SCOPES, SCRIPT_NAME, SettingsError, is_ours, managed_settings_dir, read_settings,
                               settings_path)
-from .heartbeat import read_heartbeat
+from ...heartbeat import read_heartbeat
 
 __all__ = ["HookCheck", "HookCopy", "self_test", "WORKING", "NOT_INSTALLED", "BROKEN", "MALFORMED"]
 

@@ -1,0 +1,131 @@
+"""The adapter interface, its records, and the generic text CLI (any command Genesis does
+not know more about: its output is its transcript, and nothing is read into it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..phases import Phase
+
+__all__ = ["Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
+           "MAX_RESULT_CHARS", "last_line"]
+
+MAX_RESULT_CHARS = 16 << 10  # the final result kept for the report and the completion phrase
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A usage limit: the agent refuses to work until it resets."""
+    resets_at: float | None      # epoch seconds; None when the message names no time
+    kind: str                    # "five_hour", "seven_day", "session", "extra_usage", ... ("" unknown)
+    message: str                 # the agent's own words
+
+
+@dataclass(frozen=True)
+class ApiError:
+    """The model API failed the agent's run."""
+    retryable: bool              # True: an outage or transient error (back off, retry); False: fatal (stop)
+    status: int | None           # the HTTP status, when known
+    code: str                    # the CLI's name for it: "server_error", "authentication_failed", ...
+    message: str                 # the agent's own message
+
+
+@dataclass(frozen=True)
+class Result:
+    """What the agent reported at the end of its run (Claude Code's `result` record)."""
+    subtype: str = ""
+    is_error: bool = False
+    num_turns: int | None = None
+    total_cost_usd: float | None = None
+    terminal_reason: str = ""
+    api_error_status: int | None = None
+    session_id: str = ""
+    text: str = ""               # the final result text, at most MAX_RESULT_CHARS
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What the agent's output says about how its run ended."""
+    result: Result | None = None
+    limit: Limit | None = None
+    api_error: ApiError | None = None
+    final_text: str = ""         # the agent's final message (never tool output): for a completion phrase
+
+
+@dataclass(frozen=True)
+class ApiRetry:
+    """The CLI is inside its own API retries: it waits `delay` seconds, then tries again."""
+    attempt: int
+    max_retries: int
+    delay: float
+    status: int | None
+    error: str
+    seen: float                  # when it was read, on the watcher's monotonic clock
+
+
+class OutputReader:
+    """Reads an agent's output line by line (in the output thread, while the agent runs)."""
+
+    retry: ApiRetry | None = None  # the latest event, while nothing else came after it
+
+    def feed(self, line: str) -> list[str]:
+        """The transcript lines for one line of output (given without its newline)."""
+        raise NotImplementedError
+
+    def ending(self, returncode: int | None) -> Ending:
+        """How the run ended, read from everything fed; returncode None: it was killed."""
+        raise NotImplementedError
+
+
+class TextReader(OutputReader):
+    """Plain text output: the transcript is the output itself; its last line is its final message."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def feed(self, line: str) -> list[str]:
+        if line.strip():
+            self.last = line.strip()[:MAX_RESULT_CHARS]
+        return [line]
+
+    def ending(self, returncode: int | None) -> Ending:
+        return Ending(final_text=self.last if returncode == 0 else "")
+
+
+def last_line(text: str) -> str:
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+class Adapter:
+    """A generic text CLI: the command as configured, its output as its transcript.
+
+    Subclasses (one per CLI Genesis knows) add the flags that make the output structured,
+    read it into events, and check their own hooks.
+    """
+
+    name = "generic"
+    program = ""                 # the executable's name this adapter is chosen by
+    prompt_on_stdin = False      # the CLI reads its prompt from stdin when none is given
+    hook_required = False        # without a working hook, refuse to start (else warn)
+
+    def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
+        """The command line of a phase, before its prompt."""
+        return tuple(argv)
+
+    def raw_suffix(self, argv: tuple[str, ...]) -> str | None:
+        """The suffix of the raw output file kept beside the transcript; None: the output is
+        its own transcript."""
+        return None
+
+    def reader(self, argv: tuple[str, ...], clock=None) -> OutputReader:
+        """A fresh reader for one run of `argv` (the command as command() made it)."""
+        return TextReader()
+
+    def options_problem(self, argv: tuple[str, ...], phase: "Phase") -> str | None:
+        """Why a phase's per-CLI options cannot apply to this CLI, or None."""
+        if phase.max_turns is not None or phase.max_budget_usd is not None:
+            return (f"PHASE_{phase.name}_MAX_TURNS and _MAX_BUDGET_USD are Claude Code options; "
+                    f"{argv[0]} does not take them: unset them")
+        return None

@@ -1,0 +1,82 @@
+"""Claude Code: `claude -p`, its stream-json output, its text-mode messages and its hooks."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ..base import Adapter, Ending, OutputReader, TextReader
+
+if TYPE_CHECKING:
+    from ...phases import Phase
+
+__all__ = ["ClaudeCode", "ClaudeTextReader", "output_format"]
+
+STRUCTURED = ("--output-format", "stream-json", "--verbose")
+
+
+def output_format(argv: tuple[str, ...]) -> str | None:
+    """The --output-format the command asks for (None: none, so text)."""
+    for i, arg in enumerate(argv):
+        if arg == "--output-format" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--output-format="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+class ClaudeTextReader(TextReader):
+    """`claude -p` with text output prints only its final message; on a failed run that
+    message is where a usage limit or an API error is said (never in tool output, which
+    text mode does not print)."""
+
+    def __init__(self, now=time.time) -> None:
+        super().__init__()
+        self.now = now
+
+    def ending(self, returncode: int | None) -> Ending:
+        from ..base import ApiError, Limit
+        from .messages import classify
+
+        if returncode in (0, None) or not self.last:
+            return super().ending(returncode)
+        found = classify(self.last, self.now())
+        return Ending(limit=found if isinstance(found, Limit) else None,
+                      api_error=found if isinstance(found, ApiError) else None)
+
+
+class ClaudeCode(Adapter):
+    name = "claude"
+    program = "claude"
+    prompt_on_stdin = True       # `claude -p` reads its prompt from stdin when none is given
+    hook_required = True         # without the hook a healthy Claude Code looks stuck
+
+    def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
+        """Structured output unless the user chose a format; the phase's turn and budget caps."""
+        argv = tuple(argv)
+        fmt = output_format(argv)
+        if fmt is None:
+            argv += STRUCTURED
+        elif fmt == "stream-json" and "--verbose" not in argv:
+            argv += ("--verbose",)  # `-p` refuses stream-json without it
+        if phase is not None and phase.max_turns is not None:
+            argv += ("--max-turns", str(phase.max_turns))
+        if phase is not None and phase.max_budget_usd is not None:
+            argv += ("--max-budget-usd", f"{phase.max_budget_usd:g}")
+        return argv
+
+    def raw_suffix(self, argv: tuple[str, ...]) -> str | None:
+        return ".jsonl" if self.structured(argv) else None
+
+    def structured(self, argv: tuple[str, ...]) -> bool:
+        return output_format(argv) == "stream-json"
+
+    def reader(self, argv: tuple[str, ...], clock=None) -> OutputReader:
+        if self.structured(argv):
+            from .stream import StreamReader
+
+            return StreamReader(clock.mono) if clock is not None else StreamReader()
+        return ClaudeTextReader(clock.wall if clock is not None else time.time)
+
+    def options_problem(self, argv: tuple[str, ...], phase: "Phase") -> str | None:
+        return None

@@ -1,0 +1,311 @@
+"""Claude Code's stream-json output (`-p --output-format stream-json --verbose`), read line by
+line into a readable transcript and, at the end, into how the run ended.
+
+Each output line is one JSON record; only the type of the record itself counts. Text inside a
+record (the model's words, a tool's output) is never searched for a limit or an error: an
+agent that reads a log full of "You've hit your limit" must not pause the night.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from typing import Any, Callable
+
+from ...agentlog import sanitize
+from ..base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
+
+__all__ = ["StreamReader", "MAX_LINE_BYTES"]
+
+MAX_LINE_BYTES = 1 << 20   # a longer output line is not parsed (bounded memory and time)
+TEXT_WIDTH = 4000          # one line of the model's text (or of other output) in the transcript, at most
+LINE_WIDTH = 1000          # any other transcript line, at most
+INPUT_WIDTH = 200          # a tool's input shown as JSON, at most
+ERROR_WIDTH = 300          # one line of a failed tool's output, at most
+ERROR_LINES = 4            # lines of a failed tool's output shown
+FILE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path", "Read": "file_path",
+              "NotebookEdit": "notebook_path"}
+PATTERN_TOOLS = {"Grep", "Glob"}
+
+# The CLI's `error` field of an API error message: what a retry can fix and what it cannot.
+RETRYABLE_CODES = {"server_error", "overloaded", "rate_limit"}
+FATAL_CODES = {"authentication_failed", "oauth_org_not_allowed", "account_on_hold", "verification_required",
+               "billing_error", "model_not_found", "invalid_request", "cloud_credential_error",
+               "permission_denied", "permission_error"}
+# Its `api_error` field (the typed cause) for an API that did not answer at all.
+NO_ANSWER = {"connection_failed", "no_response", "stream_idle_timeout", "computer_slept"}
+USAGE_LIMIT = "usage_limit_reached"
+
+
+def retryable_status(status: int) -> bool:
+    return status >= 500 or status in (408, 409, 429)
+
+
+class StreamReader(OutputReader):
+    """One run's stream-json output: feed() each line as it comes, ending() once it is over."""
+
+    def __init__(self, mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        self.mono, self.wall = mono, wall
+        self.retry: ApiRetry | None = None
+        self.result: Result | None = None
+        self._result_record: dict[str, Any] = {}
+        self._rejected: dict[str, Any] | None = None   # the last rate_limit_event that refused work
+        self._error: dict[str, Any] | None = None      # the last API error message of the main agent
+
+    def feed(self, line: str) -> list[str]:
+        if len(line) > MAX_LINE_BYTES // 4:
+            size = len(line.encode("utf-8", "surrogatepass"))
+            if size > MAX_LINE_BYTES:
+                self.retry = None
+                return [f"(an output line of {size} bytes was not read)"]
+        record = parse(line)
+        if record is None:
+            # Not a record (stderr shares the stream): shown as it is, and it says nothing of retries.
+            return [sanitize(line, TEXT_WIDTH)] if line.strip() else []
+        kind = record.get("type")
+        subtype = record.get("subtype")
+        if kind == "system" and subtype == "api_retry":
+            return [self._api_retry(record)]
+        self.retry = None
+        if kind == "system" and subtype == "init":
+            return [one_line(f"session {text(record.get('session_id'))}: model {text(record.get('model'))}")]
+        if kind == "assistant":
+            return self._assistant(record)
+        if kind == "user":
+            return tool_errors(record)
+        if kind == "rate_limit_event":
+            return self._rate_limit(record)
+        if kind == "result":
+            return [self._result(record)]
+        return []
+
+    def _api_retry(self, record: dict[str, Any]) -> str:
+        delay = (number(record.get("retry_delay_ms")) or 0.0) / 1000
+        self.retry = ApiRetry(attempt=integer(record.get("attempt")) or 0,
+                              max_retries=integer(record.get("max_retries")) or 0,
+                              delay=delay, status=integer(record.get("error_status")),
+                              error=text(record.get("error")), seen=self.mono())
+        why = " ".join(str(part) for part in (self.retry.status, self.retry.error) if part)
+        return one_line(f"API retry {self.retry.attempt}/{self.retry.max_retries} in {delay:.1f}s"
+                        + (f" ({why})" if why else ""))
+
+    def _assistant(self, record: dict[str, Any]) -> list[str]:
+        message = record.get("message") if isinstance(record.get("message"), dict) else {}
+        blocks = [b for b in message.get("content") or [] if isinstance(b, dict)]
+        main = record.get("parent_tool_use_id") is None  # a subagent's own messages do not end the run
+        if record.get("error") is not None or record.get("is_api_error_message") is True:
+            said = "\n".join(text(b.get("text")) for b in blocks if b.get("type") == "text").strip()
+            if main:
+                self._error = {**record, "text": said}
+            code, status = text(record.get("error")) or "unknown", integer(record.get("api_error_status"))
+            head = ", ".join(str(part) for part in (code, status) if part is not None)
+            return [one_line(f"API error ({head}): {said}")]
+        if main and blocks:
+            self._error = None       # the model answered after it: that error is over
+            self._rejected = None
+        lines: list[str] = []
+        for block in blocks:
+            if block.get("type") == "text":
+                lines += paragraph("assistant: ", text(block.get("text")), TEXT_WIDTH)
+            elif block.get("type") == "tool_use":
+                lines.append(tool_line(text(block.get("name")), block.get("input")))
+        return lines
+
+    def _rate_limit(self, record: dict[str, Any]) -> list[str]:
+        info = record.get("rate_limit_info") if isinstance(record.get("rate_limit_info"), dict) else {}
+        status, kind = info.get("status"), text(info.get("rateLimitType")) or "unknown"
+        resets = number(info.get("resetsAt"))
+        when = f"resets {iso(resets)}" if resets is not None else "reset time unknown"
+        if status == "rejected":
+            self._rejected = info
+            return [one_line(f"usage limit reached ({kind}): {when}")]
+        if status == "allowed_warning":
+            used = number(info.get("utilization"))
+            return [one_line(f"usage limit warning ({kind}): "
+                             + (f"{used:.0%} used, " if used is not None else "") + when)]
+        return []
+
+    def _result(self, record: dict[str, Any]) -> str:
+        self._result_record = record
+        self.result = Result(subtype=text(record.get("subtype")), is_error=record.get("is_error") is True,
+                             num_turns=integer(record.get("num_turns")),
+                             total_cost_usd=number(record.get("total_cost_usd")),
+                             terminal_reason=text(record.get("terminal_reason")),
+                             api_error_status=integer(record.get("api_error_status")),
+                             session_id=text(record.get("session_id")),
+                             text=text(record.get("result"))[:MAX_RESULT_CHARS])
+        r = self.result
+        first = next((line.strip() for line in r.text.splitlines() if line.strip()), "")
+        if r.is_error:
+            head = ", ".join(str(p) for p in (r.terminal_reason or r.subtype or None, r.api_error_status) if p)
+            return one_line("result: error" + (f" ({head})" if head else "") + (f": {first}" if first else ""))
+        ms = number(record.get("duration_ms"))
+        parts = [r.subtype or "done", turns(r.num_turns),
+                 f"${r.total_cost_usd:.4f}" if r.total_cost_usd is not None else None,
+                 f"{ms / 1000:.1f}s" if ms is not None else None]
+        return one_line("result: " + ", ".join(p for p in parts if p) + (f": {first}" if first else ""))
+
+    def ending(self, returncode: int | None) -> Ending:
+        result = self.result
+        if result is not None and not result.is_error:
+            return Ending(result=result, final_text=result.text)
+        limit = self._limit()
+        return Ending(result=result, limit=limit, api_error=None if limit else self._api_error())
+
+    def _said(self) -> str:
+        """The agent's words for how it failed: the result's, else its error message's."""
+        if self.result is not None and self.result.text.strip():
+            return self.result.text.strip()
+        return text((self._error or {}).get("text")).strip()
+
+    def _limit(self) -> Limit | None:
+        info = self._rejected
+        if info is None:
+            # No refusal event: the error itself may still name a usage limit (and carry its reset).
+            source = self._error if self._error is not None else self._result_record
+            if source.get("api_error") != USAGE_LIMIT or source.get("error", "rate_limit") != "rate_limit":
+                return None
+            params = source.get("api_error_params")
+            info = params.get("rate_limit_info") if isinstance(params, dict) else None
+            if not isinstance(info, dict) or info.get("status") != "rejected":
+                return self._limit_from_words(source)
+        kind = text(info.get("rateLimitType"))
+        return Limit(resets_at=number(info.get("resetsAt")), kind=kind,
+                     message=self._said() or f"usage limit reached ({kind or 'unknown'})")
+
+    def _limit_from_words(self, source: dict[str, Any]) -> Limit:
+        """A usage limit with no reset in the records: the CLI's sentence says when."""
+        from .messages import classify
+
+        said = self._said()
+        found = classify(said, stamp(source.get("timestamp")) or self.wall()) if said else None
+        return found if isinstance(found, Limit) else Limit(resets_at=None, kind="", message=said)
+
+    def _api_error(self) -> ApiError | None:
+        record = self._error
+        if record is not None:
+            code, cause = text(record.get("error")) or "unknown", text(record.get("api_error"))
+        elif self._result_record.get("is_error") is True:
+            record = self._result_record
+            code, cause = "", text(record.get("api_error"))
+            if integer(record.get("api_error_status")) is None and cause not in NO_ANSWER:
+                return None  # failed, but not at the API (max turns, budget, a crash)
+        else:
+            return None
+        status = integer(record.get("api_error_status"))
+        if code in FATAL_CODES:
+            retryable = False
+        elif code in RETRYABLE_CODES or cause in NO_ANSWER:
+            retryable = True
+        elif status is not None:
+            retryable = retryable_status(status)
+        elif code in ("unknown", ""):
+            retryable = True       # no status at all: the API was not reached
+        else:
+            return None            # a failure of the model's turn (max_output_tokens ...), not of the API
+        name = cause if cause in NO_ANSWER else code or cause or "unknown"
+        return ApiError(retryable=retryable, status=status, code=name, message=self._said())
+
+
+def parse(line: str) -> dict[str, Any] | None:
+    """The record on a line, or None when the line is not a JSON object (stderr, a cut line)."""
+    if not line.lstrip().startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def tool_line(name: str, tool_input: Any) -> str:
+    args = tool_input if isinstance(tool_input, dict) else {}
+    shown = None
+    if name == "Bash" and isinstance(args.get("command"), str):
+        shown = "$ " + " ⏎ ".join(part for part in args["command"].splitlines() if part.strip())
+    elif name in FILE_TOOLS and isinstance(args.get(FILE_TOOLS[name]), str):
+        shown = args[FILE_TOOLS[name]]
+    elif name in PATTERN_TOOLS and isinstance(args.get("pattern"), str):
+        shown = args["pattern"]
+    if shown is None:
+        shown = sanitize(json.dumps(tool_input, ensure_ascii=False, separators=(",", ":")), INPUT_WIDTH)
+    return one_line(f"tool {name or '?'}: {shown}")
+
+
+def tool_errors(record: dict[str, Any]) -> list[str]:
+    """The output of each failed tool call in a user record (a successful one shows nothing)."""
+    message = record.get("message") if isinstance(record.get("message"), dict) else {}
+    content = message.get("content")
+    lines: list[str] = []
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("is_error") is True:
+            said = block_text(block.get("content"))
+            shown = [line for line in said.splitlines() if line.strip()]
+            lines.append(sanitize("  error: " + (shown[0] if shown else "(no output)"), ERROR_WIDTH))
+            lines += [sanitize("    " + line, ERROR_WIDTH) for line in shown[1:ERROR_LINES]]
+            if len(shown) > ERROR_LINES:
+                lines.append(f"    ({len(shown) - ERROR_LINES} more lines)")
+    return lines
+
+
+def block_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(text(b.get("text")) for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def paragraph(head: str, said: str, width: int) -> list[str]:
+    """Text over several transcript lines: the first after `head`, the rest indented two spaces."""
+    shown = [line for line in said.splitlines() if line.strip()]
+    if not shown:
+        return []
+    return [sanitize(head + shown[0], width)] + [sanitize("  " + line, width) for line in shown[1:]]
+
+
+def turns(n: int | None) -> str | None:
+    return None if n is None else f"{n} turn" if n == 1 else f"{n} turns"
+
+
+def one_line(line: str) -> str:
+    return sanitize(line, LINE_WIDTH)
+
+
+def text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def integer(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value == value and abs(value) != float("inf") else None
+
+
+def iso(epoch: float) -> str:
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+    except (OverflowError, OSError, ValueError):
+        return f"epoch {epoch:g}"
+
+
+def stamp(value: Any) -> float | None:
+    """Epoch seconds of a record's ISO timestamp ("2026-11-21T08:22:11.210Z"), or None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        at = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at.timestamp() if at.tzinfo is not None else None
