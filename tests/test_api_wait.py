@@ -1,0 +1,69 @@
+"""An agent inside its CLI's own API retries is waiting on the API, not stuck.
+
+Claude Code retries a failing API call by itself (about 190 s in all by default) and makes
+no tool call meanwhile, so no heartbeat comes. With stream-json output it says so: each
+`api_retry` event names the delay before its next try. The watcher counts the agent alive
+until that delay is over, and counts silence again after it. Real processes print
+recorded-shape events; the real CLI's are in tests/fixtures/claude/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from genesis.agents.claude.stream import StreamReader
+from genesis.supervisor import AgentRun, Limits, supervise
+
+RETRY = {"type": "system", "subtype": "api_retry", "attempt": 1, "max_retries": 10, "retry_delay_ms": 0,
+         "error_status": 529, "error": "overloaded", "session_id": "s-1"}
+
+
+def run_agent(tmp_path, delays_ms: list[int], pause: float):
+    """An agent that beats once, then prints an api_retry event per delay, `pause` s apart, then
+    fails as the CLI does when its retries are spent."""
+    lines = [json.dumps({**RETRY, "attempt": n, "retry_delay_ms": d}) for n, d in enumerate(delays_ms, 1)]
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "subprocess.run(['bash', sys.argv[1], 'Bash'], stdin=subprocess.DEVNULL)\n"
+        f"for line in {lines!r}:\n"
+        f"    print(line, flush=True); time.sleep({pause})\n"
+        "print('{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":true,\"terminal_reason\":\"api_error\","
+        "\"api_error_status\":529,\"result\":\"API Error: 529 Overloaded.\",\"num_turns\":1,"
+        "\"total_cost_usd\":0,\"session_id\":\"s-1\"}', flush=True)\n"
+        "sys.exit(1)\n")
+    hb = tmp_path / "hb" / "Builder.json"
+    hb.parent.mkdir(mode=0o700, exist_ok=True)
+    from genesis.heartbeat import hook_script
+
+    env = {**os.environ, "GENESIS_RUN_ID": "run-1", "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder"}
+    run = AgentRun((sys.executable, str(script), str(hook_script())), tmp_path, env, tmp_path / "agent.log", hb,
+                   "run-1", raw_log=tmp_path / "agent.jsonl", reader=StreamReader())
+    notes: list[str] = []
+    out = supervise(run, Limits(check_interval=0.2, stale_after=1.0, max_runtime=30.0, kill_grace=1.0,
+                                count_output=False), note=notes.append)
+    return out, notes, run
+
+
+def test_an_agent_retrying_the_api_for_longer_than_the_window_is_not_killed(tmp_path):
+    # Three retries announced 2.5 s apart, each with a 2.5 s delay: 7.5 s of silence, the window 1 s.
+    out, notes, run = run_agent(tmp_path, [2500, 2500, 2500], pause=2.5)
+    assert out.status == "exited" and out.returncode == 1, out
+    assert out.api_retries == 3
+    assert any("waiting on the API, not stuck" in n for n in notes)
+    assert out.ending.api_error is not None and out.ending.api_error.retryable
+    transcript = run.log.read_text()
+    assert "API retry 1/10" in transcript and "API retry 3/10" in transcript
+    assert transcript.count('"type"') == 0  # the transcript is readable, the raw stream is beside it
+    assert run.raw_log.read_text().count('"api_retry"') == 3
+
+
+def test_silence_past_the_announced_delay_is_stuck_again(tmp_path):
+    # The CLI said it would retry in 0.2 s, then fell silent for good: stuck one window later.
+    out, _, _ = run_agent(tmp_path, [200], pause=60)
+    assert out.status == "stale", out
+    assert out.api_retries == 1
