@@ -16,7 +16,6 @@ import click
 from . import __version__, breaker, exitcodes
 from .atomicio import DiskFull, write_text
 from .breaker import BreakerLocked
-from .agents.claude.settings import SettingsError, hook_command, install, installed_events, settings_path, uninstall
 from .config import KNOBS, ConfigError, Config, effective, resolve
 from .console import say
 from .gitcmd import GitFailed, NotARepository
@@ -43,7 +42,7 @@ def guarded(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, NotARepository, UnsafeDir, SettingsError) as exc:
+        except (ConfigError, NotARepository, UnsafeDir) as exc:  # a SettingsError is a ConfigError
             raise Fail(str(exc), exitcodes.USAGE) from None
         except StepFailed as exc:
             raise Fail(str(exc), exc.code) from None
@@ -363,6 +362,8 @@ def _state_dir() -> Path:
 @guarded
 def hook_install(obj: Context, scope: str) -> None:
     """Merge the heartbeat hook (and the Bash timeout env defaults) into Claude's settings."""
+    from .agents.claude.settings import hook_command, install, settings_path
+
     path = settings_path(scope, obj.project.resolve())
     change = install(path, hook_command(hook_script()), _state_dir())
     if scope == "local":
@@ -396,6 +397,8 @@ def ignore_local_settings(project: Path) -> None:
 @guarded
 def hook_uninstall(obj: Context, scope: str) -> None:
     """Remove what `hook install` added, and nothing else."""
+    from .agents.claude.settings import settings_path, uninstall
+
     path = settings_path(scope, obj.project.resolve())
     change = uninstall(path, _state_dir())
     if not change.added_events and not change.added_env:
@@ -419,6 +422,7 @@ def hook_status(obj: Context) -> None:
     import tempfile
 
     from .agents.claude.hookcheck import MALFORMED, WORKING, self_test
+    from .agents.claude.settings import hook_command, installed_events, settings_path
 
     project = obj.project.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="genesis-hook-status-"))  # 0700: a heartbeat dir of ours alone

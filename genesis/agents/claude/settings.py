@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ...atomicio import CorruptFile, read_json, write_json
+from ...config import ConfigError
 from ...layout import private_dir
 
 __all__ = ["SettingsError", "Change", "settings_path", "user_settings_dir", "managed_settings_dir", "hook_command",
@@ -37,7 +38,7 @@ MAX_SETTINGS_BYTES = 4 << 20
 UNTOUCHED = "it was left untouched"
 
 
-class SettingsError(ValueError):
+class SettingsError(ConfigError):
     """The settings file cannot be changed safely; it was left untouched."""
 
 
