@@ -5,6 +5,7 @@ from __future__ import annotations
 import calendar
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import events
@@ -99,12 +100,19 @@ def _summarize(run_id: str, evs: list[Event]) -> RunSummary:
         run_id=run_id, started=start.get("at", "?"), ended=end.get("at") if end else None,
         seconds=(finished - began) if began is not None and finished is not None else None,
         reason=str(end.get("reason", "")) if end else "", exit_code=end.get("exit_code") if end else None,
-        iterations=len(iterations), phases=tuple(e for e in evs if e["event"] == "phase_end"),
+        iterations=len(iterations), phases=_with_logs(evs),
         skipped=sum(1 for e in evs if e["event"] == "phase_skip"),
         reaped=sum(len(e.get("pids", [])) for e in evs if e["event"] == "reap")
         + sum(int(e.get("swept", 0) or 0) for e in evs if e["event"] == "phase_end"),
         breaker=last_breaker.get("breaker"), no_progress=int(last_breaker.get("no_progress", 0) or 0),
         waits=tuple(e for e in evs if e["event"] == "wait_end"))
+
+
+def _with_logs(evs: list[Event]) -> tuple[Event, ...]:
+    """phase_end events, each with the log its phase_start named."""
+    logs = {(e.get("iteration"), e.get("phase")): e.get("log") for e in evs if e["event"] == "phase_start"}
+    return tuple({**e, "log": logs.get((e.get("iteration"), e.get("phase")))} for e in evs
+                 if e["event"] == "phase_end")
 
 
 def _phase_line(e: Event) -> str:
@@ -143,9 +151,19 @@ def summary_lines(layout: Layout, run_id: str | None = None, running: bool = Fal
     lines += _night_lines(s)
     if s.abnormal:
         lines.append(f"  abnormal phases ({len(s.abnormal)}):")
-        lines += [f"    {_phase_line(e)}" for e in s.abnormal]
+        for e in s.abnormal:
+            lines.append(f"    {_phase_line(e)}")
+            lines += [f"      | {line}" for line in _transcript_tail(e)]
     lines.append(f"  logs: {layout.run_dir(s.run_id)}")
     return lines
+
+
+def _transcript_tail(end: Event, lines: int = 3) -> list[str]:
+    """The last lines of an abnormal phase's transcript (sanitised), where its log still is."""
+    from .agentlog import tail
+
+    log = end.get("log")
+    return [line for line in tail(Path(log), lines) if line.strip()] if isinstance(log, str) else []
 
 
 WAIT_LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "breaker cooldown"}

@@ -179,6 +179,12 @@ def test_a_killed_agents_work_is_committed_as_partial_and_the_report_gives_the_r
     assert "iteration 1 Builder: stuck after" in report.stdout and "no heartbeat for" in report.stdout
     assert ("iteration 1 Planner: exited with status 1 after 0s: the agent exited with status 1; its last line: "
             "API Error: 401 bad key") in report.stdout
+    # Each abnormal phase is followed by the end of its transcript.
+    lines = report.stdout.splitlines()
+    builder = next(i for i, line in enumerate(lines) if "iteration 1 Builder: stuck after" in line)
+    assert lines[builder + 1].strip().startswith("| === genesis:") and "starting:" in lines[builder + 1]
+    planner = next(i for i, line in enumerate(lines) if "iteration 1 Planner: exited" in line)
+    assert lines[planner + 2].strip() == "| API Error: 401 bad key"
     assert "ended 20" in report.stdout and "reached GENESIS_MAX_ITERATIONS=1 (exit 0)" in report.stdout
 
 
