@@ -20,6 +20,7 @@ import detection  # noqa: E402
 import hook_cost  # noqa: E402
 import killtime  # noqa: E402
 import loop_overhead  # noqa: E402
+import night  # noqa: E402
 import reap_cost  # noqa: E402
 import tamper  # noqa: E402
 import watcher_cost  # noqa: E402
@@ -55,6 +56,7 @@ def main() -> int:
         ("5. watcher cost", lambda: watcher_cost.run(20 if quick else 60, 2 if quick else 3)),
         ("6. reap cost", lambda: reap_cost.run(5 if quick else 10)),
         ("7. a careless agent", lambda: tamper.run(3 if quick else 5, 2 if quick else 3)),
+        ("8. a night with a usage limit and an outage (real Claude Code)", night.run),
     ]
     rows: list[Row] = []
     for title, bench in plan:

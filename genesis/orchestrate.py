@@ -148,6 +148,8 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
 def how_it_ended(outcome: "Outcome") -> str:
     """One word for the phase's end: finished, failed, limit, outage, fatal, or the watcher's status."""
     end = outcome.ending
+    if outcome.status == "api_fatal":
+        return "fatal"
     if outcome.status != "exited":
         return outcome.status
     if end is not None and end.limit is not None:
@@ -194,7 +196,7 @@ def _describe(step: Step, phase: Phase, outcome: "Outcome", log: Path, ending: s
     if ending == "finished":
         say(f"{phase.name}: finished in {took}{cost}", "ok")
         return "finished"
-    if ending in ("limit", "outage", "fatal"):
+    if ending in ("limit", "outage", "fatal") and outcome.ending is not None:
         end = outcome.ending
         message = end.limit.message if end.limit is not None else end.api_error.message
         detail = {"limit": "usage limit", "outage": "API error", "fatal": "API error"}[ending] + \

@@ -16,7 +16,8 @@ __all__ = ["RunSummary", "UnknownRun", "run_events", "runs", "summary", "summary
 Event = dict[str, Any]
 
 # How a phase_end status reads in the report; anything but a clean exit is abnormal.
-LABELS = {"exited": "exited", "stale": "stuck", "overtime": "over time", "interrupted": "interrupted",
+LABELS = {"exited": "exited", "stale": "stuck", "overtime": "over time", "api_fatal": "refused by the API",
+          "interrupted": "interrupted",
           "not_started": "could not start", "watcher_lost": "watcher lost"}
 
 

@@ -75,7 +75,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str                    # exited | stale | overtime | interrupted | not_started
+    status: str                    # exited | stale | overtime | api_fatal | interrupted | not_started
     returncode: int | None
     duration: float
     idle: float = 0.0
@@ -283,6 +283,9 @@ class _Watcher:
                 run.on_check()
             except Exception as exc:  # a repair that fails must not end the watch
                 self.note(f"a check of Genesis's own files failed: {exc}")
+        hopeless = run.reader.hopeless if run.reader is not None else None
+        if hopeless is not None:
+            return {"status": "api_fatal", "detail": hopeless.message}
         beat, _why = read_heartbeat(run.heartbeat)
         ours = beat is not None and beat.run_id in ("", run.run_id)
         received = self.out.received
@@ -400,7 +403,7 @@ class _Watcher:
         swept = self._sweep()
         if self.pump is not None:
             self.pump.finish(2.0)
-        ending = self._ending(rc if status == "exited" else None)
+        ending = self._ending(status, rc if status == "exited" else None)
         late = self._late_stop()
         if late is not None and status != "interrupted":
             status, (signum, sender) = "interrupted", late
@@ -409,10 +412,14 @@ class _Watcher:
                        sender=sender, swept=swept, disk_full=self.disk_full, ending=ending,
                        api_retries=self.retries)
 
-    def _ending(self, rc: int | None) -> "Ending | None":
+    def _ending(self, status: str, rc: int | None) -> "Ending | None":
         """What the output says of the run's end; a reader's failure is noted, never raised."""
         if self.out is None or self.out.reader is None:
             return None
+        if status == "api_fatal" and self.run_.reader is not None and self.run_.reader.hopeless is not None:
+            from .agents import Ending
+
+            return Ending(api_error=self.run_.reader.hopeless)
         try:
             self.out.flush()
             return self.out.reader.ending(rc) if self.out.reader is not None else None

@@ -49,6 +49,7 @@ def run_agent(tmp_path, delays_ms: list[int], pause: float):
     return out, notes, run
 
 
+@pytest.mark.fault(41)
 def test_an_agent_retrying_the_api_for_longer_than_the_window_is_not_killed(tmp_path):
     # Three retries announced 2.5 s apart, each with a 2.5 s delay: 7.5 s of silence, the window 1 s.
     out, notes, run = run_agent(tmp_path, [2500, 2500, 2500], pause=2.5)
@@ -62,8 +63,32 @@ def test_an_agent_retrying_the_api_for_longer_than_the_window_is_not_killed(tmp_
     assert run.raw_log.read_text().count('"api_retry"') == 3
 
 
+@pytest.mark.fault(41)
 def test_silence_past_the_announced_delay_is_stuck_again(tmp_path):
     # The CLI said it would retry in 0.2 s, then fell silent for good: stuck one window later.
     out, _, _ = run_agent(tmp_path, [200], pause=60)
     assert out.status == "stale", out
     assert out.api_retries == 1
+
+
+@pytest.mark.fault(42)
+def test_a_cli_that_keeps_retrying_a_refused_login_is_ended_without_waiting_out_its_retries(tmp_path):
+    # Claude Code retries a 401 for minutes with its default retries; three refusals in a row
+    # are enough to know no retry will help (a token refresh had its chance).
+    script = tmp_path / "agent.py"
+    refused = [json.dumps({**RETRY, "attempt": n, "retry_delay_ms": 60000, "error_status": 401,
+                           "error": "authentication_failed"}) for n in (1, 2, 3)]
+    script.write_text("import time\n"
+                      f"for line in {refused!r}:\n"
+                      "    print(line, flush=True)\n"
+                      "time.sleep(120)\n")
+    hb = tmp_path / "hb" / "Builder.json"
+    hb.parent.mkdir(mode=0o700)
+    run = AgentRun((sys.executable, str(script)), tmp_path, {**os.environ, "GENESIS_RUN_ID": "run-1"},
+                   tmp_path / "agent.log", hb, "run-1", raw_log=tmp_path / "agent.jsonl", reader=StreamReader())
+    out = supervise(run, Limits(check_interval=0.2, stale_after=30.0, max_runtime=60.0, kill_grace=1.0))
+    assert out.status == "api_fatal", out
+    assert out.kill is not None and out.kill.survivors == ()
+    err = out.ending.api_error
+    assert (err.retryable, err.status, err.code) == (False, 401, "authentication_failed")
+    assert "refused 3 tries in a row" in err.message

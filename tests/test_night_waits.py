@@ -80,6 +80,7 @@ def waiting(project: Path) -> bool:
     return (state_of(project) / "wait.json").exists() and bool(of(project, "wait_start"))
 
 
+@pytest.mark.fault(38, 44)
 def test_a_limit_is_waited_for_and_genesis_stop_ends_the_wait_and_the_loop(night):
     project, env, calls = night
     loop = start(project, env("limit_five_hour.jsonl", FAKE_RESET_IN="3600"))
@@ -109,6 +110,7 @@ def test_a_limit_is_waited_for_and_genesis_stop_ends_the_wait_and_the_loop(night
     assert of(project, "wait_end")[-1]["how"] == "interrupted"
 
 
+@pytest.mark.fault(42)
 def test_an_error_retrying_cannot_fix_stops_the_loop_at_once(night):
     project, env, calls = night
     done = subprocess.run(["bash", str(LOOP), "--project", str(project)], env=env("auth_401.jsonl"),

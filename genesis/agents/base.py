@@ -69,6 +69,7 @@ class OutputReader:
     """Reads an agent's output line by line (in the output thread, while the agent runs)."""
 
     retry: ApiRetry | None = None  # the latest event, while nothing else came after it
+    hopeless: ApiError | None = None  # the CLI keeps retrying an error no retry can fix: end it now
 
     def feed(self, line: str) -> list[str]:
         """The transcript lines for one line of output (given without its newline)."""

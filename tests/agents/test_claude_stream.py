@@ -428,3 +428,22 @@ def test_the_result_text_is_capped_and_kept_only_for_a_successful_run():
     assert reader.ending(0).final_text == long[:MAX_RESULT_CHARS]
     reader, _ = read(dumps([result("half done")]))
     assert reader.ending(1).final_text == "" and reader.ending(1).result.text == "half done"
+
+
+def test_refused_retries_in_a_row_make_the_run_hopeless():
+    def retry(n: int, status, error: str) -> str:
+        return json.dumps({"type": "system", "subtype": "api_retry", "attempt": n, "max_retries": 10,
+                           "retry_delay_ms": 500, "error_status": status, "error": error})
+
+    reader = StreamReader(mono=lambda: 0.0)
+    reader.feed(retry(1, 401, "authentication_failed"))
+    reader.feed(retry(2, 529, "overloaded"))  # not a refusal: the count starts again
+    reader.feed(retry(3, 401, "authentication_failed"))
+    reader.feed(retry(4, 401, "authentication_failed"))
+    assert reader.hopeless is None
+    reader.feed(retry(5, 401, "authentication_failed"))
+    assert reader.hopeless is not None and not reader.hopeless.retryable and reader.hopeless.status == 401
+    overloaded = StreamReader(mono=lambda: 0.0)
+    for n in range(1, 11):
+        overloaded.feed(retry(n, 529, "overloaded"))
+    assert overloaded.hopeless is None

@@ -12,8 +12,14 @@ awaiting review, `- [x]` verified): the first turn is `cat TASKS.md`, and every 
 follows from that call's output, which Claude Code sends back in each request, so the
 plan stays stateless and deterministic. The Builder implements the first open task (a
 file named after it), marks it `- [?]` and commits; the Criticizer reads each built file,
-marks every `- [?]` task `- [x]` and commits; the Planner changes nothing, so a night
-whose tasks are all done ends by the breaker.
+marks every `- [?]` task `- [x]` and commits; the Planner changes nothing, so with the
+default GENESIS_DONE_WHEN a night whose tasks are all done ends at that Planner pass.
+
+A test can also make the API refuse, as the real one does, for a window of time (the only
+state the stub keeps besides its record of requests): a subscriber's usage limit (`limit`,
+`limit_after`: HTTP 429 with the anthropic-ratelimit-unified-* headers), an outage
+(`outage`: 529 overloaded_error, or 500 api_error), or every request (`fail`: 401, 400 ...).
+Every request is recorded with when it came (`at`) and the status it was answered with.
 
 Run alone: python stub_api.py [PORT]   (prints the port it listens on)
 """
@@ -21,12 +27,14 @@ Run alone: python stub_api.py [PORT]   (prints the port it listens on)
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODEL = "claude-sonnet-4-5"
@@ -158,6 +166,50 @@ def text_of(message: dict) -> str:
     return " ".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
 
 
+ERRORS = {  # the real API's error type and message per status, for outages
+    529: ("overloaded_error", "Overloaded"),
+    500: ("api_error", "Internal server error"),
+}
+CLAIMS = {"five_hour": "5h", "seven_day": "7d"}
+
+
+@dataclass
+class Window:
+    """A time the API refuses POST /v1/messages. A handle the test keeps: a window set to
+    start at a later request gets its `start` and `end` when that request comes."""
+    status: int
+    error_type: str
+    message: str
+    claim: str = ""                # a usage limit's representative claim; "" for an outage
+    start: float | None = None     # epoch seconds; None until its first request
+    end: float | None = None       # the first moment it answers normally again
+    after: int = 0                 # for a window not started yet: the request that starts it
+    seconds: float = 0.0           # its length from that request
+    until: float | None = None     # or its end, fixed in advance
+
+    @property
+    def resets_at(self) -> int | None:
+        """A limit's reset as the header says it: whole epoch seconds."""
+        return None if self.end is None else math.ceil(self.end)
+
+    def covers(self, at: float) -> bool:
+        return self.start is not None and self.end is not None and self.start <= at < self.end
+
+    def headers(self) -> dict[str, str]:
+        if not self.claim:
+            return {}
+        short, reset = CLAIMS[self.claim], str(self.resets_at)
+        return {"anthropic-ratelimit-unified-status": "rejected",
+                "anthropic-ratelimit-unified-reset": reset,
+                "anthropic-ratelimit-unified-representative-claim": self.claim,
+                f"anthropic-ratelimit-unified-{short}-status": "rejected",
+                f"anthropic-ratelimit-unified-{short}-reset": reset}
+
+
+def is_messages(path: str) -> bool:
+    return path.split("?", 1)[0] == "/v1/messages"
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "stub-anthropic/1"
@@ -175,7 +227,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        self.server.requests.append({"path": self.path, "body": body})
+        record = {"path": self.path, "body": body, "at": time.time(), "status": 200}
+        refusal = self.server.admit(record)
+        if refusal:
+            return self._json({"type": "error", "error": {"type": refusal.error_type, "message": refusal.message}},
+                              refusal.status, refusal.headers())
         if "count_tokens" in self.path:
             return self._json({"input_tokens": 100})
         messages = body.get("messages", [])
@@ -195,11 +251,15 @@ class Handler(BaseHTTPRequestHandler):
         time.sleep(self.server.turn_delay)
         self._reply(body, fill(step, params))
 
-    def _json(self, obj, status=200):
+    def _json(self, obj, status=200, headers: dict[str, str] | None = None):
         data = json.dumps(obj).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if status != 200:
+            self.send_header("request-id", "req_stub" + uuid.uuid4().hex[:16])
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -247,10 +307,71 @@ class StubAPI(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), Handler)
         self.requests: list[dict] = []
         self.turn_delay = turn_delay
+        self.windows: list[Window] = []
+        self.failure: Window | None = None
+        self.counted = 0               # POST /v1/messages requests so far
+        self.lock = threading.Lock()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+    # --- refusals, set by the test while claude runs ---
+
+    def limit(self, start: float | None, resets_at: float, claim: str = "five_hour") -> Window:
+        """A subscriber's usage limit from `start` (None: from the next request) until resets_at."""
+        if start is None:
+            return self._add(Window(429, "rate_limit_error", "Rate limited", claim, after=1, until=resets_at))
+        return self._add(Window(429, "rate_limit_error", "Rate limited", claim, start, math.ceil(resets_at)))
+
+    def limit_after(self, requests: int, seconds: float, claim: str = "five_hour") -> Window:
+        """A usage limit that starts at the requests-th messages request from now and resets
+        `seconds` after it (rounded up to a whole second, as the header carries it)."""
+        return self._add(Window(429, "rate_limit_error", "Rate limited", claim, after=requests, seconds=seconds))
+
+    def outage(self, seconds: float, start: float | None = None, after: int | None = None,
+               status: int = 529) -> Window:
+        """The API is down for `seconds`: from `start`, or from the after-th messages request
+        from now (neither: the next one)."""
+        error_type, message = ERRORS[status]
+        if start is not None:
+            return self._add(Window(status, error_type, message, start=start, end=start + seconds))
+        return self._add(Window(status, error_type, message, after=after or 1, seconds=seconds))
+
+    def fail(self, status: int, error_type: str, message: str) -> Window:
+        """Every request from now on fails so."""
+        with self.lock:
+            self.failure = Window(status, error_type, message, start=time.time(), end=math.inf)
+            return self.failure
+
+    def messages(self) -> list[dict]:
+        """The recorded POST /v1/messages requests (not token counts), oldest first."""
+        return [r for r in list(self.requests) if is_messages(r["path"])]
+
+    def _add(self, window: Window) -> Window:
+        with self.lock:
+            if window.after:
+                window.after += self.counted
+            self.windows.append(window)
+        return window
+
+    def admit(self, record: dict) -> Window | None:
+        """Records a request; returns the window that refuses it, if any (starting the
+        windows this request triggers)."""
+        with self.lock:
+            self.requests.append(record)
+            refused = self.failure
+            if is_messages(record["path"]):
+                self.counted += 1
+                for w in self.windows:
+                    if w.start is None and self.counted >= w.after:
+                        w.start = record["at"]
+                        end = w.until if w.until is not None else w.start + w.seconds
+                        w.end = math.ceil(end) if w.claim else end
+                refused = refused or next((w for w in self.windows if w.covers(record["at"])), None)
+            if refused:
+                record["status"] = refused.status
+            return refused
 
     def start(self) -> "StubAPI":
         threading.Thread(target=self.serve_forever, daemon=True).start()

@@ -124,12 +124,14 @@ class Loop:
 
 
 def session_of(log: Path) -> str:
-    for line in log.read_text().splitlines():
+    """The session id in the raw stream-json kept beside a phase's transcript (.log -> .jsonl)."""
+    raw = log.with_suffix(".jsonl")
+    for line in raw.read_text().splitlines():
         if line.startswith("{"):
             event = json.loads(line)
             if event.get("type") == "system" and event.get("subtype") == "init":
                 return event["session_id"]
-    raise AssertionError(f"no init event in {log}")
+    raise AssertionError(f"no init event in {raw}")
 
 
 def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
@@ -142,7 +144,12 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     assert (project / "notes.md").read_text() == "# Notes\n\nWritten by the agent.\n"
     assert "agent: hello and notes" in git(project, "log", "--format=%s")
     run_id = json.loads((state_of(project) / "events.jsonl").read_text().splitlines()[0])["run_id"]
-    session = session_of(project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log")
+    log = project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log"
+    session = session_of(log)
+    # The transcript beside the raw stream is readable: the session and the final text, no JSON.
+    transcript = log.read_text()
+    assert f"session {session}" in transcript and "Done: wrote hello.txt and notes.md" in transcript
+    assert not [line for line in transcript.splitlines() if line.startswith("{")]
     post = {(b["event"], b["tool"]) for b in beats}
     assert {("PostToolUse", "Bash"), ("PostToolUse", "Write"), ("PostToolUseFailure", "Bash")} <= post
     assert all(b["session_id"] == session and b["agent"] == "Builder" for b in beats)

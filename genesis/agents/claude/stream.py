@@ -36,6 +36,9 @@ FATAL_CODES = {"authentication_failed", "oauth_org_not_allowed", "account_on_hol
 # Its `api_error` field (the typed cause) for an API that did not answer at all.
 NO_ANSWER = {"connection_failed", "no_response", "stream_idle_timeout", "computer_slept"}
 USAGE_LIMIT = "usage_limit_reached"
+# Claude Code retries a refused login too (for minutes, with its default retries), in case a
+# token refresh helps; once this many tries in a row were refused, none will help.
+HOPELESS_AFTER = 3
 
 
 def retryable_status(status: int) -> bool:
@@ -52,6 +55,7 @@ class StreamReader(OutputReader):
         self._result_record: dict[str, Any] = {}
         self._rejected: dict[str, Any] | None = None   # the last rate_limit_event that refused work
         self._error: dict[str, Any] | None = None      # the last API error message of the main agent
+        self._refused = 0                              # retries in a row the API refused as fatal
 
     def feed(self, line: str) -> list[str]:
         if len(line) > MAX_LINE_BYTES // 4:
@@ -86,6 +90,12 @@ class StreamReader(OutputReader):
                               max_retries=integer(record.get("max_retries")) or 0,
                               delay=delay, status=integer(record.get("error_status")),
                               error=text(record.get("error")), seen=self.mono())
+        fatal = self.retry.error in FATAL_CODES or self.retry.status in (401, 403)
+        self._refused = self._refused + 1 if fatal else 0
+        if self._refused >= HOPELESS_AFTER and self.hopeless is None:
+            self.hopeless = ApiError(False, self.retry.status, self.retry.error or "unknown",
+                                     f"the API refused {self._refused} tries in a row "
+                                     f"({self.retry.status or '-'} {self.retry.error}); retrying cannot fix it")
         why = " ".join(str(part) for part in (self.retry.status, self.retry.error) if part)
         return one_line(f"API retry {self.retry.attempt}/{self.retry.max_retries} in {delay:.1f}s"
                         + (f" ({why})" if why else ""))
