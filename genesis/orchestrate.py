@@ -18,7 +18,7 @@ from .looplock import release
 from .markers import markers_for
 from .phases import Phase, should_run
 from .progress import Fingerprint, fingerprint
-from .step import Step, StepFailed, agent_env, reads_prompt_from_stdin
+from .step import Step, StepFailed, agent_env
 
 if TYPE_CHECKING:
     from .reaper import ReapPlan

@@ -83,26 +83,27 @@ def _plan(step: "Step", pending: Pending) -> int:
     return exitcodes.WAIT
 
 
-def known_limit(step: "Step", now: float) -> dict | None:
+def known_limit(step: "Step", now: float) -> "Limit | None":
     """The usage limit met last (by any run of this project) if its reset is still ahead."""
+    from .agents import Limit
+
     try:
         data = read_json(step.layout.limit_file)
     except CorruptFile:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("resets_at"), (int, float)):
         return None
-    return data if data["resets_at"] + step.cfg.limit_margin > now else None
+    if data["resets_at"] + step.cfg.limit_margin <= now:
+        return None
+    return Limit(float(data["resets_at"]), str(data.get("kind", "")), str(data.get("message", "")))
 
 
-def plan_limit(step: "Step", limit: "Limit | dict", phase: str, iteration: int, now: float,
-               known: bool = False) -> int:
+def plan_limit(step: "Step", limit: "Limit", phase: str, iteration: int, now: float, known: bool = False) -> int:
     """Wait for the reset (plus the margin) and retry the phase; a reset beyond
-    GENESIS_MAX_LIMIT_WAIT stops the loop, saying when to restart."""
+    GENESIS_MAX_LIMIT_WAIT stops the loop, saying when to restart. `known`: met earlier, so
+    the agent was not called this time."""
     cfg, say = step.cfg, step.say
-    if isinstance(limit, dict):
-        resets_at, kind, message = limit.get("resets_at"), str(limit.get("kind", "")), str(limit.get("message", ""))
-    else:
-        resets_at, kind, message = limit.resets_at, limit.kind, limit.message
+    resets_at, kind, message = limit.resets_at, limit.kind, limit.message
     guessed = resets_at is None
     if guessed:
         resets_at = now + UNKNOWN_RESET
@@ -214,6 +215,8 @@ def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | Non
     say(f"{label}: waiting {duration(left)}, until {_clock_time(pending.until)} ({pending.reason}); Ctrl-C or "
         f"`genesis stop` ends the wait", "warn")
     how, code = "done", exitcodes.OK
+    # A stop signal ends the wait; the handlers are restored only if none came (once one
+    # came, later ones are ignored while the wait's end is recorded, then the step exits).
     old = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     tty = sys.stderr.isatty()
     next_line = start_mono + PROGRESS_EVERY
