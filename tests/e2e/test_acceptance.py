@@ -112,17 +112,24 @@ def assert_hook_installed(settings: Path) -> None:
         assert any("genesis-heartbeat.sh" in c for c in commands), f"no heartbeat hook for {event}: {hooks}"
 
 
-def test_a_tasks_night_with_the_shipped_defaults(claude, fast_stub, project, hermetic):
+def plan_night(project: Path, tasks: list[str]) -> str:
+    """A user's project for the night: an identity, a committed task list, the hook installed
+    the user's way; returns what `genesis hook install` printed."""
     git(project, "config", "user.name", "Night Owl")
     git(project, "config", "user.email", "owl@example.invalid")
-    (project / "TASKS.md").write_text("# Tasks\n" + "".join(f"- [ ] {t}\n" for t in TASKS))
+    (project / "TASKS.md").write_text("# Tasks\n" + "".join(f"- [ ] {t}\n" for t in tasks))
     git(project, "add", "TASKS.md")
     git(project, "commit", "-qm", "Plan the night")
     installed = subprocess.run(GENESIS + ["--project", str(project), "hook", "install"], capture_output=True,
                                text=True)
     assert installed.returncode == 0, installed.stdout + installed.stderr
+    return installed.stdout
+
+
+def test_a_tasks_night_with_the_shipped_defaults(claude, fast_stub, project, hermetic):
+    installed = plan_night(project, TASKS)
     settings = hermetic / ".claude" / "settings.json"
-    assert str(settings) in installed.stdout
+    assert str(settings) in installed
     assert_hook_installed(settings)
     env = {**user_env(fast_stub), "GENESIS_BIN": str(Path(sys.executable).parent / "genesis")}
 

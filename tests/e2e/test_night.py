@@ -21,11 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git
 from e2e.stub_api import StubAPI, Window, slug
 from e2e.test_acceptance import (agent_log, checklist, commits, fast_stub, leftovers, of,  # noqa: F401
-                                 run_events, run_to_end, user_env)
-from e2e.test_claude_code import GENESIS, LOOP, claude  # noqa: F401  (fixtures)
+                                 plan_night, run_events, run_to_end, user_env)
+from e2e.test_claude_code import LOOP, claude  # noqa: F401  (claude is a fixture)
 
 pytestmark = pytest.mark.claude
 
@@ -111,17 +110,6 @@ def test_a_refused_limit_in_stream_json_carries_the_headers_reset(claude, fast_s
 
 
 # --- whole nights -------------------------------------------------------------------------
-
-def plan_night(project: Path, tasks: list[str]) -> None:
-    git(project, "config", "user.name", "Night Owl")
-    git(project, "config", "user.email", "owl@example.invalid")
-    (project / "TASKS.md").write_text("# Tasks\n" + "".join(f"- [ ] {t}\n" for t in tasks))
-    git(project, "add", "TASKS.md")
-    git(project, "commit", "-qm", "Plan the night")
-    installed = subprocess.run(GENESIS + ["--project", str(project), "hook", "install"], capture_output=True,
-                               text=True)
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-
 
 def night_env(stub: StubAPI, subscriber: bool = False, **extra: str) -> dict[str, str]:
     env = {**user_env(stub), "GENESIS_BIN": str(Path(sys.executable).parent / "genesis"), **NIGHT_KNOBS, **extra}
