@@ -55,6 +55,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("HEARTBEAT_STALE_SECONDS", None, "the same in seconds (wins over minutes at equal precedence)"),
     Knob("AGENT_MAX_RUNTIME_MINUTES", "45", "runtime cap per agent run, even with fresh heartbeats"),
     Knob("AGENT_MAX_RUNTIME_SECONDS", None, "the same in seconds"),
+    Knob("TOOL_SILENT_MINUTES", "5", "a tool in flight whose processes use no CPU, do no I/O, start nothing and "
+         "print nothing for this long is stuck (0: off)"),
+    Knob("TOOL_SILENT_SECONDS", None, "the same in seconds"),
+    Knob("TOOL_BUSY_MAX_MINUTES", "60", "a tool in flight whose processes work (CPU, I/O, new processes) is "
+         "not stuck however silent, for at most this long"),
     Knob("HEARTBEAT_COUNT_OUTPUT", "true", "agent output to its log also counts as a sign of life "
          "(for CLIs without hooks)"),
     Knob("KILL_GRACE_SECONDS", "10", "SIGTERM, then SIGKILL after this many seconds"),
@@ -97,7 +102,7 @@ PHASE_KEY_RE = re.compile(r"^PHASE_([A-Za-z][A-Za-z0-9_]*)_(TRIGGER|PROMPT|MAX_T
 DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d)$")
 MAX_TRIALS = 20
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-PAIRS = (("HEARTBEAT_STALE_MINUTES", "HEARTBEAT_STALE_SECONDS"),
+PAIRS = (("HEARTBEAT_STALE_MINUTES", "HEARTBEAT_STALE_SECONDS"), ("TOOL_SILENT_MINUTES", "TOOL_SILENT_SECONDS"),
          ("AGENT_MAX_RUNTIME_MINUTES", "AGENT_MAX_RUNTIME_SECONDS"))
 
 
@@ -130,6 +135,8 @@ class Config:
     stop_flag: Path
     git_hooks: bool = False
     log_max_bytes: int = 50 << 20
+    tool_silent: float = 300.0            # 0: off
+    tool_busy_max: float = 3600.0
     limit_margin: float = 60.0
     max_limit_wait: float = 6 * 3600.0
     backoff_first: float = 30.0
@@ -279,6 +286,10 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
     if stale_after < check_interval:
         raise ConfigError(f"the stale window ({stale_after:g}s) is shorter than HEARTBEAT_CHECK_INTERVAL "
                           f"({check_interval:g}s); lengthen the window or check more often")
+    tool_silent = seconds("TOOL_SILENT_MINUTES", "TOOL_SILENT_SECONDS", 0)
+    if 0 < tool_silent < check_interval:
+        raise ConfigError(f"the tool-silent window ({tool_silent:g}s) is shorter than HEARTBEAT_CHECK_INTERVAL "
+                          f"({check_interval:g}s); lengthen it, check more often, or set it to 0 (off)")
     cb_warning = int(number("CB_WARNING_THRESHOLD", 1, integer=True))
     cb_stop = int(number("CB_STOP_THRESHOLD", 1, integer=True))
     if cb_stop < cb_warning:
@@ -335,6 +346,8 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         stop_flag=project / get("GENESIS_STOP_FLAG"),
         git_hooks=boolean("GENESIS_GIT_HOOKS"),
         log_max_bytes=int(number("AGENT_LOG_MAX_MB", 1) * (1 << 20)),
+        tool_silent=tool_silent,
+        tool_busy_max=number("TOOL_BUSY_MAX_MINUTES", 0.01) * 60,
         limit_margin=number("GENESIS_LIMIT_MARGIN_SECONDS", 0),
         max_limit_wait=duration("GENESIS_MAX_LIMIT_WAIT"),
         backoff_first=backoff_first,
@@ -444,6 +457,7 @@ def effective(cfg: Config) -> list[tuple[str, str, str, str]]:
             rows.append((key, value, cfg.settings[key].source if key in cfg.settings else "default", what))
     rows.append(("(stale window)", f"{cfg.stale_after:g}s", "derived", "from the _MINUTES or _SECONDS form"))
     rows.append(("(max runtime)", f"{cfg.max_runtime:g}s", "derived", "from the _MINUTES or _SECONDS form"))
+    rows.append(("(tool-silent window)", f"{cfg.tool_silent:g}s", "derived", "from the _MINUTES or _SECONDS form"))
     return rows
 
 

@@ -113,7 +113,8 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
                                  prompt_stdin=adapter.prompt_on_stdin, on_check=lambda: guard_breaker(step),
                                  raw_log=raw, reader=adapter.reader(argv)),
                         Limits(cfg.check_interval, cfg.stale_after, cfg.max_runtime, cfg.kill_grace,
-                               cfg.count_output, log_max_bytes=cfg.log_max_bytes),
+                               cfg.count_output, log_max_bytes=cfg.log_max_bytes,
+                               tool_silent=cfg.tool_silent or None, tool_busy_max=cfg.tool_busy_max),
                         note=lambda msg: say(f"{phase.name}: {msg}", "warn"))
     ending = how_it_ended(outcome)
     detail = _describe(step, phase, outcome, log, ending)

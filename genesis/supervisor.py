@@ -30,6 +30,8 @@ from . import cgroups, exitcodes
 from .agentlog import MIN_LOG_BYTES, AgentLog, OutputPump, Transcriber, grow_pipe
 from .clock import Clock, SystemClock
 from .cmdline import header_line, misfit, prompt_problem, too_big
+from .health.activity import sample
+from .health.toolwatch import ToolWatch
 from .heartbeat import read_heartbeat
 from .proctree import (KillReport, ProcId, adopted, become_subreaper, command_line, descendants, descends_from,
                        identify, kill_all, marked, protected_pids, reap_zombie_children)
@@ -67,6 +69,8 @@ class Limits:
     kill_grace: float
     count_output: bool = True      # agent output counts as a sign of life (bounded once it has beaten)
     log_max_bytes: int = 50 << 20  # agent output kept per phase: the first half and the newest bytes
+    tool_silent: float | None = None  # a tool in flight whose tree is idle this long is stuck (None: off)
+    tool_busy_max: float = 3600.0  # a tool in flight whose tree works may be silent this long at most
 
     def __post_init__(self) -> None:
         if self.log_max_bytes < MIN_LOG_BYTES:
@@ -142,6 +146,7 @@ class _Watcher:
         self.out: Transcriber | None = None
         self.pump: OutputPump | None = None
         self.retry_seen: tuple[int, float] | None = None  # the CLI's latest API retry noted (attempt, seen)
+        self.tools = ToolWatch(limits.tool_silent, limits.tool_busy_max) if limits.tool_silent else None
         self.retries = 0
         self.waiter: SignalWait | ExitWait | None = None
         self.tampered: list[str] = []
@@ -289,10 +294,20 @@ class _Watcher:
         beat, _why = read_heartbeat(run.heartbeat)
         ours = beat is not None and beat.run_id in ("", run.run_id)
         received = self.out.received
-        grew, self.seen_output = lim.count_output and received > self.seen_output, received
+        grew, self.seen_output = received > self.seen_output, received
         now = clock.mono()
-        verdict = dog.observe(beat.epoch if ours else None, now, clock.wall(), grew, hold=full,
-                              busy_until=self._api_wait())
+        busy_until = self._api_wait()
+        if self.tools is not None:
+            tool = self.tools.observe(beat if ours else None, now, grew, sample(self.root))
+            if tool.note:
+                self.note(tool.note)
+            if tool.stuck:
+                return {"status": "stale", "idle": now - self.tools.last_active,
+                        "detail": "; ".join([tool.stuck, *dict.fromkeys(self.tampered)])}
+            if tool.busy_until is not None:
+                busy_until = max(busy_until or tool.busy_until, tool.busy_until)
+        verdict = dog.observe(beat.epoch if ours else None, now, clock.wall(), grew and lim.count_output,
+                              hold=full, busy_until=busy_until)
         for msg in verdict.notes:
             self.note(msg)
         if verdict.stale:

@@ -60,6 +60,11 @@ SCENARIOS: dict[str, list[dict]] = {
         bash("echo $$ > tool-shell.pid; python3 -c 'import time; time.sleep(600)'", timeout_ms=600000),
         {"text": "unreachable"},
     ],
+    "build": [  # a long build step: silent, and busy all along
+        bash("python3 -c 'import time; end = time.time() + {seconds}; "
+             "[0 for _ in iter(lambda: time.time() < end, False)]' && echo built > build.txt", timeout_ms=600000),
+        {"text": "Built."},
+    ],
     "server": [
         bash("nohup python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > server.pid"),
         bash("sleep 1; python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/')\""),

@@ -179,6 +179,30 @@ def test_a_hung_bash_call_goes_stale_and_claude_and_the_tool_session_are_killed(
     assert e2e.leftovers() == []
 
 
+@pytest.mark.fault(45)
+def test_a_busy_build_step_silent_for_three_windows_is_not_killed(e2e):
+    e2e.phase("Builder", "build", seconds=10)
+    e2e.env.update(HEARTBEAT_STALE_SECONDS="3", TOOL_SILENT_SECONDS="2")
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: finished" in done.stdout and "Builder: stuck" not in done.stdout
+    assert "inside Bash" in done.stdout and "silent but busy" in done.stdout
+    ended = [json.loads(line) for line in (state_of(e2e.project) / "events.jsonl").read_text()
+             .splitlines() if '"phase_end"' in line]
+    assert (ended[0]["phase"], ended[0]["status"], ended[0]["duration"] > 9) == ("Builder", "exited", True)
+    assert (e2e.project / "build.txt").read_text() == "built\n"
+
+
+@pytest.mark.fault(46)
+def test_a_hung_step_is_stuck_after_the_tool_silent_window_before_the_general_one(e2e):
+    e2e.phase("Builder", "hang")
+    e2e.env.update(HEARTBEAT_STALE_SECONDS="120", TOOL_SILENT_SECONDS="3")
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: stuck: inside Bash" in done.stdout and "tool-silent window 3s" in done.stdout
+    assert e2e.leftovers() == []
+
+
 def test_a_server_left_on_a_port_is_reaped_and_an_unrelated_one_survives(e2e, procs):
     port, theirs = free_port(), free_port()
     bystander = procs([sys.executable, "-m", "http.server", str(theirs), "--bind", "127.0.0.1"],
