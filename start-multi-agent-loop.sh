@@ -13,7 +13,8 @@
 # on the project, 6 disk full, 7 the watcher died too often, 8 a step overran its bound
 # twice, 20 a usage limit resets beyond GENESIS_MAX_LIMIT_WAIT, 21 an API outage outlasted
 # GENESIS_MAX_OUTAGE_MINUTES, 22 an agent error retrying cannot fix, 23 the runtime
-# ceiling, 24 the cost ceiling, 129/130/143 SIGHUP/SIGINT/SIGTERM.
+# ceiling, 24 the cost ceiling, 25 stuck phases retried too often (thrashing),
+# 129/130/143 SIGHUP/SIGINT/SIGTERM.
 set -euo pipefail
 set -o errtrace  # the ERR trap also fires inside functions, so no failure goes unreported
 
@@ -176,6 +177,7 @@ after_step() {
     22) finish_loop "${rc}" "the agent reported an error retrying cannot fix" ;;
     23) finish_loop "${rc}" "the runtime ceiling GENESIS_MAX_RUNTIME_HOURS was reached" ;;
     24) finish_loop "${rc}" "the cost ceiling GENESIS_MAX_COST_USD was reached" ;;
+    25) finish_loop "${rc}" "stuck phases were retried GENESIS_MAX_RECOVERIES times: the loop only thrashes" ;;
     129 | 130 | 143) finish_loop "${rc}" "interrupted" ;;
     *) on_error "${rc}" "${line}" "${last_step}" ;;
   esac
@@ -204,7 +206,7 @@ run_loop() {
     after_step "${rc}" "${LINENO}"
     # Every phase in order; run-phase checks the phase's trigger just before it runs.
     for phase in ${phases}; do
-      while true; do  # a phase that met a usage limit or an outage runs again after the wait
+      while true; do  # a phase that met a limit, an outage or a stall runs again after the wait
         stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
         rc=0
         step run-phase --iteration "${iteration}" --phase "${phase}" --run-id "${run_id}" || rc=$?
@@ -213,7 +215,7 @@ run_loop() {
       done
       case "${rc}" in
         0 | 10 | 11 | 124 | 125) ;;  # finished, failed, skipped, stuck or over time: go on
-        "${EXIT_ERROR}" | "${EXIT_USAGE}" | "${EXIT_DISK_FULL}" | "${EXIT_STEP_TIMEOUT}" | 2[0-4])
+        "${EXIT_ERROR}" | "${EXIT_USAGE}" | "${EXIT_DISK_FULL}" | "${EXIT_STEP_TIMEOUT}" | 2[0-5])
           after_step "${rc}" "${LINENO}" ;;
         *)
           # The watcher died of a signal this loop did not send (the user's reaches the

@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import busy  # noqa: E402
 import detection  # noqa: E402
 import hook_cost  # noqa: E402
 import killtime  # noqa: E402
@@ -57,6 +58,7 @@ def main() -> int:
         ("6. reap cost", lambda: reap_cost.run(5 if quick else 10)),
         ("7. a careless agent", lambda: tamper.run(3 if quick else 5, 2 if quick else 3)),
         ("8. a night with a usage limit and an outage (real Claude Code)", night.run),
+        ("9. busy or stuck", lambda: busy.run(2 if quick else 3)),
     ]
     rows: list[Row] = []
     for title, bench in plan:

@@ -508,6 +508,40 @@ def demo_init(directory: Path) -> None:
     init_project(directory)
 
 
+@cli.group("incidents", invoke_without_command=True)
+@click.pass_context
+@guarded
+def incidents_group(ctx: click.Context) -> None:
+    """Agents killed as stuck, wedged or over time, with what they were doing: one line each."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from .agentlog import sanitize
+    from .health.incidents import list_incidents
+
+    rows = list_incidents(ctx.obj.bare_layout().state_dir / "incidents")
+    if not rows:
+        click.echo("no incidents recorded")
+    for row in rows:
+        at = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(row["at"])) if row["at"] is not None else "?"
+        click.echo(sanitize(f"{row['id']}  {at}  {row['kind']}  {row['phase']} iteration {row['iteration']}: "
+                            f"{row['reason']}", 200))
+
+
+@incidents_group.command("show")
+@click.argument("incident_id", metavar="ID")
+@pass_ctx
+@guarded
+def incidents_show(obj: Context, incident_id: str) -> None:
+    """Print one incident (its id from `genesis incidents`); exit 1 if there is no such incident."""
+    from .health.incidents import UnknownIncident, read_incident
+
+    try:
+        text = read_incident(obj.bare_layout().state_dir / "incidents", incident_id)
+    except UnknownIncident as exc:
+        raise Fail(str(exc), exitcodes.ERROR) from None
+    click.echo(text, nl=False)
+
+
 def main() -> None:
     cli(prog_name="genesis")
 

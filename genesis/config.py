@@ -8,10 +8,13 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from .atomicio import CorruptFile, TooLarge, quarantine, read_bytes
 from .completion import DoneRule, parse_done_rule
+
+if TYPE_CHECKING:
+    from .health.doomloop import DoomLimits
 from .phases import BUILTIN_PROMPTS, NAME_RE, Phase, Trigger, parse_trigger
 
 __all__ = ["load_snapshot", "ConfigError", "Config", "Knob", "KNOBS", "CONFIG_FILE", "MAX_CONFIG_BYTES", "MAX_VALUE_CHARS",
@@ -60,6 +63,21 @@ KNOBS: tuple[Knob, ...] = (
     Knob("TOOL_SILENT_SECONDS", None, "the same in seconds"),
     Knob("TOOL_BUSY_MAX_MINUTES", "60", "a tool in flight whose processes work (CPU, I/O, new processes) is "
          "not stuck however silent, for at most this long"),
+    Knob("DOOM_SAME_FAILURES", "6", "the same tool call (same input) failing this many times in a row ends the "
+         "phase as wedged (stall_same_tool; 3-50)"),
+    Knob("DOOM_CYCLE_CALLS", "12", "the last this many tool calls cycling over at most DOOM_CYCLE_INPUTS inputs, "
+         "the repository unchanged, end the phase as wedged (doom_loop; 6-200)"),
+    Knob("DOOM_CYCLE_INPUTS", "3", "see DOOM_CYCLE_CALLS (1-10)"),
+    Knob("DOOM_SEVERITY_LADDER", "5 10 15 20", "tool calls since the last successful one for warn, medium, high "
+         "and critical (recorded in the health snapshot)"),
+    Knob("GENESIS_HEALTH_ENFORCE", "true", "false: warn only; record classifications and would-be kills, kill "
+         "nothing but a run over AGENT_MAX_RUNTIME (to tune thresholds on real nights)"),
+    Knob("PHASE_RETRIES", "1", "a phase that stalled or wedged runs again this many times per iteration "
+         "(after a short jittered delay), then counts as failed for the iteration (0-5)"),
+    Knob("PHASE_RETRY_DELAY_SECONDS", "10", "the wait before a retry, up to half as long again (jitter)"),
+    Knob("GENESIS_FALLBACK_AGENT_CMD", None, "the agent command a retry runs (e.g. another model); unset: "
+         "the same command"),
+    Knob("GENESIS_MAX_RECOVERIES", "8", "retries in one run before the loop stops as thrashing (exit 25; 0-100)"),
     Knob("HEARTBEAT_COUNT_OUTPUT", "true", "agent output to its log also counts as a sign of life "
          "(for CLIs without hooks)"),
     Knob("KILL_GRACE_SECONDS", "10", "SIGTERM, then SIGKILL after this many seconds"),
@@ -137,6 +155,12 @@ class Config:
     log_max_bytes: int = 50 << 20
     tool_silent: float = 300.0            # 0: off
     tool_busy_max: float = 3600.0
+    health_enforce: bool = True
+    doom_limits: "DoomLimits | None" = None
+    phase_retries: int = 1
+    retry_delay: float = 10.0
+    fallback_agent_cmd: tuple[str, ...] = ()
+    max_recoveries: int = 8
     limit_margin: float = 60.0
     max_limit_wait: float = 6 * 3600.0
     backoff_first: float = 30.0
@@ -274,6 +298,17 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
                               f"90s, 30m, 6h or 2d")
         return float(found.group(1)) * UNITS[found.group(2)]
 
+    def clamped(key: str, low: int, high: int) -> int:
+        value = int(number(key, low, integer=True))
+        if value > high:
+            raise ConfigError(f"{key}={value} ({s[key].source}): at most {high}")
+        return value
+
+    try:
+        fallback = tuple(shlex.split(s["GENESIS_FALLBACK_AGENT_CMD"].value)) if "GENESIS_FALLBACK_AGENT_CMD" in s \
+            else ()
+    except ValueError as exc:
+        raise ConfigError(f"GENESIS_FALLBACK_AGENT_CMD: {exc}; check its quotes") from None
     try:
         agent_cmd = tuple(shlex.split(get("GENESIS_AGENT_CMD")))
     except ValueError as exc:
@@ -315,6 +350,15 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
     if backoff_max < backoff_first:
         raise ConfigError(f"GENESIS_BACKOFF_MAX_SECONDS ({backoff_max:g}) is below GENESIS_BACKOFF_FIRST_SECONDS "
                           f"({backoff_first:g}); raise the cap or lower the first wait")
+    ladder = get("DOOM_SEVERITY_LADDER").replace(",", " ").split()
+    if len(ladder) != 4 or not all(w.isdigit() for w in ladder):
+        raise ConfigError(f"DOOM_SEVERITY_LADDER={get('DOOM_SEVERITY_LADDER')!r}: expected four whole numbers "
+                          f"(warn medium high critical), e.g. '5 10 15 20'")
+    from .health.doomloop import DoomLimits
+
+    doom_limits = DoomLimits(*map(int, ladder), same_failures=int(number("DOOM_SAME_FAILURES", 1, integer=True)),
+                             cycle_window=int(number("DOOM_CYCLE_CALLS", 1, integer=True)),
+                             cycle_inputs=int(number("DOOM_CYCLE_INPUTS", 1, integer=True))).clamped()
     trials = int(number("CB_MAX_TRIALS", 1, integer=True))
     if trials > MAX_TRIALS:
         raise ConfigError(f"CB_MAX_TRIALS={trials}: at most {MAX_TRIALS} (the cooldown doubles after each trial; "
@@ -348,6 +392,12 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         log_max_bytes=int(number("AGENT_LOG_MAX_MB", 1) * (1 << 20)),
         tool_silent=tool_silent,
         tool_busy_max=number("TOOL_BUSY_MAX_MINUTES", 0.01) * 60,
+        health_enforce=boolean("GENESIS_HEALTH_ENFORCE"),
+        doom_limits=doom_limits,
+        phase_retries=clamped("PHASE_RETRIES", 0, 5),
+        retry_delay=number("PHASE_RETRY_DELAY_SECONDS", 0),
+        fallback_agent_cmd=fallback,
+        max_recoveries=clamped("GENESIS_MAX_RECOVERIES", 0, 100),
         limit_margin=number("GENESIS_LIMIT_MARGIN_SECONDS", 0),
         max_limit_wait=duration("GENESIS_MAX_LIMIT_WAIT"),
         backoff_first=backoff_first,

@@ -12,8 +12,8 @@ __all__ = ["init_project", "DEMO_SCRIPT"]
 
 # The shipped phases and triggers on a two-task TASKS.md. Iteration 1: the Builder builds
 # the first task and leaves a server behind (reaped); the Criticizer, due because a task
-# awaits review, hangs on a silent subprocess (killed as stuck); the Planner is skipped, a
-# task is still open. Iteration 2: the second task is built and both are verified; nothing
+# awaits review, hangs on a silent subprocess (killed as stuck, an incident recorded, retried
+# once, stuck again: failed for the iteration); the Planner is skipped, a task is still open. Iteration 2: the second task is built and both are verified; nothing
 # is open, so the Planner runs and adds nothing: the work is done and the loop ends with 0.
 DEMO_SCRIPT = "1:Builder=build+server,1:Criticizer=hang,2:Builder=build,2:Criticizer=review,*:*=idle"
 
@@ -51,6 +51,7 @@ def init_project(directory: Path) -> Path:
             "HEARTBEAT_STALE_SECONDS=4\n"
             "AGENT_MAX_RUNTIME_SECONDS=60\n"
             "KILL_GRACE_SECONDS=2\n"
+            "PHASE_RETRY_DELAY_SECONDS=2\n"
             f"REAP_PORTS={port}\n"),
     }
     for rel, text in files.items():

@@ -18,6 +18,7 @@ API_OUTAGE = 21        # the model API failed for longer than GENESIS_MAX_OUTAGE
 AGENT_FATAL = 22       # the agent reported an error retrying cannot fix (login, billing, model, request)
 MAX_RUNTIME = 23       # GENESIS_MAX_RUNTIME_HOURS reached (checked between phases)
 MAX_COST = 24          # GENESIS_MAX_COST_USD reached (checked between phases)
+RECOVERY_SPENT = 25    # GENESIS_MAX_RECOVERIES retries of stuck phases in one run: the loop only thrashes
 AGENT_STALE = 124      # run-phase: no heartbeat for the stale window; tree killed
 AGENT_OVERTIME = 125   # run-phase: over the runtime cap; tree killed
 INTERRUPTED_HUP = 129  # SIGHUP (the terminal or SSH session closed)

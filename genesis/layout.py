@@ -100,6 +100,15 @@ class Layout:
         """Where the heartbeat hook was found working at start, to reinstall it there if it goes."""
         return self.state_dir / "hook.json"
 
+    def health_file(self, phase: str) -> Path:
+        """The running phase's health snapshot, rewritten at every check."""
+        return self.heartbeat_dir / f"{phase}.health.json"
+
+    @property
+    def incidents_dir(self) -> Path:
+        """Forensics of every abnormal end: `<id>.json` and `<id>.txt` (see `genesis incidents`)."""
+        return self.state_dir / "incidents"
+
     @property
     def wait_file(self) -> Path:
         """The pending wait (a usage limit, an outage's backoff, a cooldown) of the running loop."""

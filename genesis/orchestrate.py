@@ -94,13 +94,18 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
 
     heal(step, phase.name, iteration)
     hb = lay.heartbeat_file(phase.name)
-    try:
-        os.unlink(hb)  # a heartbeat from an earlier run must not count for this one
-    except FileNotFoundError:
-        pass
+    for stale in (hb, tool_log_of(hb)):  # an earlier run's heartbeat and tool calls must not count for this one
+        try:
+            os.unlink(stale)
+        except FileNotFoundError:
+            pass
     reap(step, "before " + phase.name)
-    adapter = adapter_for(cfg.agent_cmd)
-    argv = adapter.command(cfg.agent_cmd, phase)
+    from .health import recovery
+
+    base = recovery.retry_command(step, iteration, phase.name) or cfg.agent_cmd  # a retry may use the fallback
+    attempt = recovery.retries_so_far(step, iteration, phase.name)
+    adapter = adapter_for(base)
+    argv = adapter.command(base, phase)
     log = lay.agent_log(step.run_id, iteration, phase.name)
     suffix = adapter.raw_suffix(argv)
     raw = lay.agent_log(step.run_id, iteration, phase.name, suffix) if suffix else None
@@ -110,11 +115,15 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     started = time.time()
     step.event("phase_start", iteration=iteration, phase=phase.name, log=str(log), epoch=started)
     outcome = supervise(AgentRun(argv, cfg.project, env, log, hb, step.run_id, prompt=prompt,
-                                 prompt_stdin=adapter.prompt_on_stdin, on_check=lambda: guard_breaker(step),
-                                 raw_log=raw, reader=adapter.reader(argv)),
+                                 prompt_stdin=adapter.prompt_on_stdin, on_check=lambda: _on_check(step, hb),
+                                 raw_log=raw, reader=adapter.reader(argv), on_health=_health_keeper(step, phase),
+                                 on_incident=_incident_keeper(step, phase, iteration, hb, log),
+                                 judge=_judge(step, hb),
+                                 phase=phase.name, iteration=iteration),
                         Limits(cfg.check_interval, cfg.stale_after, cfg.max_runtime, cfg.kill_grace,
                                cfg.count_output, log_max_bytes=cfg.log_max_bytes,
-                               tool_silent=cfg.tool_silent or None, tool_busy_max=cfg.tool_busy_max),
+                               tool_silent=cfg.tool_silent or None, tool_busy_max=cfg.tool_busy_max,
+                               enforce=cfg.health_enforce),
                         note=lambda msg: say(f"{phase.name}: {msg}", "warn"))
     ending = how_it_ended(outcome)
     detail = _describe(step, phase, outcome, log, ending)
@@ -122,7 +131,8 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
                returncode=outcome.returncode, duration=round(outcome.duration, 2),
                killed=(outcome.kill.targets if outcome.kill else 0),
                sigkilled=(outcome.kill.killed if outcome.kill else 0), swept=outcome.swept, detail=detail,
-               ending=ending, started=started, api_retries=outcome.api_retries,
+               ending=ending, started=started, api_retries=outcome.api_retries, attempt=attempt,
+               would_kill=list(outcome.would_kill[-3:]),
                said_done=_said_done(cfg.done_when, outcome), **_reported(outcome))
     reap(step, "after " + phase.name)
     if cfg.auto_commit and outcome.status not in ("interrupted", "not_started"):
@@ -134,6 +144,10 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
         if result.error:
             say(f"{phase.name}: {result.error}", "warn")
     end = outcome.ending
+    if ending in ("stale", "wedged"):
+        code = recovery.after_stall(step, phase.name, iteration, "stalled" if ending == "stale" else "wedged",
+                                    detail, base)
+        return outcome.exit_code if code is None else code
     if ending == "limit":
         return waiting.plan_limit(step, end.limit, phase.name, iteration, time.time())
     if ending == "outage":
@@ -144,6 +158,98 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
             f"({err.code}{f', HTTP {err.status}' if err.status else ''}). Fix it, then restart the loop", "error")
         return exitcodes.AGENT_FATAL
     return outcome.exit_code
+
+
+def _incident_keeper(step: Step, phase: Phase, iteration: int, heartbeat: Path, log: Path):
+    """Records what an abnormal phase was doing, just before its tree is killed."""
+
+    def keep(root, found, kind: str, reason: str) -> None:
+        from .agentlog import tail
+        from .health.incidents import capture, write
+        from .health.toollog import in_flight, read_tail
+
+        calls = read_tail(tool_log_of(heartbeat))
+        flying = in_flight(calls)
+        try:
+            beat = read_json(heartbeat, limit=64 << 10)
+        except CorruptFile:
+            beat = None
+        extra = [p for p in found if root is None or p != root]
+        inc = capture(root, extra, phase=phase.name, iteration=iteration, run_id=step.run_id, reason=reason,
+                      kind=kind, heartbeat=beat if isinstance(beat, dict) else None,
+                      tool_in_flight=flying, tool_calls=calls[-20:], transcript=tail(log, 40),
+                      project=step.cfg.project, now=time.time(), git_timeout=2.0)
+        path = write(inc, step.layout.incidents_dir)
+        step.say(f"{phase.name}: incident recorded: `genesis incidents show {path.stem}`", "info")
+        step.event("incident", iteration=iteration, phase=phase.name, id=path.stem, kind=kind)
+
+    return keep
+
+
+def _on_check(step: Step, heartbeat: Path) -> None:
+    """At every check of the watcher: the breaker file is back, the tool log stays bounded."""
+    from .health.toollog import rotate
+
+    guard_breaker(step)
+    rotate(tool_log_of(heartbeat))
+
+
+def tool_log_of(heartbeat: Path) -> Path:
+    """The hook's tool log beside the phase's heartbeat."""
+    from .health.toollog import tool_log_path
+
+    return tool_log_path(heartbeat)
+
+
+def _judge(step: Step, heartbeat: Path):
+    """Judges the phase's tool calls at every check: (wedged reason or "", severity, calls, the
+    tool in flight with its command, or "").
+    Whether the repository changed is measured only when a cycle is seen (git costs)."""
+    from .health.doomloop import DOOM_LOOP, judge
+    from .health.toollog import describe, in_flight, pairs, read_tail
+
+    def now() -> tuple[str, str, int, str]:
+        calls = read_tail(tool_log_of(heartbeat))
+        flying = in_flight(calls)
+        verdict = judge(pairs(calls), repo_changed=False, limits=step.cfg.doom_limits)
+        wedged = verdict.wedged
+        if verdict.pattern == DOOM_LOOP and _repo_changed(step):
+            wedged = ""
+        since = f" since {time.strftime('%H:%M:%S', time.localtime(flying.t))}" if flying else ""
+        return wedged, verdict.severity, verdict.calls, f"{describe(flying, 120)}{since}" if flying else ""
+
+    return now
+
+
+def _repo_changed(step: Step) -> bool:
+    """Whether the repository differs from the iteration's baseline (any doubt: changed)."""
+    try:
+        base = Fingerprint.from_json(read_json(step.layout.baseline_file))
+        return base is None or base != fingerprint(step.cfg.project, step.layout.ignored())
+    except (CorruptFile, GitFailed, OSError):
+        return True
+
+
+def _health_keeper(step: Step, phase: Phase):
+    """Keeps the phase's health snapshot in the state folder at every check (for status and
+    the report) and records each change of its class; a worse class is said at most once per
+    stale window."""
+    from .health.classify import Tracker
+
+    tracker = Tracker(step.cfg.stale_after)
+    path = step.layout.health_file(phase.name)
+
+    def keep(snap: dict) -> None:
+        write_json(path, snap)
+        changed, say = tracker.update(snap)
+        if changed:
+            step.event("health", iteration=snap["iteration"], phase=phase.name, classification=snap["classification"],
+                       stall_score=snap["stall_score"], reason=snap["reason"][:300])
+        if say:
+            step.say(f"{phase.name}: {snap['classification']} (stall score {snap['stall_score']:.2f}; last event: "
+                     f"{snap['last_event']})", "warn")
+
+    return keep
 
 
 def how_it_ended(outcome: "Outcome") -> str:

@@ -16,7 +16,7 @@ __all__ = ["RunSummary", "UnknownRun", "run_events", "runs", "summary", "summary
 Event = dict[str, Any]
 
 # How a phase_end status reads in the report; anything but a clean exit is abnormal.
-LABELS = {"exited": "exited", "stale": "stuck", "overtime": "over time", "api_fatal": "refused by the API",
+LABELS = {"exited": "exited", "stale": "stuck", "wedged": "wedged", "overtime": "over time", "api_fatal": "refused by the API",
           "interrupted": "interrupted",
           "not_started": "could not start", "watcher_lost": "watcher lost"}
 
@@ -167,7 +167,8 @@ def _transcript_tail(end: Event, lines: int = 3) -> list[str]:
     return [line for line in tail(Path(log), lines) if line.strip()] if isinstance(log, str) else []
 
 
-WAIT_LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "breaker cooldown"}
+WAIT_LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "breaker cooldown",
+               "retry": "retry of a stuck phase"}
 
 
 def _night_lines(s: RunSummary) -> list[str]:
@@ -185,6 +186,13 @@ def _night_lines(s: RunSummary) -> list[str]:
     if waits:
         lines.append("  waited: " + "; ".join(f"{WAIT_LABELS.get(k, k)} {len(v)} time(s), {duration(sum(v))}"
                                               for k, v in sorted(waits.items())))
+    retried = [e for e in s.phases if (e.get("attempt") or 0) > 0]
+    if retried:
+        how = ", ".join(f"iteration {e.get('iteration')} {e.get('phase')}: {e.get('ending')}" for e in retried[:6])
+        lines.append(f"  retried after a stall: {len(retried)} time(s) ({how})")
+    would = sum(1 for e in s.phases if e.get("would_kill"))
+    if would:
+        lines.append(f"  warn-only: {would} phase(s) would have been killed as stuck (GENESIS_HEALTH_ENFORCE=false)")
     errors = sum(1 for e in s.phases if e.get("ending") in ("outage", "fatal"))
     if errors:
         lines.append(f"  phases ended by an API error: {errors}")

@@ -31,7 +31,8 @@ from .agentlog import MIN_LOG_BYTES, AgentLog, OutputPump, Transcriber, grow_pip
 from .clock import Clock, SystemClock
 from .cmdline import header_line, misfit, prompt_problem, too_big
 from .health.activity import sample
-from .health.toolwatch import ToolWatch
+from .health.classify import Snapshot, classify, fingerprint, iso
+from .health.toolwatch import ToolVerdict, ToolWatch
 from .heartbeat import read_heartbeat
 from .proctree import (KillReport, ProcId, adopted, become_subreaper, command_line, descendants, descends_from,
                        identify, kill_all, marked, protected_pids, reap_zombie_children)
@@ -59,6 +60,11 @@ class AgentRun:
     on_check: Callable[[], None] | None = None  # the loop's own repairs, run at every check
     raw_log: Path | None = None    # the raw output, when the transcript (log) is rendered from it
     reader: "OutputReader | None" = None  # reads the output into the transcript and the ending
+    on_health: Callable[[dict], None] | None = None  # gets the phase's health snapshot at every check
+    on_incident: Callable[..., None] | None = None  # forensics before an abnormal end's kill
+    judge: Callable[[], tuple[str, str, int, str]] | None = None  # (wedged or "", severity, calls, in flight)
+    phase: str = ""
+    iteration: int = 0
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class Limits:
     log_max_bytes: int = 50 << 20  # agent output kept per phase: the first half and the newest bytes
     tool_silent: float | None = None  # a tool in flight whose tree is idle this long is stuck (None: off)
     tool_busy_max: float = 3600.0  # a tool in flight whose tree works may be silent this long at most
+    enforce: bool = True           # False: warn only; record what would be killed, kill nothing but overtime
 
     def __post_init__(self) -> None:
         if self.log_max_bytes < MIN_LOG_BYTES:
@@ -79,7 +86,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str                    # exited | stale | overtime | api_fatal | interrupted | not_started
+    status: str                    # exited | stale | wedged | overtime | api_fatal | interrupted | not_started
     returncode: int | None
     duration: float
     idle: float = 0.0
@@ -92,12 +99,13 @@ class Outcome:
     disk_full: bool = False        # the heartbeat's filesystem was full at a check of this phase
     ending: "Ending | None" = None # what the agent's output says of its end (limit, API error, result)
     api_retries: int = 0           # API retries of the CLI's own the watcher saw
+    would_kill: tuple[str, ...] = ()  # warn-only mode: why the agent would have been killed, each time
 
     @property
     def exit_code(self) -> int:
         if self.status == "exited":
             return exitcodes.OK if self.returncode == 0 else exitcodes.AGENT_FAILED
-        if self.status == "stale":
+        if self.status in ("stale", "wedged"):
             return exitcodes.AGENT_STALE
         if self.status == "overtime":
             return exitcodes.AGENT_OVERTIME
@@ -148,6 +156,8 @@ class _Watcher:
         self.retry_seen: tuple[int, float] | None = None  # the CLI's latest API retry noted (attempt, seen)
         self.tools = ToolWatch(limits.tool_silent, limits.tool_busy_max) if limits.tool_silent else None
         self.retries = 0
+        self.would: list[str] = []
+        self.would_said = -1e18        # monotonic: when a would-be kill was last said
         self.waiter: SignalWait | ExitWait | None = None
         self.tampered: list[str] = []
         self.disk_full = False
@@ -296,26 +306,76 @@ class _Watcher:
         received = self.out.received
         grew, self.seen_output = received > self.seen_output, received
         now = clock.mono()
+        stuck, severity, calls, flying = None, "", 0, ""
+        if run.judge is not None:
+            try:
+                wedged, severity, calls, flying = run.judge()
+            except Exception as exc:  # a judge that fails must not end the watch
+                wedged = ""
+                self.debug(f"the tool calls could not be judged: {exc}")
+            if wedged:
+                stuck = {"status": "wedged", "idle": 0.0, "detail": wedged}
         busy_until = self._api_wait()
+        tool = ToolVerdict()
         if self.tools is not None:
             tool = self.tools.observe(beat if ours else None, now, grew, sample(self.root))
             if tool.note:
-                self.note(tool.note)
-            if tool.stuck:
-                return {"status": "stale", "idle": now - self.tools.last_active,
-                        "detail": "; ".join([tool.stuck, *dict.fromkeys(self.tampered)])}
+                self.note(tool.note + (f"; running {flying}" if flying else ""))
             if tool.busy_until is not None:
                 busy_until = max(busy_until or tool.busy_until, tool.busy_until)
         verdict = dog.observe(beat.epoch if ours else None, now, clock.wall(), grew and lim.count_output,
                               hold=full, busy_until=busy_until)
         for msg in verdict.notes:
             self.note(msg)
-        if verdict.stale:
-            return {"status": "stale", "idle": verdict.idle, "detail": self._stale_detail(verdict, dog, now)}
+        if stuck is None and tool.stuck:
+            stuck = {"status": "stale", "idle": now - self.tools.last_active,
+                     "detail": "; ".join([tool.stuck, *dict.fromkeys(self.tampered)])}
+        elif stuck is None and verdict.stale:
+            stuck = {"status": "stale", "idle": verdict.idle, "detail": self._stale_detail(verdict, dog, now)}
+        if stuck is not None and stuck["status"] == "stale" and flying:
+            stuck["detail"] += f"; the tool in flight: {flying}"
+        self._health(beat if ours else None, verdict.idle, tool, stuck, severity, calls)
+        if stuck is not None:
+            if lim.enforce:
+                return stuck
+            self._would_kill(stuck["detail"], now)
         if now >= deadline:
             return {"status": "overtime", "idle": verdict.idle,
                     "detail": f"ran for {now - self.start_mono:.0f}s (cap {lim.max_runtime:g}s)"}
         return None
+
+    def _would_kill(self, detail: str, now: float) -> None:
+        """Warn-only mode: record what would have been killed; say it at most once a window."""
+        self.would = (self.would + [detail])[-20:]
+        if now - self.would_said >= self.limits.stale_after:
+            self.would_said = now
+            self.note(f"would kill as stuck (GENESIS_HEALTH_ENFORCE=false, so it runs on): {detail}")
+
+    def _health(self, beat, idle: float, tool: "ToolVerdict", stuck: dict | None, severity: str,
+                calls: int) -> None:
+        """The phase's health snapshot, for the loop to keep and to record changes of."""
+        run = self.run_
+        if run.on_health is None:
+            return
+        busy = tool.busy_until is not None or self._api_wait() is not None
+        # The window closest to running out: the general one, or the tool-silent one inside a tool.
+        silent, window = idle, self.limits.stale_after
+        if tool.tool and self.tools is not None:
+            tool_silent = self.clock.mono() - self.tools.last_active
+            if tool_silent / self.tools.silent_after > idle / window:
+                silent, window = tool_silent, self.tools.silent_after
+        wedged = stuck is not None and stuck["status"] == "wedged"
+        cls, score = classify(silent, window, busy, stuck is not None and not wedged, wedged)
+        age = f", {max(0.0, self.clock.wall() - beat.epoch):.0f}s ago" if beat is not None else ""
+        last_event = f"{beat.event or 'beat'} {beat.tool or '-'}{age}" if beat is not None else "none yet"
+        snap = Snapshot(run.run_id, run.phase, run.iteration, iso(self.clock.wall()), cls, score, round(idle, 1),
+                        last_event, severity, tool.tool or (beat.tool if beat is not None else ""), calls,
+                        fingerprint(beat.epoch if beat is not None else 0, self.out.received, calls),
+                        stuck["detail"] if stuck else (tool.note if busy else ""))
+        try:
+            run.on_health(snap.to_json())
+        except Exception as exc:  # keeping the record must not end the watch
+            self.debug(f"the health snapshot could not be kept: {exc}")
 
     def _api_wait(self) -> float | None:
         """Until when (monotonic) the CLI said it waits inside its own API retries; None if it is
@@ -409,6 +469,11 @@ class _Watcher:
         for sig in STOP_SIGNALS:  # from here a stop is recorded, never raised into the clean-up
             signal.signal(sig, self._late_signal)
         kill, pid = None, self.proc.pid if self.proc else None
+        if status in ("stale", "overtime", "wedged") and self.run_.on_incident is not None:
+            try:  # what the tree was doing, before it is gone
+                self.run_.on_incident(self.root, self._everything(), status, detail)
+            except Exception as exc:
+                self.note(f"the incident record could not be written: {exc}")
         if status != "exited":
             kill = kill_all(self._everything, self.limits.kill_grace, keep=(pid,) if pid else ())
         try:
@@ -425,7 +490,7 @@ class _Watcher:
             detail = f"interrupted by {signal.Signals(signum).name}"
         return Outcome(status, rc, self.clock.mono() - self.start_mono, idle, kill, signum, detail, pid,
                        sender=sender, swept=swept, disk_full=self.disk_full, ending=ending,
-                       api_retries=self.retries)
+                       api_retries=self.retries, would_kill=tuple(self.would[-20:]))
 
     def _ending(self, status: str, rc: int | None) -> "Ending | None":
         """What the output says of the run's end; a reader's failure is noted, never raised."""

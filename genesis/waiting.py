@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .agents import ApiError, Limit
     from .step import Step
 
-__all__ = ["Pending", "backoff", "known_limit", "plan_limit", "plan_outage", "plan_cooldown", "sit_out",
+__all__ = ["Pending", "plan", "backoff", "known_limit", "plan_limit", "plan_outage", "plan_cooldown", "sit_out",
            "UNKNOWN_RESET", "JITTER"]
 
 JITTER = 0.2             # a backoff delay is up to this fraction shorter than the schedule
@@ -41,7 +41,7 @@ TTY_TICK = 1.0
 @dataclass(frozen=True)
 class Pending:
     run_id: str
-    kind: str            # "limit" | "outage" | "cooldown"
+    kind: str            # "limit" | "outage" | "cooldown" | "retry"
     until: float         # epoch seconds
     reason: str
     phase: str = ""
@@ -54,7 +54,7 @@ class Pending:
             pending = cls(**data)  # type: ignore[arg-type]
         except TypeError:
             return None
-        ok = (isinstance(pending.until, (int, float)) and pending.kind in ("limit", "outage", "cooldown")
+        ok = (isinstance(pending.until, (int, float)) and pending.kind in LABELS
               and isinstance(pending.run_id, str))
         return pending if ok else None
 
@@ -78,7 +78,7 @@ def _when(epoch: float) -> str:
 
 # --- planning ---------------------------------------------------------------------------
 
-def _plan(step: "Step", pending: Pending) -> int:
+def plan(step: "Step", pending: Pending) -> int:
     write_json(step.layout.wait_file, asdict(pending))
     return exitcodes.WAIT
 
@@ -121,7 +121,7 @@ def plan_limit(step: "Step", limit: "Limit", phase: str, iteration: int, now: fl
     how = "already known, so the agent is not called" if known else f"the agent said {message!r}"
     say(f"{phase}: {what} until {_clock_time(resets_at)} ({how}); the phase runs again at {_clock_time(until)}",
         "warn")
-    return _plan(step, Pending(step.run_id, "limit", until, f"{what}, resets {_when(resets_at)}", phase,
+    return plan(step, Pending(step.run_id, "limit", until, f"{what}, resets {_when(resets_at)}", phase,
                                iteration))
 
 
@@ -155,7 +155,7 @@ def plan_outage(step: "Step", error: "ApiError", phase: str, iteration: int, now
     delay = backoff(attempt, cfg.backoff_first, cfg.backoff_max, rng)
     say(f"{phase}: API error ({status}{error.code}): {error.message}; retry {attempt} in {duration(delay)} "
         f"(outage so far {duration(lasted)}, stops after {duration(cfg.max_outage)})", "warn")
-    return _plan(step, Pending(step.run_id, "outage", now + delay, f"API error {status}{error.code}", phase,
+    return plan(step, Pending(step.run_id, "outage", now + delay, f"API error {status}{error.code}", phase,
                                iteration, attempt))
 
 
@@ -164,7 +164,7 @@ def plan_cooldown(step: "Step", seconds: float, iteration: int, now: float) -> i
     state, _ = step_breaker(step).update(lambda s: breaker.plan_trial(s, now, seconds))
     step.say(f"breaker OPEN: cooling down for {duration(seconds)}, then a trial iteration (trial "
              f"{state.trials + 1} of {step.cfg.cb_max_trials})", "warn")
-    return _plan(step, Pending(step.run_id, "cooldown", now + seconds, "breaker cooldown", "", iteration,
+    return plan(step, Pending(step.run_id, "cooldown", now + seconds, "breaker cooldown", "", iteration,
                                state.trials + 1))
 
 
@@ -186,7 +186,8 @@ def _raise(signum: int, _frame: object) -> None:
     raise _Stopped(signum)
 
 
-LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "breaker cooldown"}
+LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "breaker cooldown",
+          "retry": "retry of a stuck phase"}
 
 
 def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | None = None,

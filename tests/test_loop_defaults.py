@@ -41,7 +41,7 @@ def loop_env(**extra: str) -> dict[str, str]:
     """The caller's environment with time knobs compressed; phases and triggers untouched."""
     return {**os.environ, "GENESIS_BIN": str(Path(sys.executable).parent / "genesis"), "NO_COLOR": "1",
             "HEARTBEAT_CHECK_INTERVAL": "0.2", "HEARTBEAT_STALE_SECONDS": "5", "KILL_GRACE_SECONDS": "1",
-            "ITERATION_PAUSE_SECONDS": "0", "REAP_PORTS": "", **extra}
+            "ITERATION_PAUSE_SECONDS": "0", "PHASE_RETRY_DELAY_SECONDS": "0", "REAP_PORTS": "", **extra}
 
 
 def run_loop(project: Path, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -175,7 +175,9 @@ def test_a_killed_agents_work_is_committed_as_partial_and_the_report_gives_the_r
         f"genesis: Builder, iteration 1 (ended: stuck, killed; partial work) [run {run_id}]"
     report = subprocess.run(GENESIS + ["--project", str(project), "report"], capture_output=True, text=True)
     assert report.returncode == 0
-    assert "abnormal phases (2):" in report.stdout
+    # The stuck Builder was retried once (the default), stuck again, and failed for the iteration.
+    assert "abnormal phases (3):" in report.stdout
+    assert "retried after a stall: 1 time(s) (iteration 1 Builder: stale)" in report.stdout
     assert "iteration 1 Builder: stuck after" in report.stdout and "no heartbeat for" in report.stdout
     assert ("iteration 1 Planner: exited with status 1 after 0s: the agent exited with status 1; its last line: "
             "API Error: 401 bad key") in report.stdout

@@ -102,14 +102,17 @@ disk_full() {
     GENESIS_HOOK_ATOMIC="$3" GENESIS_HEARTBEAT_FILE="$1/hb.json" "$2" after </dev/null >"$1/../out" 2>&1
     echo "$?" >"$1/../status"
     cmp "$1/hb.json" "$1/../before.json" || exit 2
+    cp "$1/hb.tools.jsonl" "$1/../tools.jsonl"
     ls -A "$1" >"$1/../listing"'
   run unshare --user --map-root-user --mount bash -c "${script}" _ "${fs}" "${HOOK}" "$1"
   [[ ${status} != 77 ]] || skip "cannot mount a tmpfs here (no mount namespace)"
   assert_success
   run cat "${BATS_TEST_TMPDIR}/status"; assert_output "0"
   run cat "${BATS_TEST_TMPDIR}/out"; assert_output ""
-  run cat "${BATS_TEST_TMPDIR}/listing"; assert_output $'filler\nhb.json'
+  run cat "${BATS_TEST_TMPDIR}/listing"; assert_output $'filler\nhb.json\nhb.tools.jsonl'
   run -0 json_field "${BATS_TEST_TMPDIR}/before.json" tool; assert_output "before"
+  # The tool log holds whole lines only: the one written before the disk filled, maybe the new one.
+  run -0 "${PY}" -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "${BATS_TEST_TMPDIR}/tools.jsonl"
 }
 
 @test "fault 21: disk full: exit 0, nothing printed, the previous heartbeat intact, no temp file" {
@@ -126,8 +129,12 @@ disk_full() {
     run -0 json_field "${HB}" tool
     assert_output --regexp "^${mode}_[0-9]+$"
     run ls -A "${BATS_TEST_TMPDIR}/hb"
-    assert_output "Builder.json"
+    assert_output $'Builder.json\nBuilder.tools.jsonl'
   done
+  # Every invocation appended one whole line to the tool log: none lost, none interleaved.
+  run -0 "${PY}" -c 'import json, sys; print(len([json.loads(l) for l in open(sys.argv[1])]))' \
+    "${BATS_TEST_TMPDIR}/hb/Builder.tools.jsonl"
+  assert_output "201"
 }
 
 interrupt_test() {

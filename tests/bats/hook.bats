@@ -55,3 +55,108 @@ json_field() { "${PY}" -c 'import json, sys; print(json.load(open(sys.argv[1]))[
   assert_line --regexp '^age: [0-9.]+s'
   assert_output --partial "tool: test_tool"
 }
+
+# The tool log beside the heartbeat: one JSON line per event.
+TOOLS() { printf '%s\n' "${HB%.json}.tools.jsonl"; }
+tool_lines() { "${PY}" -c 'import json, sys; [print(json.dumps(json.loads(l), sort_keys=True)) for l in open(sys.argv[1], encoding="utf-8")]' "$(TOOLS)"; }
+
+@test "the tool log gets one line per event: id, ok for post events, duration, and the command still escaped" {
+  pre='{"session_id":"s1","transcript_path":"/x/s1.jsonl","cwd":"/p","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"pytest -x \"tests/a b.py\"","description":"Run"},"tool_use_id":"toolu_9"}'
+  post='{"session_id":"s1","cwd":"/p","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"pytest -x \"tests/a b.py\""},"tool_response":{"stdout":"1 passed"},"tool_use_id":"toolu_9","duration_ms":812}'
+  fail='{"session_id":"s1","cwd":"/p","hook_event_name":"PostToolUseFailure","tool_name":"Write","tool_input":{"file_path":"/p/notes.md","content":"x"},"tool_use_id":"toolu_10","error":"EACCES \"denied\"","is_interrupt":false,"duration_ms":13}'
+  for payload in "${pre}" "${post}" "${fail}"; do
+    run -0 bash -c 'printf %s "$1" | "$2"' _ "${payload}" "${HOOK}"
+    assert_output ""
+  done
+  run -0 tool_lines
+  assert_line --index 0 --regexp '^\{"cmd": "pytest -x \\"tests/a b.py\\"", "e": "PreToolUse", "id": "toolu_9", "t": [0-9.]+, "tool": "Bash"\}$'
+  assert_line --index 1 --regexp '^\{"cmd": "pytest -x \\"tests/a b.py\\"", "e": "PostToolUse", "id": "toolu_9", "ms": 812, "ok": true, "t": [0-9.]+, "tool": "Bash"\}$'
+  assert_line --index 2 --regexp '^\{"cmd": "/p/notes.md", "e": "PostToolUseFailure", "id": "toolu_10", "ms": 13, "ok": false, "t": [0-9.]+, "tool": "Write"\}$'
+  [[ ${#lines[@]} -eq 3 ]] || false
+  # the line's time is the heartbeat's
+  run -0 "${PY}" -c 'import json, sys; a = json.loads(open(sys.argv[1]).read().splitlines()[-1])["t"]; b = json.load(open(sys.argv[2]))["epoch"]; assert a == b, (a, b)' "$(TOOLS)" "${HB}"
+}
+
+@test "without a loop heartbeat path there is no tool log; with the tool name form the line has no id" {
+  unset GENESIS_HEARTBEAT_FILE
+  run -0 "${HOOK}" test_tool </dev/null
+  run -0 find "${HOME}" -name '*.tools.jsonl'
+  assert_output ""
+  export GENESIS_HEARTBEAT_FILE="${HB}"
+  run -0 "${HOOK}" test_tool </dev/null
+  run -0 tool_lines
+  assert_output --regexp '^\{"e": "", "t": [0-9.]+, "tool": "test_tool"\}$'
+}
+
+@test "garbage on stdin gives a valid JSON line or none, never a broken one" {
+  run -0 "${PY}" - "${HOOK}" "$(TOOLS)" <<'PYEOF'
+import json, os, random, subprocess, sys
+hook, log = sys.argv[1], sys.argv[2]
+rnd = random.Random(11)
+good = json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash",
+                   "tool_input": {"command": "echo \"\u00e9\\\\\" \u001b done" * 9}, "tool_use_id": "toolu_1"}).encode()
+written = 0
+for i in range(120):
+    data = bytearray(good)
+    if i % 3 == 0:
+        data = bytearray(rnd.randbytes(rnd.randint(0, 600)))
+    for _ in range(rnd.randint(0, 12)):
+        data[rnd.randrange(len(data) or 1) if data else 0:0] = bytes([rnd.randrange(256)])
+    if i % 3 == 1:
+        data = data[:rnd.randint(0, len(data))]
+    subprocess.run(["bash", hook], input=bytes(data), check=True)
+    if os.path.exists(log):
+        lines = open(log, "rb").read().split(b"\n")
+        assert lines[-1] == b"", lines[-1]
+        for line in lines[:-1]:
+            json.loads(line.decode("utf-8"))  # strict: valid UTF-8 and valid JSON
+            written += 1
+        os.unlink(log)
+assert written > 40, written
+print(written)
+PYEOF
+}
+
+@test "a symlink, a directory or a FIFO at the tool log's path is never written through" {
+  echo "keep" >"${BATS_TEST_TMPDIR}/victim"
+  ln -s "${BATS_TEST_TMPDIR}/victim" "$(TOOLS)"
+  run -0 bash -c 'echo "{\"hook_event_name\":\"PreToolUse\",\"tool_name\":\"Bash\"}" | "$1"' _ "${HOOK}"
+  run -0 cat "${BATS_TEST_TMPDIR}/victim"
+  assert_output "keep"
+  run -0 json_field "${HB}" event; assert_output "PreToolUse"   # the heartbeat itself still beats
+  rm "$(TOOLS)"
+  mkfifo "$(TOOLS)"
+  run -0 timeout 5 bash -c 'echo "{\"hook_event_name\":\"PreToolUse\",\"tool_name\":\"Bash\"}" | "$1"' _ "${HOOK}"
+  [[ -p $(TOOLS) ]] || false
+  rm "$(TOOLS)"
+  mkdir "$(TOOLS)"
+  run -0 bash -c 'echo "{\"hook_event_name\":\"PreToolUse\",\"tool_name\":\"Bash\"}" | "$1"' _ "${HOOK}"
+  run -0 find "$(TOOLS)" -mindepth 1
+  assert_output ""
+}
+
+@test "50 concurrent hooks append 50 whole lines" {
+  run -0 "${PY}" - "${HOOK}" "$(TOOLS)" <<'PYEOF'
+import json, subprocess, sys
+hook, log = sys.argv[1], sys.argv[2]
+procs = []
+for i in range(50):
+    payload = json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_use_id": f"toolu_{i}",
+                          "tool_input": {"command": f"echo {i} " + "x" * 150}}).encode()
+    p = subprocess.Popen(["bash", hook], stdin=subprocess.PIPE)
+    procs.append((p, payload))
+for p, payload in procs:
+    p.stdin.write(payload)
+    p.stdin.close()
+for p, _ in procs:
+    assert p.wait(timeout=30) == 0
+ids = sorted(int(json.loads(line)["id"].split("_")[1]) for line in open(log, encoding="utf-8"))
+assert ids == list(range(50)), ids
+PYEOF
+}
+
+@test "Genesis's own hook self-test beats but logs no tool call" {
+  run -0 bash -c 'echo "{\"session_id\":\"genesis-self-test.1.ab\",\"hook_event_name\":\"PostToolUse\",\"tool_name\":\"Bash\",\"tool_input\":{\"command\":\"true\"},\"tool_use_id\":\"toolu_x\"}" | "$1"' _ "${HOOK}"
+  run -0 json_field "${HB}" session_id; assert_output "genesis-self-test.1.ab"
+  [[ ! -e $(TOOLS) ]] || false
+}

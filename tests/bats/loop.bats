@@ -44,13 +44,22 @@ breaker_field() {
 @test "a hung agent is killed with its tree and the loop goes on to the next phase" {
   fast_loop_env '*:Builder=hang,*:Planner=work'
   run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 1
-  assert_output --regexp "Builder: stuck: no heartbeat for [0-9.]+s \(stale after 4s\); killed [0-9]+ process"
+  # The reason names the tool in flight, with its command, from the hook's tool log.
+  assert_output --regexp "Builder: stuck: no heartbeat for [0-9.]+s \(stale after 4s\); the tool in flight: Bash .*time.sleep\(3600\).* since [0-9:]+; killed [0-9]+ process"
   assert_output --partial "[Bash] "
   assert_output --partial "Planner: finished"
+  # Retried once (PHASE_RETRIES=1), stuck again: failed for the iteration, and the loop went on.
+  assert_output --partial "Builder: stalled; retrying in 0s (retry 1 of 1"
+  assert_output --partial "Builder: stalled again; its retries (PHASE_RETRIES=1) are spent: the phase failed"
   run -0 marked_count; assert_output "0"
   run -0 genesis --project "${PROJECT}" report
-  assert_output --partial "phases run: 2 (1 finished, 1 stuck); skipped: 1"
+  assert_output --partial "phases run: 3 (1 finished, 2 stuck); skipped: 1"
   assert_output --regexp "iteration 1 Builder: stuck after [0-9]+s: no heartbeat for"
+  assert_output --partial "retried after a stall: 1 time(s) (iteration 1 Builder: stale)"
+  # Each stuck run left an incident record of what it was doing.
+  run -0 genesis --project "${PROJECT}" incidents
+  assert_line --index 0 --partial "Builder"
+  [[ ${#lines[@]} -eq 2 ]] || false
 }
 
 @test "a server left on a port is reaped after the phase; an unrelated one survives" {

@@ -1,0 +1,84 @@
+"""A running phase's health at each check: healthy, slow, stalled or wedged (seed 003).
+
+- healthy: a sign of life within the first half of the window, or a busy tool;
+- slow: silent for half the window or more, not yet stuck;
+- stalled: stuck (the general window, or the tool-silent window, has passed);
+- wedged: busy doing the same thing over and over (a doom loop).
+
+The snapshot is what status and the report read; the classification's changes are recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass
+
+__all__ = ["HEALTHY", "SLOW", "STALLED", "WEDGED", "Snapshot", "Tracker", "classify", "fingerprint"]
+
+HEALTHY, SLOW, STALLED, WEDGED = "healthy", "slow", "stalled", "wedged"
+RANK = {HEALTHY: 0, SLOW: 1, STALLED: 2, WEDGED: 3}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    run_id: str
+    phase: str
+    iteration: int
+    at: str                      # UTC, when it was taken
+    classification: str
+    stall_score: float           # silence as a fraction of the window that applies (1.0: stuck)
+    idle: float                  # seconds since the last sign of life
+    last_event: str              # the heartbeat's last event and tool, with its age
+    severity: str                # by tool calls since the last successful one: ok, warn ... critical
+    last_action: str             # the tool in flight, else the last tool called
+    tool_calls: int
+    fingerprint: str             # changes whenever the agent does anything new
+    reason: str = ""             # why it is not healthy
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def classify(idle: float, window: float, busy: bool, stuck: bool, wedged: bool) -> tuple[str, float]:
+    """The class and the stall score from what the watcher saw at one check."""
+    score = 0.0 if busy else round(min(idle / window, 9.99), 3) if window > 0 else 0.0
+    if wedged:
+        return WEDGED, score
+    if stuck or score >= 1.0:
+        return STALLED, score
+    if score >= 0.5:
+        return SLOW, score
+    return HEALTHY, score
+
+
+def fingerprint(*parts: object) -> str:
+    """A short digest of what the agent has done so far (tool calls, output, heartbeat)."""
+    return hashlib.sha1("|".join(map(str, parts)).encode()).hexdigest()[:12]
+
+
+def iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+class Tracker:
+    """Follows one phase's classification: every change is recorded, but a warning about the
+    same class is said at most once per cooldown, so a flapping agent does not flood the console."""
+
+    def __init__(self, cooldown: float, mono=time.monotonic):
+        self.cooldown, self.mono = cooldown, mono
+        self.current = HEALTHY
+        self.said: dict[str, float] = {}
+
+    def update(self, snap: dict) -> tuple[bool, bool]:
+        """(the class changed, the change is worth saying now)."""
+        cls = snap.get("classification", HEALTHY)
+        if cls == self.current:
+            return False, False
+        worse = RANK.get(cls, 0) > RANK.get(self.current, 0)
+        self.current = cls
+        now = self.mono()
+        if worse and now - self.said.get(cls, -1e18) >= self.cooldown:
+            self.said[cls] = now
+            return True, True
+        return True, False
