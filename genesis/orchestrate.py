@@ -203,20 +203,23 @@ def tool_log_of(heartbeat: Path) -> Path:
 
 def _judge(step: Step, heartbeat: Path):
     """Judges the phase's tool calls at every check: (wedged reason or "", severity, calls, the
-    tool in flight with its command, or "").
+    tool in flight with its command or "", when the last call succeeded (epoch) or None).
     Whether the repository changed is measured only when a cycle is seen (git costs)."""
     from .health.doomloop import DOOM_LOOP, judge
     from .health.toollog import describe, in_flight, pairs, read_tail
 
-    def now() -> tuple[str, str, int, str]:
+    def now() -> tuple[str, str, int, str, float | None]:
         calls = read_tail(tool_log_of(heartbeat))
         flying = in_flight(calls)
-        verdict = judge(pairs(calls), repo_changed=False, limits=step.cfg.doom_limits)
+        done = pairs(calls)
+        last_ok = next((c.t for c in reversed(done) if c.ok), None)
+        verdict = judge(done, repo_changed=False, limits=step.cfg.doom_limits)
         wedged = verdict.wedged
         if verdict.pattern == DOOM_LOOP and _repo_changed(step):
             wedged = ""
         since = f" since {time.strftime('%H:%M:%S', time.localtime(flying.t))}" if flying else ""
-        return wedged, verdict.severity, verdict.calls, f"{describe(flying, 120)}{since}" if flying else ""
+        return (wedged, verdict.severity, verdict.calls, f"{describe(flying, 120)}{since}" if flying else "",
+                last_ok)
 
     return now
 

@@ -147,6 +147,9 @@ def summary_lines(layout: Layout, run_id: str | None = None, running: bool = Fal
     pending = pending_wait_line(layout, s.run_id, time.time()) if running else None
     if pending:
         lines.insert(1, pending)
+    health = health_line(layout, s.run_id) if running and not pending else None
+    if health:
+        lines.insert(1, health)
     if s.breaker:
         lines.append(f"  breaker: {s.breaker} ({s.no_progress} iteration(s) without progress at the end)")
     lines += _night_lines(s)
@@ -197,6 +200,26 @@ def _night_lines(s: RunSummary) -> list[str]:
     if errors:
         lines.append(f"  phases ended by an API error: {errors}")
     return lines
+
+
+def health_line(layout: Layout, run_id: str) -> str | None:
+    """The running phase's health, from the snapshot its watcher keeps."""
+    from .atomicio import CorruptFile, read_json
+
+    snaps = []
+    for path in sorted(layout.heartbeat_dir.glob("*.health.json")) if layout.heartbeat_dir.is_dir() else []:
+        try:
+            data = read_json(path, limit=64 << 10)
+        except (CorruptFile, OSError):
+            continue
+        if isinstance(data, dict) and data.get("run_id") == run_id:
+            snaps.append(data)
+    if not snaps:
+        return None
+    snap = max(snaps, key=lambda d: str(d.get("at", "")))
+    inside = f", inside {snap['tool_in_flight']}" if snap.get("tool_in_flight") else ""
+    return (f"  now: iteration {snap.get('iteration')} {snap.get('phase')} is {snap.get('classification')} "
+            f"(stall score {snap.get('stall_score')}, as of {snap.get('at')}){inside}")
 
 
 def pending_wait_line(layout: Layout, run_id: str, now: float) -> str | None:

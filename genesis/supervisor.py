@@ -62,7 +62,7 @@ class AgentRun:
     reader: "OutputReader | None" = None  # reads the output into the transcript and the ending
     on_health: Callable[[dict], None] | None = None  # gets the phase's health snapshot at every check
     on_incident: Callable[..., None] | None = None  # forensics before an abnormal end's kill
-    judge: Callable[[], tuple[str, str, int, str]] | None = None  # (wedged or "", severity, calls, in flight)
+    judge: Callable[[], tuple] | None = None  # (wedged or "", severity, calls, in flight, last success)
     phase: str = ""
     iteration: int = 0
 
@@ -306,10 +306,10 @@ class _Watcher:
         received = self.out.received
         grew, self.seen_output = received > self.seen_output, received
         now = clock.mono()
-        stuck, severity, calls, flying = None, "", 0, ""
+        stuck, severity, calls, flying, last_ok = None, "", 0, "", None
         if run.judge is not None:
             try:
-                wedged, severity, calls, flying = run.judge()
+                wedged, severity, calls, flying, last_ok = run.judge()
             except Exception as exc:  # a judge that fails must not end the watch
                 wedged = ""
                 self.debug(f"the tool calls could not be judged: {exc}")
@@ -334,7 +334,7 @@ class _Watcher:
             stuck = {"status": "stale", "idle": verdict.idle, "detail": self._stale_detail(verdict, dog, now)}
         if stuck is not None and stuck["status"] == "stale" and flying:
             stuck["detail"] += f"; the tool in flight: {flying}"
-        self._health(beat if ours else None, verdict.idle, tool, stuck, severity, calls)
+        self._health(beat if ours else None, verdict.idle, tool, stuck, severity, calls, flying, last_ok)
         if stuck is not None:
             if lim.enforce:
                 return stuck
@@ -352,7 +352,7 @@ class _Watcher:
             self.note(f"would kill as stuck (GENESIS_HEALTH_ENFORCE=false, so it runs on): {detail}")
 
     def _health(self, beat, idle: float, tool: "ToolVerdict", stuck: dict | None, severity: str,
-                calls: int) -> None:
+                calls: int, flying: str, last_ok: float | None) -> None:
         """The phase's health snapshot, for the loop to keep and to record changes of."""
         run = self.run_
         if run.on_health is None:
@@ -369,7 +369,10 @@ class _Watcher:
         age = f", {max(0.0, self.clock.wall() - beat.epoch):.0f}s ago" if beat is not None else ""
         last_event = f"{beat.event or 'beat'} {beat.tool or '-'}{age}" if beat is not None else "none yet"
         snap = Snapshot(run.run_id, run.phase, run.iteration, iso(self.clock.wall()), cls, score, round(idle, 1),
-                        last_event, severity, tool.tool or (beat.tool if beat is not None else ""), calls,
+                        last_event, severity,
+                        round(self.clock.wall() - last_ok, 1) if last_ok is not None else None, flying,
+                        run.reader.turns if run.reader is not None else None,
+                        tool.tool or (beat.tool if beat is not None else ""), calls,
                         fingerprint(beat.epoch if beat is not None else 0, self.out.received, calls),
                         stuck["detail"] if stuck else (tool.note if busy else ""))
         try:

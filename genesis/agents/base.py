@@ -69,6 +69,7 @@ class OutputReader:
     """Reads an agent's output line by line (in the output thread, while the agent runs)."""
 
     retry: ApiRetry | None = None  # the latest event, while nothing else came after it
+    turns: int | None = None       # the model's turns so far, when the output tells
     hopeless: ApiError | None = None  # the CLI keeps retrying an error no retry can fix: end it now
 
     def feed(self, line: str) -> list[str]:

@@ -31,6 +31,9 @@ class Snapshot:
     idle: float                  # seconds since the last sign of life
     last_event: str              # the heartbeat's last event and tool, with its age
     severity: str                # by tool calls since the last successful one: ok, warn ... critical
+    last_progress: float | None  # seconds since the last successful tool call (None: none yet)
+    tool_in_flight: str          # the tool the agent is inside, with its command and since when ("" none)
+    turns: int | None            # the model's turns so far, when the CLI's output tells
     last_action: str             # the tool in flight, else the last tool called
     tool_calls: int
     fingerprint: str             # changes whenever the agent does anything new

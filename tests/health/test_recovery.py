@@ -103,7 +103,8 @@ def test_warn_only_records_classifications_and_would_be_kills_but_kills_nothing(
     assert classes[:2] == ["slow", "stalled"], classes
     snap = json.loads((state_of(project) / "heartbeats" / "Builder.health.json").read_text())
     assert snap["phase"] == "Builder" and snap["classification"] in ("slow", "stalled", "healthy")
-    assert {"stall_score", "last_event", "last_action", "fingerprint", "tool_calls"} <= set(snap)
+    assert {"stall_score", "last_event", "last_action", "fingerprint", "tool_calls", "last_progress",
+            "tool_in_flight", "turns", "severity"} <= set(snap)
 
 
 def test_warn_only_still_applies_the_runtime_cap(project, agents):
@@ -149,3 +150,33 @@ def test_the_same_failing_command_repeated_ends_the_phase_as_a_doom_loop_before_
     assert "wedged" in classes
     (incident,) = events(project, "incident")
     assert incident["kind"] == "wedged"
+
+
+def test_the_report_of_a_running_loop_shows_its_phase_health_and_tool_in_flight(project, agents):
+    import subprocess
+    import sys
+
+    from conftest import wait_for
+    from genesis.heartbeat import hook_script
+    from test_loop_defaults import LOOP
+
+    inside = agents("inside.sh", "#!/usr/bin/env bash\nprintf '%s' '{\"session_id\":\"s\",\"hook_event_name\":"
+                    "\"PreToolUse\",\"tool_name\":\"Bash\",\"tool_input\":{\"command\":\"make test\"},"
+                    "\"tool_use_id\":\"toolu_1\"}' | \"$HOOK\"\nexec sleep 300\n")
+    env = loop_env(HOOK=str(hook_script()), HEARTBEAT_STALE_SECONDS="60", GENESIS_PHASES="Builder")
+    loop = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(inside),
+                             "--max-iterations", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        def reported() -> str:
+            return subprocess.run([sys.executable, "-m", "genesis", "--project", str(project), "report"],
+                                  capture_output=True, text=True).stdout
+
+        wait_for(lambda: "inside Bash 'make test'" in reported(), timeout=30, what="the health line")
+        assert "still running" in reported() and "Builder is healthy" in reported()
+    finally:
+        import os
+        import signal
+
+        os.killpg(loop.pid, signal.SIGTERM)
+        loop.wait(timeout=30)

@@ -52,6 +52,7 @@ class StreamReader(OutputReader):
         self.mono, self.wall = mono, wall
         self.retry: ApiRetry | None = None
         self.result: Result | None = None
+        self.turns = 0
         self._result_record: dict[str, Any] = {}
         self._rejected: dict[str, Any] | None = None   # the last rate_limit_event that refused work
         self._error: dict[str, Any] | None = None      # the last API error message of the main agent
@@ -75,6 +76,8 @@ class StreamReader(OutputReader):
         if kind == "system" and subtype == "init":
             return [one_line(f"session {text(record.get('session_id'))}: model {text(record.get('model'))}")]
         if kind == "assistant":
+            if record.get("parent_tool_use_id") is None:
+                self.turns += 1
             return self._assistant(record)
         if kind == "user":
             return tool_errors(record)
