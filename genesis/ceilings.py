@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import exitcodes
-from .report import duration, epoch_of, run_events
+from .report import duration, epoch_of, reported, run_events
 
 if TYPE_CHECKING:
     from .step import Step
@@ -24,8 +24,7 @@ class Spent:
 
 def spent(evs: list[dict[str, Any]]) -> Spent:
     started = next((epoch_of(e.get("at")) for e in evs if e.get("event") == "loop_start"), None)
-    cost = sum(e["cost_usd"] for e in evs if e.get("event") == "phase_end"
-               and isinstance(e.get("cost_usd"), (int, float)) and not isinstance(e.get("cost_usd"), bool))
+    cost = sum(reported([e for e in evs if e.get("event") == "phase_end"], "cost_usd"))
     return Spent(started, float(cost))
 
 

@@ -13,6 +13,7 @@ from .autocommit import commit
 from .config import load_snapshot, read_prompt
 from .gitcmd import GitFailed
 from .guard import breaker_store, guard_breaker, guard_config, heal, mirror_breaker
+from .health.toollog import tool_log_path
 from .layout import Layout
 from .looplock import release
 from .markers import markers_for
@@ -94,7 +95,7 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
 
     heal(step, phase.name, iteration)
     hb = lay.heartbeat_file(phase.name)
-    for stale in (hb, tool_log_of(hb)):  # an earlier run's heartbeat and tool calls must not count for this one
+    for stale in (hb, tool_log_path(hb)):  # an earlier run's heartbeat and tool calls must not count for this one
         try:
             os.unlink(stale)
         except FileNotFoundError:
@@ -168,7 +169,7 @@ def _incident_keeper(step: Step, phase: Phase, iteration: int, heartbeat: Path, 
         from .health.incidents import capture, write
         from .health.toollog import in_flight, read_tail
 
-        calls = read_tail(tool_log_of(heartbeat))
+        calls = read_tail(tool_log_path(heartbeat))
         flying = in_flight(calls)
         try:
             beat = read_json(heartbeat, limit=64 << 10)
@@ -191,14 +192,7 @@ def _on_check(step: Step, heartbeat: Path) -> None:
     from .health.toollog import rotate
 
     guard_breaker(step)
-    rotate(tool_log_of(heartbeat))
-
-
-def tool_log_of(heartbeat: Path) -> Path:
-    """The hook's tool log beside the phase's heartbeat."""
-    from .health.toollog import tool_log_path
-
-    return tool_log_path(heartbeat)
+    rotate(tool_log_path(heartbeat))
 
 
 def _judge(step: Step, heartbeat: Path):
@@ -209,7 +203,7 @@ def _judge(step: Step, heartbeat: Path):
     from .health.toollog import describe, in_flight, pairs, read_tail
 
     def now() -> tuple[str, str, int, str, float | None]:
-        calls = read_tail(tool_log_of(heartbeat))
+        calls = read_tail(tool_log_path(heartbeat))
         flying = in_flight(calls)
         done = pairs(calls)
         last_ok = next((c.t for c in reversed(done) if c.ok), None)

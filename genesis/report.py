@@ -174,13 +174,16 @@ WAIT_LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "brea
                "retry": "retry of a stuck phase"}
 
 
+def reported(phases: list[Event] | tuple[Event, ...], key: str) -> list[float]:
+    """A figure the agents reported (cost_usd, num_turns) over phase_end events: real numbers only."""
+    return [e[key] for e in phases if isinstance(e.get(key), (int, float)) and not isinstance(e.get(key), bool)]
+
+
 def _night_lines(s: RunSummary) -> list[str]:
     """What the night cost and what it sat out: reported costs and turns, waits by kind."""
     lines = []
-    costs = [e["cost_usd"] for e in s.phases if isinstance(e.get("cost_usd"), (int, float))
-             and not isinstance(e.get("cost_usd"), bool)]
-    turns = sum(e["num_turns"] for e in s.phases if isinstance(e.get("num_turns"), int)
-                and not isinstance(e.get("num_turns"), bool))
+    costs = reported(s.phases, "cost_usd")
+    turns = int(sum(reported(s.phases, "num_turns")))
     if costs:
         lines.append(f"  reported by the agents: ${sum(costs):.4f}, {turns} turn(s)")
     waits: dict[str, list[float]] = {}

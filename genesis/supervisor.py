@@ -315,7 +315,8 @@ class _Watcher:
                 self.debug(f"the tool calls could not be judged: {exc}")
             if wedged:
                 stuck = {"status": "wedged", "idle": 0.0, "detail": wedged}
-        busy_until = self._api_wait()
+        api_until = self._api_wait()
+        busy_until = api_until
         tool = ToolVerdict()
         if self.tools is not None:
             tool = self.tools.observe(beat if ours else None, now, grew, sample(self.root))
@@ -334,7 +335,8 @@ class _Watcher:
             stuck = {"status": "stale", "idle": verdict.idle, "detail": self._stale_detail(verdict, dog, now)}
         if stuck is not None and stuck["status"] == "stale" and flying:
             stuck["detail"] += f"; the tool in flight: {flying}"
-        self._health(beat if ours else None, verdict.idle, tool, stuck, severity, calls, flying, last_ok)
+        self._health(beat if ours else None, verdict.idle, tool, stuck, severity, calls, flying, last_ok,
+                     api_busy=api_until is not None)
         if stuck is not None:
             if lim.enforce:
                 return stuck
@@ -352,12 +354,12 @@ class _Watcher:
             self.note(f"would kill as stuck (GENESIS_HEALTH_ENFORCE=false, so it runs on): {detail}")
 
     def _health(self, beat, idle: float, tool: "ToolVerdict", stuck: dict | None, severity: str,
-                calls: int, flying: str, last_ok: float | None) -> None:
+                calls: int, flying: str, last_ok: float | None, api_busy: bool) -> None:
         """The phase's health snapshot, for the loop to keep and to record changes of."""
         run = self.run_
         if run.on_health is None:
             return
-        busy = tool.busy_until is not None or self._api_wait() is not None
+        busy = tool.busy_until is not None or api_busy
         # The window closest to running out: the general one, or the tool-silent one inside a tool.
         silent, window = idle, self.limits.stale_after
         if tool.tool and self.tools is not None:

@@ -161,17 +161,13 @@ def plan_outage(step: "Step", error: "ApiError", phase: str, iteration: int, now
 
 def plan_cooldown(step: "Step", seconds: float, iteration: int, now: float) -> int:
     """Let an OPEN breaker cool down, then one trial iteration (CB_COOLDOWN_MINUTES)."""
-    state, _ = step_breaker(step).update(lambda s: breaker.plan_trial(s, now, seconds))
+    from .guard import breaker_store
+
+    state, _ = breaker_store(step.layout).update(lambda s: breaker.plan_trial(s, now, seconds))
     step.say(f"breaker OPEN: cooling down for {duration(seconds)}, then a trial iteration (trial "
              f"{state.trials + 1} of {step.cfg.cb_max_trials})", "warn")
     return plan(step, Pending(step.run_id, "cooldown", now + seconds, "breaker cooldown", "", iteration,
                                state.trials + 1))
-
-
-def step_breaker(step: "Step") -> breaker.BreakerStore:
-    from .guard import breaker_store
-
-    return breaker_store(step.layout)
 
 
 # --- sitting it out -------------------------------------------------------------------------
@@ -257,8 +253,9 @@ def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | Non
         say(f"{label}: waited {duration(waited)}; going on", "ok")
         if pending.kind == "cooldown":
             now = clock.wall()
-            state, _ = step_breaker(step).update(lambda s: breaker.start_trial(s, now, step.cfg.cb_max_trials))
-            from .guard import mirror_breaker
+            from .guard import breaker_store, mirror_breaker
+
+            state, _ = breaker_store(lay).update(lambda s: breaker.start_trial(s, now, step.cfg.cb_max_trials))
 
             mirror_breaker(lay, state)
             say(f"breaker {state.state}: trial {state.trials} of {step.cfg.cb_max_trials}; progress closes it", "warn")
