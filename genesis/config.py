@@ -120,8 +120,6 @@ PHASE_KEY_RE = re.compile(r"^PHASE_([A-Za-z][A-Za-z0-9_]*)_(TRIGGER|PROMPT|MAX_T
 DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d)$")
 MAX_TRIALS = 20
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-PAIRS = (("HEARTBEAT_STALE_MINUTES", "HEARTBEAT_STALE_SECONDS"), ("TOOL_SILENT_MINUTES", "TOOL_SILENT_SECONDS"),
-         ("AGENT_MAX_RUNTIME_MINUTES", "AGENT_MAX_RUNTIME_SECONDS"))
 
 
 @dataclass(frozen=True)

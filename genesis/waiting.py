@@ -242,8 +242,8 @@ def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | Non
         if tty:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
-        for sig, handler in old.items():
-            if code == exitcodes.OK:
+        if code == exitcodes.OK:
+            for sig, handler in old.items():
                 signal.signal(sig, handler)
     waited = clock.mono() - start_mono
     _clear(step)
