@@ -222,10 +222,21 @@ class _Watcher:
             self.debug(f"the agent runs without a cgroup of its own: {why}")
         out_r, out_w = os.pipe()
         grow_pipe(out_w)
+        # Linux: the stop signals are blocked before the agent starts, so that one its first
+        # command sends is queued for sigtimedwait (which names the sender), not raised at
+        # once; the agent itself starts with them unblocked.
+        if hasattr(signal, "sigtimedwait"):
+            self.waiter = SignalWait()
+        group = self.group
+
+        def in_child() -> None:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, SignalWait.SIGNALS)
+            if group is not None:
+                group.join()
+
         try:
             self.proc = subprocess.Popen(argv, cwd=run.cwd, env=dict(run.env), stdin=stdin or subprocess.DEVNULL,
-                                         stdout=out_w, stderr=out_w, start_new_session=True,
-                                         preexec_fn=self.group.join if self.group else None)
+                                         stdout=out_w, stderr=out_w, start_new_session=True, preexec_fn=in_child)
         except OSError as exc:
             if exc.errno == errno.E2BIG:
                 return too_big(argv, run.env)
@@ -241,8 +252,8 @@ class _Watcher:
             if self.proc is None:
                 os.close(out_r)
                 self._drop_group()
-        # Only now: the agent must not inherit a mask that blocks the signals it is stopped with.
-        self.waiter = SignalWait() if hasattr(signal, "sigtimedwait") else ExitWait(self.proc)
+        if self.waiter is None:
+            self.waiter = ExitWait(self.proc)
         self.pump = OutputPump(out_r, self.out, {*STOP_SIGNALS, signal.SIGCHLD})
         self.root = identify(self.proc.pid)
         self.since = self.root.create_time if self.root else self.since
