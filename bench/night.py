@@ -11,7 +11,6 @@ Measured from the stub's record of every request and the loop's events.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -64,8 +63,10 @@ def night(tmp: Path, api: StubAPI) -> list[dict]:
     subprocess.run(["bash", str(ROOT / "start-multi-agent-loop.sh"), "--project", str(project),
                     "--max-iterations", "8"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, timeout=900)
-    lines = (project / ".git" / "genesis" / "events.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    from genesis.ledger import Ledger
+
+    with Ledger.open(project / ".git" / "genesis" / "ledger.sqlite3", readonly=True) as led:
+        return led.events()
 
 
 def run() -> list[Row]:

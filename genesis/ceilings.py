@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import exitcodes
-from .report import duration, epoch_of, reported, run_events
+from .reporting import duration, epoch_of, reported
 
 if TYPE_CHECKING:
     from .step import Step
 
 __all__ = ["Spent", "spent", "deadline", "reached"]
+
+KINDS = ("loop_start", "phase_end")  # the events the ceilings are counted from
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,8 @@ class Spent:
 
 
 def spent(evs: list[dict[str, Any]]) -> Spent:
-    started = next((epoch_of(e.get("at")) for e in evs if e.get("event") == "loop_start"), None)
+    started = next((e["epoch"] if isinstance(e.get("epoch"), (int, float)) else epoch_of(e.get("at"))
+                    for e in evs if e.get("event") == "loop_start"), None)
     cost = sum(reported([e for e in evs if e.get("event") == "phase_end"], "cost_usd"))
     return Spent(started, float(cost))
 
@@ -32,7 +35,7 @@ def deadline(step: "Step") -> float | None:
     """When the run's runtime ceiling falls (epoch), or None without one."""
     if not step.cfg.max_run_seconds:
         return None
-    started = spent(run_events(step.layout, step.run_id)).started
+    started = spent(step.events(kinds=KINDS)).started
     return started + step.cfg.max_run_seconds if started is not None else None
 
 
@@ -41,7 +44,7 @@ def reached(step: "Step", now: float) -> tuple[int, str] | None:
     cfg = step.cfg
     if not cfg.max_run_seconds and not cfg.max_cost_usd:
         return None
-    so_far = spent(run_events(step.layout, step.run_id))
+    so_far = spent(step.events(kinds=KINDS))
     if cfg.max_run_seconds and so_far.started is not None and now - so_far.started >= cfg.max_run_seconds:
         return exitcodes.MAX_RUNTIME, (f"the run has lasted {duration(now - so_far.started)}, reaching "
                                        f"GENESIS_MAX_RUNTIME_HOURS ({cfg.max_run_seconds / 3600:g} h)")

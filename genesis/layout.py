@@ -120,7 +120,13 @@ class Layout:
         return self.state_dir / "limit.json"
 
     @property
-    def events_file(self) -> Path:
+    def ledger_file(self) -> Path:
+        """The run ledger (SQLite, WAL): every event of every run; see genesis/ledger/."""
+        return self.state_dir / "ledger.sqlite3"
+
+    @property
+    def legacy_events_file(self) -> Path:
+        """The events log of Genesis before the ledger, brought into a new ledger once."""
         return self.state_dir / "events.jsonl"
 
     @property

@@ -79,14 +79,24 @@ def _same_file(fd: int, path: Path) -> bool:
     return stat.S_ISREG(at.st_mode) and (st.st_dev, st.st_ino) == (at.st_dev, at.st_ino)
 
 
+PROBE_RETRIES = 5    # tries past a probe's momentary shared lock before a start is refused
+PROBE_PAUSE = 0.02   # seconds between them
+
+
 def acquire(lock: Path, record: Path, fd: int, pid: int, run_id: str) -> Holder:
     """Lock the loop's descriptor `fd` (open on `lock`) for good; Locked if another loop has it."""
     if not _same_file(fd, lock):
         raise ValueError(f"descriptor {fd} is not the lock file {lock}")
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise Locked(_read(record) or _unknown(), lock) from None
+    for attempt in range(PROBE_RETRIES + 1):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            # current_holder() (a `genesis status --watch`, every second) holds a shared lock
+            # for an instant to ask the kernel: that is not a loop. A loop holds it for good.
+            if attempt == PROBE_RETRIES:
+                raise Locked(_read(record) or _unknown(), lock) from None
+            time.sleep(PROBE_PAUSE)
     from .proctree import identify
 
     ident = identify(pid)

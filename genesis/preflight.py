@@ -67,7 +67,7 @@ def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False
                 "(in a sandbox or container); every phase would fail at once", "warn")
     say(f"project {cfg.project} (run {step.run_id})", "head")
     from .agents import adapter_for
-    from .report import duration
+    from .reporting import duration
 
     say(f"agent: {shlex.join(adapter_for(cfg.agent_cmd).command(cfg.agent_cmd))}")
     say("phases: " + ", ".join(f"{p.name} ({p.trigger})" for p in cfg.phases))

@@ -7,15 +7,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import events
 from .atomicio import DiskFull
 from .config import Config
 from .layout import Layout, state_dir_of
+from .ledger import Ledger, LedgerError
 from .markers import markers_for
 
-__all__ = ["Step", "StepFailed", "layout_for", "agent_env", "is_claude", "reads_prompt_from_stdin"]
+__all__ = ["Step", "StepFailed", "layout_for", "agent_env", "is_claude", "reads_prompt_from_stdin", "ledger_of"]
 
 Say = Callable[[str, str], None]
+
+_LEDGERS: dict[Path, Ledger] = {}  # one writer connection per ledger for the life of a step's process
+
+
+def ledger_of(layout: Layout) -> Ledger:
+    """The ledger of the layout's project, opened for writing once per process (an older
+    events.jsonl beside a new ledger is brought in first)."""
+    path = layout.ledger_file
+    if path not in _LEDGERS:
+        from .ledger.legacy import import_events
+
+        fresh = not path.exists()
+        led = Ledger.open(path)
+        if fresh:
+            import_events(led, layout.legacy_events_file)
+        _LEDGERS[path] = led
+    return _LEDGERS[path]
 
 
 class StepFailed(Exception):
@@ -34,12 +51,26 @@ class Step:
     say: Say
 
     def event(self, kind: str, /, **detail) -> None:
-        """Record an event; on a full disk, say it instead (the record is not lost on the
-        user, and the step goes on to stop the loop cleanly at its next write)."""
+        """Record an event in the ledger; when it cannot be (a full disk, a writer holding the
+        ledger past its bound), say it instead: the record is not lost on the user, and the
+        step goes on (on a full disk, to stop the loop cleanly at its next write)."""
+        from .alerts.raising import raise_ticket
+
         try:
-            events.record(self.layout.events_file, self.run_id, kind, **detail)
-        except DiskFull as exc:
-            self.say(f"disk full, so this was not recorded: {kind} {detail} ({exc})", "error")
+            ledger_of(self.layout).record(self.run_id, kind, **detail)
+        except (DiskFull, LedgerError) as exc:
+            self.say(f"not recorded in the ledger: {kind} {str(detail)[:500]} ({exc})", "error")
+            if isinstance(exc, DiskFull):
+                raise_ticket(self, "disk_full", {"path": str(exc.path), "free": exc.free, "needed": exc.need})
+        raise_ticket(self, kind, detail)
+
+    def events(self, kinds: tuple[str, ...] | None = None, iteration: int | None = None) -> list[dict]:
+        """This run's events so far (of those kinds, in that iteration), oldest first."""
+        try:
+            return ledger_of(self.layout).events(self.run_id, kinds=kinds, iteration=iteration)
+        except LedgerError as exc:
+            self.say(f"cannot read the ledger ({exc}); going on without this run's history", "warn")
+            return []
 
     def rel(self, path: Path) -> str:
         try:

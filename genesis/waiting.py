@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable
 from . import breaker, exitcodes
 from .atomicio import CorruptFile, read_json, write_json
 from .clock import Clock, SystemClock
-from .report import duration, run_events
+from .reporting import duration
 
 if TYPE_CHECKING:
     from .agents import ApiError, Limit
@@ -128,7 +128,7 @@ def plan_limit(step: "Step", limit: "Limit", phase: str, iteration: int, now: fl
 def outage_so_far(step: "Step") -> tuple[int, float | None]:
     """(phases in a row that ended in an API outage, when the first of them started)."""
     count, since = 0, None
-    for e in reversed(run_events(step.layout, step.run_id)):
+    for e in reversed(step.events(kinds=("phase_end",))):
         if e.get("event") != "phase_end":
             continue
         if e.get("ending") != "outage":

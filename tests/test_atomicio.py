@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from genesis import events
+from genesis.ledger import Ledger, LedgerError
 from genesis.atomicio import CorruptFile, DiskFull, TooLarge, check_room, free_bytes, read_bytes
 
 PY = sys.executable
@@ -138,30 +138,30 @@ out["listing"] = listing()
 
 
 @pytest.mark.fault(32)
-def test_an_event_on_a_full_disk_raises_disk_full_and_leaves_no_half_line(tmp_path):
+def test_an_event_on_a_full_disk_raises_disk_full_keeps_nothing_of_it_and_the_ledger_goes_on(tmp_path):
     out = on_small_disk(tmp_path, """
-from genesis import events
 from genesis.atomicio import DiskFull
-events.record(mnt / "events.jsonl", "run-1", "loop_start")
-(mnt / "probe").write_bytes(b"x\\n")
-before = (mnt / "events.jsonl").read_bytes()
+from genesis.ledger import Ledger
+led = Ledger.open(mnt / "ledger.sqlite3")
+led.record("run-1", "loop_start")
 fill()
-# The scene is real: an append that does not fit is cut short, not refused.
-fd = os.open(mnt / "probe", os.O_WRONLY | os.O_APPEND)
-out["probe_written"] = os.write(fd, b"p" * 10_000)
-os.close(fd)
 try:
-    events.record(mnt / "events.jsonl", "run-1", "phase_end", detail="d" * 10_000)
+    for n in range(50):  # the WAL has a few pages left over: write until the disk is truly full
+        led.record("run-1", "phase_end", n=n, detail="d" * 20_000)
     out["error"] = None
 except DiskFull as exc:
     out["error"] = str(exc)
-out["same"] = (mnt / "events.jsonl").read_bytes() == before
-out["events"] = [e["event"] for e in events.read_events(mnt / "events.jsonl", all_runs=True)]
-""")
-    assert 0 < out["probe_written"] < 10_000
-    assert out["error"].startswith(f"no room to write {tmp_path / 'small' / 'events.jsonl'}")
-    assert out["same"] is True
-    assert out["events"] == ["loop_start"]
+out["kinds"] = [e["event"] for e in led.events()]
+os.unlink(mnt / "filler")
+led.record("run-1", "loop_end", exit_code=6)
+led.close()
+with Ledger.open(mnt / "ledger.sqlite3", readonly=True) as again:
+    out["after"] = [e["event"] for e in again.events()]
+""", size="1m")
+    assert out["error"].startswith(f"no room to write {tmp_path / 'small' / 'ledger.sqlite3'}")
+    kept = out["kinds"]
+    assert kept[0] == "loop_start" and set(kept[1:]) <= {"phase_end"} and len(kept) < 51
+    assert out["after"] == kept + ["loop_end"]  # nothing half-written, and the ledger works again
 
 
 def test_free_bytes_and_check_room_on_an_ordinary_disk(tmp_path):
@@ -190,19 +190,21 @@ def test_reads_are_capped_and_a_fifo_is_refused_at_once(tmp_path):
         read_bytes(fifo, 4096)
 
 
-def test_a_fifo_at_the_events_path_is_neither_waited_on_nor_written(tmp_path):
-    fifo = tmp_path / "events.jsonl"
+@pytest.mark.fault(48)
+def test_a_fifo_or_a_symlink_at_the_ledgers_path_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "ledger.sqlite3"
     os.mkfifo(fifo)
-    with pytest.raises(OSError, match="not a regular file"):
-        events.record(fifo, "run-1", "loop_start")  # nobody reads it: a blocking open would wait forever
-    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        with pytest.raises(OSError, match="not a regular file"):
-            events.record(fifo, "run-1", "loop_start")  # someone reads it: the line would pour into it
-        assert os.read(reader, 4096) == b""  # the writer came and went without a byte
-    finally:
-        os.close(reader)
-    assert events.read_events(fifo, all_runs=True) == []
+    with pytest.raises(LedgerError, match="not a regular file; remove it"):
+        Ledger.open(fifo)  # SQLite would open it and wait forever for a header
+    with pytest.raises(LedgerError, match="not a regular file"):
+        Ledger.open(fifo, readonly=True)
+    elsewhere = tmp_path / "elsewhere.sqlite3"
+    link = tmp_path / "link" / "ledger.sqlite3"
+    link.parent.mkdir()
+    link.symlink_to(elsewhere)
+    with pytest.raises(LedgerError, match="is a symlink"):
+        Ledger.open(link)
+    assert not elsewhere.exists()
 
 
 @pytest.mark.fault(32)

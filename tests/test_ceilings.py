@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from genesis import events, exitcodes
+from genesis import exitcodes
 from genesis.ceilings import deadline, reached, spent
 from genesis.config import resolve
 from genesis.layout import private_dir
-from genesis.report import epoch_of
-from genesis.step import Step, layout_for
+from genesis.step import Step, layout_for, ledger_of
 
 
 def make_step(project, **changes) -> Step:
@@ -21,15 +20,15 @@ def make_step(project, **changes) -> Step:
 
 def test_no_ceiling_by_default(project):
     step = make_step(project)
-    events.record(step.layout.events_file, "run-1", "loop_start")
+    step.event("loop_start")
     assert reached(step, 4e9) is None and deadline(step) is None
 
 
 def test_the_runtime_ceiling_counts_from_the_runs_start(project):
     step = make_step(project, max_run_seconds=3600.0)
-    events.record(step.layout.events_file, "run-1", "loop_start")
-    started = spent(events.read_events(step.layout.events_file, "run-1")).started
-    assert started == epoch_of(events.read_events(step.layout.events_file, "run-1")[0]["at"])
+    step.event("loop_start")
+    started = spent(step.events()).started
+    assert started == step.events()[0]["epoch"]
     assert deadline(step) == started + 3600
     assert reached(step, started + 3599) is None
     code, why = reached(step, started + 3600)
@@ -38,14 +37,14 @@ def test_the_runtime_ceiling_counts_from_the_runs_start(project):
 
 def test_the_cost_ceiling_sums_the_agents_reported_costs_of_this_run_only(project):
     step = make_step(project, max_cost_usd=1.0)
-    log = step.layout.events_file
-    events.record(log, "run-0", "loop_start")
-    events.record(log, "run-0", "phase_end", cost_usd=5.0)  # another run's cost does not count
-    events.record(log, "run-1", "loop_start")
-    events.record(log, "run-1", "phase_end", cost_usd=0.6)
-    events.record(log, "run-1", "phase_end", cost_usd=None)  # an agent that reports none
-    events.record(log, "run-1", "phase_end", cost_usd=True)  # not a number
+    log = ledger_of(step.layout)
+    log.record("run-0", "loop_start")
+    log.record("run-0", "phase_end", cost_usd=5.0)  # another run's cost does not count
+    log.record("run-1", "loop_start")
+    log.record("run-1", "phase_end", cost_usd=0.6)
+    log.record("run-1", "phase_end", cost_usd=None)  # an agent that reports none
+    log.record("run-1", "phase_end", cost_usd=True)  # not a number
     assert reached(step, 0) is None
-    events.record(log, "run-1", "phase_end", cost_usd=0.4)
+    log.record("run-1", "phase_end", cost_usd=0.4)
     code, why = reached(step, 0)
     assert code == exitcodes.MAX_COST and "$1.00" in why

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from genesis import events
+from genesis.ledger import Ledger
 from genesis.cli import cli
 from genesis.looplock import hold
 from genesis.reaper import markers_for
@@ -89,16 +89,17 @@ def test_reap_by_hand_refuses_while_a_loop_runs(project):
 
 def test_report_without_runs_says_so_and_exits_1(project):
     result = invoke(project, "report")
-    assert result.exit_code == 1 and "no Genesis run recorded" in result.output
+    assert result.exit_code == 1 and "no loop has run in this project yet" in result.output
 
 
 def test_report_of_an_unknown_run_exits_1_and_points_to_the_list(project):
-    events.record(state_of(project) / "events.jsonl", "run-a", "loop_start")
+    with Ledger.open(state_of(project) / "ledger.sqlite3") as led:
+        led.record("run-a", "loop_start")
     result = invoke(project, "report", "--run-id", "run-b")
     assert result.exit_code == 1
     assert "no run 'run-b'" in result.output and "genesis report --list" in result.output
     listed = invoke(project, "report", "--list")
-    assert listed.exit_code == 0 and listed.output.startswith("run-a  started ")
+    assert listed.exit_code == 0 and listed.output.startswith("run-a  started "), listed.output
     assert "no end recorded" in listed.output
 
 

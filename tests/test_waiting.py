@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from genesis import breaker, events, exitcodes
+from genesis import breaker, exitcodes
 from genesis.agents import ApiError, Limit
 from genesis.config import resolve
 from genesis.layout import private_dir
@@ -51,8 +51,9 @@ def step(project: Path, said):
     cfg = resolve(project, env={})
     lay = layout_for(cfg)
     private_dir(lay.state_dir)
-    events.record(lay.events_file, RUN, "loop_start")
-    return Step(cfg, lay, RUN, lambda msg, kind="info": said.append((kind, msg)))
+    made = Step(cfg, lay, RUN, lambda msg, kind="info": said.append((kind, msg)))
+    made.event("loop_start")
+    return made
 
 
 def with_cfg(step: Step, **changes) -> Step:
@@ -60,7 +61,7 @@ def with_cfg(step: Step, **changes) -> Step:
 
 
 def evs(step: Step, kind: str) -> list[dict]:
-    return [e for e in events.read_events(step.layout.events_file, RUN) if e["event"] == kind]
+    return step.events(kinds=(kind,))
 
 
 def test_backoff_doubles_to_its_cap_and_jitter_only_shortens():
@@ -95,8 +96,7 @@ def test_a_limit_with_no_reset_time_waits_an_hour(step):
 
 
 def phase_end(step: Step, ending: str, started: float) -> None:
-    events.record(step.layout.events_file, RUN, "phase_end", iteration=1, phase="Builder", ending=ending,
-                  started=started)
+    step.event("phase_end", iteration=1, phase="Builder", ending=ending, started=started)
 
 
 def test_an_outage_backs_off_per_attempt_and_stops_after_its_maximum(step, said):

@@ -20,7 +20,6 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from .. import exitcodes
-from ..report import run_events
 
 if TYPE_CHECKING:
     from ..step import Step
@@ -33,8 +32,8 @@ JITTER = 0.5         # a retry waits PHASE_RETRY_DELAY_SECONDS and up to half of
 
 def retries_so_far(step: "Step", iteration: int | None = None, phase: str | None = None) -> int:
     """Retries recorded in this run (of one phase in one iteration, when both are given)."""
-    return sum(1 for e in run_events(step.layout, step.run_id) if e.get("event") == "retry"
-               and (iteration is None or (e.get("iteration"), e.get("phase")) == (iteration, phase)))
+    return sum(1 for e in step.events(kinds=("retry",))
+               if (iteration is None or (e.get("iteration"), e.get("phase")) == (iteration, phase)))
 
 
 def retry_command(step: "Step", iteration: int, phase: str) -> tuple[str, ...] | None:
