@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import breaker, exitcodes, report
+from . import breaker, exitcodes, phasework
 from .atomicio import CorruptFile, read_json, write_json
 from .autocommit import commit
 from .config import load_snapshot, read_prompt
@@ -19,6 +19,7 @@ from .looplock import release
 from .markers import markers_for
 from .phases import Phase, should_run
 from .progress import Fingerprint, fingerprint
+from .reporting.words import LABELS
 from .step import Step, StepFailed, agent_env
 
 if TYPE_CHECKING:
@@ -114,7 +115,8 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     prompt = read_prompt(phase.prompt_file)
     say(f"{phase.name}: agent started (log {step.rel(log)})", "head")
     started = time.time()
-    step.event("phase_start", iteration=iteration, phase=phase.name, log=str(log), epoch=started)
+    work = phasework.before(cfg.project)
+    step.event("phase_start", iteration=iteration, phase=phase.name, log=str(log), epoch=started, attempt=attempt)
     outcome = supervise(AgentRun(argv, cfg.project, env, log, hb, step.run_id, prompt=prompt,
                                  prompt_stdin=adapter.prompt_on_stdin, on_check=lambda: _on_check(step, hb),
                                  raw_log=raw, reader=adapter.reader(argv), on_health=_health_keeper(step, phase),
@@ -144,6 +146,7 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
             say(f"{phase.name}: committed {result.sha}" + (" and pushed" if result.pushed else ""), "info")
         if result.error:
             say(f"{phase.name}: {result.error}", "warn")
+    step.event("phase_work", iteration=iteration, phase=phase.name, **phasework.after(cfg.project, work))
     end = outcome.ending
     if ending in ("stale", "wedged"):
         code = recovery.after_stall(step, phase.name, iteration, "stalled" if ending == "stale" else "wedged",
@@ -182,7 +185,10 @@ def _incident_keeper(step: Step, phase: Phase, iteration: int, heartbeat: Path, 
                       project=step.cfg.project, now=time.time(), git_timeout=2.0)
         path = write(inc, step.layout.incidents_dir)
         step.say(f"{phase.name}: incident recorded: `genesis incidents show {path.stem}`", "info")
-        step.event("incident", iteration=iteration, phase=phase.name, id=path.stem, kind=kind)
+        last_beat = beat.get("epoch") if isinstance(beat, dict) else None
+        silent = round(time.time() - last_beat, 2) if isinstance(last_beat, (int, float)) else None
+        step.event("incident", iteration=iteration, phase=phase.name, id=path.stem, kind=kind, reason=reason[:500],
+                   silent_for=silent)
 
     return keep
 
@@ -241,7 +247,8 @@ def _health_keeper(step: Step, phase: Phase):
         changed, say = tracker.update(snap)
         if changed:
             step.event("health", iteration=snap["iteration"], phase=phase.name, classification=snap["classification"],
-                       stall_score=snap["stall_score"], reason=snap["reason"][:300])
+                       stall_score=snap["stall_score"], reason=snap["reason"][:300], idle=round(snap["idle"], 1),
+                       steps_since_success=snap["tool_calls"])
         if say:
             step.say(f"{phase.name}: {snap['classification']} (stall score {snap['stall_score']:.2f}; last event: "
                      f"{snap['last_event']})", "warn")
@@ -279,6 +286,8 @@ def _reported(outcome: "Outcome") -> dict:
     return {
         "num_turns": result.num_turns if result else None,
         "cost_usd": result.total_cost_usd if result else None,
+        "input_tokens": result.input_tokens if result else None,
+        "output_tokens": result.output_tokens if result else None,
         "is_error": result.is_error if result else None,
         "terminal_reason": (result.terminal_reason or None) if result else None,
         "api_error_status": result.api_error_status if result else None,
@@ -317,7 +326,7 @@ def _describe(step: Step, phase: Phase, outcome: "Outcome", log: Path, ending: s
         return outcome.detail
     kill = outcome.kill
     killed = f"; killed {kill.targets} process(es), {kill.killed} with SIGKILL" if kill else ""
-    label = report.LABELS.get(outcome.status, outcome.status)
+    label = LABELS.get(outcome.status, outcome.status)
     say(f"{phase.name}: {label}: {outcome.detail}{killed}", "error" if outcome.status != "interrupted" else "warn")
     if outcome.status != "interrupted":
         for line in tail(log):
@@ -332,7 +341,7 @@ def commit_message(phase: str, iteration: int, run_id: str, outcome: "Outcome") 
     elif outcome.status == "exited":
         how = f"ended: exit {outcome.returncode}; partial work"
     else:
-        how = f"ended: {report.LABELS.get(outcome.status, outcome.status)}, killed; partial work"
+        how = f"ended: {LABELS.get(outcome.status, outcome.status)}, killed; partial work"
     return f"genesis: {phase}, iteration {iteration} ({how}) [run {run_id}]"
 
 
@@ -382,7 +391,7 @@ def iteration_finish(step: Step, iteration: int) -> int:
     progressed = base is None or base != now_fp
     how = ("" if not progressed or base is None else
            "new commits" if base.head != now_fp.head else "uncommitted changes")
-    mine = [e for e in report.run_events(lay, step.run_id) if e.get("iteration") == iteration]
+    mine = step.events(iteration=iteration)
     waited = any(e.get("event") == "wait_start" and e.get("kind") in ("limit", "outage") for e in mine)
     store = breaker_store(lay)
     if progressed or not waited:
@@ -439,7 +448,7 @@ def phase_lost(step: Step, phase: str, iteration: int, status: int) -> int:
     found = reap(step, f"after the watcher of {phase} died")
     step.event("phase_end", iteration=iteration, phase=phase, pid=None, status="watcher_lost", returncode=status,
                duration=0, killed=len(found.leftovers), sigkilled=0, detail=f"the watcher {how}")
-    deaths = sum(1 for e in report.run_events(step.layout, step.run_id)
+    deaths = sum(1 for e in step.events(kinds=("phase_end",))
                  if e.get("event") == "phase_end" and e.get("status") == "watcher_lost")
     if deaths >= WATCHER_DEATHS_MAX:
         step.say(f"the watcher died {deaths} times in this run; stopping rather than running unsupervised", "error")
@@ -456,5 +465,14 @@ def finish(step: Step, reason: str, code: int) -> None:
         step.say(f"could not write the breaker file: {exc}", "warn")
     release(step.layout.loop_record, step.run_id)
     step.event("loop_end", reason=reason, exit_code=code)
-    for line in report.summary_lines(step.layout, step.run_id):
-        step.say(line, "head" if line.startswith("run ") else "info")
+    from .reporting import night
+    from .reporting.text import render_text
+    from .step import ledger_of
+
+    try:
+        text = render_text(night(ledger_of(step.layout), step.run_id, incidents_dir=step.layout.incidents_dir))
+    except Exception as exc:  # noqa: BLE001 - the loop's end must not fail on its summary
+        step.say(f"no summary: the ledger could not be read ({exc}); `genesis report` may say more", "warn")
+        return
+    for line in text.rstrip("\n").splitlines():
+        step.say(line, "info")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, state_of, wait_for
+from conftest import events_of, git, state_of, wait_for
 from test_loop_defaults import GENESIS, LOOP, loop_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude"
@@ -62,7 +62,7 @@ def night(project: Path, tmp_path: Path):
 
 
 def events(project: Path) -> list[dict]:
-    return [json.loads(line) for line in (state_of(project) / "events.jsonl").read_text().splitlines()]
+    return events_of(project)
 
 
 def of(project: Path, kind: str) -> list[dict]:
@@ -131,7 +131,7 @@ def test_the_cost_ceiling_stops_between_phases(night):
     assert len(calls.read_text().splitlines()) == 2
     assert [e["cost_usd"] for e in of(project, "phase_end")] == [0.003, 0.003]
     assert "GENESIS_MAX_COST_USD" in done.stderr
-    assert "reported by the agents: $0.0060" in done.stderr  # the summary
+    assert "total: $0.01" in done.stderr  # the summary ($0.006, to the cent)
 
 
 def test_the_runtime_ceiling_lets_a_running_phase_finish_then_stops(night):

@@ -43,6 +43,8 @@ class Result:
     api_error_status: int | None = None
     session_id: str = ""
     text: str = ""               # the final result text, at most MAX_RESULT_CHARS
+    input_tokens: int | None = None   # prompt tokens, cache reads and writes included
+    output_tokens: int | None = None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import pytest
 
 from genesis.proctree import marked
 
-from conftest import alive, free_port, git, listening, state_of, wait_for
+from conftest import alive, events_of, free_port, git, listening, state_of, wait_for
 from e2e.stub_api import StubAPI
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,8 +119,7 @@ class Loop:
 
     def leftovers(self) -> list:
         """Processes carrying the project's marker or the last run's id: none may be left."""
-        events = (state_of(self.project) / "events.jsonl").read_text().splitlines()
-        run_id = [json.loads(e)["run_id"] for e in events if '"loop_start"' in e][-1]
+        run_id = [e["run_id"] for e in events_of(self.project) if e["event"] == "loop_start"][-1]
         return marked({"GENESIS_PROJECT_DIR": str(self.project.resolve()), "GENESIS_RUN_ID": run_id})
 
 
@@ -144,7 +143,7 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     assert (project / "hello.txt").read_text() == "hello from claude\n"
     assert (project / "notes.md").read_text() == "# Notes\n\nWritten by the agent.\n"
     assert "agent: hello and notes" in git(project, "log", "--format=%s")
-    run_id = json.loads((state_of(project) / "events.jsonl").read_text().splitlines()[0])["run_id"]
+    run_id = events_of(project)[0]["run_id"]
     log = project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log"
     session = session_of(log)
     # The transcript beside the raw stream is readable: the session and the final text, no JSON.
@@ -155,8 +154,7 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     assert {("PostToolUse", "Bash"), ("PostToolUse", "Write"), ("PostToolUseFailure", "Bash")} <= post
     assert all(b["session_id"] == session and b["agent"] == "Builder" for b in beats)
     assert {b["run_id"] for b in beats} == {run_id}
-    ended = [json.loads(line) for line in (state_of(project) / "events.jsonl").read_text()
-             .splitlines() if '"phase_end"' in line]
+    ended = [e for e in events_of(project) if e["event"] == "phase_end"]
     assert {b["pid"] for b in beats} == {ended[0]["pid"]}  # CLAUDE_PID: the agent the loop started
     breaker = e2e.breaker()
     assert breaker["state"] == "CLOSED" and breaker["last_progress_iteration"] == 1
@@ -171,8 +169,7 @@ def test_a_hung_bash_call_goes_stale_and_claude_and_the_tool_session_are_killed(
     assert "Planner: finished" in done.stdout
     assert beats[-1]["event"] == "PreToolUse" and beats[-1]["tool"] == "Bash"
     tool_shell = int((e2e.project / "tool-shell.pid").read_text())
-    ended = [json.loads(line) for line in (state_of(e2e.project) / "events.jsonl").read_text()
-             .splitlines() if '"phase_end"' in line]
+    ended = [e for e in events_of(e2e.project) if e["event"] == "phase_end"]
     # Stuck, retried once (the default), stuck again: failed for the iteration; the loop went on.
     assert [(e["phase"], e["status"], e["attempt"]) for e in ended] == [
         ("Builder", "stale", 0), ("Builder", "stale", 1), ("Planner", "exited", 0)]
@@ -190,8 +187,7 @@ def test_a_busy_build_step_silent_for_three_windows_is_not_killed(e2e):
     assert done.returncode == 0, done.stdout
     assert "Builder: finished" in done.stdout and "Builder: stuck" not in done.stdout
     assert "inside Bash" in done.stdout and "silent but busy" in done.stdout
-    ended = [json.loads(line) for line in (state_of(e2e.project) / "events.jsonl").read_text()
-             .splitlines() if '"phase_end"' in line]
+    ended = [e for e in events_of(e2e.project) if e["event"] == "phase_end"]
     assert (ended[0]["phase"], ended[0]["status"], ended[0]["duration"] > 9) == ("Builder", "exited", True)
     assert (e2e.project / "build.txt").read_text() == "built\n"
 

@@ -147,7 +147,8 @@ class StreamReader(OutputReader):
                              terminal_reason=text(record.get("terminal_reason")),
                              api_error_status=integer(record.get("api_error_status")),
                              session_id=text(record.get("session_id")),
-                             text=text(record.get("result"))[:MAX_RESULT_CHARS])
+                             text=text(record.get("result"))[:MAX_RESULT_CHARS],
+                             **_tokens(record.get("usage")))
         r = self.result
         first = next((line.strip() for line in r.text.splitlines() if line.strip()), "")
         if r.is_error:
@@ -322,3 +323,13 @@ def stamp(value: Any) -> float | None:
     except ValueError:
         return None
     return at.timestamp() if at.tzinfo is not None else None
+
+
+def _tokens(usage: Any) -> dict[str, int | None]:
+    """The run's tokens from the result's usage: every prompt token counts as input (fresh,
+    cache reads and cache writes alike); None when the record has no usage."""
+    if not isinstance(usage, dict):
+        return {"input_tokens": None, "output_tokens": None}
+    parts = [integer(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
+    known = [p for p in parts if p is not None]
+    return {"input_tokens": sum(known) if known else None, "output_tokens": integer(usage.get("output_tokens"))}

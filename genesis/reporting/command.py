@@ -1,0 +1,103 @@
+"""`genesis report`: pick the runs, read them from the ledger, print them (text or JSON) and
+write the HTML page."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..atomicio import write_text
+from ..layout import Layout
+from .load import UnknownRun, night, open_view, pick_run
+from .words import duration
+
+__all__ = ["report", "since_epoch"]
+
+AGO_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhd])\s*$")
+UNITS = {"m": 60, "h": 3600, "d": 86400}
+FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d")
+
+
+def since_epoch(text: str, now: float) -> float:
+    """--since: a duration back from now (90m, 12h, 2d) or a local date and time; ValueError
+    says what it accepts."""
+    found = AGO_RE.match(text.lower())
+    if found:
+        return now - float(found.group(1)) * UNITS[found.group(2)]
+    for fmt in FORMATS:
+        try:
+            return time.mktime(time.strptime(text.strip(), fmt))
+        except ValueError:
+            continue
+    raise ValueError(f"--since {text!r}: expected a duration back (90m, 12h, 2d) or a local date and time "
+                     f"(2026-11-20 or '2026-11-20 22:00')")
+
+
+def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: bool, as_json: bool,
+           html_file: Path | None, echo: Callable[[str], None], now: float | None = None) -> None:
+    from ..looplock import current_holder
+
+    now = time.time() if now is None else now
+    after = since_epoch(since, now) if since else None
+    holder = current_holder(layout.loop_lock, layout.loop_record)
+    with open_view(layout) as led:
+        if list_runs:
+            runs = led.runs(after)
+            if not runs:
+                raise UnknownRun(f"no Genesis run recorded in {led.path}" + (" since then" if after else ""))
+            for r in runs:
+                end = (f"{duration(r.ended - r.started)}, exit {r.exit_code}: {r.reason}" if r.ended is not None
+                       else "running" if holder is not None and holder.run_id == r.run_id else "no end recorded")
+                phases = led.query("SELECT COUNT(*), SUM(ending = 'finished') FROM phases WHERE run_id = ?",
+                                   (r.run_id,))[0]
+                echo(f"{r.run_id}  started {time.strftime('%Y-%m-%d %H:%M', time.localtime(r.started))}  "
+                     f"{phases[0]} phase(s), {phases[1] or 0} finished  {end}")
+            return
+        if run_id is None and after is not None:
+            chosen = [r.run_id for r in led.runs(after)]
+            if not chosen:
+                raise UnknownRun(f"no Genesis run started since {time.strftime('%Y-%m-%d %H:%M', time.localtime(after))}")
+        else:
+            chosen = [pick_run(led, run_id)]
+        nights = [night(led, rid, running=holder is not None and holder.run_id == rid,
+                        incidents_dir=layout.incidents_dir, now=now) for rid in chosen]
+        if as_json:
+            echo(json.dumps({"runs": [{**_plain(n), "events": led.events(n.run_id)} for n in nights]}, indent=1,
+                            default=str))
+        else:
+            from .text import render_text
+
+            for n in nights:
+                echo(render_text(n).rstrip("\n"))
+    if html_file is not None:
+        from .html import render_html
+
+        page = render_html(nights[-1], now=now) if len(nights) == 1 else _pages(nights, now)
+        write_text(html_file, page)
+        if not as_json:
+            echo(f"HTML report: {html_file}")
+
+
+def _pages(nights: list, now: float) -> str:
+    """Several runs on one page: each run's page body one after the other."""
+    from .html import render_html
+
+    pages = [render_html(n, now=now) for n in nights]
+    head, _, _ = pages[0].partition("<body")
+    bodies = []
+    for page in pages:
+        body = page.split("<body", 1)[1].split(">", 1)[1].rsplit("</body>", 1)[0]
+        bodies.append(body)
+    return head + "<body>" + "\n<hr>\n".join(bodies) + "</body></html>\n"
+
+
+def _plain(n: Any) -> dict:
+    data = dataclasses.asdict(n)
+    cost_in, cost_out = n.tokens
+    data.update(cost_usd=n.cost_usd, input_tokens=cost_in, output_tokens=cost_out,
+                abnormal=len(n.abnormal), tasks_done=list(n.tasks_done))
+    return data

@@ -1,0 +1,398 @@
+"""The morning report as one self-contained HTML page: a timeline of the night, then the same tables as the text.
+
+The page fetches nothing: CSS and SVG are inline and its Content-Security-Policy refuses
+any outside reference, so it opens the same from a mail attachment, offline or years later.
+Every string from the night is escaped: agent output and reasons are untrusted.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+
+from .model import Night, PhaseRow
+from .text import (between, clock, ending_line, iteration_cells, kpi_rows, label, lasted, one_line, outcome, phase_name,
+                   phase_names, stamp, summary_line, wait_span, where)
+from .words import WAIT_LABELS
+
+__all__ = ["render_html", "CSP", "FORENSICS_LIMIT"]
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+FORENSICS_LIMIT = 20_000   # characters of one incident's forensics shown; the rest is one command away
+
+# The timeline's geometry, in SVG user units (the SVG scales to the page's width).
+WIDTH = 1200
+LEFT = 110                 # row labels
+RIGHT = 24
+TOP = 44                   # breaker labels, then iteration numbers
+ROW = 30
+BAR = 20
+AXIS = 30
+MIN_BAR = 2.0              # a one-second phase stays visible
+TICK_STEPS = (300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+LABEL_CHAR = 7.0           # rough width of one character of an 11px label, to keep labels inside the plot
+MAX_TICKS = 14
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+CSS = """
+:root { color-scheme: light; --ink: #1f2328; --muted: #59636e; --line: #d8dee4; --soft: #f6f8fa; }
+* { box-sizing: border-box; }
+body { margin: 0 auto; max-width: 1240px; padding: 24px 28px 48px; color: var(--ink); background: #fff;
+  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 16px; margin: 28px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
+p { margin: 2px 0; }
+code, pre, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
+  font-size: 12.5px; }
+.muted { color: var(--muted); }
+.summary { margin-top: 6px; font-weight: 600; }
+.reason { overflow-wrap: anywhere; }
+table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
+th, td { text-align: left; vertical-align: top; padding: 4px 10px 4px 0; border-bottom: 1px solid var(--line); }
+th { font-weight: 600; color: var(--muted); font-size: 12.5px; }
+td.num, th.num { text-align: right; }
+td.text { overflow-wrap: anywhere; }
+table.narrow { width: auto; min-width: 360px; }
+table.narrow th, table.narrow td { padding-right: 28px; }
+tbody tr:nth-child(even) { background: var(--soft); }
+svg.timeline { display: block; width: 100%; height: auto; font-size: 12px; }
+svg.timeline text { fill: var(--ink); }
+svg.timeline .label { font-weight: 600; }
+svg.timeline .tick line { stroke: var(--line); }
+svg.timeline .tick text, svg.timeline .iteration text, svg.timeline text.now { fill: var(--muted); font-size: 11px; }
+svg.timeline .iteration line { stroke: #eef1f4; }
+svg.timeline line.axis { stroke: #8c959f; }
+svg.timeline .lane { fill: var(--soft); }
+rect.phase { fill: var(--c); stroke: #fff; stroke-width: 0.6; }
+rect.phase.ending-running { fill: url(#running); stroke: #3a9d5d; }
+.wait { fill: var(--w); opacity: 0.16; }
+text.wait-label { font-size: 11px; fill: var(--muted); }
+path.incident { fill: #c0392b; stroke: #fff; stroke-width: 1; }
+.breaker line { stroke-width: 1.5; stroke-dasharray: 4 3; }
+.breaker text { font-size: 11px; font-weight: 600; }
+.breaker-closed line { stroke: #3a9d5d; } svg.timeline .breaker-closed text { fill: #2b7a47; }
+.breaker-half_open line { stroke: #e08a1e; } svg.timeline .breaker-half_open text { fill: #a9600b; }
+.breaker-open line { stroke: #d64541; } svg.timeline .breaker-open text { fill: #b0302c; }
+line.now { stroke: #1f2328; stroke-dasharray: 2 3; }
+.ending-finished { --c: #3a9d5d; } .ending-failed, .ending-fatal { --c: #d64541; }
+.ending-stale, .ending-wedged, .ending-overtime { --c: #ef8f24; }
+.ending-limit { --c: #8e6cc9; } .ending-outage { --c: #3d7fd6; } .ending-interrupted { --c: #9aa0a6; }
+.ending-not_started { --c: #5f6368; } .ending-watcher_lost { --c: #a0522d; } .ending-running { --c: #9fd8b0; }
+.wait-limit { --w: #8e6cc9; } .wait-outage { --w: #3d7fd6; } .wait-cooldown { --w: #6e7781; }
+.wait-retry { --w: #ef8f24; }
+.legend { display: flex; flex-wrap: wrap; gap: 4px 16px; margin: 6px 0 0 0; padding: 0; list-style: none;
+  font-size: 12.5px; color: var(--muted); }
+.swatch { display: inline-block; width: 12px; height: 12px; border-radius: 2px; margin-right: 5px;
+  vertical-align: -1px; background: var(--c); }
+.swatch.ending-running { background: repeating-linear-gradient(45deg, #9fd8b0 0 3px, #e3f4e8 3px 6px); }
+.swatch.wait { opacity: 1; background: color-mix(in srgb, var(--w) 22%, white); }
+.swatch.incident { background: #c0392b; clip-path: polygon(50% 0, 100% 100%, 0 100%); }
+.swatch.breaker { width: 2px; background: #e08a1e; }
+.out { display: inline-block; padding: 0 6px; border-radius: 9px; font-size: 12.5px; white-space: nowrap;
+  background: color-mix(in srgb, var(--c) 18%, white); border: 1px solid color-mix(in srgb, var(--c) 55%, white); }
+.out.ending-finished { background: none; border-color: transparent; color: #2b7a47; }
+.tiles { display: grid; grid-template-columns: repeat(auto-fill, minmax(210px, 1fr)); gap: 12px; }
+.tile { border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; break-inside: avoid; }
+.tile .name { font-size: 12.5px; color: var(--muted); font-weight: 600; }
+.tile .value { font-size: 24px; font-weight: 650; margin: 2px 0; font-variant-numeric: tabular-nums; }
+.tile .why { font-size: 12.5px; color: var(--muted); }
+details { border: 1px solid var(--line); border-radius: 6px; margin: 8px 0; padding: 6px 10px; }
+summary { cursor: pointer; overflow-wrap: anywhere; }
+pre { background: var(--soft); padding: 8px 10px; overflow-x: auto; white-space: pre-wrap; overflow-wrap: anywhere;
+  margin: 8px 0 4px; max-height: 480px; overflow-y: auto; }
+ul.tasks { margin: 0; padding-left: 20px; }
+@media print {
+  body { max-width: none; padding: 0; font-size: 11px; }
+  h2 { break-after: avoid; }
+  tr, .tile, details, svg.timeline { break-inside: avoid; }
+  pre { max-height: none; overflow: visible; }
+}
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _line(text: str) -> str:
+    """Untrusted one-line text, escaped."""
+    return _e(one_line(text))
+
+
+def _css_name(text: str) -> str:
+    return re.sub(r"[^a-z0-9_-]", "", text.lower())
+
+
+def _f(x: float) -> str:
+    return f"{x:.1f}"
+
+
+class _Scale:
+    """Epoch seconds to x in the plot, clamped to it."""
+
+    def __init__(self, start: float, end: float) -> None:
+        self.start, self.end = start, max(end, start + 60.0)
+
+    def __call__(self, t: float) -> float:
+        span = WIDTH - LEFT - RIGHT
+        return LEFT + min(1.0, max(0.0, (t - self.start) / (self.end - self.start))) * span
+
+
+def _ticks(start: float, end: float) -> list[float]:
+    """Tick times on whole local hours (or halves, quarters... for a short night), at most MAX_TICKS."""
+    step = next((s for s in TICK_STEPS if (end - start) / s <= MAX_TICKS), TICK_STEPS[-1])
+    offset = time.localtime(start).tm_gmtoff
+    first = start - (start + offset) % step
+    if first < start:
+        first += step
+    return [first + i * step for i in range(int((end - first) // step) + 1)]
+
+
+def _span(night: Night, now: float) -> tuple[float, float]:
+    """The axis: from the night's start to its end, or to `now` while it runs, or to the last thing recorded."""
+    known = [night.started, *(t for p in night.phases for t in (p.started, p.ended) if t is not None),
+             *(t for w in night.waits for t in (w.started, w.ended) if t is not None),
+             *(i.at for i in night.incidents), *(b.at for b in night.breaker_changes)]
+    if night.ended is not None:
+        known.append(night.ended)
+    if night.running:
+        known.append(now)
+    return night.started, max(known)
+
+
+def _phase_title(p: PhaseRow, end: float, running: bool) -> str:
+    what = "running" if p.ending == "running" else "finished" if p.ending == "finished" else label(p)
+    unfinished = "" if p.ended is not None else ", so far" if running else ", no end recorded"
+    span = f"{clock(p.started)}-{clock(end)} ({between(p.started, end)}{unfinished})"
+    retry = f" (retry {p.attempt})" if p.attempt else ""
+    reason = "" if p.ending in ("finished", "running") else f": {one_line(p.reason)}"
+    cost = f"; ${p.cost_usd:.2f}" if p.cost_usd is not None else ""
+    return f"iteration {p.iteration} {p.phase}{retry}: {what}, {span}{cost}{reason}"
+
+
+def _timeline(night: Night, now: float) -> str:
+    names = phase_names(night) or ["(no phase)"]
+    start, end = _span(night, now)
+    x = _Scale(start, end)
+
+    def bar_end(p: PhaseRow) -> float:
+        """A phase with no end runs to `now`; in a night that is over, it lasted as long as the night."""
+        return p.ended if p.ended is not None else now if night.running else end
+
+    bottom = TOP + len(names) * ROW
+    height = bottom + AXIS
+    row_of = {name: i for i, name in enumerate(names)}
+    out = [f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
+           f'role="img" aria-label="timeline of the night, {_e(stamp(start))} to {_e(clock(end))}" '
+           f'data-start="{start:.3f}" data-end="{end:.3f}">',
+           '<defs><pattern id="running" width="6" height="6" patternUnits="userSpaceOnUse" '
+           'patternTransform="rotate(45)"><rect width="6" height="6" fill="#e3f4e8"/>'
+           '<rect width="3" height="6" fill="#9fd8b0"/></pattern></defs>']
+    for i, name in enumerate(names):
+        y = TOP + i * ROW
+        out.append(f'<rect class="lane" x="{LEFT}" y="{y + 1}" width="{WIDTH - LEFT - RIGHT}" height="{ROW - 2}"/>')
+        out.append(f'<text class="label" x="{LEFT - 8}" y="{y + ROW / 2 + 4}" text-anchor="end">'
+                   f'{_e(one_line(name, 16))}</text>')
+    for t in _ticks(start, end):
+        local = time.localtime(t)
+        text = time.strftime("%d %b", local) if local.tm_hour == local.tm_min == 0 else clock(t)
+        out.append(f'<g class="tick"><line x1="{_f(x(t))}" x2="{_f(x(t))}" y1="{TOP - 16}" y2="{bottom + 4}"/>'
+                   f'<text x="{_f(x(t))}" y="{bottom + 18}" text-anchor="middle">{text}</text></g>')
+    out.append(f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{bottom}" y2="{bottom}"/>')
+    for it in night.iterations:
+        left = x(it.started)
+        right = x(it.ended if it.ended is not None else max([bar_end(p) for p in it.phases] or [it.started]))
+        if right - left >= 4:
+            name = f"iteration {it.iteration}" if right - left >= 90 else str(it.iteration)
+            tag = f'<text x="{_f(left + 3)}" y="{TOP - 4}">{name}</text>' if right - left >= 16 else ""
+            out.append(f'<g class="iteration"><line x1="{_f(left)}" x2="{_f(left)}" y1="{TOP - 16}" y2="{bottom}"/>'
+                       f'{tag}</g>')
+    for w in night.waits:
+        until = w.ended if w.ended is not None else (now if night.running else end)
+        left, right = x(w.started), max(x(until), x(w.started) + MIN_BAR)
+        kind = WAIT_LABELS.get(w.kind, w.kind)
+        title = f"{kind} {wait_span(night, w)}: {one_line(w.reason)}"
+        out.append(f'<rect class="wait wait-{_css_name(w.kind)}" x="{_f(left)}" y="{TOP}" width="{_f(right - left)}" '
+                   f'height="{bottom - TOP}"><title>{_e(title)}</title></rect>')
+        if right - left >= 80:
+            out.append(f'<text class="wait-label" x="{_f(left + 4)}" y="{bottom - 5}">{_e(kind)}</text>')
+    for p in night.phases:
+        left = x(p.started)
+        width = max(x(bar_end(p)) - left, MIN_BAR)
+        y = TOP + row_of[p.phase] * ROW + (ROW - BAR) / 2
+        out.append(f'<rect class="phase ending-{_css_name(p.ending)}" x="{_f(left)}" y="{_f(y)}" '
+                   f'width="{_f(width)}" height="{BAR}" rx="2" data-phase="{_e(p.phase)}" '
+                   f'data-iteration="{p.iteration}" data-attempt="{p.attempt}" data-ending="{_e(p.ending)}">'
+                   f'<title>{_e(_phase_title(p, bar_end(p), night.running))}</title></rect>')
+    for b in night.breaker_changes:
+        bx = x(b.at)
+        title = (f"{clock(b.at)} {where(b.iteration, None)}: breaker {b.before} → {b.after} "
+                 f"({b.no_progress} iterations without progress)")
+        state = one_line(b.after, 12)
+        inside = bx + 3 + len(state) * LABEL_CHAR <= WIDTH
+        tx, anchor = (bx + 3, "start") if inside else (bx - 3, "end")
+        out.append(f'<g class="breaker breaker-{_css_name(b.after)}"><line x1="{_f(bx)}" x2="{_f(bx)}" '
+                   f'y1="{TOP - 30}" y2="{bottom}"/><text x="{_f(tx)}" y="{TOP - 32}" text-anchor="{anchor}">'
+                   f'{_e(state)}</text><title>{_e(title)}</title></g>')
+    for i in night.incidents:
+        ix = x(i.at)
+        y = TOP + row_of.get(i.phase or "", 0) * ROW + 2
+        title = f"incident {i.id}, {clock(i.at)} {where(i.iteration, i.phase)}: {i.kind}: {one_line(i.reason)}"
+        out.append(f'<path class="incident" d="M{_f(ix)},{y + 9} l-6,-10 h12 z"><title>{_e(title)}</title></path>')
+    if night.running:
+        out.append(f'<line class="now" x1="{_f(x(now))}" x2="{_f(x(now))}" y1="{TOP - 30}" y2="{bottom}"/>'
+                   f'<text class="now" x="{_f(x(now) - 3)}" y="{TOP - 20}" text-anchor="end">now {clock(now)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+LEGEND = (("ending-finished", "finished"), ("ending-failed", "failed / API error"),
+          ("ending-stale", "stuck / wedged / over time"), ("ending-limit", "usage limit"),
+          ("ending-outage", "API outage"), ("ending-interrupted", "interrupted"), ("ending-running", "running"),
+          ("wait wait-limit", "wait"), ("incident", "incident"), ("breaker", "breaker change"))
+
+
+def _legend() -> str:
+    items = "".join(f'<li><span class="swatch {cls}"></span>{_e(text)}</li>' for cls, text in LEGEND)
+    return f'<ul class="legend">{items}</ul>'
+
+
+def _table(headers: list[str], rows: list[list[str]], numeric: tuple[int, ...] = (), text: tuple[int, ...] = (),
+           narrow: bool = False) -> str:
+    """A table of cells already escaped; `numeric` columns align right, `text` columns wrap anywhere."""
+    def cls(i: int) -> str:
+        return ' class="num"' if i in numeric else ' class="text"' if i in text else ""
+
+    head = "".join(f"<th{cls(i)}>{_e(h)}</th>" for i, h in enumerate(headers))
+    body = "\n".join("<tr>" + "".join(f"<td{cls(i)}>{c}</td>" for i, c in enumerate(row)) + "</tr>" for row in rows)
+    opening = '<table class="narrow">' if narrow else "<table>"
+    return f"{opening}<thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>"
+
+
+def _section(ident: str, title: str, body: str) -> str:
+    return f'<section id="{ident}"><h2>{_e(title)}</h2>\n{body}\n</section>'
+
+
+def _iterations(night: Night) -> str:
+    names = phase_names(night)
+    rows = []
+    for it in night.iterations:
+        cells = [_e(c) for c in iteration_cells(night, it, names)]
+        for k, name in enumerate(names, start=1):
+            runs = [p for p in it.phases if p.phase == name]
+            if runs:
+                cells[k] = " ".join(f'<span class="out ending-{_css_name(p.ending)}">{_e(outcome(p))}</span>'
+                                    for p in runs)
+        rows.append(cells)
+    headers = ["iteration", *names, "time", "progress", "breaker", "commits", "tasks"]
+    last = len(headers)
+    return _table(headers, rows, numeric=(0, last - 5, last - 2, last - 1))
+
+
+def _forensics(text: str, incident_id: str) -> str:
+    if not text:
+        return '<p class="muted">no forensics: the incident\'s file is gone</p>'
+    text = _CONTROL.sub("?", text)
+    cut = ""
+    if len(text) > FORENSICS_LIMIT:
+        cut = (f'<p class="muted cut">cut: {len(text) - FORENSICS_LIMIT:,} more characters; '
+               f'<code>genesis incidents show {_e(incident_id)}</code> prints it all</p>')
+        text = text[:FORENSICS_LIMIT]
+    return f"<pre>{_e(text)}</pre>{cut}"
+
+
+def _cost(night: Night) -> str:
+    def reported(value: str | None) -> str:
+        return _e(value) if value is not None else '<span class="muted">not reported</span>'
+
+    tokens_in, tokens_out = night.tokens
+    turns = [p.turns for p in night.phases if p.turns is not None]
+    rows = [["total", reported(None if night.cost_usd is None else f"${night.cost_usd:.2f}")],
+            ["input tokens", reported(None if tokens_in is None else f"{tokens_in:,}")],
+            ["output tokens", reported(None if tokens_out is None else f"{tokens_out:,}")],
+            ["turns", reported(str(sum(turns)) if turns else None)]]
+    by_phase: dict[str, float] = {}
+    for p in night.phases:
+        if p.cost_usd is not None:
+            by_phase[p.phase] = by_phase.get(p.phase, 0.0) + p.cost_usd
+    rows += [[f"{_e(name)} phases", _e(f"${cost:.2f}")] for name, cost in by_phase.items()] if len(by_phase) > 1 else []
+    return _table(["as the agents reported them", ""], rows, numeric=(1,), narrow=True)
+
+
+def render_html(night: Night, now: float | None = None) -> str:
+    """The whole page; a running phase's bar ends at `now` (the current time when None)."""
+    now = time.time() if now is None else now
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>Genesis night of {_e(stamp(night.started)[:10])} · {_line(_name(night.project))}</title>",
+        f"<style>{CSS}</style>", "</head><body>",
+        "<header>",
+        # The project's name heads the page; its full path is the heading's tooltip.
+        f'<h1 title="{_line(night.project)}">Night of {_e(stamp(night.started)[:10])} · '
+        f"{_line(_name(night.project))}</h1>",
+        f'<p class="muted">Genesis run <code>{_e(night.run_id)}</code></p>',
+        f"<p>{_e(ending_line(night))}</p>",
+    ]
+    if night.reason and not night.running:
+        parts.append(f'<p class="reason">{_line(night.reason)}</p>')
+    parts += [f'<p class="summary">{_e(summary_line(night))}</p>', "</header>",
+              _section("timeline", "Timeline", _timeline(night, now) + _legend())]
+    if night.abnormal:
+        rows = [[str(p.iteration), _e(phase_name(p)),
+                 f'<span class="out ending-{_css_name(p.ending)}">{_e(label(p))}</span>', _e(lasted(p)),
+                 _line(p.reason) + (f"; {p.killed} process{'es' if p.killed != 1 else ''} ended" if p.killed else "")]
+                for p in night.abnormal]
+        parts.append(_section("abnormal", f"Abnormal phases ({len(night.abnormal)})",
+                              _table(["iteration", "phase", "what", "duration", "reason"], rows,
+                                     numeric=(0, 3), text=(4,))))
+    parts.append(_section("iterations", f"Iterations ({len(night.iterations)})", _iterations(night)))
+    done = [(p, task) for p in night.phases for task in p.tasks_done]
+    if done:
+        items = "".join(f'<li>{_line(task)} <span class="muted">(iteration {p.iteration} {_e(p.phase)})</span></li>'
+                        for p, task in done)
+        parts.append(_section("tasks", f"Tasks done ({len(done)})", f'<ul class="tasks">{items}</ul>'))
+    if night.commits:
+        rows = [[f"<code>{_e(c.sha)}</code>", _e(clock(c.at)), _line(c.subject), _e(where(c.iteration, c.phase))]
+                for c in night.commits]
+        parts.append(_section("commits", f"Commits ({len(night.commits)})",
+                              _table(["commit", "time", "subject", "when"], rows, text=(2,))))
+    if night.phases:
+        parts.append(_section("cost", "Cost and tokens", _cost(night)))
+    if night.waits:
+        rows = [[_e(WAIT_LABELS.get(w.kind, w.kind)), _e(wait_span(night, w)), _e(where(w.iteration, w.phase)),
+                 _line(w.reason)] for w in night.waits]
+        parts.append(_section("waits", f"Waits ({len(night.waits)})",
+                              _table(["wait", "when", "during", "reason"], rows, text=(3,))))
+    if night.incidents:
+        blocks = [f'<details class="incident-record" id="incident-{_e(i.id)}"><summary><code>{_e(i.id)}</code> · '
+                  f'{_e(clock(i.at))} · {_e(where(i.iteration, i.phase))} · <strong>{_e(i.kind)}</strong>: '
+                  f'{_line(i.reason)}</summary>'
+                  f'<p class="muted">in full: <code>genesis incidents show {_e(i.id)}</code></p>'
+                  f'{_forensics(i.forensics, i.id)}</details>' for i in night.incidents]
+        parts.append(_section("incidents", f"Incidents ({len(night.incidents)})", "\n".join(blocks)))
+    if night.breaker_changes:
+        rows = [[_e(clock(b.at)), _e(where(b.iteration, None) or "-"), _e(f"{b.before} → {b.after}"),
+                 str(b.no_progress)] for b in night.breaker_changes]
+        parts.append(_section("breaker", "Breaker changes",
+                              _table(["time", "after", "change", "iterations without progress"], rows,
+                                     numeric=(3,), narrow=True)))
+    if night.alerts:
+        rows = [[f"<code>{_e(a.ticket_id)}</code>", _e(clock(a.at)), _e(a.severity), _e(a.verdict), _line(a.cause),
+                 _e(", ".join(a.delivered) or "-")] for a in night.alerts]
+        parts.append(_section("alerts", f"Alerts ({len(night.alerts)})",
+                              _table(["ticket", "time", "severity", "verdict", "cause", "sent to"], rows,
+                                     text=(4,))))
+    tiles = "".join(f'<div class="tile"><div class="name">{_e(name)}</div><div class="value">{_e(value)}</div>'
+                    f'<div class="why">{_e(why)}</div></div>' for name, value, why in kpi_rows(night.kpis))
+    parts.append(_section("kpis", "Health KPIs", f'<div class="tiles">{tiles}</div>'))
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def _name(project: str) -> str:
+    """A project's folder name ("" stays "")."""
+    return project.rstrip("/").rsplit("/", 1)[-1] if project else project

@@ -1,0 +1,62 @@
+"""Seed 000's health KPIs, computed from one run's ledger rows.
+
+- MTTD, mean time to detect: from the stuck agent's last sign of life (its last heartbeat)
+  to the watcher calling it stuck (the incident).
+- MTTR, mean time to recover: from that incident to the end of the run's next phase that
+  finished.
+- False-positive rate: stall warnings (the health judgment called a phase stalled or
+  wedged) after which the phase became healthy again by itself, over all such warnings.
+- Retries per phase: retries of stuck phases over phases run.
+- Escalation rate: tickets that triage passed to the operator over tickets raised (the
+  loop's end, always told, is not counted).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .model import IncidentRow, Kpis, PhaseRow
+
+__all__ = ["compute"]
+
+DETECTED = ("stale", "wedged")
+WORSE = ("stalled", "wedged")
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def compute(phases: Sequence[PhaseRow], incidents: Sequence[IncidentRow], silent_for: dict[str, float],
+            health: Sequence[dict[str, Any]], retries: int, tickets: Sequence[tuple[str, bool]]) -> Kpis:
+    """phases and incidents of the run; silent_for: incident id -> seconds since its agent's last
+    heartbeat when it was called; health: the run's `health` and `phase_start`
+    events in order; tickets:
+    (decision, final) per alert."""
+    detections = [i for i in incidents if i.kind in DETECTED]
+    mttd = _mean([silent_for[i.id] for i in detections if i.id in silent_for])
+    recovered = []
+    for inc in detections:
+        later = [p.ended for p in phases if p.ending == "finished" and p.ended is not None and p.ended > inc.at]
+        if later:
+            recovered.append(min(later) - inc.at)
+    warnings = false = 0
+    state: dict[tuple[Any, Any], bool] = {}  # (iteration, phase) -> a warning is open
+    for e in health:
+        key = (e.get("iteration"), e.get("phase"))
+        cls = e.get("classification")
+        if e.get("event") == "phase_start":  # a new run of the phase (a retry): no warning is open
+            state[key] = False
+        elif cls in WORSE and not state.get(key):
+            warnings += 1
+            state[key] = True
+        elif cls == "healthy" and state.get(key):
+            false += 1
+            state[key] = False
+    told = [decision for decision, final in tickets if not final]
+    return Kpis(
+        mttd_seconds=mttd, mttr_seconds=_mean(recovered),
+        false_positive_rate=(false / warnings) if warnings else None,
+        retries_per_phase=(retries / len(phases)) if phases else None,
+        escalation_rate=(sum(1 for d in told if d == "intervene") / len(told)) if told else None,
+        detections=len(detections), recoveries=len(recovered), warnings=warnings, tickets=len(told))

@@ -1,0 +1,152 @@
+"""The night read back from the ledger: one run's records as the report's model (model.py),
+and the event lists the loop's own steps consult (run_events)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ..ledger import Ledger, LedgerError
+from ..layout import Layout
+from . import kpis
+from .model import (AlertRow, BreakerChange, CommitRow, IncidentRow, IterationRow, Night, PhaseRow, WaitRow)
+
+__all__ = ["UnknownRun", "open_view", "run_events", "night", "MAX_FORENSICS"]
+
+MAX_FORENSICS = 20_000  # characters of an incident's text kept in the night
+TAIL_LINES = 3          # transcript lines shown under an abnormal phase
+
+
+class UnknownRun(LookupError):
+    """No such run in the ledger (or no ledger yet)."""
+
+
+def open_view(layout: Layout) -> Ledger:
+    """The ledger, read-only (a view never writes, and never holds up the loop)."""
+    try:
+        return Ledger.open(layout.ledger_file, readonly=True)
+    except LedgerError as exc:
+        raise UnknownRun(str(exc)) from None
+
+
+def run_events(layout: Layout, run_id: str, ledger: Ledger | None = None) -> list[dict[str, Any]]:
+    """The events of one run, oldest first (none if the run or the ledger is unknown)."""
+    if ledger is not None:
+        return ledger.events(run_id)
+    try:
+        with open_view(layout) as led:
+            return led.events(run_id)
+    except UnknownRun:
+        return []
+
+
+def pick_run(led: Ledger, run_id: str | None, since: float | None = None) -> str:
+    """run_id if the ledger knows it, else the latest run (started at or after since)."""
+    runs = led.runs(since)
+    if not runs:
+        raise UnknownRun(f"no Genesis run recorded in {led.path}" + (" since then" if since is not None else ""))
+    if run_id is None:
+        return runs[-1].run_id
+    if run_id not in {r.run_id for r in led.runs()}:
+        raise UnknownRun(f"no run {run_id!r} in {led.path}; `genesis report --list` lists the runs")
+    return run_id
+
+
+def _json_list(text: Any) -> tuple[str, ...]:
+    try:
+        value = json.loads(text) if isinstance(text, str) else []
+    except ValueError:
+        return ()
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Path | None = None,
+          now: float | None = None) -> Night:
+    """One run as the report shows it."""
+    now = time.time() if now is None else now
+    run = next(r for r in led.runs() if r.run_id == run_id)
+    q = lambda sql: led.query(sql, (run_id,))  # noqa: E731 - every query here is of one run
+    phases = [PhaseRow(
+        iteration=r["iteration"] or 0, phase=r["phase"], attempt=r["attempt"] or 0, started=r["started"],
+        ended=r["ended"], ending=r["ending"], exit_code=r["exit_code"], reason=r["detail"] or r["ending"],
+        cost_usd=r["cost_usd"], turns=r["turns"], input_tokens=r["input_tokens"], output_tokens=r["output_tokens"],
+        commits=_json_list(r["commits"]), files_changed=r["files_changed"], tasks_done=_json_list(r["tasks_done"]),
+        killed=r["killed"] or 0, log=r["log"], tail=_tail(r["log"], r["ending"]))
+        for r in q("SELECT * FROM phases WHERE run_id = ? ORDER BY id")]
+    events = led.events(run_id, kinds=("phase_skip", "health", "phase_start", "reap", "incident"))
+    skipped: dict[int, list[str]] = {}
+    for e in events:
+        if e["event"] == "phase_skip" and isinstance(e.get("iteration"), int):
+            skipped.setdefault(e["iteration"], []).append(str(e.get("phase")))
+    iterations = []
+    seen = set()
+    for r in q("SELECT * FROM iterations WHERE run_id = ? ORDER BY iteration"):
+        seen.add(r["iteration"])
+        iterations.append(IterationRow(
+            iteration=r["iteration"], started=r["started"], ended=r["ended"],
+            progress=None if r["progress"] is None else bool(r["progress"]), breaker=r["breaker"],
+            no_progress=r["no_progress"] or 0, phases=tuple(p for p in phases if p.iteration == r["iteration"]),
+            skipped=tuple(skipped.get(r["iteration"], ()))))
+    strays = [p for p in phases if p.iteration not in seen]  # a phase outside any recorded iteration
+    if strays:
+        iterations.append(IterationRow(0, strays[0].started, None, None, None, 0, tuple(strays)))
+    waits = tuple(WaitRow(kind=r["kind"], started=r["started"], until=r["until"], ended=r["ended"],
+                          reason=r["reason"] or "", iteration=r["iteration"], phase=r["phase"])
+                  for r in q("SELECT * FROM waits WHERE run_id = ? ORDER BY id"))
+    incidents = tuple(IncidentRow(id=r["id"], at=r["at"], iteration=r["iteration"], phase=r["phase"],
+                                  kind=r["kind"] or "", reason=r["reason"] or "",
+                                  forensics=_forensics(incidents_dir, r["id"]))
+                      for r in q("SELECT * FROM incidents WHERE run_id = ? ORDER BY at"))
+    changes = tuple(BreakerChange(at=r["at"], iteration=r["iteration"], before=r["before"], after=r["after"],
+                                  no_progress=r["no_progress"] or 0)
+                    for r in q("SELECT * FROM breaker_changes WHERE run_id = ? ORDER BY id"))
+    alerts = tuple(AlertRow(ticket_id=r["ticket_id"], at=r["at"], severity=r["severity"] or "", cause=r["cause"] or "",
+                            verdict=r["decision"] or "pending", delivered=_json_list(r["delivered"]))
+                   for r in q("SELECT * FROM alerts WHERE run_id = ? ORDER BY at"))
+    commits = tuple(CommitRow(sha=r["sha"], at=r["at"], subject=r["subject"] or "", iteration=r["iteration"],
+                              phase=r["phase"])
+                    for r in q("SELECT * FROM commits WHERE run_id = ? ORDER BY at, rowid"))
+    finals = {r["ticket_id"]: _final(r["ticket"]) for r in q("SELECT ticket_id, ticket FROM alerts WHERE run_id = ?")}
+    silent = {str(e.get("id")): float(e["silent_for"]) for e in events
+              if e["event"] == "incident" and isinstance(e.get("silent_for"), (int, float))}
+    retries = q("SELECT COUNT(*) FROM retries WHERE run_id = ?")[0][0]
+    reaped = sum(len(e.get("pids") or []) for e in events if e["event"] == "reap")
+    return Night(
+        run_id=run_id, project=run.project or "", started=run.started, ended=run.ended, reason=run.reason or "",
+        exit_code=run.exit_code, running=running and run.ended is None, iterations=tuple(iterations), waits=waits,
+        incidents=incidents, breaker_changes=changes, alerts=alerts, commits=commits,
+        kpis=kpis.compute(phases, incidents, silent, [e for e in events if e["event"] in ("health", "phase_start")],
+                          retries, [(a.verdict, finals.get(a.ticket_id, False)) for a in alerts]),
+        reaped=reaped)
+
+
+def _tail(log: str | None, ending: str) -> tuple[str, ...]:
+    """The last lines of an abnormal phase's transcript, where its log still is."""
+    if not log or ending in ("finished", "running"):
+        return ()
+    from ..agentlog import tail
+
+    return tuple(line for line in tail(Path(log), TAIL_LINES) if line.strip())
+
+
+def _final(ticket: Any) -> bool:
+    try:
+        return bool(json.loads(ticket).get("final")) if isinstance(ticket, str) else False
+    except (ValueError, AttributeError):
+        return False
+
+
+def _forensics(directory: Path | None, ident: str) -> str:
+    """An incident's readable text, cut to MAX_FORENSICS ("" if its file is gone)."""
+    if directory is None:
+        return ""
+    from ..atomicio import CorruptFile
+    from ..health.incidents import UnknownIncident, read_incident
+
+    try:
+        text = read_incident(directory, ident)
+    except (UnknownIncident, CorruptFile, OSError, ValueError):
+        return ""
+    return text if len(text) <= MAX_FORENSICS else text[:MAX_FORENSICS] + "\n... (cut)"

@@ -1,0 +1,168 @@
+"""The night as the report shows it: records read from the ledger, rendered by text.py and html.py.
+
+Times are epoch seconds (floats). A figure the agent did not report is None, never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["PhaseRow", "IterationRow", "WaitRow", "IncidentRow", "BreakerChange", "AlertRow", "CommitRow",
+           "Kpis", "Night", "ABNORMAL_LABELS"]
+
+# How a phase's ending reads; "finished" is the only normal one.
+ABNORMAL_LABELS = {
+    "failed": "exited with an error", "limit": "usage limit", "outage": "API outage", "fatal": "API error (fatal)",
+    "stale": "stuck", "wedged": "wedged", "overtime": "over time", "interrupted": "interrupted",
+    "not_started": "could not start", "watcher_lost": "watcher lost", "running": "running",
+}
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    iteration: int
+    phase: str                     # Builder, Criticizer, Planner, ...
+    attempt: int                   # 0 first run; 1.. a retry after a stall
+    started: float
+    ended: float | None            # None: still running (or the loop died during it)
+    ending: str                    # finished, failed, limit, outage, fatal, stale, wedged, overtime, interrupted,
+                                   # not_started, watcher_lost; "running" while it runs
+    exit_code: int | None
+    reason: str                    # why it ended, one line ("finished" when it did)
+    cost_usd: float | None = None
+    turns: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    commits: tuple[str, ...] = ()  # short shas of the commits made during the phase (agent's or auto-commit)
+    files_changed: int | None = None
+    tasks_done: tuple[str, ...] = ()  # TASKS.md items ticked during the phase
+    killed: int = 0                # processes ended by the watcher
+    log: str | None = None         # the phase's transcript
+    tail: tuple[str, ...] = ()     # an abnormal phase's last transcript lines (sanitised), where its log still is
+
+    @property
+    def abnormal(self) -> bool:
+        return self.ending not in ("finished", "running")
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.ended is None else max(0.0, self.ended - self.started)
+
+
+@dataclass(frozen=True)
+class IterationRow:
+    iteration: int
+    started: float
+    ended: float | None
+    progress: bool | None          # None: not measured (running, or the loop stopped inside it)
+    breaker: str | None            # the breaker's state after the iteration
+    no_progress: int
+    phases: tuple[PhaseRow, ...]
+    skipped: tuple[str, ...] = ()  # phases whose trigger said no
+
+
+@dataclass(frozen=True)
+class WaitRow:
+    kind: str                      # limit, outage, cooldown, retry
+    started: float
+    until: float | None            # when it was planned to end
+    ended: float | None            # None: still waiting
+    reason: str
+    iteration: int | None = None
+    phase: str | None = None
+
+
+@dataclass(frozen=True)
+class IncidentRow:
+    id: str                        # `genesis incidents show <id>`
+    at: float
+    iteration: int | None
+    phase: str | None
+    kind: str                      # stale, wedged, overtime, ...
+    reason: str
+    forensics: str = ""            # the incident's readable text (bounded), "" if its file is gone
+
+
+@dataclass(frozen=True)
+class BreakerChange:
+    at: float
+    iteration: int | None
+    before: str                    # CLOSED, HALF_OPEN, OPEN
+    after: str
+    no_progress: int
+
+
+@dataclass(frozen=True)
+class AlertRow:
+    ticket_id: str
+    at: float
+    severity: str                  # low, medium, high, critical
+    cause: str
+    verdict: str                   # dismiss, intervene (or "pending" while triage runs)
+    delivered: tuple[str, ...] = ()  # channels that took it: webhook, ntfy, desktop, command
+
+
+@dataclass(frozen=True)
+class CommitRow:
+    sha: str                       # short sha
+    at: float
+    subject: str
+    iteration: int | None = None
+    phase: str | None = None
+
+
+@dataclass(frozen=True)
+class Kpis:
+    """Seed 000's health KPIs over the run (None: nothing to compute it from)."""
+    mttd_seconds: float | None     # mean time to detect: last sign of life -> the stall is called
+    mttr_seconds: float | None     # mean time to recover: the stall is called -> the next phase that finishes
+    false_positive_rate: float | None  # stall warnings that recovered on their own / all stall warnings
+    retries_per_phase: float | None    # retries / phases run
+    escalation_rate: float | None      # tickets that reached the operator / tickets raised
+    detections: int = 0
+    recoveries: int = 0
+    warnings: int = 0
+    tickets: int = 0
+
+
+@dataclass(frozen=True)
+class Night:
+    run_id: str
+    project: str
+    started: float
+    ended: float | None            # None: running, or the loop was killed before recording its end
+    reason: str                    # how it ended ("" while running)
+    exit_code: int | None
+    running: bool
+    iterations: tuple[IterationRow, ...]
+    waits: tuple[WaitRow, ...] = ()
+    incidents: tuple[IncidentRow, ...] = ()
+    breaker_changes: tuple[BreakerChange, ...] = ()
+    alerts: tuple[AlertRow, ...] = ()
+    commits: tuple[CommitRow, ...] = ()
+    kpis: Kpis = field(default_factory=lambda: Kpis(None, None, None, None, None))
+    reaped: int = 0                # leftover processes ended between phases
+
+    @property
+    def phases(self) -> tuple[PhaseRow, ...]:
+        return tuple(p for it in self.iterations for p in it.phases)
+
+    @property
+    def abnormal(self) -> tuple[PhaseRow, ...]:
+        return tuple(p for p in self.phases if p.abnormal)
+
+    @property
+    def tasks_done(self) -> tuple[str, ...]:
+        return tuple(t for p in self.phases for t in p.tasks_done)
+
+    @property
+    def cost_usd(self) -> float | None:
+        costs = [p.cost_usd for p in self.phases if p.cost_usd is not None]
+        return sum(costs) if costs else None
+
+    @property
+    def tokens(self) -> tuple[int | None, int | None]:
+        """(input, output) tokens the agents reported, None where none did."""
+        ins = [p.input_tokens for p in self.phases if p.input_tokens is not None]
+        outs = [p.output_tokens for p in self.phases if p.output_tokens is not None]
+        return (sum(ins) if ins else None, sum(outs) if outs else None)

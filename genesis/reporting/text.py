@@ -1,0 +1,269 @@
+"""The morning report for the terminal: one night, plain text, scannable top to bottom.
+
+The helpers here (clock times, outcomes, the iteration table's cells, the KPI lines) are
+shared with html.py so both reports say the same thing in the same words.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+
+from rich import box
+from rich.console import Console
+from rich.padding import Padding
+from rich.table import Table
+
+from .model import ABNORMAL_LABELS, IterationRow, Kpis, Night, PhaseRow, WaitRow
+from .words import WAIT_LABELS, duration
+
+__all__ = ["render_text", "clock", "stamp", "one_line", "outcome", "label", "between", "lasted", "phase_name",
+           "phase_names", "iteration_headers", "iteration_cells", "ending_line", "summary_line", "wait_span", "where",
+           "kpi_rows"]
+
+# A phase's outcome in one word, for the table's cells.
+SHORT = {"finished": "ok", "failed": "failed", "limit": "limit", "outage": "outage", "fatal": "fatal",
+         "stale": "stuck", "wedged": "wedged", "overtime": "overtime", "interrupted": "interrupted",
+         "not_started": "no start", "watcher_lost": "lost", "running": "running"}
+
+REASON_LIMIT = 300   # characters of one reason line; agent output can be any length
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # incl. bidi overrides
+
+
+def clock(epoch: float) -> str:
+    """Local wall time, HH:MM."""
+    return time.strftime("%H:%M", time.localtime(epoch))
+
+
+def stamp(epoch: float) -> str:
+    """Local date and time, for the run's start and end."""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
+
+
+def one_line(text: str, limit: int = REASON_LIMIT) -> str:
+    """Untrusted text made safe for one line: control characters (escape codes) shown as '?', capped."""
+    text = " ".join(_CONTROL.sub("?", text.replace("\t", " ")).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _plural(count: int, word: str, many: str | None = None) -> str:
+    return f"{count} {word if count == 1 else many or word + 's'}"
+
+
+def outcome(p: PhaseRow) -> str:
+    if p.ending == "failed" and p.exit_code is not None:
+        return f"exit {p.exit_code}"
+    return SHORT.get(p.ending, p.ending)
+
+
+def label(p: PhaseRow) -> str:
+    text = ABNORMAL_LABELS.get(p.ending, p.ending)
+    return f"{text} (exit {p.exit_code})" if p.ending == "failed" and p.exit_code is not None else text
+
+
+def between(start: float, end: float) -> str:
+    """How long from start to end; a clock stepped back reads 0s, not a negative time."""
+    return duration(max(0.0, end - start))
+
+
+def lasted(p: PhaseRow) -> str:
+    return "-" if p.seconds is None else duration(p.seconds)
+
+
+def phase_name(p: PhaseRow) -> str:
+    return f"{p.phase} (retry {p.attempt})" if p.attempt else p.phase
+
+
+def phase_names(night: Night) -> list[str]:
+    """Every phase the night ran or skipped, in the order they first came."""
+    names: dict[str, None] = {}
+    for it in night.iterations:
+        for name in [p.phase for p in it.phases] + list(it.skipped):
+            names.setdefault(name, None)
+    return list(names)
+
+
+def iteration_headers(names: list[str]) -> list[str]:
+    return ["iter", *names, "time", "progress", "breaker", "commits", "tasks"]
+
+
+def iteration_cells(night: Night, it: IterationRow, names: list[str]) -> list[str]:
+    """One row of the iteration table; a phase run twice (a retry, a rerun after a wait) shows both."""
+    cells = [str(it.iteration)]
+    for name in names:
+        runs = [outcome(p) for p in it.phases if p.phase == name]
+        cells.append(", ".join(runs) if runs else "skipped" if name in it.skipped else "-")
+    if it.ended is not None:
+        cells.append(between(it.started, it.ended))
+    else:
+        cells.append("running" if night.running else "-")
+    cells.append("-" if it.progress is None else "yes" if it.progress else "no")
+    breaker = it.breaker or "-"
+    cells.append(f"{breaker} ({it.no_progress})" if it.breaker and it.no_progress else breaker)
+    commits = sum(len(p.commits) for p in it.phases)
+    tasks = sum(len(p.tasks_done) for p in it.phases)
+    cells += [str(commits) if commits else "-", str(tasks) if tasks else "-"]
+    return cells
+
+
+def ending_line(night: Night) -> str:
+    """When the night started and ended (or that it did not); how it ended is `night.reason`."""
+    start = f"started {stamp(night.started)}"
+    if night.running:
+        return f"{start} · still running"
+    if night.ended is None:
+        return f"{start} · no end recorded (the loop was killed, or its ledger lost the end)"
+    code = "" if night.exit_code is None else f" · exit {night.exit_code}"
+    return f"{start} · ended {stamp(night.ended)} after {between(night.started, night.ended)}{code}"
+
+
+def summary_line(night: Night) -> str:
+    phases = night.phases
+    parts = [_plural(len(night.iterations), "iteration"),
+             _plural(len(phases), "phase") + (f", {len(night.abnormal)} abnormal" if night.abnormal else ""),
+             _plural(len(night.commits), "commit"), _plural(len(night.tasks_done), "task") + " done"]
+    if night.cost_usd is not None:
+        parts.append(f"${night.cost_usd:.2f}")
+    if night.reaped:
+        parts.append(_plural(night.reaped, "leftover process", "leftover processes") + " ended")
+    return " · ".join(parts)
+
+
+def where(iteration: int | None, phase: str | None) -> str:
+    """"iteration 2 Builder", or as much of it as is known."""
+    return " ".join(x for x in (f"iteration {iteration}" if iteration is not None else "", phase or "") if x)
+
+
+def wait_span(night: Night, w: WaitRow) -> str:
+    if w.ended is not None:
+        return f"{clock(w.started)}-{clock(w.ended)} ({between(w.started, w.ended)})"
+    planned = f", until {clock(w.until)}" if w.until is not None else ""
+    return f"{clock(w.started)}- ({'still waiting' if night.running else 'no end recorded'}{planned})"
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.0f}%"
+
+
+def kpi_rows(k: Kpis) -> list[tuple[str, str, str]]:
+    """(name, value, what it measures): "n/a" where the night gave nothing to compute it from."""
+    return [
+        ("MTTD", "n/a" if k.mttd_seconds is None else duration(k.mttd_seconds),
+         f"mean time to detect a stall, from the last sign of life ({_plural(k.detections, 'detection')})"),
+        ("MTTR", "n/a" if k.mttr_seconds is None else duration(k.mttr_seconds),
+         f"mean time from a stall to the next finished phase ({_plural(k.recoveries, 'recovery', 'recoveries')})"),
+        ("false-positive rate", _percent(k.false_positive_rate),
+         f"stall warnings that recovered on their own ({_plural(k.warnings, 'warning')})"),
+        ("retries per phase", "n/a" if k.retries_per_phase is None else f"{k.retries_per_phase:.2f}",
+         "retries after a stall, per phase run"),
+        ("escalation rate", _percent(k.escalation_rate),
+         f"tickets that reached the operator ({_plural(k.tickets, 'ticket')} raised)"),
+    ]
+
+
+def _grid(*rows: list[str]) -> Table:
+    """Aligned columns without borders; the last column wraps."""
+    grid = Table.grid(padding=(0, 2))
+    for _ in rows[0][:-1]:
+        grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for row in rows:
+        grid.add_row(*row)
+    return grid
+
+
+def _iteration_table(night: Night) -> Table:
+    names = phase_names(night)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for i, header in enumerate(iteration_headers(names)):
+        table.add_column(header, justify="right" if i == 0 or header in ("time", "commits", "tasks") else "left")
+    for it in night.iterations:
+        table.add_row(*iteration_cells(night, it, names))
+    return table
+
+
+def _cost_lines(night: Night) -> list[str]:
+    def reported(value: str | None) -> str:
+        return value if value is not None else "not reported"
+
+    tokens_in, tokens_out = night.tokens
+    turns = [p.turns for p in night.phases if p.turns is not None]
+    lines = [f"total: {reported(None if night.cost_usd is None else f'${night.cost_usd:.2f}')}",
+             f"tokens: in {reported(None if tokens_in is None else f'{tokens_in:,}')}, "
+             f"out {reported(None if tokens_out is None else f'{tokens_out:,}')}",
+             f"turns: {reported(str(sum(turns)) if turns else None)}"]
+    by_phase: dict[str, float] = {}
+    for p in night.phases:
+        if p.cost_usd is not None:
+            by_phase[p.phase] = by_phase.get(p.phase, 0.0) + p.cost_usd
+    if len(by_phase) > 1:
+        lines.append("by phase: " + ", ".join(f"{name} ${cost:.2f}" for name, cost in by_phase.items()))
+    return lines
+
+
+def render_text(night: Night, width: int = 100) -> str:
+    """The night as plain text: header, iteration table, then only the sections that have something to say."""
+    console = Console(record=True, width=width, force_terminal=False, color_system=None,
+                      markup=False, emoji=False, highlight=False, file=io.StringIO())
+
+    def section(title: str) -> None:
+        console.print()
+        console.print(title)
+
+    # One line whatever the path's length: the line a user (or a script) looks for.
+    console.print(f"Genesis run {night.run_id} · {one_line(night.project)}", soft_wrap=True)
+    console.print(ending_line(night))
+    if night.reason and not night.running:
+        console.print(one_line(night.reason))
+    console.print(summary_line(night))
+    console.print()
+    console.print(_iteration_table(night))
+
+    if night.abnormal:
+        section(f"abnormal phases ({len(night.abnormal)})")
+        for p in night.abnormal:
+            killed = f"; {_plural(p.killed, 'process', 'processes')} ended" if p.killed else ""
+            console.print(f"iteration {p.iteration} {phase_name(p)}: {label(p)} after {lasted(p)}{killed}")
+            console.print(Padding(one_line(p.reason), (0, 0, 0, 4)))
+            for line in p.tail:  # a transcript line is never wrapped: one line of the log, one line here
+                console.print(f"    | {one_line(line)}", soft_wrap=True)
+    done = [(p, task) for p in night.phases for task in p.tasks_done]
+    if done:
+        section(f"tasks done ({len(done)})")
+        console.print(_grid(*[[f"iteration {p.iteration} {p.phase}", one_line(task)] for p, task in done]))
+    if night.commits:
+        section(f"commits ({len(night.commits)})")
+        console.print(_grid(*[[c.sha, clock(c.at), one_line(c.subject) + (f" ({where(c.iteration, c.phase)})"
+                                                                           if where(c.iteration, c.phase) else "")]
+                              for c in night.commits]))
+    if night.phases:
+        section("cost and tokens (as the agents reported them)")
+        for line in _cost_lines(night):
+            console.print(line)
+    if night.waits:
+        section(f"waits ({len(night.waits)})")
+        console.print(_grid(*[[WAIT_LABELS.get(w.kind, w.kind), wait_span(night, w),
+                               ": ".join(x for x in (where(w.iteration, w.phase), one_line(w.reason)) if x)]
+                              for w in night.waits]))
+    if night.incidents:
+        section(f"incidents ({len(night.incidents)}; `genesis incidents show ID` prints one in full)")
+        for i in night.incidents:
+            console.print("  ".join(x for x in (i.id, clock(i.at), where(i.iteration, i.phase), i.kind) if x))
+            console.print(Padding(one_line(i.reason), (0, 0, 0, 4)))
+    if night.breaker_changes:
+        section("breaker changes")
+        console.print(_grid(*[[clock(b.at), where(b.iteration, None) or "-",
+                               f"{b.before} -> {b.after} "
+                               f"({_plural(b.no_progress, 'iteration')} without progress)"]
+                              for b in night.breaker_changes]))
+    if night.alerts:
+        section(f"alerts ({len(night.alerts)})")
+        console.print(_grid(*[[a.ticket_id, clock(a.at), a.severity, a.verdict,
+                               one_line(a.cause) + (f" (sent: {', '.join(a.delivered)})" if a.delivered else "")]
+                              for a in night.alerts]))
+    section("health KPIs")
+    console.print(_grid(*[[name, value, why] for name, value, why in kpi_rows(night.kpis)]))
+    # Fields not passed through one_line() (ids, kinds, phase names) come from Genesis; clean them anyway.
+    return "".join(_CONTROL.sub("?", line).rstrip() + "\n" for line in console.export_text(styles=False).splitlines())
+

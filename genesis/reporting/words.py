@@ -1,0 +1,35 @@
+"""How the views say things: durations, statuses, wait kinds; and the agents' reported figures."""
+
+from __future__ import annotations
+
+import calendar
+import time
+from typing import Any, Iterable
+
+__all__ = ["LABELS", "WAIT_LABELS", "duration", "epoch_of", "reported"]
+
+# How a phase_end status reads; anything but a clean exit is abnormal.
+LABELS = {"exited": "exited", "stale": "stuck", "wedged": "wedged", "overtime": "over time", "api_fatal": "refused by the API",
+          "interrupted": "interrupted", "not_started": "could not start", "watcher_lost": "watcher lost"}
+
+WAIT_LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "breaker cooldown",
+               "retry": "retry of a stuck phase"}
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))  # a clock stepped back never reads as a negative time
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def epoch_of(stamp: str | None) -> float | None:
+    try:
+        return float(calendar.timegm(time.strptime(stamp or "", "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+def reported(phases: Iterable[dict[str, Any]], key: str) -> list[float]:
+    """A figure the agents reported (cost_usd, num_turns) over phase_end events: real numbers only."""
+    return [e[key] for e in phases if isinstance(e.get(key), (int, float)) and not isinstance(e.get(key), bool)]

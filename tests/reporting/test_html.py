@@ -1,0 +1,314 @@
+"""The HTML morning report: structure by parsing, escaping of hostile text, then the page in real headless Chromium."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import struct
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from genesis.reporting.html import CSP, FORENSICS_LIMIT, MIN_BAR, render_html
+from genesis.reporting.model import IncidentRow, Night
+
+from helpers.chromium import INSTALL_HINT, find_chromium, render
+
+from .test_text import HOSTILE, T0, at, many_night, running_night, typical_night, utc  # noqa: F401 (utc: autouse)
+
+# Read at import: the suite's autouse fixture clears GENESIS_* before each test runs.
+CHROMIUM = find_chromium()
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason=f"no headless Chromium found, browser checks skipped: "
+                                                             f"{INSTALL_HINT}")
+VOID = {"meta", "br", "hr", "img", "input", "link", "source", "wbr", "col", "area", "base", "embed", "track"}
+
+
+@dataclasses.dataclass
+class Node:
+    tag: str
+    attrs: dict[str, str]
+    parent: Node | None = dataclasses.field(default=None, repr=False, compare=False)
+    content: list[Node | str] = dataclasses.field(default_factory=list)   # children and text, in order
+
+    @property
+    def classes(self) -> set[str]:
+        return set(self.attrs.get("class", "").split())
+
+    def walk(self):
+        yield self
+        for child in self.content:
+            if isinstance(child, Node):
+                yield from child.walk()
+
+    def all(self, selector: str) -> list[Node]:
+        """Elements matching `tag`, `.class` or `tag.class`."""
+        tag, _, cls = selector.partition(".")
+        return [n for n in self.walk() if (not tag or n.tag == tag) and (not cls or cls in n.classes)]
+
+    def one(self, selector: str) -> Node:
+        found = self.all(selector)
+        assert len(found) == 1, f"{len(found)} elements match {selector}"
+        return found[0]
+
+    def text(self) -> str:
+        return "".join(c.text() if isinstance(c, Node) else c for c in self.content)
+
+    def words(self) -> str:
+        return " ".join(self.text().split())
+
+
+class Tree(HTMLParser):
+    """A small DOM: enough to count elements and read their attributes and text."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = self.node = Node("#document", {})
+        self.feed(page)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        node = Node(tag, {k: v or "" for k, v in attrs}, self.node)
+        self.node.content.append(node)
+        if tag not in VOID:
+            self.node = node
+
+    def handle_startendtag(self, tag, attrs):
+        self.node.content.append(Node(tag, {k: v or "" for k, v in attrs}, self.node))
+
+    def handle_endtag(self, tag):
+        node = self.node
+        while node is not None and node.tag != tag:
+            node = node.parent
+        if node is not None and node.parent is not None:
+            self.node = node.parent
+
+    def handle_data(self, data):
+        self.node.content.append(data)
+
+
+def parse(page: str) -> Node:
+    return Tree(page).root
+
+
+def section(doc: Node, ident: str) -> Node:
+    return next(n for n in doc.all("section") if n.attrs.get("id") == ident)
+
+
+def rows(table: Node) -> list[list[str]]:
+    return [[td.words() for td in tr.all("td")] for tr in table.one("tbody").all("tr")]
+
+
+def test_the_page_is_self_contained_under_a_strict_csp():
+    page = render_html(typical_night())
+    doc = parse(page)
+    csp = [m for m in doc.all("meta") if m.attrs.get("http-equiv") == "Content-Security-Policy"]
+    assert [m.attrs["content"] for m in csp] == [CSP]
+    assert CSP == "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+    assert not doc.all("script") and not doc.all("link") and not doc.all("img") and not doc.all("iframe")
+    for node in doc.walk():
+        for name, value in node.attrs.items():
+            if name != "xmlns":
+                assert "//" not in value, (node.tag, name, value)
+    assert all(ref.startswith("#") for ref in re.findall(r"url\(([^)]*)\)", page))
+    assert "@import" not in page
+
+
+def test_one_bar_per_phase_in_its_row_coloured_by_its_ending():
+    night = typical_night()
+    doc = parse(render_html(night))
+    svg = doc.one("svg.timeline")
+    bars = svg.all("rect.phase")
+    assert [(b.attrs["data-phase"], int(b.attrs["data-iteration"]), int(b.attrs["data-attempt"])) for b in bars] == \
+        [(p.phase, p.iteration, p.attempt) for p in night.phases]
+    assert [f"ending-{p.ending}" in b.classes for b, p in zip(bars, night.phases)] == [True] * len(bars)
+    rows_y = {}
+    for b in bars:
+        rows_y.setdefault(b.attrs["data-phase"], set()).add(b.attrs["y"])
+    assert all(len(ys) == 1 for ys in rows_y.values()) and len({y for ys in rows_y.values() for y in ys}) == 3
+    stuck = bars[1]
+    assert stuck.one("title").text() == ("iteration 1 Criticizer: stuck, 01:52-02:02 (10m00s); $0.21: "
+                                         "no heartbeat for 600s (last tool: Bash pytest -x)")
+    # Time runs left to right: each bar starts where the one before it in the night ended, or later.
+    xs = [float(b.attrs["x"]) for b in bars]
+    assert xs == sorted(xs)
+
+
+def test_waits_incidents_and_breaker_changes_are_on_the_timeline():
+    doc = parse(render_html(typical_night()))
+    svg = doc.one("svg.timeline")
+    wait = svg.one("rect.wait")
+    assert "wait-limit" in wait.classes
+    assert wait.one("title").text().startswith("usage limit 02:08-05:13 (3h05m): You've hit your 5-hour limit")
+    builder_limit, builder_rerun = [b for b in svg.all("rect.phase") if b.attrs["data-iteration"] == "2"
+                                    and b.attrs["data-phase"] == "Builder"]
+    # The band spans from the limit to the rerun.
+    left, right = float(wait.attrs["x"]), float(wait.attrs["x"]) + float(wait.attrs["width"])
+    assert left == pytest.approx(float(builder_limit.attrs["x"]) + float(builder_limit.attrs["width"]), abs=0.11)
+    assert right == pytest.approx(float(builder_rerun.attrs["x"]), abs=0.11)
+    incident = svg.one("path.incident")
+    assert "inc-0001" in incident.one("title").text()
+    breaker = svg.one("g.breaker")
+    assert "breaker-half_open" in breaker.classes and breaker.one("text").text() == "HALF_OPEN"
+    assert "CLOSED → HALF_OPEN" in breaker.one("title").text()
+
+
+def test_hostile_text_is_escaped_everywhere_it_shows():
+    night = typical_night(reason=HOSTILE)
+    evil = 'Builder" onmouseover="alert(2)'
+    first = night.iterations[0]
+    night = dataclasses.replace(night, project="<img src=x onerror=alert(3)>", iterations=(
+        dataclasses.replace(first, phases=(dataclasses.replace(first.phases[0], phase=evil),) + first.phases[1:]),
+        *night.iterations[1:]))
+    page = render_html(night)
+    assert "<script>alert(1)</script>" not in page and "<script" not in page
+    assert "<img src=x" not in page
+    doc = parse(page)
+    assert not doc.all("script") and not doc.all("img")
+    assert all(not name.startswith("on") for n in doc.walk() for name in n.attrs)
+    assert doc.one("svg.timeline").all("rect.phase")[0].attrs["data-phase"] == evil
+    # Shown, not dropped: the reader sees exactly what the agent said (control characters aside).
+    abnormal = rows(section(doc, "abnormal").one("table"))
+    assert abnormal[0][4].startswith(
+        '<script>alert(1)</script> [bold red]not markup[/bold red] ?[31mred?[0m & "quotes"')
+    assert doc.one("h1").words() == "Night of 2025-11-21 · <img src=x onerror=alert(3)>"
+
+
+def test_a_running_phase_ends_at_now():
+    for minutes, so_far in ((50, "14m00s"), (120, "1h24m")):
+        doc = parse(render_html(running_night(), now=at(minutes)))
+        svg = doc.one("svg.timeline")
+        running = [b for b in svg.all("rect.phase") if "ending-running" in b.classes]
+        assert len(running) == 1
+        right = float(running[0].attrs["x"]) + float(running[0].attrs["width"])
+        assert right == pytest.approx(float(svg.one("line.axis").attrs["x2"]), abs=0.11)
+        assert float(svg.attrs["data-end"]) == at(minutes)
+        assert f"({so_far}, so far)" in running[0].one("title").text()
+        assert "still running" in doc.one("header").words()
+
+
+def test_incident_forensics_are_in_details_escaped_and_capped():
+    doc = parse(render_html(typical_night()))
+    details = section(doc, "incidents").one("details")
+    assert details.one("pre").text() == "process tree:\n  1234 claude\n    1240 pytest -x  <- no output for 600s\n"
+    assert "genesis incidents show inc-0001" in details.words()
+    huge = "</pre><script>alert(1)</script>" + "x" * 100_000
+    night = dataclasses.replace(typical_night(), incidents=(IncidentRow("inc-9", at(32), 1, "Criticizer", "stale", "r",
+                                                                        forensics=huge),))
+    page = render_html(night)
+    assert "<script" not in page
+    details = section(parse(page), "incidents").one("details")
+    assert details.one("pre").text() == huge[:FORENSICS_LIMIT]
+    assert f"cut: {len(huge) - FORENSICS_LIMIT:,} more characters; genesis incidents show inc-9 prints it all" in \
+        details.words()
+
+
+def test_the_tables_match_the_text_report():
+    doc = parse(render_html(typical_night()))
+    iterations = rows(section(doc, "iterations").one("table"))
+    assert iterations == [["1", "ok", "stuck ok", "skipped", "35m00s", "yes", "CLOSED", "1", "1"],
+                          ["2", "limit ok", "ok", "skipped", "3h40m", "no", "CLOSED (1)", "-", "-"],
+                          ["3", "exit 2", "ok", "ok", "23m00s", "no", "HALF_OPEN (2)", "-", "-"]]
+    abnormal = rows(section(doc, "abnormal").one("table"))
+    assert [r[:4] for r in abnormal] == [["1", "Criticizer", "stuck", "10m00s"],
+                                         ["2", "Builder", "usage limit", "2m00s"],
+                                         ["3", "Builder", "exited with an error (exit 2)", "13m00s"]]
+    assert abnormal[0][4] == "no heartbeat for 600s (last tool: Bash pytest -x); 3 processes ended"
+    assert rows(section(doc, "commits").one("table")) == [["a1b2c3d", "01:51", "Add /health endpoint",
+                                                          "iteration 1 Builder"]]
+    assert ["total", "$1.83"] in rows(section(doc, "cost").one("table"))
+    assert rows(section(doc, "waits").one("table"))[0][:3] == ["usage limit", "02:08-05:13 (3h05m)",
+                                                               "iteration 2 Builder"]
+    assert rows(section(doc, "breaker").one("table")) == [["06:10", "iteration 3", "CLOSED → HALF_OPEN", "2"]]
+    assert rows(section(doc, "alerts").one("table"))[0][:4] == ["T-0001", "02:03", "medium", "dismiss"]
+    tiles = {t.one("div.name").words(): t.one("div.value").words() for t in section(doc, "kpis").all("div.tile")}
+    assert tiles == {"MTTD": "10m20s", "MTTR": "3m00s", "false-positive rate": "n/a", "retries per phase": "0.12",
+                     "escalation rate": "0%"}
+    assert all(t.one("div.why").words() for t in section(doc, "kpis").all("div.tile"))
+
+
+def test_empty_sections_are_left_out():
+    doc = parse(render_html(many_night(2)))
+    assert [s.attrs["id"] for s in doc.all("section")] == ["timeline", "iterations", "cost", "kpis"]
+    assert "not reported" in section(doc, "cost").words()
+
+
+def test_a_night_without_phases_still_renders():
+    night = Night(run_id="r", project="p", started=T0, ended=None, reason="", exit_code=None, running=True,
+                  iterations=())
+    doc = parse(render_html(night, now=at(5)))
+    assert doc.one("svg.timeline").all("rect.phase") == []
+    assert [s.attrs["id"] for s in doc.all("section")] == ["timeline", "iterations", "kpis"]
+
+
+def five_hundred_phases() -> Night:
+    return many_night(250, phases=("Builder", "Criticizer"))
+
+
+def test_five_hundred_phases_get_thin_bars_that_stay_inside_the_plot():
+    night = five_hundred_phases()
+    assert len(night.phases) == 500
+    page = render_html(night)
+    svg = parse(page).one("svg.timeline")
+    bars = svg.all("rect.phase")
+    assert len(bars) == 500
+    axis = svg.one("line.axis")
+    left, right = float(axis.attrs["x1"]), float(axis.attrs["x2"])
+    for b in bars:
+        assert float(b.attrs["width"]) >= MIN_BAR
+        assert left <= float(b.attrs["x"]) and float(b.attrs["x"]) + float(b.attrs["width"]) <= right + MIN_BAR
+    assert len(page) < 1_000_000
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()[:24]
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", "not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+@needs_chromium
+@pytest.mark.parametrize("night", [typical_night(), running_night(), five_hundred_phases()],
+                         ids=["typical", "running", "500-phases"])
+def test_chromium_renders_the_page_without_console_errors(tmp_path, night):
+    page = tmp_path / "report.html"
+    page.write_text(render_html(night, now=at(50)), encoding="utf-8")
+    shown = render(page, binary=CHROMIUM)
+    assert shown.console == []
+    dom = parse(shown.dom)
+    assert len(dom.one("svg.timeline").all("rect.phase")) == len(night.phases)
+    assert dom.one("h1").words().startswith("Night of 2025-11-21")
+
+
+@needs_chromium
+def test_chromium_screenshot_of_the_report(tmp_path):
+    page = tmp_path / "report.html"
+    page.write_text(render_html(typical_night()), encoding="utf-8")
+    shot = tmp_path / "report.png"
+    shown = render(page, screenshot=shot, binary=CHROMIUM)
+    assert shown.console == []
+    assert png_size(shot) == (1400, 1800)
+    # A blank page of that size is about 12 KB; the report's text, bars and tiles make it far larger.
+    assert 60_000 < shot.stat().st_size < 5_000_000
+
+
+@needs_chromium
+def test_the_console_check_catches_an_outside_reference(tmp_path):
+    """The no-console-errors assertions above can fail: one outside reference is refused and logged."""
+    page = tmp_path / "report.html"
+    page.write_text(render_html(typical_night()).replace(
+        "</body>", '<img src="https://example.invalid/pixel.png" alt=""></body>'), encoding="utf-8")
+    shown = render(page, binary=CHROMIUM)
+    assert len(shown.console) == 1
+    assert "https://example.invalid/pixel.png" in shown.console[0]
+    assert "Content Security Policy" in shown.console[0]
+
+
+def test_a_phase_without_an_end_in_a_killed_loop_ends_with_the_night_not_now():
+    night = running_night()
+    killed = dataclasses.replace(night, running=False)
+    svg = parse(render_html(killed, now=at(600))).one("svg.timeline")
+    assert float(svg.attrs["data-end"]) == at(36)   # the start of the phase that never ended: the last thing known
+    assert not svg.all("line.now")
+    unfinished = [b for b in svg.all("rect.phase") if b.attrs["data-iteration"] == "2"]
+    assert len(unfinished) == 1 and "ending-running" in unfinished[0].classes
+    assert unfinished[0].one("title").text() == "iteration 2 Builder: running, 02:06-02:06 (0s, no end recorded)"
