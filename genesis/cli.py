@@ -475,27 +475,42 @@ def config_show(obj: Context, explain: bool) -> None:
 
 
 @cli.command()
+@click.option("--watch", is_flag=True, help="A live view, redrawn every second; Ctrl-C quits.")
+@click.option("--all", "all_loops", is_flag=True, help="Also list the loops running on this machine.")
+@click.option("--interval", type=click.FloatRange(0.2, 60), default=1.0, show_default=True,
+              help="Seconds between two reads of the loop's state with --watch.")
+@click.pass_context
+@guarded
+def status(ctx: click.Context, watch: bool, all_loops: bool, interval: float) -> None:
+    """What the loop is doing now; exit 0 if it runs, 5 if not. Outside a project: every loop here."""
+    from .status import run_status
+
+    given = ctx.parent.get_parameter_source("project") is not click.core.ParameterSource.DEFAULT
+    ctx.exit(run_status(ctx.obj.project if given else None, watch=watch, all_loops=all_loops, interval=interval))
+
+
+@cli.command()
 @click.option("--run-id", callback=_run_id, help="A run id from `--list` (default: the latest run).")
-@click.option("--list", "list_runs", is_flag=True, help="List every run, one per line.")
+@click.option("--since", metavar="WHEN", help="Runs started since then: a duration back (12h, 2d) or a local "
+              "date and time (2026-11-20 or '2026-11-20 22:00').")
+@click.option("--list", "list_runs", is_flag=True, help="List the runs, one per line.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (with each run's events).")
+@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Also write the report as one self-contained HTML page to FILE.")
 @pass_ctx
 @guarded
-def report(obj: Context, run_id: str | None, list_runs: bool) -> None:
-    """Summarize what a loop run did (read in the morning); exit 1 if there is no such run."""
-    from .looplock import current_holder
-    from .report import UnknownRun, list_lines, summary_lines
+def report(obj: Context, run_id: str | None, since: str | None, list_runs: bool, as_json: bool,
+           html_file: Path | None) -> None:
+    """The morning report of a loop run (default: the latest); exit 1 if there is no such run."""
+    from .reporting.command import report as run
 
-    layout = layout_for(obj.config())
     try:
-        if list_runs:
-            lines = list_lines(layout)
-        else:
-            holder = current_holder(layout.loop_lock, layout.loop_record)
-            latest = run_id is None or (holder is not None and holder.run_id == run_id)
-            lines = summary_lines(layout, run_id, running=holder is not None and latest)
-    except UnknownRun as exc:
+        run(obj.bare_layout(), run_id=run_id, since=since, list_runs=list_runs, as_json=as_json, html_file=html_file,
+            echo=click.echo)
+    except ValueError as exc:
+        raise Fail(str(exc), exitcodes.USAGE) from None
+    except LookupError as exc:
         raise Fail(str(exc), exitcodes.ERROR) from None
-    for line in lines:
-        click.echo(line)
 
 
 @cli.command("demo-init", hidden=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, state_of
+from conftest import events_of, git, state_of
 from test_loop_defaults import loop_env, run_loop
 
 # Stuck (silent, asleep) on its first run of a phase; on the next it works and commits.
@@ -41,8 +41,7 @@ def agents(project: Path, tmp_path: Path):
 
 
 def events(project: Path, kind: str) -> list[dict]:
-    lines = (state_of(project) / "events.jsonl").read_text().splitlines()
-    return [e for e in map(json.loads, lines) if e["event"] == kind]
+    return [e for e in events_of(project) if e["event"] == kind]
 
 
 FAST = dict(HEARTBEAT_STALE_SECONDS="1.5", HEARTBEAT_COUNT_OUTPUT="false", GENESIS_PHASES="Builder")
@@ -152,7 +151,9 @@ def test_the_same_failing_command_repeated_ends_the_phase_as_a_doom_loop_before_
     assert incident["kind"] == "wedged"
 
 
-def test_the_report_of_a_running_loop_shows_its_phase_health_and_tool_in_flight(project, agents):
+def test_the_status_of_a_running_loop_shows_its_phase_health_and_tool_in_flight(project, agents):
+    import os
+    import signal
     import subprocess
     import sys
 
@@ -168,15 +169,13 @@ def test_the_report_of_a_running_loop_shows_its_phase_health_and_tool_in_flight(
                              "--max-iterations", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        def reported() -> str:
-            return subprocess.run([sys.executable, "-m", "genesis", "--project", str(project), "report"],
-                                  capture_output=True, text=True).stdout
+        def status() -> str:
+            return subprocess.run([sys.executable, "-m", "genesis", "--project", str(project), "status"],
+                                  capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}).stdout
 
-        wait_for(lambda: "inside Bash 'make test'" in reported(), timeout=30, what="the health line")
-        assert "still running" in reported() and "Builder is healthy" in reported()
+        wait_for(lambda: "Bash 'make test'" in status(), timeout=30, what="the tool in flight on the status")
+        shown = status()
+        assert "Builder" in shown and "running" in shown and "healthy" in shown, shown
     finally:
-        import os
-        import signal
-
         os.killpg(loop.pid, signal.SIGTERM)
         loop.wait(timeout=30)

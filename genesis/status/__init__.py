@@ -1,0 +1,12 @@
+"""`genesis status`: what a project's loop is doing now, and the loops running on this machine.
+
+view.py reads one project's status (frozen records, read-only); loops.py finds the running
+loops from their processes and confirms each by its lock; screen.py renders them with rich,
+once or live, and is the command's entry point (run_status).
+"""
+
+from .loops import Loop, Scanner, running_loops
+from .screen import run_status
+from .view import Status, build, layout_of
+
+__all__ = ["run_status", "Status", "build", "layout_of", "Loop", "Scanner", "running_loops"]

@@ -1,0 +1,171 @@
+"""The loops running on this machine, found without any registry of them.
+
+A loop shows in its processes: the bash loop (`start-multi-agent-loop.sh` with its
+--project, else its working directory, and the lock file it keeps open), Genesis's steps
+(`genesis --project P ...`), and its agents, which carry the loop's marker in their
+environment (genesis/markers.py). A project found so is listed only when its loop lock is
+held: the kernel's word, so a process that merely looks like a loop is never listed. Only
+this user's processes are looked at, within a time budget; one that vanishes or denies
+access is passed over.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import psutil
+
+from ..gitcmd import GitFailed, NotARepository
+from ..layout import state_dir_of
+from ..looplock import current_holder
+from .view import Phase, Wait, build, layout_of
+
+__all__ = ["Loop", "Scanner", "running_loops", "LOOP_SCRIPT", "MARKER", "SCAN_BUDGET"]
+
+LOOP_SCRIPT = "start-multi-agent-loop.sh"
+MARKER = "GENESIS_PROJECT_DIR"     # see markers_for(): every agent of a loop carries it
+SCAN_BUDGET = 1.0                  # seconds one scan of the processes may take
+GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
+
+
+@dataclass(frozen=True)
+class Loop:
+    project: Path
+    run_id: str
+    pid: int                       # the bash loop's (0: its lock record is gone)
+    started: float | None          # the run's start, epoch seconds
+    iteration: int | None
+    phase: Phase | None            # the phase running now (None: between phases, or waiting)
+    wait: Wait | None
+    health: str                    # the running phase's classification ("" unknown)
+
+
+class Scanner:
+    """Finds the running loops; keeps where each project's state lives between scans
+    (a `status --watch` scans every refresh)."""
+
+    def __init__(self, budget: float = SCAN_BUDGET, clock: Callable[[], float] = time.monotonic):
+        self.budget = budget
+        self.clock = clock
+        self._state: dict[Path, Path | None] = {}   # project as found -> its state folder (None: not a git project)
+
+    def scan(self, now: float | None = None) -> list[Loop]:
+        """Every loop whose lock is held, by project path."""
+        deadline = self.clock() + self.budget
+        hints: dict[Path, set[Path]] = {}           # state folder -> the projects that led to it
+        for kind, path in _clues(deadline, self.clock):
+            if kind == "state":
+                hints.setdefault(path.resolve(), set())
+                continue
+            state = self._state_of(path)
+            if state is not None:
+                hints.setdefault(state, set()).add(path)
+        loops = []
+        for state, projects in hints.items():
+            layout = layout_of(_project_of(state, projects), state)
+            holder = current_holder(layout.loop_lock, layout.loop_record)
+            if holder is None:
+                continue  # looks like a loop, holds no lock: not one
+            st = build(layout, now=now, recent=0, holder=holder)
+            loops.append(Loop(st.project, st.run_id, st.pid or 0, st.started, st.iteration, st.phase, st.wait,
+                              st.health.classification if st.health else ""))
+        return sorted(loops, key=lambda lp: (str(lp.project), lp.pid))
+
+    def _state_of(self, project: Path) -> Path | None:
+        if project not in self._state:
+            self._state[project] = _locate(project)
+        return self._state[project]
+
+
+def running_loops(budget: float = SCAN_BUDGET) -> list[Loop]:
+    return Scanner(budget).scan()
+
+
+def _clues(deadline: float, clock: Callable[[], float]) -> Iterator[tuple[str, Path]]:
+    """("project", path) and ("state", state folder) for each of this user's processes that
+    could belong to a loop."""
+    me = os.getuid()
+    for proc in psutil.process_iter(["uids", "cmdline"]):
+        if clock() > deadline:
+            return
+        try:
+            uids, cmd = proc.info["uids"], proc.info["cmdline"] or []
+            if uids is None or uids.real != me or proc.pid == os.getpid():
+                continue
+            yield from _from_command(proc, cmd)
+            env = proc.environ()
+        except GONE:
+            continue
+        marker = env.get(MARKER, "")
+        if os.path.isabs(marker):
+            yield "project", Path(marker)
+
+
+def _from_command(proc: psutil.Process, cmd: Sequence[str]) -> Iterator[tuple[str, Path]]:
+    loop = next((i for i, arg in enumerate(cmd[:2]) if os.path.basename(arg) == LOOP_SCRIPT), None)
+    if loop is not None:
+        project = _option(cmd[loop + 1:], "--project") or "."  # the loop's default is its working directory
+        yield from _resolved(proc, project)
+        for f in proc.open_files():
+            if os.path.basename(f.path) == "loop.lock":  # the loop keeps its lock open for its whole life
+                yield "state", Path(f.path).parent
+        return
+    rest = _genesis_args(cmd)
+    if rest is not None:
+        project = _option(rest, "--project")
+        if project:
+            yield from _resolved(proc, project)
+
+
+def _resolved(proc: psutil.Process, project: str) -> Iterator[tuple[str, Path]]:
+    if not os.path.isabs(project):
+        project = os.path.join(proc.cwd(), project)
+    yield "project", Path(os.path.normpath(project))
+
+
+def _genesis_args(cmd: Sequence[str]) -> Sequence[str] | None:
+    """The arguments of a `genesis` command line (the console script, or python -m genesis)."""
+    for i, arg in enumerate(cmd[:3]):
+        if os.path.basename(arg) == "genesis":
+            return cmd[i + 1:]
+        if arg == "-m" and i + 1 < len(cmd) and cmd[i + 1] == "genesis":
+            return cmd[i + 2:]
+    return None
+
+
+def _option(args: Sequence[str], name: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg[len(name) + 1:]
+    return None
+
+
+def _locate(project: Path) -> Path | None:
+    """The state folder of the work tree at project; None when it is not one (or git fails)."""
+    try:
+        if (project / ".git").is_dir():
+            return (project / ".git" / "genesis").resolve()  # the common case, without running git
+        return state_dir_of(project).resolve()
+    except (NotARepository, GitFailed, OSError):
+        return None
+
+
+def _project_of(state: Path, found: set[Path]) -> Path:
+    """The work tree of a state folder (<git dir>/genesis): the project that led to it, else
+    read from the git dir (a plain repository's .git, a linked worktree's gitdir file)."""
+    tops = sorted(p for p in found if (p / ".git").exists())
+    if tops or found:
+        return (tops or sorted(found))[0]
+    git_dir = state.parent
+    if git_dir.name == ".git":
+        return git_dir.parent
+    try:
+        return Path((git_dir / "gitdir").read_text().strip()).parent
+    except OSError:
+        return state

@@ -1,0 +1,422 @@
+"""`genesis status`: a project's loop in one screenful, once or live (--watch), and the loops
+running on this machine.
+
+--watch on a terminal is a rich Live view on the alternate screen (like top: fine in tmux
+and over SSH, and a resize is drawn anew at once); it reads the loop's state every
+interval and redraws at least once a second, so ages and countdowns move. Ctrl-C ends it
+with 0. When the output is not a terminal, --watch prints a plain snapshot every interval
+instead, until it is interrupted or its reader goes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence, TextIO
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+
+from .. import exitcodes
+from ..gitcmd import GitFailed, NotARepository, run_git
+from ..layout import Layout
+from ..reporting.text import one_line
+from ..reporting.words import duration
+from .loops import Loop, Scanner
+from .view import RECENT, Status, Totals, Wait, build, layout_of
+
+__all__ = ["run_status", "find_layout", "render", "Frame", "TICK", "MIN_INTERVAL", "MAX_INTERVAL"]
+
+TICK = 1.0             # the live screen is redrawn at least this often
+POLL = 0.05            # how soon a watch sees Ctrl-C or a resize
+MIN_INTERVAL = 0.2     # seconds between two reads of the loop's state, at least...
+MAX_INTERVAL = 60.0    # ...and at most
+GIT_TIMEOUT = 10.0
+TEXT_LIMIT = 300       # characters of one reason or event shown
+
+HEALTH_STYLE = {"healthy": "green", "slow": "yellow", "stalled": "bold red", "wedged": "bold magenta"}
+BREAKER_STYLE = {"CLOSED": "green", "HALF_OPEN": "yellow", "OPEN": "bold red"}
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One read of everything shown: the project's status and the machine's loops."""
+    status: Status | None          # None: no project asked for or found
+    loops: tuple[Loop, ...] | None  # None: not scanned
+
+    @property
+    def code(self) -> int:
+        """0 when the loop asked about runs (with no project: when any loop on this machine
+        runs), else NOT_RUNNING."""
+        running = self.status.running if self.status is not None else bool(self.loops)
+        return exitcodes.OK if running else exitcodes.NOT_RUNNING
+
+
+def run_status(project: Path | None, watch: bool = False, all_loops: bool = False, interval: float = 1.0,
+               out: TextIO | None = None, recent: int = RECENT, clock: Callable[[], float] = time.time) -> int:
+    """Show the status of project's loop (None: of the git work tree around the working
+    directory; outside any, the loops on this machine). all_loops: the loops on this
+    machine, with project's detail if one is given. Returns Frame.code (0 when the loop
+    asked about runs, NOT_RUNNING when not); --watch returns 0 when ended by Ctrl-C.
+    NotARepository when project is given and is not in a git work tree."""
+    out = out if out is not None else sys.stdout
+    layout = find_layout(project) if project is not None or not all_loops else None
+    view = _View(layout, all_loops or layout is None, recent, clock)
+    interval = min(MAX_INTERVAL, max(MIN_INTERVAL, interval))
+    console = Console(file=out, highlight=False)
+    if not watch:
+        frame = view.read(scan=view.listing)
+        _print(console, view.draw(frame))
+        return frame.code
+    if console.is_terminal:
+        # The terminal's own size, always: an exported COLUMNS or LINES is a snapshot that a
+        # resize leaves behind.
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        return _live(Console(file=out, highlight=False, _environ=env), view, interval)
+    return _plain(console, view, interval)
+
+
+@dataclass
+class _View:
+    """What one `genesis status` shows, read and drawn again at each refresh."""
+    layout: Layout | None
+    listing: bool                  # the loops on this machine are asked for (or no project was found)
+    recent: int
+    clock: Callable[[], float]
+    scanner: Scanner = field(default_factory=Scanner)
+
+    def read(self, scan: bool = True) -> Frame:
+        status = build(self.layout, now=self.clock(), recent=self.recent) if self.layout is not None else None
+        return Frame(status, tuple(self.scanner.scan(now=self.clock())) if scan else None)
+
+    def draw(self, frame: Frame, watching: bool = False) -> RenderableType:
+        # While watching, the other loops on this machine are shown too (one line each).
+        return render(frame, self.clock(), mine=self.layout.project if self.layout else None, listing=self.listing,
+                      watching=watching)
+
+
+def find_layout(project: Path | None) -> Layout | None:
+    """The layout of the git work tree at project (its top, from a subdirectory too); with
+    no project, of the one around the working directory, or None outside any."""
+    try:
+        return layout_of(_toplevel(Path(project) if project is not None else Path.cwd()))
+    except NotARepository:
+        if project is not None:
+            raise
+        return None
+
+
+def _toplevel(path: Path) -> Path:
+    try:
+        done = run_git(path, ["rev-parse", "--show-toplevel"], timeout=GIT_TIMEOUT)
+    except (OSError, GitFailed) as exc:
+        raise NotARepository(f"{path}: cannot ask git where its work tree is ({exc})") from None
+    if done.returncode != 0 or not done.text.strip():
+        raise NotARepository(f"{path} is not in a git work tree; pass --project with a git project, or use "
+                             f"--all for the loops running on this machine")
+    return Path(done.text.strip())
+
+
+# --- watching -----------------------------------------------------------------------------
+
+class _Signals:
+    """Ctrl-C (and a hang-up or TERM) ends the watch cleanly; a resize redraws at once.
+
+    The handlers only set flags, which the watch polls while it sleeps: a handler that took
+    a lock (an Event's) could deadlock with the main thread it interrupts inside that lock.
+    """
+
+    def __init__(self) -> None:
+        self.code: int | None = None
+        self.resized = False
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signals can only be caught in the main thread: the default handling stays
+        for sig, code in ((signal.SIGINT, exitcodes.OK), (signal.SIGTERM, exitcodes.INTERRUPTED_TERM),
+                          (signal.SIGHUP, exitcodes.INTERRUPTED_HUP)):
+            self._old[sig] = signal.signal(sig, lambda _s, _f, code=code: self._stop(code))
+        self._old[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, lambda _s, _f: setattr(self, "resized", True))
+        return self
+
+    def _stop(self, code: int) -> None:
+        if self.code is None:
+            self.code = code
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep until seconds have passed, a stop signal came or the terminal was resized."""
+        deadline = time.monotonic() + seconds
+        while self.code is None and not self.resized:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(POLL, left))
+        self.resized = False
+
+
+def _live(console: Console, view: _View, interval: float) -> int:
+    sigs = _Signals()
+    try:
+        with sigs, Live(console=console, screen=True, auto_refresh=False, redirect_stdout=False,
+                        redirect_stderr=False) as live:
+            frame, next_read = view.read(), time.monotonic() + interval
+            while sigs.code is None:
+                if time.monotonic() >= next_read:
+                    frame, next_read = view.read(), time.monotonic() + interval
+                live.update(view.draw(frame, watching=True), refresh=True)
+                sigs.sleep(min(TICK, max(0.0, next_read - time.monotonic())))
+    except OSError:
+        if sigs.code != exitcodes.INTERRUPTED_HUP:
+            raise  # after a hang-up the terminal is gone: restoring it cannot work, nor matter
+    return sigs.code
+
+
+def _plain(console: Console, view: _View, interval: float) -> int:
+    with _Signals() as sigs:
+        while sigs.code is None:
+            try:
+                _print(console, view.draw(view.read(), watching=True))
+                console.file.write("\n")
+                console.file.flush()
+            except BrokenPipeError:
+                _silence(console.file)
+                return exitcodes.OK  # the reader went (`| head`): nothing more to show
+            sigs.sleep(interval)
+    return sigs.code
+
+
+def _print(console: Console, renderable: RenderableType) -> None:
+    """Print; to a file or a pipe without the padding that ends table cells (plain lines)."""
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as captured:
+        console.print(renderable)
+    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+def _silence(file: TextIO) -> None:
+    """Point a broken output at /dev/null, so that the flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, file.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+def _safe(text: object, limit: int = TEXT_LIMIT) -> str:
+    """Text from the ledger or an agent, on one line, without escape codes."""
+    return one_line(str(text), limit)
+
+
+def _clock(epoch: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(epoch))
+
+
+def _stamp(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1_000_000 else f"{n / 1e3:.1f}k" if n >= 10_000 else str(n)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _ago(now: float, then: float) -> str:
+    return f"{duration(max(0.0, now - then))} ago"
+
+
+def render(frame: Frame, now: float, mine: Path | None = None, listing: bool = False,
+           watching: bool = False) -> RenderableType:
+    """The frame as seen at now (ages and countdowns from now, so a redraw moves them)."""
+    parts: list[RenderableType] = []
+    if frame.status is not None:
+        parts += _detail(frame.status, now)
+    loops = frame.loops
+    others = [lp for lp in loops or () if lp.project != mine]
+    if loops is not None and (listing or (watching and others)):
+        parts.append(Rule(Text(f"loops running on this machine: {len(loops)}"), style="dim", align="left"))
+        parts.append(_loop_table(loops, now, mine) if loops else Text("no Genesis loop is running on this machine"))
+    if watching:
+        parts.append(Text(f"{_clock(now)} · Ctrl-C to quit", style="dim"))
+    return Group(*parts)
+
+
+def _detail(st: Status, now: float) -> list[RenderableType]:
+    title = Text("genesis status · ") + Text(_safe(st.project, 200), style="bold")
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    if st.running:
+        up = f" · up {duration(now - st.started)}" if st.started is not None else ""
+        grid.add_row("Loop", Text.assemble(("RUNNING", "bold green"),
+                                           f"  run {_safe(st.run_id or '?', 80)} · pid {st.pid or '?'}{up}"))
+        grid.add_row("Now", _now(st, now))
+        if st.phase is not None:
+            grid.add_row("Health", _health(st, now))
+            grid.add_row("Heartbeat", _heartbeat(st, now))
+            grid.add_row("Tool", _tool(st, now))
+    else:
+        grid.add_row("Loop", Text.assemble(("NOT RUNNING", "bold"), "  no loop is running on this project"))
+        grid.add_row("Last run", _last_run(st))
+    if st.wait is not None:
+        grid.add_row("Wait", _wait(st.wait, now))
+    grid.add_row("Breaker", _breaker(st, now))
+    if st.today is not None:
+        grid.add_row("Today", _today(st.today))
+    if st.note and (st.running or st.last_run is not None):  # else "Last run" says it
+        grid.add_row("Note", Text(_safe(st.note), style="yellow"))
+    parts: list[RenderableType] = [Rule(title, align="left"), grid]
+    if st.recent:
+        parts.append(Rule(Text(f"recent events of run {_safe(st.run_id, 80)}"), style="dim", align="left"))
+        events = Table.grid(padding=(0, 2))
+        events.add_column(style="dim", no_wrap=True)
+        events.add_column(overflow="fold")
+        for line in st.recent:
+            events.add_row(_clock(line.at), Text(_safe(line.text)))
+        parts.append(events)
+    return parts
+
+
+def _now(st: Status, now: float) -> Text:
+    if st.phase is not None:
+        p = st.phase
+        retry = f" (retry {p.attempt})" if p.attempt else ""
+        where = f"iteration {p.iteration} · " if p.iteration is not None else ""
+        return Text.assemble(where, (_safe(p.name, 100) + retry, "bold"), f" · running {duration(now - p.started)}")
+    where = f"iteration {st.iteration} · " if st.iteration is not None else ""
+    if st.wait is not None:
+        return Text(f"{where}waiting out a {st.wait.label}")
+    return Text(f"{where}between phases" if st.run_id else "starting")
+
+
+def _health(st: Status, now: float) -> Text:
+    h = st.health
+    if h is None:
+        return Text("no check yet", style="dim")
+    text = Text.assemble((h.classification, HEALTH_STYLE.get(h.classification, "bold")))
+    if h.stall_score is not None:
+        text.append(f" · stall score {h.stall_score:.2f}")
+    if h.at is not None:
+        text.append(f" · checked {_ago(now, h.at)}")
+    if h.turns is not None:
+        text.append(f" · {_plural(h.turns, 'turn')}")
+    if st.phase is not None and st.phase.attempt:
+        text.append(f" · recovering: retry {st.phase.attempt} after a stall", style="yellow")
+    if h.reason and h.classification != "healthy":
+        text.append(f" · {_safe(h.reason)}")
+    return text
+
+
+def _heartbeat(st: Status, now: float) -> Text:
+    b = st.beat
+    if b is None:
+        return Text("none yet this phase (the agent has called no tool)", style="dim")
+    what = " ".join(x for x in (_safe(b.event, 40), _safe(b.tool, 60)) if x)
+    return Text(_ago(now, b.epoch) + (f" · {what}" if what else ""))
+
+
+def _tool(st: Status, now: float) -> Text:
+    if st.health is not None and st.health.tool_in_flight:
+        return Text(_safe(st.health.tool_in_flight))
+    b = st.beat
+    if b is not None and b.event == "PreToolUse" and b.tool:
+        return Text(f"{_safe(b.tool, 60)} (since {_clock(b.epoch)}, {duration(now - b.epoch)})")
+    return Text("none in flight", style="dim")
+
+
+def _wait(w: Wait, now: float) -> Text:
+    left = max(0.0, w.until - now)
+    text = Text.assemble((w.label, "bold yellow"), f" · {duration(left)} left · until {_clock(w.until)}")
+    if w.reason:
+        text.append(f" · {_safe(w.reason)}")
+    return text
+
+
+def _breaker(st: Status, now: float) -> Text:
+    b = st.breaker
+    if b is None:
+        return Text.assemble(("CLOSED", "green"), " · no breaker file yet")
+    text = Text.assemble((b.state, BREAKER_STYLE.get(b.state, "bold")))
+    if b.problem:
+        return text.append(f" · {_safe(b.problem)}")
+    text.append(f" · {_plural(b.no_progress, 'iteration')} without progress")
+    if b.state == "OPEN" and b.retry_at is not None:
+        text.append(f" · next trial in {duration(max(0.0, b.retry_at - now))} ({_clock(b.retry_at)})")
+    return text
+
+
+def _last_run(st: Status) -> Text:
+    r = st.last_run
+    if r is None:
+        return Text(_safe(st.note or "no run recorded yet"), style="dim")
+    text = Text(f"{_safe(r.run_id, 80)}: started {_stamp(r.started)}, ")
+    if r.ended is None:
+        return text.append("no end recorded (the loop was killed, or its machine stopped)", style="yellow")
+    ok = r.exit_code == 0
+    return text.append(f"ended {_stamp(r.ended)} after {duration(r.ended - r.started)}: ").append(
+        f"{_safe(r.reason)} (exit {r.exit_code})", style="green" if ok else "red")
+
+
+def _today(t: Totals) -> Text:
+    text = Text(f"{_plural(t.phases, 'phase')} run: {t.finished} finished, ")
+    text.append(f"{t.abnormal} abnormal", style="red" if t.abnormal else "")
+    if t.cost_usd is not None:
+        text.append(f" · ${t.cost_usd:.2f}")
+    if t.input_tokens is not None or t.output_tokens is not None:
+        text.append(f" · tokens {_count(t.input_tokens or 0)} in, {_count(t.output_tokens or 0)} out")
+    text.append(f" · {_plural(t.commits, 'commit')} · {_plural(t.incidents, 'incident')} · {_plural(t.waits, 'wait')}")
+    if t.waits:
+        text.append(f" ({duration(t.waited)})")
+    return text
+
+
+def _loop_table(loops: Sequence[Loop], now: float, mine: Path | None) -> Group:
+    """One line each, cut at the terminal's edge: the project's name first, its path last."""
+    names = [_safe(lp.project.name, 30) for lp in loops]
+    width = max(len(n) for n in names)
+    lines = []
+    for lp, name in zip(loops, names):
+        up = f" · up {duration(now - lp.started)}" if lp.started is not None else ""
+        line = Text.assemble("▶ " if lp.project == mine else "  ", (name.ljust(width), "bold"),
+                             f"  pid {lp.pid or '?'}{up}  ", _doing(lp, now), "  ",
+                             (_safe(_home(lp.project), 300), "dim"), no_wrap=True, overflow="ellipsis")
+        lines.append(line)
+    return Group(*lines)
+
+
+def _home(path: Path) -> str:
+    home = os.path.expanduser("~")
+    text = str(path)
+    return "~" + text[len(home):] if home not in ("", "/") and text.startswith(home + os.sep) else text
+
+
+def _doing(lp: Loop, now: float) -> Text:
+    where = f"iteration {lp.iteration} · " if lp.iteration is not None else ""
+    if lp.phase is not None:
+        text = Text(f"{where}{_safe(lp.phase.name, 100)} {duration(now - lp.phase.started)}")
+        if lp.health:
+            text.append(f" · {lp.health}", style=HEALTH_STYLE.get(lp.health, ""))
+        return text
+    if lp.wait is not None:
+        return Text(f"{where}{lp.wait.label}, {duration(max(0.0, lp.wait.until - now))} left", style="yellow")
+    return Text(f"{where}between phases")

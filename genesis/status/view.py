@@ -1,0 +1,374 @@
+"""What `genesis status` shows of one project, read from the ledger and the loop's state files.
+
+Everything here only reads: the ledger is opened read-only for one refresh (a WAL reader
+never blocks the writer) and closed again, so no read transaction outlives it; the loop's
+small JSON files are replaced atomically, so a read sees a whole one. Times are epoch
+seconds; what is shown "now" is computed by the renderer from these and its own clock.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..atomicio import CorruptFile, read_json
+from ..config import KNOBS
+from ..layout import Layout, state_dir_of
+from ..ledger import Ledger, LedgerError
+from ..looplock import Holder, current_holder
+from ..reporting.words import LABELS, WAIT_LABELS, duration, epoch_of
+
+__all__ = ["Phase", "Beat", "Health", "Wait", "Breaker", "Totals", "Line", "LastRun", "Status", "build",
+           "layout_of", "midnight", "describe", "totals", "read_breaker", "RECENT"]
+
+RECENT = 8                   # events shown by default
+SNAPSHOT_LIMIT = 64 << 10    # bytes of a heartbeat, health or wait file: far more than any real one
+BEFORE_START = 1.0           # a heartbeat or snapshot this close before the phase's start is still its own
+LAST_EPOCH = 1e11            # about the year 5000: any later "time" is garbage
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The phase that runs now."""
+    iteration: int | None
+    name: str
+    attempt: int                 # 0 first run; 1.. a retry after a stall
+    started: float
+
+
+@dataclass(frozen=True)
+class Beat:
+    """The running phase's last heartbeat (the agent's hook writes one per tool call)."""
+    epoch: float
+    event: str                   # PreToolUse, PostToolUse, ...
+    tool: str
+
+
+@dataclass(frozen=True)
+class Health:
+    """The watcher's judgment at its last check (see genesis/health/classify.py)."""
+    classification: str          # healthy, slow, stalled, wedged
+    stall_score: float | None
+    reason: str
+    last_event: str
+    tool_in_flight: str          # "" when the agent is inside no tool
+    turns: int | None
+    at: float | None             # when the watcher took it
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A wait the loop sits out now: a usage limit, an outage's backoff, a cooldown, a retry's delay."""
+    kind: str
+    until: float
+    reason: str
+    phase: str
+    iteration: int
+
+    @property
+    def label(self) -> str:
+        return WAIT_LABELS.get(self.kind, self.kind)
+
+
+@dataclass(frozen=True)
+class Breaker:
+    state: str                   # CLOSED, HALF_OPEN, OPEN; "?" when the file cannot be read
+    no_progress: int
+    retry_at: float | None       # an OPEN breaker's next trial, with a cooldown
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Today's figures (since local midnight) over every run of the project."""
+    since: float
+    phases: int                  # phases run (or running) today
+    finished: int
+    abnormal: int                # ended other than finished
+    cost_usd: float | None       # None: no agent reported a cost
+    input_tokens: int | None
+    output_tokens: int | None
+    commits: int
+    incidents: int
+    waits: int
+    waited: float                # seconds
+
+
+@dataclass(frozen=True)
+class Line:
+    """One recent event, said in words."""
+    at: float
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class LastRun:
+    run_id: str
+    started: float
+    ended: float | None          # None: no end recorded (the loop was killed)
+    reason: str
+    exit_code: int | None
+
+
+@dataclass(frozen=True)
+class Status:
+    project: Path
+    now: float                   # when it was read
+    running: bool
+    run_id: str                  # the running run, else the last one ("" when none is known)
+    pid: int | None              # the loop's pid (None or 0: unknown)
+    started: float | None        # the run's start
+    iteration: int | None
+    phase: Phase | None          # None: between phases, waiting, or not running
+    beat: Beat | None
+    health: Health | None
+    breaker: Breaker | None      # None: no breaker file yet (a fresh CLOSED breaker)
+    wait: Wait | None
+    recent: tuple[Line, ...]
+    today: Totals | None         # None: no ledger to count from
+    last_run: LastRun | None     # the run shown (running or not); None when no run is recorded
+    note: str = ""               # why something is missing: no run yet, a ledger that cannot be read
+
+
+def layout_of(project: Path, state_dir: Path | None = None) -> Layout:
+    """The project's layout with the default log and flag places: status reads only the state
+    folder and the breaker file, which never move. NotARepository if project is not in a git work tree."""
+    project = Path(project).resolve()
+    defaults = {k.name: k.default for k in KNOBS}
+    return Layout(project, project / str(defaults["GENESIS_LOG_DIR"]), project / str(defaults["GENESIS_STOP_FLAG"]),
+                  state_dir if state_dir is not None else state_dir_of(project))
+
+
+def midnight(now: float) -> float:
+    """The last local midnight at or before now."""
+    t = time.localtime(now)
+    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+_ASK: Any = object()
+
+
+def build(layout: Layout, now: float | None = None, recent: int = RECENT, clock: Callable[[], float] = time.time,
+          holder: Any = _ASK) -> Status:
+    """The status of layout's project at `now`. `holder`: the loop's lock holder when the
+    caller has just asked the lock (None: no loop runs); by default the lock is asked here."""
+    now = clock() if now is None else now
+    if holder is _ASK:
+        holder = current_holder(layout.loop_lock, layout.loop_record)
+    breaker = read_breaker(layout)
+    led, note = _open(layout)
+    if led is None:
+        return _bare(layout, holder, breaker, now, note)
+    try:
+        with led:
+            return _from_ledger(layout, led, holder, breaker, now, recent)
+    except (LedgerError, sqlite3.Error) as exc:
+        return _bare(layout, holder, breaker, now, f"the ledger cannot be read: {exc}")
+
+
+def _bare(layout: Layout, holder: Holder | None, breaker: Breaker | None, now: float, note: str) -> Status:
+    """What the lock and the state files tell without the ledger."""
+    if holder is None:
+        return Status(layout.project, now, False, "", None, None, None, None, None, None, breaker, None, (), None,
+                      None, note)
+    return Status(layout.project, now, True, holder.run_id, holder.pid, epoch_of(holder.started_at), None, None,
+                  None, None, breaker, _wait(layout, holder.run_id), (), None, None, note)
+
+
+def _open(layout: Layout) -> tuple[Ledger | None, str]:
+    if not layout.ledger_file.exists():
+        return None, "no run recorded yet"
+    try:
+        return Ledger.open(layout.ledger_file, readonly=True), ""
+    except LedgerError as exc:
+        return None, f"the ledger cannot be read: {exc}"
+
+
+def _from_ledger(layout: Layout, led: Ledger, holder: Holder | None, breaker: Breaker | None, now: float,
+                 recent: int) -> Status:
+    runs = led.runs()
+    run = None
+    if holder is not None:
+        run = next((r for r in runs if r.run_id == holder.run_id), None)
+        if run is None and not holder.run_id:
+            run = next((r for r in reversed(runs) if r.ended is None), None)  # the lock's record is gone
+    elif runs:
+        run = runs[-1]
+    run_id = run.run_id if run else holder.run_id if holder else ""
+    last = LastRun(run.run_id, run.started, run.ended, run.reason or "", run.exit_code) if run else None
+    phase = iteration = beat = health = wait = None
+    if holder is not None and run_id:
+        phase = _running_phase(led, run_id)
+        row = led.query("SELECT MAX(iteration) FROM iterations WHERE run_id = ?", (run_id,))
+        iteration = row[0][0] if row else None
+        if phase is not None:
+            iteration = phase.iteration if phase.iteration is not None else iteration
+            beat = _beat(layout, run_id, phase)
+            health = _health(layout, run_id, phase)
+        wait = _wait(layout, run_id)
+    lines = tuple(Line(e["epoch"], e["event"], describe(e)) for e in led.events(run_id, limit=recent, newest=True)
+                  ) if run_id and recent > 0 else ()
+    pid = holder.pid if holder is not None else run.pid if run else None
+    started = run.started if run else epoch_of(holder.started_at) if holder else None
+    return Status(layout.project, now, holder is not None, run_id, pid, started, iteration, phase, beat, health,
+                  breaker, wait, lines, totals(led, now), last, "" if runs else "no run recorded yet")
+
+
+def _running_phase(led: Ledger, run_id: str) -> Phase | None:
+    rows = led.query("SELECT iteration, phase, attempt, started FROM phases WHERE run_id = ? AND ended IS NULL "
+                     "ORDER BY id DESC LIMIT 1", (run_id,))
+    if not rows:
+        return None
+    r = rows[0]
+    return Phase(r["iteration"], r["phase"], r["attempt"] or 0, r["started"])
+
+
+def totals(led: Ledger, now: float) -> Totals:
+    """Today's figures: a phase counts on the day it ended (its figures come with its end),
+    or today while it runs."""
+    since = midnight(now)
+    p = led.query(
+        "SELECT COUNT(*), SUM(ending = 'finished'), SUM(ended IS NOT NULL AND ending NOT IN ('finished', 'running')), "
+        "SUM(cost_usd), SUM(input_tokens), SUM(output_tokens) FROM phases "
+        "WHERE (ended IS NULL AND started >= ?) OR ended >= ?", (since, since))[0]
+    commits = led.query("SELECT COUNT(*) FROM commits WHERE at >= ?", (since,))[0][0]
+    incidents = led.query("SELECT COUNT(*) FROM incidents WHERE at >= ?", (since,))[0][0]
+    w = led.query("SELECT COUNT(*), SUM(MAX(0, COALESCE(ended, MIN(?, COALESCE(until, ?))) - started)) FROM waits "
+                  "WHERE started >= ?", (now, now, since))[0]
+    return Totals(since, p[0], p[1] or 0, p[2] or 0, p[3], p[4], p[5], commits, incidents, w[0], float(w[1] or 0.0))
+
+
+def _read(path: Path) -> Any:
+    try:
+        return read_json(path, limit=SNAPSHOT_LIMIT)
+    except (CorruptFile, OSError):
+        return None
+
+
+def _beat(layout: Layout, run_id: str, phase: Phase) -> Beat | None:
+    data = _read(layout.heartbeat_file(phase.name))
+    if not isinstance(data, dict) or not _epoch(data.get("epoch")):
+        return None
+    if data.get("run_id") not in (None, "", run_id) or data["epoch"] < phase.started - BEFORE_START:
+        return None  # an earlier run's, or the phase's previous attempt's
+    return Beat(float(data["epoch"]), str(data.get("event", "")), str(data.get("tool", "")))
+
+
+def _health(layout: Layout, run_id: str, phase: Phase) -> Health | None:
+    data = _read(layout.health_file(phase.name))
+    if not isinstance(data, dict) or data.get("run_id") != run_id or data.get("iteration") != phase.iteration:
+        return None
+    at = epoch_of(data.get("at")) if isinstance(data.get("at"), str) else None
+    if at is not None and at < phase.started - BEFORE_START:
+        return None  # the previous attempt's: this one has had no check yet
+    score, turns = data.get("stall_score"), data.get("turns")
+    return Health(str(data.get("classification", "?")), float(score) if _number(score) else None,
+                  str(data.get("reason", "")), str(data.get("last_event", "")), str(data.get("tool_in_flight", "")),
+                  turns if isinstance(turns, int) and not isinstance(turns, bool) else None, at)
+
+
+def _wait(layout: Layout, run_id: str) -> Wait | None:
+    data = _read(layout.wait_file)
+    if not isinstance(data, dict) or data.get("run_id") != run_id or not _epoch(data.get("until")):
+        return None
+    iteration = data.get("iteration")
+    return Wait(str(data.get("kind", "?")), float(data["until"]), str(data.get("reason", "")),
+                str(data.get("phase", "")), iteration if isinstance(iteration, int) else 0)
+
+
+def read_breaker(layout: Layout) -> Breaker | None:
+    """The breaker as the user's file says (a mirror of the loop's own while it runs), else
+    the loop's own; read only: an unreadable file is reported, never moved aside."""
+    from ..breaker import BreakerState, retry_time
+
+    for path in (layout.breaker_file, layout.breaker_truth):
+        try:
+            data = read_json(path)
+        except (CorruptFile, OSError) as exc:
+            return Breaker("?", 0, None, f"{path} cannot be read: {exc}")
+        if data is None:
+            continue
+        try:
+            state = BreakerState.from_json(data)
+            return Breaker(state.state, state.no_progress_count, retry_time(state))
+        except ValueError as exc:
+            return Breaker("?", 0, None, f"{path} is not a breaker file: {exc}")
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _epoch(value: Any) -> bool:
+    """A time a clock can show (a file an agent can reach may hold any number)."""
+    return _number(value) and 0 <= value < LAST_EPOCH
+
+
+def _count(items: Any) -> int:
+    return len(items) if isinstance(items, list) else 0
+
+
+def _where(e: dict[str, Any]) -> str:
+    it, phase = e.get("iteration"), e.get("phase")
+    return " ".join(x for x in (f"iteration {it}" if isinstance(it, int) else "", str(phase) if phase else "") if x)
+
+
+def describe(e: dict[str, Any]) -> str:
+    """One event in a few words (the ledger's text is the loop's, or an agent's: the renderer
+    makes it safe to show)."""
+    kind, where = e.get("event", "?"), _where(e)
+    if kind == "loop_start":
+        return f"loop started (pid {e.get('pid', '?')})"
+    if kind == "loop_end":
+        return f"loop ended: {e.get('reason', '')} (exit {e.get('exit_code', '?')})"
+    if kind == "iteration_start":
+        return f"{where} started"
+    if kind == "iteration_end":
+        progress = "progress" if e.get("progress") else "no progress"
+        return f"{where} ended: {progress}, breaker {e.get('breaker', '?')}"
+    if kind == "phase_start":
+        attempt = e.get("attempt") or 0
+        return f"{where} started" + (f" (retry {attempt})" if attempt else "")
+    if kind == "phase_end":
+        status, ending = e.get("status"), e.get("ending")
+        took = f" after {duration(e['duration'])}" if _number(e.get("duration")) else ""
+        if ending == "finished":
+            return f"{where} finished{took}"
+        label = {"failed": f"exited with status {e.get('returncode')}", "limit": "met a usage limit",
+                 "outage": "met an API outage", "fatal": "refused by the API"}.get(str(ending)) \
+            or LABELS.get(str(status), str(ending or status))
+        detail = e.get("detail")
+        return f"{where} {label}{took}" + (f": {detail}" if detail else "")
+    if kind == "phase_skip":
+        return f"{where} skipped" + (f": {e['why']}" if e.get("why") else "")
+    if kind == "health":
+        score = e.get("stall_score")
+        return f"{where} {e.get('classification', '?')}" + (f" (stall score {score:.2f})" if _number(score) else "") \
+            + (f": {e['reason']}" if e.get("reason") else "")
+    if kind == "incident":
+        ident = e.get("id") if isinstance(e.get("id"), str) else None
+        show = f"`genesis incidents show {ident}`" if ident else "`genesis incidents`"
+        return f"{where} incident recorded ({e.get('kind', '?')}): see {show}"
+    if kind == "retry":
+        return f"{where} to run again (retry {e.get('count', '?')}): {e.get('reason', '')}"
+    if kind == "wait_start":
+        until = time.strftime("%H:%M:%S", time.localtime(e["until"])) if _epoch(e.get("until")) else "?"
+        return f"waiting out a {WAIT_LABELS.get(str(e.get('kind')), e.get('kind'))} until {until}"
+    if kind == "wait_end":
+        waited = f" after {duration(e['waited'])}" if _number(e.get("waited")) else ""
+        return f"{WAIT_LABELS.get(str(e.get('kind')), e.get('kind'))} wait {e.get('how', 'ended')}{waited}"
+    if kind == "phase_work":
+        return f"{where}: {_count(e.get('commits'))} commit(s), {_count(e.get('tasks_done'))} task(s) done"
+    if kind == "phase_failed":
+        return f"{where} failed for this iteration ({e.get('kind', '?')} again, its retries spent)"
+    if kind == "reap":
+        return f"ended {_count(e.get('pids'))} leftover process(es) {e.get('when', '')}".rstrip()
+    if kind == "tamper":
+        return f"repaired: {e.get('what', '')}"
+    return f"{where}: {str(kind).replace('_', ' ')}" if where else str(kind).replace("_", " ")
