@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from .alerts.settings import KNOBS as ALERT_KNOBS
+from .alerts.settings import AlertSettings, parse as parse_alerts
 from .atomicio import CorruptFile, TooLarge, quarantine, read_bytes
 from .completion import DoneRule, parse_done_rule
 
@@ -111,7 +113,8 @@ KNOBS: tuple[Knob, ...] = (
          "iteration through (HALF_OPEN); unset, OPEN stops the loop"),
     Knob("CB_MAX_TRIALS", "3", "with CB_COOLDOWN_MINUTES: trial iterations before OPEN stops the loop; "
          "the cooldown doubles after each failed trial"),
-    Knob("GENESIS_LOG_DIR", "orchestrator/logs", "agent logs and events, relative to the project"),
+    *(Knob(name, default, help) for name, default, help in ALERT_KNOBS),
+    Knob("GENESIS_LOG_DIR", "orchestrator/logs", "agent logs and the console's copy, relative to the project"),
     Knob("GENESIS_STOP_FLAG", "hooks/loop_multi_agent.txt",
          "the loop stops when this file says false (relative to the project)"),
 )
@@ -169,6 +172,7 @@ class Config:
     max_cost_usd: float = 0.0             # 0: no ceiling
     cb_cooldown: float | None = None      # seconds; None: an OPEN breaker stops the loop
     cb_max_trials: int = 3
+    alerts: AlertSettings = AlertSettings()
     settings: Mapping[str, Setting] = field(default_factory=dict, compare=False)
 
 
@@ -362,6 +366,10 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         raise ConfigError(f"CB_MAX_TRIALS={trials}: at most {MAX_TRIALS} (the cooldown doubles after each trial; "
                           f"{MAX_TRIALS} already reaches years)")
     try:
+        alerts = parse_alerts({key: setting.value for key, setting in s.items()})
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
         done_when = parse_done_rule(get("GENESIS_DONE_WHEN"))
     except ValueError as exc:
         raise ConfigError(f"GENESIS_DONE_WHEN: {exc}") from None
@@ -407,6 +415,7 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         cb_cooldown=(number("CB_COOLDOWN_MINUTES", 0.01) * 60 if "CB_COOLDOWN_MINUTES" in s
                      and get("CB_COOLDOWN_MINUTES") else None),
         cb_max_trials=trials,
+        alerts=alerts,
         settings=s,
     )
 

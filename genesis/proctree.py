@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 
 import psutil
 
-__all__ = ["ProcId", "KillReport", "identify", "descendants", "marked", "protected_pids", "adopted",
+__all__ = ["ProcId", "KillReport", "identify", "descendants", "marked", "protected_pids", "adopted", "spare",
            "descends_from", "command_line", "kill_all", "become_subreaper", "reap_zombie_children"]
 
 POLL = 0.05
@@ -90,6 +90,17 @@ def marked(markers: dict[str, str], uid: int | None = None) -> list[ProcId]:
     return found
 
 
+_SPARED: set[ProcId] = set()
+
+
+def spare(pid: int) -> None:
+    """A process this one started for its own work (an alert's deliverer): it and its
+    descendants are never taken for the agent's orphans by adopted()."""
+    ident = identify(pid)
+    if ident is not None:
+        _SPARED.add(ident)
+
+
 def adopted(since: float) -> list[ProcId]:
     """This process's descendants started at or after `since` (a create time).
 
@@ -103,9 +114,11 @@ def adopted(since: float) -> list[ProcId]:
         kids = psutil.Process().children(recursive=True)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return found
+    spared = {ident for root in list(_SPARED) for ident in descendants(root)}
+    _SPARED.intersection_update(spared)  # the ones gone are forgotten
     for kid in kids:
         ident = identify(kid.pid)
-        if ident is not None and ident.create_time >= since:
+        if ident is not None and ident.create_time >= since and ident not in spared:
             found.append(ident)
     return found
 

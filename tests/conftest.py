@@ -27,6 +27,7 @@ def hermetic(tmp_path, monkeypatch):
         if key.startswith(("GENESIS_", "HEARTBEAT_", "AGENT_MAX", "CB_", "REAP_", "PHASE_", "AUTO_",
                            "ITERATION_PAUSE", "KILL_GRACE", "CLAUDE")):
             monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("GENESIS_NOTIFY_DESKTOP", "false")  # no pop-up per test loop on a developer's desktop
     return home
 
 
@@ -50,6 +51,17 @@ def project(tmp_path) -> Path:
 def state_of(project: Path) -> Path:
     """Genesis's private state folder for a plain (non-worktree) repository: <git dir>/genesis."""
     return project / ".git" / "genesis"
+
+
+def events_of(project: Path, run_id: str | None = None) -> list[dict]:
+    """Every event in the project's ledger (of one run), oldest first; none without a ledger."""
+    from genesis.ledger import Ledger
+
+    path = state_of(project) / "ledger.sqlite3"
+    if not path.exists():
+        return []
+    with Ledger.open(path, readonly=True) as led:
+        return led.events(run_id)
 
 
 def free_port() -> int:
@@ -118,17 +130,25 @@ COUNTS = {"passed": 0, "failed": 0, "skipped": 0}
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
+    """The test's fault numbers travel with its report (from a worker, when run in parallel)."""
     outcome = yield
-    report = outcome.get_result()
+    faults = [n for mark in item.iter_markers("fault") for n in mark.args]
+    if faults:
+        outcome.get_result().user_properties.append(("faults", faults))
+
+
+def pytest_runtest_logreport(report):
+    """Counted where the reports meet: the one process, or the controller of the workers."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     if report.when != "call" and not (report.failed or report.skipped):
         return
     status = "failed" if report.failed else "skipped" if report.skipped else "passed"
     if report.when == "call" or status != "passed":
         COUNTS[status] += 1
-    for mark in item.iter_markers("fault"):
-        for n in mark.args:
-            prev = FAULT_RESULTS.get(n, "passed")
-            FAULT_RESULTS[n] = max(prev, status, key=RANK.__getitem__)
+    for n in dict(report.user_properties).get("faults", []):
+        prev = FAULT_RESULTS.get(n, "passed")
+        FAULT_RESULTS[n] = max(prev, status, key=RANK.__getitem__)
 
 
 def pytest_terminal_summary(terminalreporter):

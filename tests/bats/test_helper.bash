@@ -18,6 +18,7 @@ common_setup() {
     GENESIS_PROJECT_DIR GENESIS_AGENT_CMD GENESIS_MAX_ITERATIONS CLAUDE_PID
   export PATH="${REPO_ROOT}/.venv/bin:${PATH}"
   export NO_COLOR=1
+  export GENESIS_NOTIFY_DESKTOP=false  # no desktop pop-up for each test loop's end on a developer's machine
 }
 
 # A real git project with one commit.

@@ -1,0 +1,277 @@
+"""Escalation tickets (seed 001's EscalationTicket): one ledger event the operator may need
+to hear about, with what was seen, why it matters and what to do, secrets removed.
+
+Every field is required and checked, so a half-made ticket never reaches triage. The
+cause is kept short and stable (no counts, no times) so that repeats can be recognised;
+the numbers go to the evidence. (The loop's end is the exception: it is always told.)
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+import uuid
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from .redact import redact
+
+__all__ = ["Ticket", "ticket_for", "SEVERITIES", "MAX_EVIDENCE", "MAX_CAUSE", "LIMIT_CAUSE", "OUTAGE_CAUSE",
+           "iso", "epoch_of"]
+
+SEVERITIES = ("low", "medium", "high", "critical")
+MAX_EVIDENCE = 500
+MAX_CAUSE = 200
+MAX_TEXT = 1000          # reasoning and suggested action
+ISO = "%Y-%m-%dT%H:%M:%SZ"
+HEX32 = re.compile(r"^[0-9a-f]{32}$")
+LIMIT_CAUSE = "usage limit: the loop waits for the reset"
+OUTAGE_CAUSE = "API outage: the loop backs off and retries"
+CRITICAL_EXITS = {3, 20, 21, 22, 23, 24, 25}   # breaker OPEN, and the night-without-waste stops
+
+
+def iso(epoch: float) -> str:
+    return time.strftime(ISO, time.gmtime(epoch))
+
+
+def epoch_of(text: str) -> float:
+    """The inverse of iso(); ValueError for anything else."""
+    return float(calendar.timegm(time.strptime(text, ISO)))
+
+
+@dataclass(frozen=True)
+class Ticket:
+    ticket_id: str                   # uuid4 hex
+    created_at: str                  # UTC, ISO
+    run_id: str
+    iteration: int | None
+    phase: str | None
+    project: str
+    severity: str                    # low, medium, high, critical
+    cause: str                       # what was observed, short and stable
+    reasoning: str                   # why it is escalated
+    suggested_action: str
+    evidence: str                    # the event's own words, redacted, at most MAX_EVIDENCE
+    steps_since_success: int | None  # tool calls since the last successful one, or phases since one finished
+    stall_minutes: float | None      # how long the loop stands still
+    kind: str                        # the event kind that raised it
+    final: bool                      # the loop's end
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ticket_id, str) or not HEX32.match(self.ticket_id):
+            raise ValueError(f"ticket_id {self.ticket_id!r} is not a uuid4 hex string")
+        try:
+            epoch_of(self.created_at)
+        except (TypeError, ValueError):
+            raise ValueError(f"created_at {self.created_at!r} is not a UTC time like 2025-01-31T23:59:00Z") from None
+        for name in ("run_id", "project", "kind", "cause", "reasoning", "suggested_action"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name} is empty; a ticket says what, why and what to do")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity {self.severity!r} is not one of {', '.join(SEVERITIES)}")
+        if len(self.cause) > MAX_CAUSE:
+            raise ValueError(f"cause is {len(self.cause)} characters long; at most {MAX_CAUSE} (details go to "
+                             f"evidence)")
+        for name in ("reasoning", "suggested_action"):
+            if len(getattr(self, name)) > MAX_TEXT:
+                raise ValueError(f"{name} is longer than {MAX_TEXT} characters")
+        if not isinstance(self.evidence, str):
+            raise ValueError("evidence is not text")
+        if len(self.evidence) > MAX_EVIDENCE:
+            raise ValueError(f"evidence is {len(self.evidence)} characters long; at most {MAX_EVIDENCE}")
+        if self.iteration is not None and not _whole(self.iteration):
+            raise ValueError(f"iteration {self.iteration!r} is not a whole number or None")
+        if self.phase is not None and not isinstance(self.phase, str):
+            raise ValueError(f"phase {self.phase!r} is not text or None")
+        if self.steps_since_success is not None and not _whole(self.steps_since_success):
+            raise ValueError(f"steps_since_success {self.steps_since_success!r} is not a whole number or None")
+        if self.stall_minutes is not None and (isinstance(self.stall_minutes, bool) or
+                                               not isinstance(self.stall_minutes, (int, float)) or
+                                               not 0 <= self.stall_minutes < float("inf")):
+            raise ValueError(f"stall_minutes {self.stall_minutes!r} is not a number of minutes or None")
+        if not isinstance(self.final, bool):
+            raise ValueError(f"final {self.final!r} is not true or false")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> "Ticket":
+        """Every field present and valid; ValueError names the first that is not."""
+        if not isinstance(data, dict):
+            raise ValueError("a ticket is a JSON object")
+        names = [f.name for f in fields(cls)]
+        missing = [name for name in names if name not in data]
+        if missing:
+            raise ValueError(f"the ticket has no {', '.join(missing)}")
+        values = {name: data[name] for name in names}
+        if isinstance(values["stall_minutes"], int) and not isinstance(values["stall_minutes"], bool):
+            values["stall_minutes"] = float(values["stall_minutes"])
+        return cls(**values)
+
+    @property
+    def epoch(self) -> float:
+        return epoch_of(self.created_at)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())  # one line: it goes into chat messages and headers
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _int(value: object) -> int | None:
+    return value if _whole(value) else None
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        return None
+    return float(value)
+
+
+# --- one builder per event kind: (severity, cause, reasoning, suggested action, evidence, steps, stall) ---
+
+Draft = tuple[str, str, str, str, str, int | None, float | None]
+
+
+def _health(e: Mapping[str, Any], name: str, where: str) -> Draft | None:
+    cls, reason = e.get("classification"), str(e.get("reason", ""))
+    steps, idle = _int(e.get("steps_since_success")), _num(e.get("idle"))
+    stall = round(idle / 60, 1) if idle is not None else None
+    evidence = f"{where}: {cls} (stall score {e.get('stall_score')}): {reason}"
+    if cls == "stalled":
+        return ("medium", f"{name} stalled",
+                "the agent shows no sign of life for its stale window; the watcher ends a stuck phase",
+                "nothing yet: the phase is ended and retried (PHASE_RETRIES); if it recurs, read its log for the "
+                "command it waits on", evidence, steps, stall)
+    if cls == "wedged":
+        return ("high", f"{name} wedged",
+                "the agent keeps calling tools and gets nowhere (a doom loop); the watcher ends the phase",
+                "read the phase's log and incident (`genesis incidents`); the task may be ambiguous or a tool "
+                "broken: fix it or reword the task in TASKS.md", evidence, steps, stall)
+    return None
+
+
+def _incident(e: Mapping[str, Any], name: str, where: str) -> Draft:
+    # The incident's id is text; read back from the ledger, "id" is the event's row number.
+    kind, ident = str(e.get("kind", "stuck")), e.get("incident") or e.get("id")
+    ident = ident if isinstance(ident, str) else ""
+    silent = _num(e.get("silent_for"))
+    why = {"stale": "no heartbeat for the stale window", "wedged": "a doom loop",
+           "overtime": "over its runtime cap"}.get(kind, kind)
+    evidence = f"incident {ident}: {where} ended as {kind} ({why})" + (f": {e['reason']}" if e.get("reason") else "")
+    state = {"stale": "stalled"}.get(kind, kind)  # the health ticket's words: one cause, told once
+    return ("high", f"{name} {state}",
+            f"the watcher is ending a stuck agent's whole process tree ({why}); its work in this phase is lost",
+            f"`genesis incidents show {ident}` says what it was doing" if ident else "read `genesis incidents`",
+            evidence, None, round(silent / 60, 1) if silent is not None else None)
+
+
+def _phase_failed(e: Mapping[str, Any], name: str, where: str) -> Draft:
+    kind, retries = str(e.get("kind", "stuck")), _int(e.get("retries"))
+    return ("high", f"{name} failed for the iteration",
+            "the phase got stuck again after its retries; the loop goes on without its work",
+            "read the phase's incidents (`genesis incidents`) and its log; fix what it waits on or the task",
+            f"{where}: {kind} after {retries} retries: {e.get('reason', '')}",
+            retries + 1 if retries is not None else None, None)
+
+
+def _recovery_spent(e: Mapping[str, Any], name: str, where: str) -> Draft:
+    return ("critical", "the night's recovery budget is spent",
+            "stuck phases were retried so often that the loop only thrashes; it stops (exit 25)",
+            "read `genesis incidents` for what keeps getting stuck, fix it, then restart the loop",
+            f"{where}: {e.get('retries')} retries of stuck phases in this run (GENESIS_MAX_RECOVERIES)", None, None)
+
+
+def _iteration_end(e: Mapping[str, Any], name: str, where: str) -> Draft | None:
+    state = e.get("breaker")
+    evidence = (f"iteration {e.get('iteration')}: {e.get('no_progress')} iteration(s) in a row without a change to "
+                f"the repository; breaker {state}")
+    if state == "HALF_OPEN":
+        return ("medium", "breaker HALF_OPEN: no progress",
+                "iterations end without changing the repository; the loop stops at CB_STOP_THRESHOLD",
+                "look at the last phases' logs: is the task list stuck or done?", evidence, None, None)
+    if state == "OPEN":
+        return ("critical", "breaker OPEN: the loop makes no progress",
+                "too many iterations in a row changed nothing; the loop stops (or cools down, with "
+                "CB_COOLDOWN_MINUTES)",
+                "fix the task list or the agent's setup, then `genesis breaker reset` and restart", evidence,
+                None, None)
+    return None
+
+
+def _wait_start(e: Mapping[str, Any], name: str, where: str) -> Draft | None:
+    kind, seconds = e.get("kind"), _num(e.get("seconds"))
+    stall = round(seconds / 60, 1) if seconds is not None else None
+    evidence = f"{where}: {e.get('reason', kind)}; waiting {seconds:.0f}s" if seconds is not None else \
+        f"{where}: {e.get('reason', kind)}"
+    if kind == "limit":
+        return ("low", LIMIT_CAUSE, "a usage limit was met; the loop waits for its reset and runs the phase again",
+                "nothing: the loop goes on by itself after the reset", evidence, None, stall)
+    if kind == "outage":
+        return ("medium", OUTAGE_CAUSE, "the model API is failing; the loop backs off before running the phase "
+                "again, and stops after GENESIS_MAX_OUTAGE_MINUTES",
+                "check the provider's status page; the loop goes on by itself when the API is back",
+                evidence + f" (attempt {e.get('attempt')})", _int(e.get("attempt")), stall)
+    return None
+
+
+def _disk_full(e: Mapping[str, Any], name: str, where: str) -> Draft:
+    return ("critical", "disk full", "there is no room left to write the loop's state or the agent's work; "
+            "the loop stops cleanly (exit 6)", "free space on that disk, then restart the loop",
+            f"no room at {e.get('path')}: {e.get('free')} bytes free, {e.get('needed')} needed", None, None)
+
+
+def _loop_end(e: Mapping[str, Any], name: str, where: str) -> Draft:
+    code, reason = e.get("exit_code"), str(e.get("reason", "")) or "no reason given"
+    if code == 0:
+        severity, why = "low", "the loop ended normally"
+    elif code in CRITICAL_EXITS:
+        severity, why = "critical", "the loop stopped before its work was done and needs you to go on"
+    else:
+        severity, why = "high", "the loop stopped with an error"
+    return (severity, _cut(f"loop ended: {reason}", MAX_CAUSE), f"{why} (exit {code})",
+            "read `genesis report` for the night" if code == 0 else
+            "read `genesis report`; fix what stopped it, then restart the loop",
+            f"exit {code}: {reason}", None, None)
+
+
+BUILDERS = {"health": _health, "incident": _incident, "phase_failed": _phase_failed,
+            "recovery_spent": _recovery_spent, "iteration_end": _iteration_end, "wait_start": _wait_start,
+            "disk_full": _disk_full, "loop_end": _loop_end}
+
+
+def ticket_for(event: Mapping[str, Any], project: str | Path,
+               env: Mapping[str, str] | None = None) -> Ticket | None:
+    """The ticket one ledger event raises, or None when it raises none. Every text is
+    redacted (env: whose secret-named values to hide; default the process's own)."""
+    kind = event.get("event")
+    build = BUILDERS.get(kind) if isinstance(kind, str) else None
+    if build is None:
+        return None
+    iteration = _int(event.get("iteration"))
+    phase = event.get("phase") if isinstance(event.get("phase"), str) and event.get("phase") else None
+    where = " ".join(filter(None, [phase or "", f"(iteration {iteration})" if iteration is not None else ""])) \
+        or "the loop"
+    draft = build(event, phase or "the loop", where)
+    if draft is None:
+        return None
+    severity, cause, reasoning, action, evidence, steps, stall = draft
+    at = event.get("at")
+    try:
+        epoch_of(at)
+    except (TypeError, ValueError):
+        at = iso(time.time())
+    return Ticket(ticket_id=uuid.uuid4().hex, created_at=at, run_id=str(event.get("run_id") or "-"),
+                  iteration=iteration, phase=phase, project=str(project), severity=severity,
+                  cause=_cut(redact(cause, env), MAX_CAUSE), reasoning=_cut(redact(reasoning, env), MAX_TEXT),
+                  suggested_action=_cut(redact(action, env), MAX_TEXT),
+                  evidence=_cut(redact(evidence, env), MAX_EVIDENCE), steps_since_success=steps,
+                  stall_minutes=stall, kind=kind, final=kind == "loop_end")
