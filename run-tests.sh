@@ -6,6 +6,10 @@
 # Installs into folders git ignores: .venv/ (Genesis and pytest, shellcheck from PyPI) and
 # .tools/ (bats-core, bats-support, bats-assert and the pinned Claude Code from the npm
 # registry). Without Claude Code the end-to-end suite is skipped, with the reason shown.
+# The HTML report is checked in a headless Chromium and the live status view in tmux:
+# where either is missing and apt-get can run (as root, or with sudo that asks no
+# password), Debian's chromium-headless-shell and tmux are installed; otherwise those
+# tests are skipped, with the reason shown.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -34,12 +38,31 @@ if [[ ! -x .tools/claude/node_modules/.bin/claude ]]; then
   fi
 fi
 
+have_chromium() {
+  command -v chromium-headless-shell || command -v chromium || command -v chromium-browser || command -v google-chrome
+}
+debs=()
+if [[ -z "${GENESIS_CHROMIUM:-}" ]] && ! have_chromium >/dev/null; then debs+=(chromium-headless-shell); fi
+if ! command -v tmux >/dev/null; then debs+=(tmux); fi
+if ((${#debs[@]})) && command -v apt-get >/dev/null; then
+  mkdir -p .tools
+  sudo=()
+  if ((EUID != 0)); then sudo=(sudo -n); fi
+  if ! { "${sudo[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
+    --no-install-recommends "${debs[@]}"; } >.tools/apt-install.log 2>&1; then
+    echo "run-tests.sh: could not install ${debs[*]} (see .tools/apt-install.log); the tests that need them" \
+      "will be skipped" >&2
+  fi
+fi
+
 export PATH="${PWD}/.venv/bin:${PATH}"
 status=0
 tally="$(mktemp)"
 tap="$(mktemp)"
 trap 'rm -f "${tally}" "${tap}"' EXIT
-GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest "$@" || status=$?
+# Two workers by default (GENESIS_TEST_WORKERS): every test makes its own projects, ports,
+# tmux servers and process trees, so they run side by side; 0 runs them in one process.
+GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-2}" "$@" || status=$?
 .tools/bats/node_modules/bats/bin/bats tests/bats | tee "${tap}" || status=$?
 # The fault suite's tally (pytest and bats together), then the total over every test.
 if (($# == 0)); then

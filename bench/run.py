@@ -20,6 +20,7 @@ import busy  # noqa: E402
 import detection  # noqa: E402
 import hook_cost  # noqa: E402
 import killtime  # noqa: E402
+import ledger_cost  # noqa: E402
 import loop_overhead  # noqa: E402
 import night  # noqa: E402
 import reap_cost  # noqa: E402
@@ -59,6 +60,7 @@ def main() -> int:
         ("7. a careless agent", lambda: tamper.run(3 if quick else 5, 2 if quick else 3)),
         ("8. a night with a usage limit and an outage (real Claude Code)", night.run),
         ("9. busy or stuck", lambda: busy.run(2 if quick else 3)),
+        ("10. the ledger", lambda: ledger_cost.run(200 if quick else 500)),
     ]
     rows: list[Row] = []
     for title, bench in plan:

@@ -278,7 +278,7 @@ def _said_done(rule, outcome: "Outcome") -> bool:
 
 
 def _reported(outcome: "Outcome") -> dict:
-    """What the agent reported of its run, for the events log and the report."""
+    """What the agent reported of its run, for the ledger and the report."""
     from dataclasses import asdict
 
     end = outcome.ending
@@ -299,7 +299,7 @@ def _reported(outcome: "Outcome") -> dict:
 
 
 def _describe(step: Step, phase: Phase, outcome: "Outcome", log: Path, ending: str) -> str:
-    """Say how the phase ended; return the reason the events log and the report keep."""
+    """Say how the phase ended; return the reason the ledger and the report keep."""
     from .agentlog import sanitize, tail
 
     say, took = step.say, f"{outcome.duration:.0f}s"

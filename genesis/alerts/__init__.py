@@ -1,25 +1,25 @@
 """Escalation tickets, their triage and the notifications that pass it.
 
-The loop maps a ledger event to a Ticket (ticket_for) and hands it to dispatch(), which
-returns at once; a detached deliverer triages it, notifies, and records an `alert` event.
+The loop maps a ledger event to a Ticket (tickets.ticket_for) and hands it to
+deliver.dispatch(), which returns at once; a detached deliverer triages it, notifies, and
+records an `alert` event. Nothing is imported here: every step reads the alert knobs
+(settings.py), and the rest loads only where a ticket is raised.
 """
 
 from __future__ import annotations
 
-from .redact import redact
-from .settings import KNOBS, AlertSettings, parse
-from .tickets import SEVERITIES, Ticket, ticket_for
-from .triage import Verdict, triage
+from importlib import import_module
 
 __all__ = ["Ticket", "ticket_for", "SEVERITIES", "Verdict", "triage", "AlertSettings", "parse", "KNOBS",
            "dispatch", "redact"]
 
+_HOMES = {"Ticket": "tickets", "ticket_for": "tickets", "SEVERITIES": "tickets", "Verdict": "triage",
+          "triage": "triage", "AlertSettings": "settings", "parse": "settings", "KNOBS": "settings",
+          "dispatch": "deliver", "redact": "redact"}
+
 
 def __getattr__(name: str):
-    # The deliverer runs as `python -m genesis.alerts.deliver`: importing it here as well
-    # would load it twice in that process.
-    if name == "dispatch":
-        from .deliver import dispatch
-
-        return dispatch
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{home}"), name)

@@ -234,6 +234,11 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         record = {"path": self.path, "body": body, "at": time.time(), "status": 200}
         refusal = self.server.admit(record)
+        hang = self.server.hangs.get(record.get("number", -1))
+        if hang:
+            record["hung"] = hang
+            if self.server.released.wait(hang):
+                return
         if refusal:
             return self._json({"type": "error", "error": {"type": refusal.error_type, "message": refusal.message}},
                               refusal.status, refusal.headers())
@@ -316,6 +321,8 @@ class StubAPI(ThreadingHTTPServer):
         self.failure: Window | None = None
         self.counted = 0               # POST /v1/messages requests so far
         self.lock = threading.Lock()
+        self.hangs: dict[int, float] = {}  # request number -> seconds it hangs before any answer
+        self.released = threading.Event()  # set at shutdown: hung requests give up
 
     @property
     def url(self) -> str:
@@ -349,6 +356,16 @@ class StubAPI(ThreadingHTTPServer):
             self.failure = Window(status, error_type, message, start=time.time(), end=math.inf)
             return self.failure
 
+    def hang_after(self, requests: int, seconds: float) -> None:
+        """The requests-th messages request from now hangs `seconds` before it is answered (the
+        API accepted the connection and went silent: the agent waits, beating no heartbeat)."""
+        with self.lock:
+            self.hangs[self.counted + requests] = seconds
+
+    def shutdown(self) -> None:
+        self.released.set()
+        super().shutdown()
+
     def messages(self) -> list[dict]:
         """The recorded POST /v1/messages requests (not token counts), oldest first."""
         return [r for r in list(self.requests) if is_messages(r["path"])]
@@ -368,6 +385,7 @@ class StubAPI(ThreadingHTTPServer):
             refused = self.failure
             if is_messages(record["path"]):
                 self.counted += 1
+                record["number"] = self.counted
                 for w in self.windows:
                     if w.start is None and self.counted >= w.after:
                         w.start = record["at"]

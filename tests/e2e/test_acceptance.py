@@ -23,7 +23,7 @@ import pytest
 
 from genesis.proctree import marked
 
-from conftest import git, state_of
+from conftest import events_of, git, state_of
 from e2e.stub_api import StubAPI, slug
 from e2e.test_claude_code import CLAUDE, GENESIS, LOOP, ROOT, claude  # noqa: F401  (claude is a fixture)
 
@@ -73,8 +73,7 @@ def run_to_end(argv: list[str], timeout: float = 240, **kw) -> subprocess.Comple
 
 def run_events(project: Path) -> list[dict]:
     """The events of the project's latest run, in order."""
-    lines = (state_of(project) / "events.jsonl").read_text().splitlines()
-    evs = [json.loads(line) for line in lines if line.strip()]
+    evs = events_of(project)
     run_id = [e["run_id"] for e in evs if e["event"] == "loop_start"][-1]
     return [e for e in evs if e["run_id"] == run_id]
 
@@ -245,6 +244,9 @@ def test_the_readmes_real_use_steps_run_literally(claude, fast_stub, hermetic, t
     assert "breaker OPEN" not in out and "breaker HALF_OPEN" not in out
     # 4. The report printed the run's summary, as itself (not the loop's prefixed lines).
     run_id = of(evs, "loop_start")[0]["run_id"]
-    summary = [line for line in out.splitlines() if line.startswith(f"run {run_id}: started")]
-    assert summary and f"{end['reason']} (exit 0)" in summary[-1], out
+    lines = out.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith(f"Genesis run {run_id} · ")]
+    assert heads, out
+    report = lines[heads[-1]:heads[-1] + 4]
+    assert report[1].endswith("· exit 0") and report[2] == end["reason"], out
     assert leftovers(myapp) == []

@@ -1,0 +1,181 @@
+"""The morning after a compressed night, with the real `claude` against the stub API: what the
+ledger holds, what `genesis status --watch` showed in a real terminal while it ran, the
+HTML report in a real headless Chromium, and the alerts a webhook receiver got.
+
+The night: one task; iteration 1's Builder meets an API that goes silent (stuck, killed,
+an incident, retried), its Criticizer meets a usage limit (waited out); then the task is
+done, GENESIS_DONE_WHEN=never keeps the loop going, and two idle iterations move the
+breaker to HALF_OPEN and OPEN (exit 3). Time and the breaker's counts are compressed; the
+phases, triggers, prompts, hook and every other knob are the shipped ones.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_for
+from e2e.test_acceptance import fast_stub, plan_night  # noqa: F401  (fast_stub is a fixture)
+from e2e.test_claude_code import LOOP, claude  # noqa: F401  (claude is a fixture)
+from e2e.test_night import night_env
+from genesis.ledger import Ledger
+from helpers.chromium import INSTALL_HINT, find_chromium, render
+from helpers.receiver import Receiver
+
+pytestmark = pytest.mark.claude
+
+# Read at import: the suite's autouse fixture clears GENESIS_* before each test runs.
+CHROMIUM = find_chromium()
+SCREENSHOT = os.environ.get("GENESIS_REPORT_SCREENSHOT")  # where to keep the page's screenshot (docs/)
+GENESIS = [sys.executable, "-m", "genesis"]
+
+
+def ledger_rows(project: Path, sql: str) -> list[tuple]:
+    with Ledger.open(project / ".git" / "genesis" / "ledger.sqlite3", readonly=True) as led:
+        return [tuple(r) for r in led.query(sql)]
+
+
+class Tmux:
+    """A real terminal: a tmux server of its own, one window running a command."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str]):
+        self.socket = name
+        self.env = env
+        self.tmux("new-session", "-d", "-x", "120", "-y", "45", "-s", "w", " ".join(map(shlex_quote, command)))
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, capture_output=True, text=True,
+                              timeout=10, check=True).stdout
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "w")
+
+    def until(self, predicate, timeout: float, what: str) -> str:
+        """The first screen the predicate accepts (polled, with a deadline)."""
+        found: list[str] = []
+
+        def check() -> bool:
+            text = self.screen()
+            if predicate(text):
+                found.append(text)
+                return True
+            return False
+
+        try:
+            wait_for(check, timeout=timeout, what=what)
+        except AssertionError:
+            raise AssertionError(f"{what}; the screen was:\n{self.screen()}") from None
+        return found[0]
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True, timeout=10)
+
+
+def shlex_quote(word: str) -> str:
+    import shlex
+
+    return shlex.quote(word)
+
+
+def countdown(screen: str) -> int | None:
+    """The seconds left of the usage-limit wait the status screen shows, if it shows one."""
+    found = re.search(r"usage limit.*?(?:(\d+)m)?(\d+)s left", screen)
+    if not found:
+        return None
+    return int(found.group(1) or 0) * 60 + int(found.group(2))
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed: `apt-get install tmux`")
+def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alerts(claude, fast_stub, project,
+                                                                                  tmp_path):
+    plan_night(project, ["Add a /health endpoint with a test"])
+    # Iteration 1's Builder: its third request hangs (the API accepted it and went silent).
+    fast_stub.hang_after(3, 120)
+    # Its retry makes 5 requests; the Criticizer's second request (the 10th) meets a usage limit.
+    window = fast_stub.limit_after(10, 10)
+    with Receiver() as hook:
+        env = night_env(fast_stub, subscriber=True, HEARTBEAT_STALE_SECONDS="5", PHASE_RETRY_DELAY_SECONDS="1",
+                        GENESIS_DONE_WHEN="never", CB_WARNING_THRESHOLD="1", CB_STOP_THRESHOLD="2",
+                        GENESIS_NOTIFY_WEBHOOK=f"{hook.url}/hook", GENESIS_NOTIFY_DESKTOP="false")
+        out = (tmp_path / "loop.out").open("w")
+        loop = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--max-iterations", "8"], env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        term = None
+        try:
+            wait_for(lambda: (project / ".git" / "genesis" / "loop.json").exists(), timeout=60, what="the loop's start")
+            # `genesis status --watch` from another directory, as a user in a second terminal would.
+            term = Tmux(f"genesis-test-{os.getpid()}", [*GENESIS, "--project", str(project), "status", "--watch"],
+                        {**os.environ, "TERM": "xterm-256color", "HOME": str(tmp_path)})
+            running = term.until(lambda s: "Builder" in s and "running" in s, 60, "the running phase on the screen")
+            assert "iteration 1" in running
+            first = term.until(lambda s: countdown(s) is not None, 90, "the usage limit's countdown")
+            later = term.until(lambda s: (countdown(s) or 10**6) < countdown(first), 10,
+                               "the countdown going down")
+            assert "Criticizer" in first and countdown(later) < countdown(first)
+            assert loop.wait(timeout=300) == 3
+        finally:
+            if term is not None:
+                term.close()
+            if loop.poll() is None:
+                os.killpg(loop.pid, signal.SIGTERM)
+                loop.wait(timeout=60)
+            out.close()
+        printed = (tmp_path / "loop.out").read_text()
+        assert "breaker OPEN" in printed, printed
+
+        # The ledger: every phase with its ending, the incident, the wait, the breaker's moves.
+        phases = ledger_rows(project, "SELECT iteration, phase, attempt, ending FROM phases ORDER BY id")
+        assert phases[:2] == [(1, "Builder", 0, "stale"), (1, "Builder", 1, "finished")], phases
+        assert (1, "Criticizer", 0, "limit") in phases and (1, "Criticizer", 0, "finished") in phases
+        incidents = ledger_rows(project, "SELECT id, kind, phase FROM incidents")
+        assert [(k, p) for _, k, p in incidents] == [("stale", "Builder")]
+        waits = ledger_rows(project, "SELECT kind, phase, ended IS NOT NULL FROM waits")
+        assert ("limit", "Criticizer", 1) in waits
+        changes = ledger_rows(project, "SELECT before, after FROM breaker_changes ORDER BY id")
+        assert changes == [("CLOSED", "HALF_OPEN"), ("HALF_OPEN", "OPEN")]
+        assert len(fast_stub.messages()) > 10 and window.start is not None
+
+        # The alerts: triage passed the stuck phase, the OPEN breaker and the loop's end to the
+        # webhook; it dismissed the usage limit (the loop waits it out) and the HALF_OPEN warning.
+        def decided() -> dict[str, tuple[str, str]]:
+            rows = ledger_rows(project, "SELECT ticket_id, kind, decision FROM alerts")
+            return {t: (k, d) for t, k, d in rows}
+
+        wait_for(lambda: any(k == "loop_end" for k, _ in decided().values()), timeout=60, what="the loop end's alert")
+        alerts = decided()
+        told = {t for t, (_, d) in alerts.items() if d == "intervene"}
+        dismissed = {t for t, (_, d) in alerts.items() if d == "dismiss"}
+        got = {r.json["genesis"]["ticket_id"]: r.json["genesis"] for r in hook.wait_for(len(told), timeout=30)}
+        assert set(got) == told and not dismissed & set(got)
+        assert any(t["kind"] == "iteration_end" and "OPEN" in t["cause"] and "HALF" not in t["cause"]
+                   for t in got.values()), got
+        assert any(t["kind"] == "loop_end" and t["final"] for t in got.values())
+        assert {k for k, d in alerts.values() if d == "dismiss"} >= {"wait_start"}
+        assert all(r.path == "/hook" and r.method == "POST" for r in hook.requests)
+
+    # The morning report: the terminal's, and the HTML page in a real headless Chromium.
+    text = subprocess.run([*GENESIS, "--project", str(project), "report"], capture_output=True, text=True)
+    assert text.returncode == 0 and "abnormal phases" in text.stdout and incidents[0][0] in text.stdout
+    page = tmp_path / "night.html"
+    made = subprocess.run([*GENESIS, "--project", str(project), "report", "--html", str(page)], capture_output=True,
+                          text=True)
+    assert made.returncode == 0 and page.exists(), made.stderr
+    if CHROMIUM is None:
+        pytest.skip(f"no headless Chromium: the page was written, not rendered ({INSTALL_HINT})")
+    shot = tmp_path / "night.png"
+    seen = render(page, screenshot=shot, binary=CHROMIUM)
+    assert seen.console == []
+    assert 'class="timeline"' in seen.dom or "<svg" in seen.dom
+    assert len(re.findall(r'<rect class="phase\b', seen.dom)) == len(phases)
+    # The incident with its forensics: the text `genesis incidents show ID` prints.
+    assert f"Genesis incident {incidents[0][0]}" in seen.dom
+    assert shot.stat().st_size > 50_000
+    if SCREENSHOT:
+        shutil.copyfile(shot, SCREENSHOT)
