@@ -60,9 +60,12 @@ status=0
 tally="$(mktemp)"
 tap="$(mktemp)"
 trap 'rm -f "${tally}" "${tap}"' EXIT
-# Two workers by default (GENESIS_TEST_WORKERS): every test makes its own projects, ports,
-# tmux servers and process trees, so they run side by side; 0 runs them in one process.
-GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-2}" "$@" || status=$?
+# Two workers by default (GENESIS_TEST_WORKERS; 0 runs them in one process). Every test
+# makes its own projects, ports, tmux servers and process trees; a file's tests stay in one
+# worker, one after the other, and no two files mark their agents with the same run id,
+# so no watcher's sweep or reaper of one worker can take the other's processes for its own.
+GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-2}" --dist loadfile "$@" \
+  || status=$?
 .tools/bats/node_modules/bats/bin/bats tests/bats | tee "${tap}" || status=$?
 # The fault suite's tally (pytest and bats together), then the total over every test.
 if (($# == 0)); then

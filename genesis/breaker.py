@@ -7,7 +7,6 @@ twice as long, until the trials are spent and the loop stops.
 
 from __future__ import annotations
 
-import calendar
 import errno
 import fcntl
 import os
@@ -20,6 +19,7 @@ from typing import Iterator
 
 
 from .atomicio import CorruptFile, read_bytes, quarantine, read_json, write_json
+from .clock import iso, parse_iso
 
 __all__ = ["CLOSED", "HALF_OPEN", "OPEN", "Transition", "BreakerState", "record", "close",
            "cooldown_seconds", "plan_trial", "start_trial", "retry_time",
@@ -32,16 +32,6 @@ VERSION = 1
 LOCK_POLL = 0.05   # seconds between tries for a held lock
 LOCK_TIMEOUT = 30.0
 HOLDER_SEARCH = 2.0        # seconds spent at most looking for who holds a lock
-ISO = "%Y-%m-%dT%H:%M:%SZ"
-
-
-def iso(epoch: float) -> str:
-    return time.strftime(ISO, time.gmtime(epoch))
-
-
-def _epoch(text: str) -> float:
-    """The inverse of iso(); ValueError for anything else."""
-    return float(calendar.timegm(time.strptime(text, ISO)))
 
 
 @dataclass(frozen=True)
@@ -94,7 +84,7 @@ class BreakerState:
         retry_at = data.get("retry_at")
         if retry_at is not None:
             try:
-                _epoch(retry_at)  # the loop waits until then: it must read back as a time
+                parse_iso(retry_at)  # the loop waits until then: it must read back as a time
             except (TypeError, ValueError):
                 raise ValueError("retry_at is not a UTC time") from None
         return cls(state=data["state"], no_progress_count=data.get("no_progress_count", 0),
@@ -171,7 +161,7 @@ def start_trial(state: BreakerState, now: float, max_trials: int | None = None) 
 
 def retry_time(state: BreakerState) -> float | None:
     """retry_at as epoch seconds, or None when no trial is planned."""
-    return _epoch(state.retry_at) if state.retry_at is not None else None
+    return parse_iso(state.retry_at) if state.retry_at is not None else None
 
 
 class BreakerLocked(TimeoutError):

@@ -28,10 +28,10 @@ import psutil
 
 from . import cgroups, exitcodes
 from .agentlog import MIN_LOG_BYTES, AgentLog, OutputPump, Transcriber, grow_pipe
-from .clock import Clock, SystemClock
+from .clock import Clock, SystemClock, iso
 from .cmdline import header_line, misfit, prompt_problem, too_big
 from .health.activity import sample
-from .health.classify import Snapshot, classify, fingerprint, iso
+from .health.classify import Snapshot, classify, fingerprint
 from .health.toolwatch import ToolVerdict, ToolWatch
 from .heartbeat import read_heartbeat
 from .proctree import (KillReport, ProcId, adopted, become_subreaper, command_line, descendants, descends_from,

@@ -40,9 +40,9 @@ def run_agent(tmp_path, delays_ms: list[int], pause: float):
     hb.parent.mkdir(mode=0o700, exist_ok=True)
     from genesis.heartbeat import hook_script
 
-    env = {**os.environ, "GENESIS_RUN_ID": "run-1", "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder"}
+    env = {**os.environ, "GENESIS_RUN_ID": "run-api", "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder"}
     run = AgentRun((sys.executable, str(script), str(hook_script())), tmp_path, env, tmp_path / "agent.log", hb,
-                   "run-1", raw_log=tmp_path / "agent.jsonl", reader=StreamReader())
+                   "run-api", raw_log=tmp_path / "agent.jsonl", reader=StreamReader())
     notes: list[str] = []
     out = supervise(run, Limits(check_interval=0.2, stale_after=1.0, max_runtime=30.0, kill_grace=1.0,
                                 count_output=False), note=notes.append)
@@ -84,8 +84,8 @@ def test_a_cli_that_keeps_retrying_a_refused_login_is_ended_without_waiting_out_
                       "time.sleep(120)\n")
     hb = tmp_path / "hb" / "Builder.json"
     hb.parent.mkdir(mode=0o700)
-    run = AgentRun((sys.executable, str(script)), tmp_path, {**os.environ, "GENESIS_RUN_ID": "run-1"},
-                   tmp_path / "agent.log", hb, "run-1", raw_log=tmp_path / "agent.jsonl", reader=StreamReader())
+    run = AgentRun((sys.executable, str(script)), tmp_path, {**os.environ, "GENESIS_RUN_ID": "run-api"},
+                   tmp_path / "agent.log", hb, "run-api", raw_log=tmp_path / "agent.jsonl", reader=StreamReader())
     out = supervise(run, Limits(check_interval=0.2, stale_after=30.0, max_runtime=60.0, kill_grace=1.0))
     assert out.status == "api_fatal", out
     assert out.kill is not None and out.kill.survivors == ()

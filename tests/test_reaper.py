@@ -23,7 +23,7 @@ def read_pid(path: Path) -> int:
 @pytest.mark.fault(10, 13, 15)
 def test_ours_die_unrelated_survive_and_a_foreign_port_is_reported(project, tmp_path, procs):
     ours_port, foreign_port = free_port(), free_port()
-    marks = markers_for(project, "run-1")
+    marks = markers_for(project, "run-reap")
     # An "agent" of this loop left a server in its own session (orphaned) and a pytest run.
     procs([sys.executable, SPAWN, "detach", str(tmp_path / "srv.pid"), sys.executable, SPAWN, "listen",
            str(ours_port)], env=marks).wait()
@@ -37,7 +37,7 @@ def test_ours_die_unrelated_survive_and_a_foreign_port_is_reported(project, tmp_
                        env=markers_for(tmp_path / "elsewhere", "run-9"))
     wait_for(lambda: listening(ours_port) and listening(foreign_port), what="listeners")
 
-    plan = plan_reap(project, "run-1", "all", PATTERNS, (ours_port, foreign_port))
+    plan = plan_reap(project, "run-reap", "all", PATTERNS, (ours_port, foreign_port))
     why = {lo.ident.pid: lo.why for lo in plan.leftovers}
     assert why == {server: f"listens on port {ours_port}", ours_pytest.pid: "matches REAP_PATTERNS"}
     assert [(f.port, f.pid) for f in plan.foreign_ports] == [(foreign_port, their_server.pid)]
@@ -52,11 +52,11 @@ def test_ours_die_unrelated_survive_and_a_foreign_port_is_reported(project, tmp_
 
 
 def test_scope_matching_spares_leftovers_that_match_nothing(project, procs):
-    marks = markers_for(project, "run-1")
+    marks = markers_for(project, "run-reap")
     plain = procs([sys.executable, SPAWN, "sleep", "plain"], env=marks)
     wait_for(lambda: alive(plain.pid))
-    assert plan_reap(project, "run-1", "matching", PATTERNS, ()).leftovers == ()
-    plan = plan_reap(project, "run-1", "all", PATTERNS, ())
+    assert plan_reap(project, "run-reap", "matching", PATTERNS, ()).leftovers == ()
+    plan = plan_reap(project, "run-reap", "all", PATTERNS, ())
     assert [lo.ident.pid for lo in plan.leftovers] == [plain.pid]
 
 

@@ -8,13 +8,15 @@ the numbers go to the evidence. (The loop's end is the exception: it is always t
 
 from __future__ import annotations
 
-import calendar
 import re
 import time
 import uuid
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
+
+from ..clock import iso
+from ..clock import parse_iso as epoch_of
 
 from .redact import redact
 
@@ -25,20 +27,10 @@ SEVERITIES = ("low", "medium", "high", "critical")
 MAX_EVIDENCE = 500
 MAX_CAUSE = 200
 MAX_TEXT = 1000          # reasoning and suggested action
-ISO = "%Y-%m-%dT%H:%M:%SZ"
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 LIMIT_CAUSE = "usage limit: the loop waits for the reset"
 OUTAGE_CAUSE = "API outage: the loop backs off and retries"
 CRITICAL_EXITS = {3, 20, 21, 22, 23, 24, 25}   # breaker OPEN, and the night-without-waste stops
-
-
-def iso(epoch: float) -> str:
-    return time.strftime(ISO, time.gmtime(epoch))
-
-
-def epoch_of(text: str) -> float:
-    """The inverse of iso(); ValueError for anything else."""
-    return float(calendar.timegm(time.strptime(text, ISO)))
 
 
 @dataclass(frozen=True)

@@ -60,10 +60,6 @@ def fingerprint(*parts: object) -> str:
     return hashlib.sha1("|".join(map(str, parts)).encode()).hexdigest()[:12]
 
 
-def iso(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
 class Tracker:
     """Follows one phase's classification: every change is recorded, but a warning about the
     same class is said at most once per cooldown, so a flapping agent does not flood the console."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..atomicio import DiskFull, free_bytes, quarantine
+from ..clock import iso
 from . import tables
 from .schema import MIGRATIONS, VERSION
 
@@ -43,10 +44,6 @@ class RunRecord:
     exit_code: int | None
     project: str | None
     pid: int | None
-
-
-def iso(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 class Ledger:

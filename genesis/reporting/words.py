@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import calendar
-import time
 from typing import Any, Iterable
+
+from ..clock import parse_iso
 
 __all__ = ["LABELS", "WAIT_LABELS", "duration", "epoch_of", "reported"]
 
@@ -24,9 +24,10 @@ def duration(seconds: float) -> str:
 
 
 def epoch_of(stamp: str | None) -> float | None:
+    """An ISO time Genesis wrote, as epoch seconds; None for anything else."""
     try:
-        return float(calendar.timegm(time.strptime(stamp or "", "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
+        return parse_iso(stamp or "")
+    except (TypeError, ValueError):
         return None
 
 

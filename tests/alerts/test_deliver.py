@@ -24,7 +24,7 @@ from helpers.receiver import Receiver
 
 T0 = epoch_of("2026-11-21T03:14:00Z")
 FAST = AlertSettings(desktop="false", timeout=1.0, retries=1, backoff=(0.05,))
-MARKERS = {"GENESIS_RUN_ID": "run-1", "GENESIS_AGENT": "Builder", "GENESIS_HEARTBEAT_FILE": "/tmp/hb.json",
+MARKERS = {"GENESIS_RUN_ID": "run-deliver", "GENESIS_AGENT": "Builder", "GENESIS_HEARTBEAT_FILE": "/tmp/hb.json",
            "GENESIS_ITERATION": "3", "GENESIS_PROJECT_DIR": "/src/myapp", "GENESIS_LOOP_PID": "4242"}
 
 

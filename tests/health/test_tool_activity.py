@@ -37,9 +37,9 @@ def run_tool(tmp_path: Path, tool: str, *, before: str = PRE, stale: float = 1.0
     script.write_text(f"printf '%s' '{before}' | \"$HOOK\"\nbash -c {tool!r}\nprintf '%s' '{POST}' | \"$HOOK\"\n")
     hb = tmp_path / "hb" / "Builder.json"
     hb.parent.mkdir(mode=0o700, exist_ok=True)
-    env = {**os.environ, "GENESIS_RUN_ID": "run-1", "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder",
+    env = {**os.environ, "GENESIS_RUN_ID": "run-tool", "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder",
            "HOOK": str(hook_script()), "PY": sys.executable}
-    run = AgentRun(("bash", str(script)), tmp_path, env, tmp_path / "agent.log", hb, "run-1")
+    run = AgentRun(("bash", str(script)), tmp_path, env, tmp_path / "agent.log", hb, "run-tool")
     notes: list[str] = []
     out = supervise(run, Limits(check_interval=0.2, stale_after=stale, max_runtime=60.0, kill_grace=1.0,
                                 count_output=False, tool_silent=silent, tool_busy_max=busy_max),
@@ -103,7 +103,7 @@ def test_what_counts_as_work(before, after, busy):
 
 
 def beat(event: str, epoch: float, tool: str = "Bash") -> Heartbeat:
-    return Heartbeat(epoch, "", "Builder", tool, event, "s-1", 1, "run-1")
+    return Heartbeat(epoch, "", "Builder", tool, event, "s-1", 1, "run-tool")
 
 
 def test_the_tool_watch_follows_the_tool_calls():
