@@ -207,17 +207,19 @@ def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | Non
             f"(GENESIS_MAX_RUNTIME_HOURS, {_clock_time(ceiling)}): stopping now", "error")
         _clear(step)
         return exitcodes.MAX_RUNTIME
-    step.event("wait_start", kind=pending.kind, until=pending.until, seconds=round(left, 1), phase=pending.phase,
-               iteration=pending.iteration, attempt=pending.attempt, reason=pending.reason)
-    say(f"{label}: waiting {duration(left)}, until {_clock_time(pending.until)} ({pending.reason}); Ctrl-C or "
-        f"`genesis stop` ends the wait", "warn")
     how, code = "done", exitcodes.OK
     # A stop signal ends the wait; the handlers are restored only if none came (once one
     # came, later ones are ignored while the wait's end is recorded, then the step exits).
+    # They are in place before the wait is recorded as begun: a signal that comes once the
+    # wait shows in the ledger always ends it with its end recorded.
     old = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     tty = sys.stderr.isatty()
     next_line = start_mono + PROGRESS_EVERY
     try:
+        step.event("wait_start", kind=pending.kind, until=pending.until, seconds=round(left, 1),
+                   phase=pending.phase, iteration=pending.iteration, attempt=pending.attempt, reason=pending.reason)
+        say(f"{label}: waiting {duration(left)}, until {_clock_time(pending.until)} ({pending.reason}); Ctrl-C or "
+            f"`genesis stop` ends the wait", "warn")
         while True:
             remaining = pending.until - clock.wall()  # wall clock: a reset is a time of day, suspend or not
             if remaining <= 0:
