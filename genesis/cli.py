@@ -502,6 +502,7 @@ def status(ctx: click.Context, watch: bool, all_loops: bool, interval: float) ->
 def report(obj: Context, run_id: str | None, since: str | None, list_runs: bool, as_json: bool,
            html_file: Path | None) -> None:
     """The morning report of a loop run (default: the latest); exit 1 if there is no such run."""
+    from .reporting.command import PageNotWritten
     from .reporting.command import report as run
 
     try:
@@ -509,7 +510,7 @@ def report(obj: Context, run_id: str | None, since: str | None, list_runs: bool,
             echo=click.echo)
     except ValueError as exc:
         raise Fail(str(exc), exitcodes.USAGE) from None
-    except LookupError as exc:
+    except (LookupError, PageNotWritten) as exc:
         raise Fail(str(exc), exitcodes.ERROR) from None
 
 

@@ -18,6 +18,7 @@ from .gitcmd import GitFailed, run_git
 __all__ = ["Before", "before", "after", "MAX_COMMITS", "GIT_BOUND"]
 
 MAX_COMMITS = 200     # commits of one phase kept in the ledger
+MAX_TASKS = 200       # ticked TASKS.md items of one phase kept
 GIT_BOUND = 10.0      # seconds for each git call
 DONE_RE = re.compile(r"^\s*[-*] \[[xX]\]\s*(.+?)\s*$", re.M)
 
@@ -69,4 +70,4 @@ def after(project: Path, start: Before) -> dict:
     elif head == start.head:
         files = 0
     ticked = sorted(_done_tasks(project) - start.done)
-    return {"commits": commits, "files_changed": files, "tasks_done": ticked[:MAX_COMMITS]}
+    return {"commits": commits, "files_changed": files, "tasks_done": ticked[:MAX_TASKS]}

@@ -218,7 +218,9 @@ def _wait_start(e: Mapping[str, Any], name: str, where: str) -> Draft | None:
 def _disk_full(e: Mapping[str, Any], name: str, where: str) -> Draft:
     return ("critical", "disk full", "there is no room left to write the loop's state or the agent's work; "
             "the loop stops cleanly (exit 6)", "free space on that disk, then restart the loop",
-            f"no room at {e.get('path')}: {e.get('free')} bytes free, {e.get('needed')} needed", None, None)
+            f"no room at {e.get('path')}" + "".join(f", {text}" for text in (
+                f"{e['free']} bytes free" if _int(e.get("free")) is not None else "",
+                f"{e['needed']} needed" if _int(e.get("needed")) is not None else "") if text), None, None)
 
 
 def _loop_end(e: Mapping[str, Any], name: str, where: str) -> Draft:

@@ -15,7 +15,7 @@ from ..layout import Layout
 from .load import UnknownRun, night, open_view, pick_run
 from .words import duration
 
-__all__ = ["report", "since_epoch"]
+__all__ = ["report", "since_epoch", "PageNotWritten"]
 
 AGO_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhd])\s*$")
 UNITS = {"m": 60, "h": 3600, "d": 86400}
@@ -65,6 +65,8 @@ def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: 
             chosen = [pick_run(led, run_id)]
         nights = [night(led, rid, running=holder is not None and holder.run_id == rid,
                         incidents_dir=layout.incidents_dir, now=now) for rid in chosen]
+        if html_file is not None:  # first: a page that cannot be written is said before any report
+            _write_page(html_file, nights, now)
         if as_json:
             echo(json.dumps({"runs": [{**_plain(n), "events": led.events(n.run_id)} for n in nights]}, indent=1,
                             default=str))
@@ -73,13 +75,25 @@ def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: 
 
             for n in nights:
                 echo(render_text(n).rstrip("\n"))
-    if html_file is not None:
-        from .html import render_html
+    if html_file is not None and not as_json:
+        echo(f"HTML report: {html_file}")
 
-        page = render_html(nights[-1], now=now) if len(nights) == 1 else _pages(nights, now)
-        write_text(html_file, page)
-        if not as_json:
-            echo(f"HTML report: {html_file}")
+
+class PageNotWritten(RuntimeError):
+    """The --html file cannot be written; the message says why."""
+
+
+def _write_page(path: Path, nights: list, now: float) -> None:
+    """The page, written atomically; its folder made if it is missing."""
+    from .html import render_html
+
+    page = render_html(nights[-1], now=now) if len(nights) == 1 else _pages(nights, now)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, page)
+    except OSError as exc:
+        raise PageNotWritten(f"cannot write the HTML report to {path}: {exc.strerror or exc}; choose another "
+                             f"file") from None
 
 
 def _pages(nights: list, now: float) -> str:

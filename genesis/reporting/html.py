@@ -14,7 +14,7 @@ import time
 from .model import Night, PhaseRow
 from .text import (between, clock, ending_line, iteration_cells, kpi_rows, label, lasted, one_line, outcome, phase_name,
                    phase_names, stamp, summary_line, wait_span, where)
-from .words import WAIT_LABELS
+from .words import WAIT_LABELS, money
 
 __all__ = ["render_html", "CSP", "FORENSICS_LIMIT"]
 
@@ -168,7 +168,7 @@ def _phase_title(p: PhaseRow, end: float, running: bool) -> str:
     span = f"{clock(p.started)}-{clock(end)} ({between(p.started, end)}{unfinished})"
     retry = f" (retry {p.attempt})" if p.attempt else ""
     reason = "" if p.ending in ("finished", "running") else f": {one_line(p.reason)}"
-    cost = f"; ${p.cost_usd:.2f}" if p.cost_usd is not None else ""
+    cost = f"; {money(p.cost_usd)}" if p.cost_usd is not None else ""
     return f"iteration {p.iteration} {p.phase}{retry}: {what}, {span}{cost}{reason}"
 
 
@@ -309,7 +309,7 @@ def _cost(night: Night) -> str:
 
     tokens_in, tokens_out = night.tokens
     turns = [p.turns for p in night.phases if p.turns is not None]
-    rows = [["total", reported(None if night.cost_usd is None else f"${night.cost_usd:.2f}")],
+    rows = [["total", reported(None if night.cost_usd is None else money(night.cost_usd))],
             ["input tokens", reported(None if tokens_in is None else f"{tokens_in:,}")],
             ["output tokens", reported(None if tokens_out is None else f"{tokens_out:,}")],
             ["turns", reported(str(sum(turns)) if turns else None)]]
@@ -317,7 +317,7 @@ def _cost(night: Night) -> str:
     for p in night.phases:
         if p.cost_usd is not None:
             by_phase[p.phase] = by_phase.get(p.phase, 0.0) + p.cost_usd
-    rows += [[f"{_e(name)} phases", _e(f"${cost:.2f}")] for name, cost in by_phase.items()] if len(by_phase) > 1 else []
+    rows += [[f"{_e(name)} phases", _e(money(cost))] for name, cost in by_phase.items()] if len(by_phase) > 1 else []
     return _table(["as the agents reported them", ""], rows, numeric=(1,), narrow=True)
 
 

@@ -16,7 +16,7 @@ from rich.padding import Padding
 from rich.table import Table
 
 from .model import ABNORMAL_LABELS, IterationRow, Kpis, Night, PhaseRow, WaitRow
-from .words import WAIT_LABELS, duration
+from .words import WAIT_LABELS, duration, money
 
 __all__ = ["render_text", "clock", "stamp", "one_line", "outcome", "label", "between", "lasted", "phase_name",
            "phase_names", "iteration_headers", "iteration_cells", "ending_line", "summary_line", "wait_span", "where",
@@ -124,7 +124,7 @@ def summary_line(night: Night) -> str:
              _plural(len(phases), "phase") + (f", {len(night.abnormal)} abnormal" if night.abnormal else ""),
              _plural(len(night.commits), "commit"), _plural(len(night.tasks_done), "task") + " done"]
     if night.cost_usd is not None:
-        parts.append(f"${night.cost_usd:.2f}")
+        parts.append(money(night.cost_usd))
     if night.reaped:
         parts.append(_plural(night.reaped, "leftover process", "leftover processes") + " ended")
     return " · ".join(parts)
@@ -189,7 +189,7 @@ def _cost_lines(night: Night) -> list[str]:
 
     tokens_in, tokens_out = night.tokens
     turns = [p.turns for p in night.phases if p.turns is not None]
-    lines = [f"total: {reported(None if night.cost_usd is None else f'${night.cost_usd:.2f}')}",
+    lines = [f"total: {reported(None if night.cost_usd is None else money(night.cost_usd))}",
              f"tokens: in {reported(None if tokens_in is None else f'{tokens_in:,}')}, "
              f"out {reported(None if tokens_out is None else f'{tokens_out:,}')}",
              f"turns: {reported(str(sum(turns)) if turns else None)}"]
@@ -198,7 +198,7 @@ def _cost_lines(night: Night) -> list[str]:
         if p.cost_usd is not None:
             by_phase[p.phase] = by_phase.get(p.phase, 0.0) + p.cost_usd
     if len(by_phase) > 1:
-        lines.append("by phase: " + ", ".join(f"{name} ${cost:.2f}" for name, cost in by_phase.items()))
+        lines.append("by phase: " + ", ".join(f"{name} {money(cost)}" for name, cost in by_phase.items()))
     return lines
 
 

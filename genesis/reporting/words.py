@@ -6,7 +6,7 @@ from typing import Any, Iterable
 
 from ..clock import parse_iso
 
-__all__ = ["LABELS", "WAIT_LABELS", "duration", "epoch_of", "reported"]
+__all__ = ["LABELS", "WAIT_LABELS", "duration", "epoch_of", "money", "reported"]
 
 # How a phase_end status reads; anything but a clean exit is abnormal.
 LABELS = {"exited": "exited", "stale": "stuck", "wedged": "wedged", "overtime": "over time", "api_fatal": "refused by the API",
@@ -34,3 +34,8 @@ def epoch_of(stamp: str | None) -> float | None:
 def reported(phases: Iterable[dict[str, Any]], key: str) -> list[float]:
     """A figure the agents reported (cost_usd, num_turns) over phase_end events: real numbers only."""
     return [e[key] for e in phases if isinstance(e.get(key), (int, float)) and not isinstance(e.get(key), bool)]
+
+
+def money(usd: float) -> str:
+    """Dollars to the cent, or to a hundredth of a cent below ten cents (a phase's cost often is)."""
+    return f"${usd:.2f}" if usd >= 0.1 or usd == 0 else f"${usd:.4f}"

@@ -29,7 +29,7 @@ from .. import exitcodes
 from ..gitcmd import GitFailed, NotARepository, run_git
 from ..layout import Layout
 from ..reporting.text import one_line
-from ..reporting.words import duration
+from ..reporting.words import duration, money
 from .loops import Loop, Scanner
 from .view import RECENT, Status, Totals, Wait, build, layout_of
 
@@ -381,7 +381,7 @@ def _today(t: Totals) -> Text:
     text = Text(f"{_plural(t.phases, 'phase')} run: {t.finished} finished, ")
     text.append(f"{t.abnormal} abnormal", style="red" if t.abnormal else "")
     if t.cost_usd is not None:
-        text.append(f" · ${t.cost_usd:.2f}")
+        text.append(f" · {money(t.cost_usd)}")
     if t.input_tokens is not None or t.output_tokens is not None:
         text.append(f" · tokens {_count(t.input_tokens or 0)} in, {_count(t.output_tokens or 0)} out")
     text.append(f" · {_plural(t.commits, 'commit')} · {_plural(t.incidents, 'incident')} · {_plural(t.waits, 'wait')}")
