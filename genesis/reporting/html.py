@@ -226,16 +226,22 @@ def _timeline(night: Night, now: float) -> str:
                    f'width="{_f(width)}" height="{BAR}" rx="2" data-phase="{_e(p.phase)}" '
                    f'data-iteration="{p.iteration}" data-attempt="{p.attempt}" data-ending="{_e(p.ending)}">'
                    f'<title>{_e(_phase_title(p, bar_end(p), night.running))}</title></rect>')
+    label_ends = [-WIDTH, -WIDTH]  # the right end of the last label on each of two label lines
     for b in night.breaker_changes:
         bx = x(b.at)
         title = (f"{clock(b.at)} {where(b.iteration, None)}: breaker {b.before} → {b.after} "
                  f"({b.no_progress} iterations without progress)")
         state = one_line(b.after, 12)
-        inside = bx + 3 + len(state) * LABEL_CHAR <= WIDTH
+        span = len(state) * LABEL_CHAR
+        inside = bx + 3 + span <= WIDTH
         tx, anchor = (bx + 3, "start") if inside else (bx - 3, "end")
+        left = tx if inside else tx - span
+        # Changes close in time would print their states over each other: the second goes a line lower.
+        line = 0 if left > label_ends[0] + 4 else 1
+        label_ends[line] = left + span
         out.append(f'<g class="breaker breaker-{_css_name(b.after)}"><line x1="{_f(bx)}" x2="{_f(bx)}" '
-                   f'y1="{TOP - 30}" y2="{bottom}"/><text x="{_f(tx)}" y="{TOP - 32}" text-anchor="{anchor}">'
-                   f'{_e(state)}</text><title>{_e(title)}</title></g>')
+                   f'y1="{TOP - 30}" y2="{bottom}"/><text x="{_f(tx)}" y="{TOP - 32 + 11 * line}" '
+                   f'text-anchor="{anchor}">{_e(state)}</text><title>{_e(title)}</title></g>')
     for i in night.incidents:
         ix = x(i.at)
         y = TOP + row_of.get(i.phase or "", 0) * ROW + 2

@@ -312,3 +312,18 @@ def test_a_phase_without_an_end_in_a_killed_loop_ends_with_the_night_not_now():
     unfinished = [b for b in svg.all("rect.phase") if b.attrs["data-iteration"] == "2"]
     assert len(unfinished) == 1 and "ending-running" in unfinished[0].classes
     assert unfinished[0].one("title").text() == "iteration 2 Builder: running, 02:06-02:06 (0s, no end recorded)"
+
+
+def test_breaker_changes_close_in_time_put_their_states_on_two_lines():
+    from genesis.reporting.model import BreakerChange
+
+    night = typical_night()
+    close = dataclasses.replace(night, breaker_changes=(BreakerChange(at(280), 3, "CLOSED", "HALF_OPEN", 2),
+                                                        BreakerChange(at(280) + 1, 3, "HALF_OPEN", "OPEN", 3)))
+    labels = re.findall(r'<g class="breaker breaker-(\w+)">.*?<text x="[^"]+" y="([^"]+)"', render_html(close))
+    assert [state for state, _ in labels] == ["half_open", "open"]
+    assert labels[0][1] != labels[1][1]  # one above the other, not over each other
+    apart = dataclasses.replace(close, breaker_changes=(close.breaker_changes[0],
+                                                        dataclasses.replace(close.breaker_changes[1], at=at(280) + 7200)))
+    ys = re.findall(r'<g class="breaker breaker-\w+">.*?<text x="[^"]+" y="([^"]+)"', render_html(apart))
+    assert len(ys) == 2 and ys[0] == ys[1]  # far apart: the same line
