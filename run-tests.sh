@@ -64,8 +64,8 @@ trap 'rm -f "${tally}" "${tap}"' EXIT
 # makes its own projects, ports, tmux servers and process trees; a file's tests stay in one
 # worker, one after the other, and no two files mark their agents with the same run id,
 # so no watcher's sweep or reaper of one worker can take the other's processes for its own.
-GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-2}" --dist loadfile "$@" \
-  || status=$?
+# (--dist loadfile is in pyproject.toml's pytest options.)
+GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-2}" "$@" || status=$?
 .tools/bats/node_modules/bats/bin/bats tests/bats | tee "${tap}" || status=$?
 # The fault suite's tally (pytest and bats together), then the total over every test.
 if (($# == 0)); then

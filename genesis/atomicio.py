@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["CorruptFile", "TooLarge", "DiskFull", "read_bytes", "read_json", "write_json", "quarantine",
-           "write_text", "free_bytes", "check_room", "no_room"]
+           "write_text", "free_bytes", "check_room", "no_room", "flock_within", "LOCK_POLL"]
 
 MAX_STATE_BYTES = 1 << 20
+LOCK_POLL = 0.05   # seconds between tries for a held lock
 NO_ROOM = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 
 
@@ -212,3 +213,18 @@ def finite(value: Any) -> float | None:
         return None
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def flock_within(fd: int, seconds: float) -> bool:
+    """Take an exclusive flock on fd, trying for at most `seconds`; False if still held by another."""
+    import fcntl
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(LOCK_POLL)

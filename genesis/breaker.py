@@ -8,7 +8,6 @@ twice as long, until the trials are spent and the loop stops.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 
-from .atomicio import CorruptFile, read_bytes, quarantine, read_json, write_json
+from .atomicio import CorruptFile, flock_within, read_bytes, quarantine, read_json, write_json
 from .clock import iso, parse_iso
 
 __all__ = ["CLOSED", "HALF_OPEN", "OPEN", "Transition", "BreakerState", "record", "close",
@@ -29,7 +28,6 @@ CLOSED, HALF_OPEN, OPEN = "CLOSED", "HALF_OPEN", "OPEN"
 STATES = (CLOSED, HALF_OPEN, OPEN)
 HISTORY_LIMIT = 50
 VERSION = 1
-LOCK_POLL = 0.05   # seconds between tries for a held lock
 LOCK_TIMEOUT = 30.0
 HOLDER_SEARCH = 2.0        # seconds spent at most looking for who holds a lock
 
@@ -210,15 +208,8 @@ class BreakerStore:
                                            f"our lock file; remove it") from None
             raise
         try:
-            deadline = time.monotonic() + self.timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise BreakerLocked(self.lock_path, self.timeout, lock_holders(self.lock_path)) from None
-                    time.sleep(LOCK_POLL)
+            if not flock_within(fd, self.timeout):
+                raise BreakerLocked(self.lock_path, self.timeout, lock_holders(self.lock_path))
             yield
         finally:
             os.close(fd)

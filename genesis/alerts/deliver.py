@@ -11,7 +11,6 @@ both told for the same cause.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
@@ -21,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Protocol
 
+from ..atomicio import flock_within
 from .message import safe_ticket
 from .settings import AlertSettings
 from .tickets import Ticket
@@ -34,7 +34,6 @@ MARKER_PREFIXES = ("GENESIS_RUN", "GENESIS_LOOP", "GENESIS_AGENT", "GENESIS_HEAR
 MAX_DOCUMENT = 1 << 20
 MAX_DEADLINE = 900.0       # seconds: the deliverer's work (once its turn came) never takes longer
 MARGIN = 5.0               # seconds for the ledger and the threads' ends
-LOCK_POLL = 0.05
 
 _launched: list[subprocess.Popen] = []   # kept so their exit is collected, never waited on
 
@@ -115,15 +114,7 @@ class LedgerBook:
         try:
             fd = os.open(f"{self.path}.alerts-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC |
                          getattr(os, "O_NOFOLLOW", 0), 0o600)
-            deadline = time.monotonic() + wait
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        break
-                    time.sleep(LOCK_POLL)
+            flock_within(fd, wait)  # past the wait, go on without it
         except OSError:  # no folder, a symlink planted, no room: no lock
             pass
         try:
