@@ -1,6 +1,6 @@
 """Run every Genesis benchmark on this machine and print one table.
 
-Usage: .venv/bin/python bench/run.py [--quick]
+Usage: .venv/bin/python bench/run.py [--quick] [--only N[,N...]]
 
 Each figure is the median of repeated runs, with min and max; a ratio compares a row with
 the baseline measured side by side in the same run. --quick runs fewer repetitions.
@@ -62,6 +62,11 @@ def main() -> int:
         ("9. busy or stuck", lambda: busy.run(2 if quick else 3)),
         ("10. the ledger", lambda: ledger_cost.run(200 if quick else 500)),
     ]
+    only = next((a.split("=", 1)[1] if "=" in a else sys.argv[sys.argv.index(a) + 1]
+                 for a in sys.argv[1:] if a.startswith("--only")), None)
+    if only:  # the groups named by their numbers, e.g. --only 4,10
+        wanted = {n.strip() for n in only.split(",")}
+        plan = [(title, bench) for title, bench in plan if title.split(".", 1)[0] in wanted]
     rows: list[Row] = []
     for title, bench in plan:
         print(f"running {title} ...", file=sys.stderr, flush=True)

@@ -15,16 +15,22 @@ if TYPE_CHECKING:
 
 __all__ = ["raise_ticket", "RAISING"]
 
-# The kinds that can raise a ticket (tickets.BUILDERS), known here without importing it on
-# every event.
+# The kinds that can raise a ticket (tickets.BUILDERS), and for some the detail that can:
+# known here, so that the events that raise none (most of them) import nothing more.
 RAISING = frozenset({"health", "incident", "phase_failed", "recovery_spent", "iteration_end", "wait_start",
                      "disk_full", "loop_end"})
+ONLY_WHEN = {"health": ("classification", {"stalled", "wedged"}), "iteration_end": ("breaker", {"HALF_OPEN", "OPEN"}),
+             "wait_start": ("kind", {"limit", "outage"})}
 
 
 def raise_ticket(step: "Step", kind: str, detail: dict[str, Any], at: float | None = None) -> None:
     """Raise the ticket this event calls for, if any; never fails the step."""
     if kind not in RAISING:
         return
+    if kind in ONLY_WHEN:
+        key, values = ONLY_WHEN[kind]
+        if detail.get(key) not in values:
+            return
     from ..ledger import iso
     from ..proctree import spare
     from .deliver import dispatch
