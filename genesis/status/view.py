@@ -327,6 +327,12 @@ def describe(e: dict[str, Any]) -> str:
         return f"loop started (pid {e.get('pid', '?')})"
     if kind == "loop_end":
         return f"loop ended: {e.get('reason', '')} (exit {e.get('exit_code', '?')})"
+    if kind == "alert":
+        ticket = e.get("ticket") if isinstance(e.get("ticket"), dict) else {}
+        sent = ", ".join(str(c) for c in e.get("delivered") or []) if isinstance(e.get("delivered"), list) else ""
+        told = f"told ({sent})" if e.get("decision") == "intervene" and sent else \
+            "to tell, but no channel took it" if e.get("decision") == "intervene" else "dismissed by triage"
+        return f"alert, {ticket.get('severity', '?')}: {ticket.get('cause', '?')}: {told}"
     if kind == "iteration_start":
         return f"{where} started"
     if kind == "iteration_end":

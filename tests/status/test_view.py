@@ -290,19 +290,26 @@ def test_a_subdirectory_stands_for_its_project(project, monkeypatch):
 
 FIELDS = ("iteration", "phase", "duration", "until", "waited", "stall_score", "pids", "commits", "tasks_done",
           "attempt", "status", "ending", "detail", "reason", "kind", "count", "how", "why", "what", "pid",
-          "exit_code", "progress", "breaker", "returncode", "classification", "when")
+          "exit_code", "progress", "breaker", "returncode", "classification", "when", "ticket", "decision", "delivered")
 
 
 def test_every_event_is_said_in_words_whatever_its_fields_hold():
     kinds = ("loop_start", "loop_end", "iteration_start", "iteration_end", "phase_start", "phase_end", "phase_skip",
              "health", "incident", "retry", "wait_start", "wait_end", "phase_work", "phase_failed", "reap", "tamper",
-             "something_new")
+             "alert", "something_new")
     for kind in kinds:
         for junk in (None, "x", 1e308, -1e308, -1, [], {}, True, [1, 2]):
             assert isinstance(describe({"event": kind, **{f: junk for f in FIELDS}}), str)
     assert describe({"event": "phase_work", "iteration": 2, "phase": "Builder", "commits": [{"sha": "a"}],
                      "tasks_done": []}) == "iteration 2 Builder: 1 commit(s), 0 task(s) done"
     assert describe({"event": "ceiling", "iteration": 2}) == "iteration 2: ceiling"
+    ticket = {"severity": "critical", "cause": "breaker OPEN"}
+    assert describe({"event": "alert", "ticket": ticket, "decision": "intervene", "delivered": ["webhook"]}) == \
+        "alert, critical: breaker OPEN: told (webhook)"
+    assert describe({"event": "alert", "ticket": ticket, "decision": "intervene", "delivered": []}) == \
+        "alert, critical: breaker OPEN: to tell, but no channel took it"
+    assert describe({"event": "alert", "ticket": {**ticket, "severity": "low"}, "decision": "dismiss"}) == \
+        "alert, low: breaker OPEN: dismissed by triage"
     assert describe({"event": "phase_end", "iteration": 1, "phase": "Builder", "status": "exited", "returncode": 2,
                      "ending": "failed", "duration": 61.0, "detail": "npm ERR!"}) == \
         "iteration 1 Builder exited with status 2 after 1m01s: npm ERR!"
