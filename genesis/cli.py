@@ -16,12 +16,12 @@ import click
 from . import __version__, breaker, exitcodes
 from .atomicio import DiskFull, write_text
 from .breaker import BreakerLocked
-from .config import KNOBS, ConfigError, Config, effective, resolve
+from .config import ConfigError, Config, effective, resolve
 from .console import say
 from .gitcmd import GitFailed, NotARepository
 from .heartbeat import default_heartbeat_file, hook_script, read_heartbeat
 from .layout import Layout, UnsafeDir, private_dir, state_dir_of
-from .step import Step, StepFailed, layout_for
+from .step import Step, StepFailed, default_layout, layout_for
 
 
 class Fail(click.ClickException):
@@ -82,12 +82,8 @@ class Context:
         return self.config()
 
     def bare_layout(self) -> Layout:
-        """The project's layout with default log and flag places, without validating the
-        whole configuration (enough for the breaker file and heartbeats, which never move)."""
-        project = self.project.resolve()
-        defaults = {k.name: k.default for k in KNOBS}
-        return Layout(project, project / defaults["GENESIS_LOG_DIR"], project / defaults["GENESIS_STOP_FLAG"],
-                      state_dir_of(project))
+        """The project's layout without validating the whole configuration (see default_layout)."""
+        return default_layout(self.project)
 
 
 def _parse_set(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .atomicio import read_bytes, write_text
 
-__all__ = ["Layout", "UnsafeDir", "private_dir", "heal_dir", "state_dir_of", "ensure_git_excludes",
+__all__ = ["Layout", "UnsafeDir", "private_dir", "heal_dir", "state_dir_of", "work_tree_of", "ensure_git_excludes",
            "add_git_excludes", "GIT_TIMEOUT"]
 
 GIT_TIMEOUT = 60.0
@@ -28,18 +28,29 @@ class UnsafeDir(PermissionError):
     """A directory Genesis would write into could be tampered with by someone else."""
 
 
-def state_dir_of(project: Path) -> Path:
-    """`<git dir>/genesis` of the work tree at project (see the module's docstring)."""
+def _rev_parse(path: Path, option: str, what: str, fix: str) -> Path:
+    """The path `git rev-parse <option>` answers in path; NotARepository says what to do."""
     from .gitcmd import GitFailed, NotARepository, run_git
 
     try:
-        done = run_git(project, ["rev-parse", "--absolute-git-dir"], timeout=GIT_TIMEOUT)
+        done = run_git(path, ["rev-parse", option], timeout=GIT_TIMEOUT)
     except (OSError, GitFailed) as exc:
-        raise NotARepository(f"{project}: cannot ask git where its git directory is ({exc})") from None
+        raise NotARepository(f"{path}: cannot ask git where its {what} is ({exc})") from None
     if done.returncode != 0 or not done.text.strip():
-        raise NotARepository(f"{project} is not a git work tree; run `git init` there or pass --project "
-                             f"with a git project")
-    return Path(done.text.strip()) / "genesis"
+        raise NotARepository(f"{path} is not {fix}")
+    return Path(done.text.strip())
+
+
+def state_dir_of(project: Path) -> Path:
+    """`<git dir>/genesis` of the work tree at project (see the module's docstring)."""
+    return _rev_parse(project, "--absolute-git-dir", "git directory",
+                      "a git work tree; run `git init` there or pass --project with a git project") / "genesis"
+
+
+def work_tree_of(path: Path) -> Path:
+    """The top of the git work tree path is in (path may be a subdirectory)."""
+    return _rev_parse(path, "--show-toplevel", "work tree", "in a git work tree; pass --project with a git "
+                      "project, or use --all for the loops running on this machine")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from .layout import Layout, state_dir_of
 from .ledger import Ledger, LedgerError
 from .markers import markers_for
 
-__all__ = ["Step", "StepFailed", "layout_for", "agent_env", "is_claude", "reads_prompt_from_stdin", "ledger_of"]
+__all__ = ["Step", "StepFailed", "layout_for", "default_layout", "agent_env", "is_claude", "reads_prompt_from_stdin", "ledger_of"]
 
 Say = Callable[[str, str], None]
 
@@ -81,6 +81,18 @@ class Step:
 
 def layout_for(cfg: Config) -> Layout:
     return Layout(cfg.project, cfg.log_dir, cfg.stop_flag, state_dir_of(cfg.project))
+
+
+def default_layout(project: Path, state_dir: Path | None = None) -> Layout:
+    """The project's layout with the default log and flag places, without validating the
+    whole configuration: enough for what never moves (the state folder, the breaker file),
+    so that a broken genesis.conf never hides them. NotARepository outside a git work tree."""
+    from .config import KNOBS
+
+    project = Path(project).resolve()
+    defaults = {k.name: str(k.default) for k in KNOBS}
+    return Layout(project, project / defaults["GENESIS_LOG_DIR"], project / defaults["GENESIS_STOP_FLAG"],
+                  state_dir if state_dir is not None else state_dir_of(project))
 
 
 def is_claude(cfg: Config) -> bool:

@@ -26,8 +26,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import exitcodes
-from ..gitcmd import GitFailed, NotARepository, run_git
-from ..layout import Layout
+from ..gitcmd import NotARepository
+from ..layout import Layout, work_tree_of
 from ..reporting.text import one_line
 from ..reporting.words import duration, money
 from .loops import Loop, Scanner
@@ -39,7 +39,6 @@ TICK = 1.0             # the live screen is redrawn at least this often
 POLL = 0.05            # how soon a watch sees Ctrl-C or a resize
 MIN_INTERVAL = 0.2     # seconds between two reads of the loop's state, at least...
 MAX_INTERVAL = 60.0    # ...and at most
-GIT_TIMEOUT = 10.0
 TEXT_LIMIT = 300       # characters of one reason or event shown
 
 HEALTH_STYLE = {"healthy": "green", "slow": "yellow", "stalled": "bold red", "wedged": "bold magenta"}
@@ -107,22 +106,11 @@ def find_layout(project: Path | None) -> Layout | None:
     """The layout of the git work tree at project (its top, from a subdirectory too); with
     no project, of the one around the working directory, or None outside any."""
     try:
-        return layout_of(_toplevel(Path(project) if project is not None else Path.cwd()))
+        return layout_of(work_tree_of(Path(project) if project is not None else Path.cwd()))
     except NotARepository:
         if project is not None:
             raise
         return None
-
-
-def _toplevel(path: Path) -> Path:
-    try:
-        done = run_git(path, ["rev-parse", "--show-toplevel"], timeout=GIT_TIMEOUT)
-    except (OSError, GitFailed) as exc:
-        raise NotARepository(f"{path}: cannot ask git where its work tree is ({exc})") from None
-    if done.returncode != 0 or not done.text.strip():
-        raise NotARepository(f"{path} is not in a git work tree; pass --project with a git project, or use "
-                             f"--all for the loops running on this machine")
-    return Path(done.text.strip())
 
 
 # --- watching -----------------------------------------------------------------------------

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..atomicio import CorruptFile, read_json
-from ..config import KNOBS
-from ..layout import Layout, state_dir_of
+from ..layout import Layout
 from ..ledger import Ledger, LedgerError
 from ..looplock import Holder, current_holder
+from ..step import default_layout as layout_of  # status reads only what never moves
 from ..reporting.words import LABELS, WAIT_LABELS, duration, epoch_of
 
 __all__ = ["Phase", "Beat", "Health", "Wait", "Breaker", "Totals", "Line", "LastRun", "Status", "build",
@@ -133,15 +133,6 @@ class Status:
     today: Totals | None         # None: no ledger to count from
     last_run: LastRun | None     # the run shown (running or not); None when no run is recorded
     note: str = ""               # why something is missing: no run yet, a ledger that cannot be read
-
-
-def layout_of(project: Path, state_dir: Path | None = None) -> Layout:
-    """The project's layout with the default log and flag places: status reads only the state
-    folder and the breaker file, which never move. NotARepository if project is not in a git work tree."""
-    project = Path(project).resolve()
-    defaults = {k.name: k.default for k in KNOBS}
-    return Layout(project, project / str(defaults["GENESIS_LOG_DIR"]), project / str(defaults["GENESIS_STOP_FLAG"]),
-                  state_dir if state_dir is not None else state_dir_of(project))
 
 
 def midnight(now: float) -> float:
