@@ -51,7 +51,7 @@ def run(n: int = 500) -> list[Row]:
             poller.kill()
             poller.wait()
     return [Row("ledger write (one event)", "ms", alone, target="median < 5 ms", met=_median(alone) < 5.0,
-                note="WAL, synchronous=NORMAL; the max is a checkpoint"),
+                note="WAL, synchronous=NORMAL"),
             Row("ledger write, a reader polling at 100 Hz", "ms", polled, target="median < 5 ms",
                 met=_median(polled) < 5.0, note="readers never block the writer")]
 
