@@ -1,5 +1,6 @@
 """The night read back from the ledger: one run's records as the report's model (model.py),
-and the event lists the loop's own steps consult (run_events)."""
+and one run's events from a view's read-only connection (run_events; the loop's own steps
+read theirs through Step.events)."""
 
 from __future__ import annotations
 
