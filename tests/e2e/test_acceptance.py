@@ -25,7 +25,8 @@ from genesis.proctree import marked
 
 from conftest import events_of, git, state_of
 from e2e.stub_api import StubAPI, slug
-from e2e.test_claude_code import CLAUDE, GENESIS, LOOP, ROOT, claude  # noqa: F401  (claude is a fixture)
+from e2e.harness import GENESIS, LOOP, ROOT
+from e2e.test_claude_code import CLAUDE, claude  # noqa: F401  (claude is a fixture)
 
 pytestmark = pytest.mark.claude
 

@@ -11,35 +11,22 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from genesis.proctree import marked
-
-from conftest import alive, events_of, free_port, git, listening, state_of, wait_for
+from conftest import alive, events_of, free_port, git, listening, wait_for
+from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, genesis, installed
 from e2e.stub_api import StubAPI
 
-ROOT = Path(__file__).resolve().parents[2]
-CLAUDE = ROOT / ".tools" / "claude" / "node_modules" / ".bin" / "claude"
-INSTALL_LOG = ROOT / ".tools" / "claude-code-install.log"
-LOOP = ROOT / "start-multi-agent-loop.sh"
-GENESIS = [sys.executable, "-m", "genesis"]
+CLAUDE = TOOLS / "claude" / "node_modules" / ".bin" / "claude"
 
 pytestmark = pytest.mark.claude
 
 
 @pytest.fixture(scope="module")
 def claude() -> Path:
-    if not CLAUDE.exists():
-        why = INSTALL_LOG.read_text().strip()[-300:] if INSTALL_LOG.exists() else "run ./run-tests.sh to install it"
-        pytest.skip(f"real Claude Code is not installed, e2e suite skipped: {why}")
-    done = subprocess.run([str(CLAUDE), "--version"], capture_output=True, text=True, timeout=60)
-    if done.returncode != 0:
-        pytest.skip(f"real Claude Code does not run here, e2e suite skipped: {done.stderr.strip()[-300:]}")
-    return CLAUDE
+    return installed(CLAUDE, TOOLS / "claude-code-install.log", "Claude Code")
 
 
 @pytest.fixture
@@ -52,75 +39,19 @@ def stub():
 @pytest.fixture
 def e2e(claude, stub, project, hermetic, tmp_path):
     """A project with the hook installed the user's way, and the loop's environment."""
-    git(project, "config", "user.name", "Agent")
-    git(project, "config", "user.email", "agent@example.invalid")
-    done = subprocess.run(GENESIS + ["--project", str(project), "hook", "install"], capture_output=True,
-                          text=True, check=True)
+    as_agent(project)
+    done = genesis("--project", str(project), "hook", "install")
     assert str(hermetic / ".claude" / "settings.json") in done.stdout
-    env = {**os.environ,
+    env = {**os.environ, **LOOP_ENV,
            "ANTHROPIC_BASE_URL": stub.url, "ANTHROPIC_API_KEY": "sk-ant-stub",
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
            "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
-           "GENESIS_BIN": str(Path(sys.executable).parent / "genesis"),
-           "GENESIS_AGENT_CMD": f"{claude} -p --output-format stream-json --verbose --dangerously-skip-permissions",
-           "HEARTBEAT_CHECK_INTERVAL": "0.5", "HEARTBEAT_STALE_SECONDS": "6", "AGENT_MAX_RUNTIME_SECONDS": "120",
-           "KILL_GRACE_SECONDS": "3", "ITERATION_PAUSE_SECONDS": "0", "PHASE_RETRY_DELAY_SECONDS": "0",
-           "REAP_PORTS": "", "NO_COLOR": "1"}
+           "GENESIS_AGENT_CMD": f"{claude} -p --output-format stream-json --verbose --dangerously-skip-permissions"}
     if os.geteuid() == 0:
         env["IS_SANDBOX"] = "1"  # Claude Code refuses to skip permissions as root otherwise
     loop = Loop(project, env, tmp_path)
     loop.phase("Planner", "quick")  # the Planner runs too (no TASKS.md): a quick turn, no change
     return loop
-
-
-class Loop:
-    def __init__(self, project: Path, env: dict, tmp: Path):
-        self.project, self.env, self.tmp = project, env, tmp
-
-    def phase(self, name: str, scenario: str, **params) -> None:
-        """The phase's prompt names a stub scenario; phases and triggers stay the defaults (in
-        a project without TASKS.md: Builder and Planner run, the Criticizer is skipped)."""
-        prompt = self.tmp / f"{name}.md"
-        extra = " ".join(f"{k}={v}" for k, v in params.items())
-        prompt.write_text(f"SCENARIO: {scenario}\nCWD={self.project}\nPARAMS: {extra}\n")
-        self.env[f"PHASE_{name}_PROMPT"] = str(prompt)
-
-    def run(self, *args: str, watch: str | None = None) -> tuple[subprocess.CompletedProcess, list[dict]]:
-        """Run the loop to its end; with watch=PHASE, collect every heartbeat it writes."""
-        seen: list[dict] = []
-        stop = threading.Event()
-        hb = state_of(self.project) / "heartbeats" / f"{watch}.json"
-
-        def poll():
-            while not stop.is_set():
-                try:
-                    beat = json.loads(hb.read_text())
-                    # The hook self-test before each phase beats here too, then removes its beat.
-                    if beat not in seen and not beat.get("session_id", "").startswith("genesis-self-test"):
-                        seen.append(beat)
-                except (OSError, ValueError):
-                    pass
-                time.sleep(0.01)
-
-        poller = threading.Thread(target=poll, daemon=True)
-        if watch:
-            poller.start()
-        try:
-            done = subprocess.run(["bash", str(LOOP), "--project", str(self.project), *args], env=self.env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240,
-                                  stdin=subprocess.DEVNULL)
-        finally:
-            stop.set()
-        print(done.stdout)  # status lines and errors, as the terminal shows them
-        return done, seen
-
-    def breaker(self) -> dict:
-        return json.loads((self.project / "orchestrator" / ".circuit_breaker.json").read_text())
-
-    def leftovers(self) -> list:
-        """Processes carrying the project's marker or the last run's id: none may be left."""
-        run_id = [e["run_id"] for e in events_of(self.project) if e["event"] == "loop_start"][-1]
-        return marked({"GENESIS_PROJECT_DIR": str(self.project.resolve()), "GENESIS_RUN_ID": run_id})
 
 
 def session_of(log: Path) -> str:

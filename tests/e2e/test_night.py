@@ -24,7 +24,8 @@ import pytest
 from e2e.stub_api import StubAPI, Window, slug
 from e2e.test_acceptance import (agent_log, checklist, commits, fast_stub, leftovers, of,  # noqa: F401
                                  plan_night, run_events, run_to_end, user_env)
-from e2e.test_claude_code import LOOP, claude  # noqa: F401  (claude is a fixture)
+from e2e.harness import LOOP
+from e2e.test_claude_code import claude  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.claude
 
