@@ -4,8 +4,11 @@
 # Usage: ./run-tests.sh [PYTEST_ARGS...]
 #
 # Installs into folders git ignores: .venv/ (Genesis and pytest, shellcheck from PyPI) and
-# .tools/ (bats-core, bats-support, bats-assert and the pinned Claude Code from the npm
-# registry). Without Claude Code the end-to-end suite is skipped, with the reason shown.
+# .tools/ (bats-core, bats-support and bats-assert, and the pinned agent CLIs the
+# end-to-end suites drive: Claude Code, Codex, Gemini CLI, Qwen Code, opencode and Copilot
+# CLI from the npm registry, aider from PyPI into a venv of its own), all at once, once:
+# a later run finds them there. A CLI that could not be installed (no Node, no registry)
+# has its suite skipped, with the reason shown (its log is .tools/<name>-install.log).
 # The HTML report is checked in a headless Chromium and the live status view in tmux:
 # where either is missing and apt-get can run (as root, or with sudo that asks no
 # password), Debian's chromium-headless-shell and tmux are installed; otherwise those
@@ -14,7 +17,16 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
 readonly BATS_PACKAGES=(bats@1.13.0 bats-support@0.3.0 bats-assert@2.2.4)
-readonly CLAUDE_CODE=@anthropic-ai/claude-code@2.1.329
+# The agent CLIs: the folder under .tools/, the package, and the program it installs.
+readonly AGENT_CLIS=(
+  "claude @anthropic-ai/claude-code@2.1.329 claude"
+  "codex @openai/codex@0.169.0 codex"
+  "gemini @google/gemini-cli@0.61.0 gemini"
+  "qwen @qwen-code/qwen-code@0.24.4 qwen"
+  "opencode opencode-ai@1.18.33 opencode"
+  "copilot @github/copilot@1.0.102 copilot"
+)
+readonly AIDER=aider-chat==0.86.2
 
 if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
@@ -32,11 +44,34 @@ if [[ ! -x .tools/bats/node_modules/bats/bin/bats ]]; then
   command -v npm >/dev/null || { echo "run-tests.sh: npm is needed to install bats-core" >&2; exit 2; }
   npm_into .tools/bats "${BATS_PACKAGES[@]}"
 fi
-if [[ ! -x .tools/claude/node_modules/.bin/claude ]]; then
-  if ! npm_into .tools/claude "${CLAUDE_CODE}" >.tools/claude-code-install.log 2>&1; then
-    echo "run-tests.sh: could not install ${CLAUDE_CODE}; the Claude Code suite will be skipped" >&2
+# Each CLI in its own folder, all in parallel (the time of the largest, not of the sum).
+install_cli() {
+  local name="$1" package="$2" program="$3"
+  [[ -x .tools/${name}/node_modules/.bin/${program} ]] && return 0
+  command -v npm >/dev/null || { echo "npm is not installed" >".tools/${name}-install.log"; return 1; }
+  npm_into ".tools/${name}" --prefer-offline "${package}" >".tools/${name}-install.log" 2>&1
+}
+install_aider() {
+  [[ -x .tools/aider/bin/aider ]] && return 0
+  rm -rf .tools/aider
+  { python3 -m venv .tools/aider \
+    && .tools/aider/bin/python -m pip install --quiet --disable-pip-version-check "${AIDER}"; } \
+    >.tools/aider-install.log 2>&1
+}
+mkdir -p .tools
+installs=()
+for cli in "${AGENT_CLIS[@]}"; do
+  read -r name package program <<<"${cli}"
+  install_cli "${name}" "${package}" "${program}" &
+  installs+=("$!:${package}")
+done
+install_aider &
+installs+=("$!:${AIDER}")
+for job in "${installs[@]}"; do
+  if ! wait "${job%%:*}"; then
+    echo "run-tests.sh: could not install ${job#*:}; its end-to-end suite will be skipped" >&2
   fi
-fi
+done
 
 have_chromium() {
   command -v chromium-headless-shell || command -v chromium || command -v chromium-browser || command -v google-chrome

@@ -340,12 +340,49 @@ def heartbeat_show(obj: Context, path: Path | None, phase: str | None) -> None:
 
 @cli.group("hook")
 def hook_group() -> None:
-    """The heartbeat hook in Claude Code's settings."""
+    """The heartbeat hook in the agent CLI's settings (Claude Code unless --agent names another)."""
 
 
 scope_opt = click.option("--scope", type=click.Choice(["user", "project", "local"]), default="user",
-                         show_default=True, help="~/.claude/settings.json, .claude/settings.json "
+                         show_default=True, help="Claude Code only: ~/.claude/settings.json, .claude/settings.json "
                          "or .claude/settings.local.json of --project.")
+
+
+def _agent_names() -> list[str]:
+    from .agents import known
+
+    return list(known())
+
+
+agent_opt = click.option("--agent", "agent", type=click.Choice(_agent_names()), default=None,
+                         help="The agent CLI; default: the configured one (GENESIS_AGENT_CLI, or recognised from "
+                         "GENESIS_AGENT_CMD), else claude.")
+
+
+def _hooked(obj: Context, agent: str | None, scope: str):
+    """The adapter whose hook to handle, and the file it goes in; refuses a CLI without hooks."""
+    from .agents import adapter_named, adapter_of
+
+    if agent is None:
+        try:
+            adapter = adapter_of(obj.config())
+        except (ConfigError, NotARepository, UnsafeDir, OSError):  # no usable config here: the common case
+            adapter = adapter_named("claude")
+        if adapter.name == "generic":
+            adapter = adapter_named("claude")
+    else:
+        adapter = adapter_named(agent)
+    if adapter.hooks is None:
+        raise Fail(f"{adapter.name} has no per-tool-call hooks: its output and its processes' activity are its "
+                   f"signs of life; nothing to install", exitcodes.USAGE)
+    if adapter.name == "claude":
+        from .agents.claude.settings import settings_path
+
+        return adapter, settings_path(scope, obj.project.resolve())
+    if scope != "user":
+        raise Fail(f"--scope is for Claude Code; {adapter.name}'s hook goes in {adapter.hooks.path()}",
+                   exitcodes.USAGE)
+    return adapter, adapter.hooks.path()
 
 
 def _state_dir() -> Path:
@@ -354,27 +391,29 @@ def _state_dir() -> Path:
 
 @hook_group.command("install")
 @scope_opt
+@agent_opt
 @pass_ctx
 @guarded
-def hook_install(obj: Context, scope: str) -> None:
-    """Merge the heartbeat hook (and the Bash timeout env defaults) into Claude's settings."""
-    from .agents.claude.settings import hook_command, install, settings_path
-
-    path = settings_path(scope, obj.project.resolve())
-    change = install(path, hook_command(hook_script()), _state_dir())
+def hook_install(obj: Context, scope: str, agent: str | None) -> None:
+    """Merge the heartbeat hook into the CLI's settings (for Claude Code, with the Bash timeout env defaults)."""
+    adapter, path = _hooked(obj, agent, scope)
+    hooks = adapter.hooks
+    change = hooks.install(path, hooks.command_for(hook_script()), _state_dir())
     if scope == "local":
         ignore_local_settings(obj.project.resolve())
     if not change.added_events and not change.added_env:
         click.echo(f"already installed in {path}")
-        return
-    click.echo(f"installed the heartbeat hook in {path}"
-               + (f" (a link: edited its target {change.target})" if change.target not in (None, path) else ""))
-    if change.added_events:
-        click.echo(f"  events: {', '.join(change.added_events)} -> {hook_script()}")
-    if change.added_env:
-        click.echo(f"  env: {', '.join(change.added_env)}")
-    if change.backup:
-        click.echo(f"  previous file kept as {change.backup}")
+    else:
+        click.echo(f"installed the heartbeat hook in {path}"
+                   + (f" (a link: edited its target {change.target})" if change.target not in (None, path) else ""))
+        if change.added_events:
+            click.echo(f"  events: {', '.join(change.added_events)} -> {hook_script()}")
+        if change.added_env:
+            click.echo(f"  env: {', '.join(change.added_env)}")
+        if change.backup:
+            click.echo(f"  previous file kept as {change.backup}")
+    if hooks.trust:
+        click.echo(f"  note: {hooks.trust}")
 
 
 def ignore_local_settings(project: Path) -> None:
@@ -389,14 +428,13 @@ def ignore_local_settings(project: Path) -> None:
 
 @hook_group.command("uninstall")
 @scope_opt
+@agent_opt
 @pass_ctx
 @guarded
-def hook_uninstall(obj: Context, scope: str) -> None:
+def hook_uninstall(obj: Context, scope: str, agent: str | None) -> None:
     """Remove what `hook install` added, and nothing else."""
-    from .agents.claude.settings import settings_path, uninstall
-
-    path = settings_path(scope, obj.project.resolve())
-    change = uninstall(path, _state_dir())
+    adapter, path = _hooked(obj, agent, scope)
+    change = adapter.hooks.uninstall(path, _state_dir())
     if not change.added_events and not change.added_env:
         click.echo(f"not installed in {path}: nothing to remove")
         return
@@ -407,9 +445,10 @@ def hook_uninstall(obj: Context, scope: str) -> None:
 
 
 @hook_group.command("status")
+@agent_opt
 @pass_ctx
 @guarded
-def hook_status(obj: Context) -> None:
+def hook_status(obj: Context, agent: str | None) -> None:
     """Say where the hook is installed, whether it really fires, and when it last fired.
 
     Exit 0 when it works, 1 when it is not installed or broken, 2 when a settings file is malformed.
@@ -417,28 +456,19 @@ def hook_status(obj: Context) -> None:
     import shutil
     import tempfile
 
-    from .agents.claude.hookcheck import MALFORMED, WORKING, self_test
-    from .agents.claude.settings import hook_command, installed_events, settings_path
+    from .agents.hookrun import MALFORMED, WORKING
 
+    adapter, _path = _hooked(obj, agent, "user")
     project = obj.project.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="genesis-hook-status-"))  # 0700: a heartbeat dir of ours alone
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_")}
         env.update(GENESIS_AGENT="hook-status", GENESIS_RUN_ID=f"hook-status-{os.getpid()}")
-        check = self_test(project, env, scratch / "heartbeat.json")
+        check = adapter.hook_check(project, env, scratch / "heartbeat.json")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    command = hook_command(hook_script())
-    for scope in ("user", "project", "local"):
-        path = settings_path(scope, project)
-        events_ = installed_events(path)
-        if not events_:
-            continue
-        copies = [c for c in check.copies if c.path == path]
-        state = ("working" if any(c.ok for c in copies) else f"broken: {copies[0].detail}" if copies
-                 else f"no PostToolUse hook; run: genesis hook install --scope {scope}")
-        note = "" if installed_events(path, command) else " (points to another copy)"
-        click.echo(f"{scope}: installed in {path} for {', '.join(events_)}{note}: {state}")
+    if adapter.name == "claude":
+        _claude_copies(project, check)
     click.echo(check.detail)
     beats = [default_heartbeat_file()]
     hb_dir = obj.bare_layout().state_dir / "heartbeats"
@@ -451,6 +481,23 @@ def hook_status(obj: Context) -> None:
                        f"tool {beat.tool or '-'}) -> {path}")
     if check.state != WORKING:
         sys.exit(exitcodes.USAGE if check.state == MALFORMED else exitcodes.ERROR)
+
+
+def _claude_copies(project: Path, check) -> None:
+    """Claude Code reads three scopes: say what each holds."""
+    from .agents.claude.settings import hook_command, installed_events, settings_path
+
+    command = hook_command(hook_script())
+    for scope in ("user", "project", "local"):
+        path = settings_path(scope, project)
+        events_ = installed_events(path)
+        if not events_:
+            continue
+        copies = [c for c in check.copies if c.path == path]
+        state = ("working" if any(c.ok for c in copies) else f"broken: {copies[0].detail}" if copies
+                 else f"no PostToolUse hook; run: genesis hook install --scope {scope}")
+        note = "" if installed_events(path, command) else " (points to another copy)"
+        click.echo(f"{scope}: installed in {path} for {', '.join(events_)}{note}: {state}")
 
 
 @cli.group("config")

@@ -52,6 +52,9 @@ DEFAULT_TRIGGERS = {
 KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_AGENT_CMD", "claude -p --dangerously-skip-permissions",
          "agent command line, word-split like a shell; the phase prompt is appended"),
+    Knob("GENESIS_AGENT_CLI", None, "which agent CLI the command runs: claude, codex, gemini, qwen, opencode, "
+         "copilot, aider or generic; unset: recognised from GENESIS_AGENT_CMD's program. Set alone, that CLI "
+         "runs with its own unattended flags"),
     Knob("GENESIS_PHASES", "Builder Criticizer Planner", "phases run in order each iteration"),
     Knob("GENESIS_MAX_ITERATIONS", "0", "stop after this many iterations (0: no limit)"),
     Knob("ITERATION_PAUSE_SECONDS", "10", "pause between iterations (interruptible)"),
@@ -168,6 +171,7 @@ class Config:
     backoff_max: float = 900.0
     max_outage: float = 7200.0
     done_when: DoneRule = DoneRule("tasks")
+    agent_cli: str = ""                   # GENESIS_AGENT_CLI; "": recognised from agent_cmd
     max_run_seconds: float = 0.0          # 0: no ceiling
     max_cost_usd: float = 0.0             # 0: no ceiling
     cb_cooldown: float | None = None      # seconds; None: an OPEN breaker stops the loop
@@ -317,6 +321,11 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         raise ConfigError(f"GENESIS_AGENT_CMD: {exc}; check its quotes") from None
     if not agent_cmd:
         raise ConfigError("GENESIS_AGENT_CMD is empty; set the agent command, e.g. 'claude -p'")
+    agent_cli = _agent_cli(s)
+    if agent_cli and s["GENESIS_AGENT_CMD"].source == "default":
+        from .agents import adapter_named
+
+        agent_cmd = (adapter_named(agent_cli).program or agent_cmd[0],)  # its adapter adds the flags
 
     check_interval = number("HEARTBEAT_CHECK_INTERVAL", 0.05)
     stale_after = seconds("HEARTBEAT_STALE_MINUTES", "HEARTBEAT_STALE_SECONDS", 0.1)
@@ -377,6 +386,7 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
     return Config(
         project=project,
         agent_cmd=agent_cmd,
+        agent_cli=agent_cli,
         phases=_phases(project, s),
         max_iterations=int(number("GENESIS_MAX_ITERATIONS", 0, integer=True)),
         pause=number("ITERATION_PAUSE_SECONDS", 0),
@@ -418,6 +428,18 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         alerts=alerts,
         settings=s,
     )
+
+
+def _agent_cli(s: dict) -> str:
+    from .agents import UnknownCli, adapter_named
+
+    name = s["GENESIS_AGENT_CLI"].value.strip().lower() if "GENESIS_AGENT_CLI" in s else ""
+    if name:
+        try:
+            adapter_named(name)
+        except UnknownCli as exc:
+            raise ConfigError(f"GENESIS_AGENT_CLI ({s['GENESIS_AGENT_CLI'].source}): {exc}") from None
+    return name
 
 
 def _phases(project: Path, s: dict[str, Setting]) -> tuple[Phase, ...]:

@@ -127,11 +127,18 @@ def record_hook(lay: Layout, check: "HookCheck") -> None:
         write_json(lay.hook_record, {"scope": check.scope, "path": str(check.path)})
 
 
+def _hook_check(step: Step, phase: str, iteration: int) -> "HookCheck | None":
+    from .agents import adapter_of
+
+    return adapter_of(step.cfg).hook_check(step.cfg.project, agent_env(step, phase, iteration),
+                                           step.layout.heartbeat_file(phase))
+
+
 def guard_hook(step: Step, phase: str, iteration: int) -> None:
     """The same self-test as at start; a hook that went missing is reinstalled where it was."""
-    from .agents.claude.settings import SettingsError, hook_command, install
+    from .agents import adapter_of
+    from .agents.hookfile import SettingsError
     from .heartbeat import default_heartbeat_file, hook_script
-    from .agents.claude.hookcheck import self_test
 
     lay = step.layout
     try:
@@ -140,23 +147,24 @@ def guard_hook(step: Step, phase: str, iteration: int) -> None:
         where = None
     if not isinstance(where, dict) or not isinstance(where.get("path"), str):
         return  # no hook worked at start (the start said so once): nothing to keep working
-    heartbeat = lay.heartbeat_file(phase)
-    check = self_test(step.cfg.project, agent_env(step, phase, iteration), heartbeat)
-    if check.ok:
+    check = _hook_check(step, phase, iteration)
+    hooks = adapter_of(step.cfg).hooks
+    if check is None or check.ok or hooks is None:
         return
     path = Path(where["path"])
     user_dir = default_heartbeat_file({k: v for k, v in os.environ.items()
                                        if k != "GENESIS_HEARTBEAT_FILE"}).parent
     try:
-        install(path, hook_command(hook_script()), user_dir)
+        hooks.install(path, hooks.command_for(hook_script()), user_dir)
     except (SettingsError, OSError) as exc:
         step.say(f"{phase}: the heartbeat hook stopped working ({check.detail}) and could not be reinstalled "
                  f"in {path}: {exc}", "error")
         step.event("tamper", what=f"hook broken, not reinstalled: {check.detail}")
         return
-    again = self_test(step.cfg.project, agent_env(step, phase, iteration), heartbeat)
+    again = _hook_check(step, phase, iteration)
     _repaired(step, f"the heartbeat hook stopped working ({check.detail}); reinstalled it in {path}"
-                    + ("" if again.ok else f", but it still does not work: {again.detail}"))
+                    + ("" if again is not None and again.ok else
+                       f", but it still does not work: {again.detail if again else 'no check'}"))
 
 
 # --- the configuration: read once at start --------------------------------------------

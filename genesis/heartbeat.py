@@ -9,9 +9,25 @@ from typing import Mapping
 
 from .atomicio import CorruptFile, finite, read_json
 
-__all__ = ["Heartbeat", "read_heartbeat", "default_heartbeat_file", "hook_script"]
+__all__ = ["Heartbeat", "read_heartbeat", "default_heartbeat_file", "hook_script", "tool_event", "BEFORE_TOOL",
+           "AFTER_TOOL", "TOOL_FAILED"]
 
 MAX_HEARTBEAT_BYTES = 64 * 1024
+
+# Each CLI names its tool events its own way; Genesis reasons in Claude Code's names.
+BEFORE_TOOL, AFTER_TOOL, TOOL_FAILED = "PreToolUse", "PostToolUse", "PostToolUseFailure"
+TOOL_EVENTS = {
+    "PreToolUse": BEFORE_TOOL, "PostToolUse": AFTER_TOOL, "PostToolUseFailure": TOOL_FAILED,  # Claude, Qwen, Codex
+    "BeforeTool": BEFORE_TOOL, "AfterTool": AFTER_TOOL,                                        # Gemini CLI
+    "preToolUse": BEFORE_TOOL, "postToolUse": AFTER_TOOL, "postToolUseFailure": TOOL_FAILED,  # Copilot CLI
+    "tool.execute.before": BEFORE_TOOL, "tool.execute.after": AFTER_TOOL,                      # opencode
+}
+
+
+def tool_event(event: str) -> str:
+    """The event in Claude Code's names (PreToolUse, PostToolUse, PostToolUseFailure); any
+    other event (SessionStart, Stop, ...) as it is."""
+    return TOOL_EVENTS.get(event, event)
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     before it in this iteration did. Returns the phase's exit code.
     """
     from . import ceilings, waiting
-    from .agents import adapter_for
+    from .agents import adapter_of
 
     cfg, lay, say = step.cfg, step.layout, step.say
     ceiling = ceilings.reached(step, time.time())
@@ -106,7 +106,7 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
 
     base = recovery.retry_command(step, iteration, phase.name) or cfg.agent_cmd  # a retry may use the fallback
     attempt = recovery.retries_so_far(step, iteration, phase.name)
-    adapter = adapter_for(base)
+    adapter = adapter_of(cfg, base)
     argv = adapter.command(base, phase)
     log = lay.agent_log(step.run_id, iteration, phase.name)
     suffix = adapter.raw_suffix(argv)

@@ -19,7 +19,6 @@ from .autocommit import commit, user_changes
 from .cmdline import prompt_problem
 from .config import Config, read_prompt, snapshot
 from .guard import breaker_store, config_digest, mirror_breaker, record_hook
-from .agents.claude.hookcheck import self_test
 from .layout import ensure_git_excludes, heal_dir
 from .looplock import Locked, acquire, release
 from .markers import markers_for
@@ -66,10 +65,10 @@ def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False
             say("as root, Claude Code refuses --dangerously-skip-permissions unless IS_SANDBOX=1 is set "
                 "(in a sandbox or container); every phase would fail at once", "warn")
     say(f"project {cfg.project} (run {step.run_id})", "head")
-    from .agents import adapter_for
+    from .agents import adapter_of
     from .reporting import duration
 
-    say(f"agent: {shlex.join(adapter_for(cfg.agent_cmd).command(cfg.agent_cmd))}")
+    say(f"agent: {shlex.join(adapter_of(cfg).command(cfg.agent_cmd))}")
     say("phases: " + ", ".join(f"{p.name} ({p.trigger})" for p in cfg.phases))
     say(f"stuck after {cfg.stale_after:g}s without a heartbeat (checked every {cfg.check_interval:g}s); "
         f"runtime cap {cfg.max_runtime:g}s; breaker {state.state}, warns at {cfg.cb_warning}, "
@@ -142,9 +141,9 @@ def agent_problem(cfg: Config) -> str | None:
 
 
 def _options_problem(cfg: Config) -> str | None:
-    from .agents import adapter_for
+    from .agents import adapter_of
 
-    adapter = adapter_for(cfg.agent_cmd)
+    adapter = adapter_of(cfg)
     return next((why for phase in cfg.phases if (why := adapter.options_problem(cfg.agent_cmd, phase))), None)
 
 
@@ -198,13 +197,20 @@ def _listing(paths: tuple[str, ...], most: int = 10) -> str:
 
 
 def _check_hook(step: Step) -> None:
-    """Run the hook as Claude Code would, with the loop's environment, and see that a
-    heartbeat lands where the watcher will look. Without one, a healthy Claude Code looks
-    stuck all night: refuse. Other agents may not use Claude Code's hooks: warn."""
+    """Run the hook as the agent's CLI would, with the loop's environment, and see that a
+    heartbeat lands where the watcher will look. Without one, a healthy agent looks stuck
+    all night: refuse. A CLI without hooks: its output and processes are its signs of life."""
+    from .agents import adapter_of
+
     cfg = step.cfg
     phase = cfg.phases[0]
     heartbeat = step.layout.heartbeat_file(phase.name)
-    check = self_test(cfg.project, agent_env(step, phase.name, 0), heartbeat)
+    adapter = adapter_of(cfg)
+    check = adapter.hook_check(cfg.project, agent_env(step, phase.name, 0), heartbeat)
+    if check is None:
+        step.say(f"{adapter.name} has no per-tool-call hook: its output and its processes' activity are its "
+                 f"signs of life", "info")
+        return
     if check.ok:
         record_hook(step.layout, check)
         step.say(f"heartbeat hook: working ({check.scope} settings, {check.path})", "ok")
@@ -213,12 +219,10 @@ def _check_hook(step: Step) -> None:
         os.unlink(step.layout.hook_record)  # an earlier run's: nothing to reinstall for this one
     except FileNotFoundError:
         pass
-    from .agents import adapter_for
-
-    if adapter_for(cfg.agent_cmd).hook_required:
+    if adapter.hook_required:
         raise StepFailed(exitcodes.USAGE, f"the heartbeat hook does not work ({check.state}): {check.detail}. "
-                         f"Without it every Claude Code agent looks stuck; fix it, then check with "
-                         f"`genesis hook status`")
+                         f"Without it every {adapter.name} agent looks stuck; fix it, then check with "
+                         f"`genesis hook status --agent {adapter.name}`")
     step.say(f"no working heartbeat hook ({check.state}): {check.detail}. The agent's output still counts "
              f"as a sign of life", "warn")
 

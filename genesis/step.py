@@ -96,19 +96,23 @@ def default_layout(project: Path, state_dir: Path | None = None) -> Layout:
 
 
 def is_claude(cfg: Config) -> bool:
-    from .agents import adapter_for
+    from .agents import adapter_of
 
-    return adapter_for(cfg.agent_cmd).name == "claude"
+    return adapter_of(cfg).name == "claude"
 
 
 def agent_env(step: Step, phase: str, iteration: int) -> dict[str, str]:
-    """The environment of a phase's agent: the caller's, the loop's markers and where to beat."""
-    return {**os.environ, **markers_for(step.cfg.project, step.run_id), "GENESIS_AGENT": phase,
+    """The environment of a phase's agent: what its CLI needs unattended (unless the user set
+    it), the caller's, the loop's markers and where to beat."""
+    from .agents import adapter_of
+
+    return {**adapter_of(step.cfg).environment(), **os.environ, **markers_for(step.cfg.project, step.run_id),
+            "GENESIS_AGENT": phase,
             "GENESIS_HEARTBEAT_FILE": str(step.layout.heartbeat_file(phase)), "GENESIS_ITERATION": str(iteration)}
 
 
 def reads_prompt_from_stdin(cfg: Config) -> bool:
     """`claude -p` takes its prompt on stdin when none is given: the way for a huge prompt."""
-    from .agents import adapter_for
+    from .agents import adapter_of
 
-    return adapter_for(cfg.agent_cmd).prompt_on_stdin
+    return adapter_of(cfg).prompt_on_stdin

@@ -2,25 +2,65 @@
 
 The loop asks the adapter for the command line of a phase, for a reader that turns the
 agent's output into a readable transcript and into what the loop must know at the end
-(a usage limit, an API error, the result and its cost), and for the hook check. Claude
-Code is the first implementation; any other command runs as a generic text CLI.
+(a usage limit, an API error, the result and its cost), for the environment the CLI needs
+to run unattended, and for its heartbeat hook. One module per CLI; any other command runs
+as a generic text CLI.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .base import Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, Result, TextReader
 
-__all__ = ["adapter_for", "Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result",
-           "TextReader"]
+if TYPE_CHECKING:
+    from ..config import Config
+
+__all__ = ["adapter_for", "adapter_of", "adapter_named", "known", "ADAPTERS", "Adapter", "ApiError", "ApiRetry",
+           "Ending", "Limit", "OutputReader", "Result", "TextReader", "UnknownCli"]
+
+# GENESIS_AGENT_CLI's values, each with its adapter (imported only when chosen).
+ADAPTERS: dict[str, str] = {
+    "claude": "claude:ClaudeCode",
+    "codex": "codex:Codex",
+    "gemini": "gemini:GeminiCli",
+    "qwen": "qwen:QwenCode",
+    "opencode": "opencode:OpenCode",
+    "copilot": "copilot:CopilotCli",
+    "aider": "aider:Aider",
+}
 
 
-def adapter_for(argv: tuple[str, ...]) -> Adapter:
-    """The adapter of the CLI that argv runs, chosen by the program's name."""
-    from .claude import ClaudeCode
+class UnknownCli(ValueError):
+    """GENESIS_AGENT_CLI names no CLI Genesis knows."""
 
+
+def known() -> tuple[str, ...]:
+    return tuple(ADAPTERS)
+
+
+def adapter_named(name: str) -> Adapter:
+    """The adapter GENESIS_AGENT_CLI (or `--agent`) names; "generic" is the text CLI."""
+    if name == "generic":
+        return Adapter()
+    if name not in ADAPTERS:
+        raise UnknownCli(f"unknown agent CLI {name!r}; Genesis knows {', '.join(known())} (or generic)")
+    module, cls = ADAPTERS[name].split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)()
+
+
+def adapter_for(argv: tuple[str, ...], cli: str = "") -> Adapter:
+    """The adapter of `cli` when named, else of the CLI that argv runs, by the program's name."""
+    if cli:
+        return adapter_named(cli)
     name = Path(argv[0]).name if argv else ""
-    if name == ClaudeCode.program:
-        return ClaudeCode()
-    return Adapter()
+    return adapter_named(name) if name in ADAPTERS else Adapter()
+
+
+def adapter_of(cfg: "Config", argv: tuple[str, ...] | None = None) -> Adapter:
+    """The adapter of the loop's agent command (GENESIS_AGENT_CLI names it, or its program
+    does); another command, such as the fallback, by its own program."""
+    argv = cfg.agent_cmd if argv is None else tuple(argv)
+    return adapter_for(argv, cfg.agent_cli if argv == cfg.agent_cmd else "")

@@ -7,7 +7,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Mapping
+
     from ..phases import Phase
+    from .hookrun import HookCheck
+    from .hooks import HookSpec
 
 __all__ = ["Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
            "MAX_RESULT_CHARS", "last_line"]
@@ -109,13 +114,40 @@ class Adapter:
     read it into events, and check their own hooks.
     """
 
-    name = "generic"
+    name = "generic"             # GENESIS_AGENT_CLI's value for it
     program = ""                 # the executable's name this adapter is chosen by
+    version = ""                 # the version the test suite drives
     prompt_on_stdin = False      # the CLI reads its prompt from stdin when none is given
     hook_required = False        # without a working hook, refuse to start (else warn)
 
+    @property
+    def hooks(self) -> "HookSpec | None":
+        """How its heartbeat hook is installed; None: it has none. A generic command may well
+        wrap Claude Code, so it gets Claude Code's (warned about, not required, when missing)."""
+        from .claude.settings import CLAUDE_HOOKS
+
+        return CLAUDE_HOOKS
+
+    def hook_check(self, project: "Path", env: "Mapping[str, str]", heartbeat: "Path") -> "HookCheck | None":
+        """Run the installed hook as the CLI would and see that its beat lands; None: no hooks."""
+        from .claude.settings import CLAUDE_HOOKS
+
+        if self.hooks is None:
+            return None
+        if self.hooks is CLAUDE_HOOKS:  # every settings scope Claude Code reads, and its switches
+            from .claude.hookcheck import self_test
+
+            return self_test(project, env, heartbeat)
+        from .hookrun import spec_self_test
+
+        return spec_self_test(self.hooks, project, env, heartbeat)
+
+    def environment(self) -> dict[str, str]:
+        """Variables the CLI needs to run unattended; the loop sets each only where the user did not."""
+        return {}
+
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
-        """The command line of a phase, before its prompt."""
+        """The command line of a phase; the prompt is appended as its last argument."""
         return tuple(argv)
 
     def raw_suffix(self, argv: tuple[str, ...]) -> str | None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # genesis-heartbeat.sh - the agent's hook: records that the agent is alive.
-# Usage: genesis-heartbeat.sh [TOOL_NAME] [< hook-stdin-json]. Always exits 0, prints
-# nothing, no fork on bash 5. How it works: the notes at the end of this file (bash lexes
+# Usage: genesis-heartbeat.sh [--event NAME] [TOOL_NAME] [< hook-stdin-json]. Always exits
+# 0, prints nothing, no fork on bash 5. How it works: the notes at the end of this file (bash lexes
 # every comment it passes, on every tool call; it never reaches those).
 set -u
 exec >/dev/null 2>&1
@@ -36,9 +36,15 @@ if [[ ! -t 0 ]]; then
   ((${#payload} >= STDIN_HEAD)) && { cat >/dev/null 2>&1 & }
 fi
 
+# (note 6)
 field hook_event_name; event="${REPLY}"
-field session_id; session="${REPLY}"
-if (($# > 0)); then clean "$1"; else field tool_name; fi
+if [[ ${1:-} == --event ]]; then
+  [[ -n ${event} ]] || { clean "${2:-}"; event="${REPLY}"; }
+  shift $(($# > 1 ? 2 : 1))
+fi
+field session_id; [[ -n ${REPLY} ]] || field sessionId
+session="${REPLY}"
+if (($# > 0)); then clean "$1"; else field tool_name; [[ -n ${REPLY} ]] || field toolName; fi
 tool="${REPLY}"
 clean "${GENESIS_AGENT:-unknown}"; agent="${REPLY}"
 clean "${GENESIS_RUN_ID:-}"; run_id="${REPLY}"
@@ -86,8 +92,8 @@ if [[ -n ${GENESIS_HEARTBEAT_FILE:-} && -n ${event}${tool} && ${session} != gene
   fi
   [[ -n ${REPLY} ]] && line+=",\"id\":\"${REPLY}\""
   case ${event} in
-    PostToolUse) line+=',"ok":true' ;;
-    PostToolUseFailure) line+=',"ok":false' ;;
+    PostToolUse | AfterTool | postToolUse | tool.execute.after) line+=',"ok":true' ;;
+    PostToolUseFailure | postToolUseFailure) line+=',"ok":false' ;;
   esac
   if [[ ${event} == Post* ]]; then
     t="${payload: -40}"; t="${t#*\"duration_ms\"}"; t="${t//[[:space:]]/}"
@@ -95,9 +101,9 @@ if [[ -n ${GENESIS_HEARTBEAT_FILE:-} && -n ${event}${tool} && ${session} != gene
   fi
   case ${tool} in
     "") key="" ;;
-    Bash) key="command" ;;
+    Bash | bash | shell | run_shell_command | exec_command) key="command" ;;
     Glob | Grep) key="pattern" ;;
-    Read | Write | Edit | MultiEdit) key="file_path" ;;
+    Read | Write | Edit | MultiEdit | read_file | write_file | replace) key="file_path" ;;
     *) key="command|file_path|pattern" ;;
   esac
   if [[ -n ${key} && ${payload} =~ \"(${key})\"[[:space:]]*:[[:space:]]*\"([^\"]*) ]]; then
@@ -155,8 +161,8 @@ exit 0
 # Notes
 #
 # 1. What it writes. Claude Code runs it on PreToolUse, PostToolUse, PostToolUseFailure
-# and SessionStart with one JSON object on stdin; any other agent may run it with no
-# stdin and a tool name argument. It writes
+# and SessionStart with one JSON object on stdin, and so do the other CLIs on their tool
+# events (note 6); any other agent may run it with no stdin and a tool name argument. It writes
 # {"agent","timestamp","epoch","tool","event","session_id","pid","run_id"} to
 # $GENESIS_HEARTBEAT_FILE, or without it to heartbeat.json in a private per-user directory
 # ($GENESIS_STATE_DIR, else $XDG_RUNTIME_DIR/genesis, else ~/.local/state/genesis). It runs
@@ -204,3 +210,10 @@ exit 0
 # offsets) to find the closing quote; an escape, a surrogate pair or a UTF-8 sequence that
 # the cut (or the 4096-byte head) split is dropped. Control characters, unknown escapes
 # and invalid UTF-8 come only from a malformed payload: then only safe characters are kept.
+#
+# 6. Every CLI's payload. Codex and Qwen Code send Claude Code's shape; Gemini CLI too,
+# with its own event names (BeforeTool, AfterTool); opencode's plugin writes Claude Code's
+# shape with opencode's names (tool.execute.before/after). Copilot CLI sends camelCase
+# (toolName, sessionId) and no event name, so its hook command passes `--event NAME`;
+# an event in the payload wins. Genesis maps every CLI's names to Claude Code's when it
+# reads them (genesis.heartbeat.tool_event); the beat keeps the CLI's own.

@@ -21,10 +21,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..heartbeat import AFTER_TOOL, BEFORE_TOOL, TOOL_FAILED, tool_event
+
 __all__ = ["ToolCall", "read_tail", "in_flight", "pairs", "rotate", "tool_log_path", "input_hash", "describe",
            "commands", "PRE", "POST", "FAILURE", "MAX_READ_BYTES", "ROTATE_CAP_BYTES"]
 
-PRE, POST, FAILURE = "PreToolUse", "PostToolUse", "PostToolUseFailure"
+PRE, POST, FAILURE = BEFORE_TOOL, AFTER_TOOL, TOOL_FAILED
 POST_EVENTS = frozenset({POST, FAILURE})
 MAX_READ_BYTES = 256 * 1024
 ROTATE_CAP_BYTES = 1 << 20
@@ -76,6 +78,7 @@ def _parse(line: bytes) -> ToolCall | None:
         return None
     if not isinstance(event, str) or not isinstance(tool, str):
         return None
+    event = tool_event(event)  # every CLI's names, as Claude Code's
     ident = rec.get("id") if isinstance(rec.get("id"), str) else ""
     ok = rec.get("ok") if isinstance(rec.get("ok"), bool) else None
     ms = rec.get("ms")

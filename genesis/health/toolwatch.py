@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..heartbeat import Heartbeat
+from ..heartbeat import BEFORE_TOOL, Heartbeat, tool_event
 from .activity import Change, Sample, compare
 
 __all__ = ["ToolWatch", "ToolVerdict"]
@@ -45,7 +45,7 @@ class ToolWatch:
     def observe(self, beat: Heartbeat | None, now: float, output_grew: bool, current: Sample) -> ToolVerdict:
         if beat is not None and beat.epoch != self._epoch:
             self._epoch = beat.epoch
-            in_tool = beat.event == "PreToolUse" and bool(beat.tool)
+            in_tool = tool_event(beat.event) == BEFORE_TOOL and bool(beat.tool)
             self.tool = beat.tool if in_tool else ""
             self.since = self.last_active = now
             self._noted = False

@@ -27,6 +27,7 @@ from rich.text import Text
 
 from .. import exitcodes
 from ..gitcmd import NotARepository
+from ..heartbeat import BEFORE_TOOL, tool_event
 from ..layout import Layout, work_tree_of
 from ..reporting.text import one_line
 from ..reporting.words import duration, money
@@ -327,7 +328,7 @@ def _tool(st: Status, now: float) -> Text:
     if st.health is not None and st.health.tool_in_flight:
         return Text(_safe(st.health.tool_in_flight))
     b = st.beat
-    if b is not None and b.event == "PreToolUse" and b.tool:
+    if b is not None and tool_event(b.event) == BEFORE_TOOL and b.tool:
         return Text(f"{_safe(b.tool, 60)} (since {_clock(b.epoch)}, {duration(now - b.epoch)})")
     return Text("none in flight", style="dim")
 

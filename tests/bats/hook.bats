@@ -35,6 +35,25 @@ json_field() { "${PY}" -c 'import json, sys; print(json.load(open(sys.argv[1]))[
   run -0 json_field "${HB}" tool; assert_output "Write"
 }
 
+@test "every CLI's payload: Gemini's event names, Copilot's camelCase with --event, an event in the payload wins" {
+  run -0 bash -c 'echo "{\"session_id\":\"g1\",\"hook_event_name\":\"BeforeTool\",\"tool_name\":\"run_shell_command\",\"tool_input\":{\"command\":\"ls -la\"}}" | "$1"' _ "${HOOK}"
+  run -0 json_field "${HB}" event; assert_output "BeforeTool"
+  run -0 json_field "${HB}" tool; assert_output "run_shell_command"
+  run -0 bash -c 'echo "{\"timestamp\":1,\"cwd\":\"/p\",\"sessionId\":\"c1\",\"toolName\":\"bash\",\"toolArgs\":\"{}\"}" | "$1" --event postToolUse' _ "${HOOK}"
+  run -0 json_field "${HB}" event; assert_output "postToolUse"
+  run -0 json_field "${HB}" tool; assert_output "bash"
+  run -0 json_field "${HB}" session_id; assert_output "c1"
+  run -0 bash -c 'echo "{\"hook_event_name\":\"AfterTool\",\"tool_name\":\"read_file\"}" | "$1" --event postToolUse' _ "${HOOK}"
+  run -0 json_field "${HB}" event; assert_output "AfterTool"
+  run -0 "${HOOK}" --event preToolUse my_tool </dev/null
+  run -0 json_field "${HB}" event; assert_output "preToolUse"
+  run -0 json_field "${HB}" tool; assert_output "my_tool"
+  run -0 tool_lines
+  assert_line --index 0 --regexp '^\{"cmd": "ls -la", "e": "BeforeTool", "t": [0-9.]+, "tool": "run_shell_command"\}$'
+  assert_line --index 1 --regexp '^\{"e": "postToolUse", "ok": true, "t": [0-9.]+, "tool": "bash"\}$'
+  assert_line --index 2 --regexp '^\{"e": "AfterTool", "ok": true, "t": [0-9.]+, "tool": "read_file"\}$'
+}
+
 @test "the seed's manual test: genesis-heartbeat.sh test_tool with no stdin" {
   run -0 "${HOOK}" test_tool </dev/null
   assert_output ""

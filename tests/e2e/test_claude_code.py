@@ -26,7 +26,7 @@ pytestmark = pytest.mark.claude
 
 @pytest.fixture(scope="module")
 def claude() -> Path:
-    return installed(CLAUDE, TOOLS / "claude-code-install.log", "Claude Code")
+    return installed(CLAUDE, TOOLS / "claude-install.log", "Claude Code")
 
 
 @pytest.fixture

@@ -48,6 +48,7 @@ class ClaudeTextReader(TextReader):
 class ClaudeCode(Adapter):
     name = "claude"
     program = "claude"
+    version = "2.1.329"
     prompt_on_stdin = True       # `claude -p` reads its prompt from stdin when none is given
     hook_required = True         # without the hook a healthy Claude Code looks stuck
 

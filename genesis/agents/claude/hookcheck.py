@@ -13,53 +13,18 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import selectors
-import shlex
-import signal
-import stat
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from ...atomicio import write_text
+from ..hookrun import BROKEN, MALFORMED, NOT_INSTALLED, WORKING, HookCheck, HookCopy, Run, run_hook, why_not
 from .settings import (SCOPES, SCRIPT_NAME, SettingsError, is_ours, managed_settings_dir, read_settings,
-                              settings_path)
-from ...heartbeat import read_heartbeat
+                       settings_path)
 
 __all__ = ["HookCheck", "HookCopy", "self_test", "WORKING", "NOT_INSTALLED", "BROKEN", "MALFORMED"]
 
-WORKING, NOT_INSTALLED, BROKEN, MALFORMED = "working", "not_installed", "broken", "malformed"
 EVENT = "PostToolUse"
 TRUTHY = {"1", "true", "yes", "on"}  # how Claude Code reads a boolean environment variable
-STDERR_TAIL = 300
-MAX_BEAT_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True)
-class HookCopy:
-    """One installed copy of our PostToolUse hook and what became of it."""
-    scope: str          # "user" | "project" | "local" | "managed"
-    path: Path
-    command: str
-    ok: bool
-    detail: str
-
-
-@dataclass(frozen=True)
-class HookCheck:
-    state: str            # "working" | "not_installed" | "broken" | "malformed"
-    detail: str           # one human sentence: why, and what to do
-    scope: str | None     # settings scope whose hook was run ("user"|"project"|"local"|"managed"), if any
-    path: Path | None     # that settings file
-    command: str | None   # the hook command as installed
-    copies: tuple[HookCopy, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.state == WORKING
 
 
 @dataclass(frozen=True)
@@ -162,119 +127,14 @@ def _payload(token: str, project: Path) -> bytes:
         "tool_use_id": f"toolu_{token}", "duration_ms": 1}).encode()
 
 
-@dataclass(frozen=True)
-class _Run:
-    landed: bool
-    code: int | None      # None: timed out and killed
-    stderr: str
-    ms: float
+def _claude_env(project: Path) -> Callable[[str], Mapping[str, str]]:
+    """What Claude Code adds to a hook's environment."""
+    return lambda session: {"CLAUDE_PID": str(os.getpid()), "CLAUDE_PROJECT_DIR": str(project), "CLAUDECODE": "1",
+                            "CLAUDE_CODE_SESSION_ID": session}
 
 
-def _snapshot(path: Path) -> bytes | None:
-    """The heartbeat file's bytes now (never through a symlink), None when there is none."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        return fh.read(MAX_BEAT_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else None
-
-
-def _run(command: str, project: Path, env: Mapping[str, str], heartbeat: Path, timeout: float) -> _Run:
-    """Run the command as Claude Code does, with a unique session id; then take its heartbeat away again."""
-    token = f"genesis-self-test.{os.getpid()}.{secrets.token_hex(6)}"
-    full_env = {**env, "GENESIS_HEARTBEAT_FILE": str(heartbeat), "CLAUDE_PID": str(os.getpid()),
-                "CLAUDE_PROJECT_DIR": str(project), "CLAUDECODE": "1", "CLAUDE_CODE_SESSION_ID": token}
-    before = _snapshot(heartbeat)
-    started = time.monotonic()
-    proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=project, env=full_env, stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        proc.stdin.write(_payload(token, project))  # far below a pipe's buffer: never blocks
-        proc.stdin.close()
-    except OSError:
-        pass  # it did not read its stdin: Claude Code would not mind either
-    code, err = _wait(proc, started + timeout)
-    ms = (time.monotonic() - started) * 1000
-    beat, _ = read_heartbeat(heartbeat)
-    landed = beat is not None and beat.session_id == token
-    if landed:  # a test beat must never count as an agent's sign of life
-        try:
-            if before is None:
-                os.unlink(heartbeat)
-            else:
-                write_text(heartbeat, before.decode("utf-8", "replace"))
-        except OSError:
-            pass
-    return _Run(landed, code, err, ms)
-
-
-def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int | None, str]:
-    """Its exit status (None when it was killed at the deadline) and the tail of its stderr."""
-    tail, fd = b"", proc.stderr.fileno()
-    with selectors.DefaultSelector() as sel:
-        sel.register(fd, selectors.EVENT_READ)
-        while time.monotonic() < deadline:
-            if sel.select(max(0.0, min(deadline - time.monotonic(), 0.05))):
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break  # EOF: it has exited, or closed stderr
-                tail = (tail + chunk)[-4096:]
-            elif proc.poll() is not None:
-                break  # exited, while a child of its own still holds stderr open
-    proc.stderr.close()
-    text = tail.decode("utf-8", "replace")
-    try:
-        return proc.wait(max(0.0, deadline - time.monotonic())), text
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # not reaped yet, so the group id is still its own
-        proc.wait()
-        return None, text
-
-
-def _script(command: str) -> tuple[Path | None, bool]:
-    """Our script's path in the command, and whether the command runs it directly (needs +x)."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return None, False
-    for i, word in enumerate(words):
-        if word.endswith(SCRIPT_NAME):
-            return Path(os.path.expanduser(word)), i == 0
-    return None, False
-
-
-def _dir_problem(heartbeat: Path) -> str:
-    parent = heartbeat.parent
-    try:
-        st = os.lstat(parent)
-    except OSError:
-        return f"its directory {parent} does not exist"
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        return f"{parent} is not a plain directory (a symlink?)"
-    if st.st_uid != os.geteuid():
-        return f"its directory {parent} belongs to uid {st.st_uid}, not to you"
-    if os.path.islink(heartbeat):
-        return f"{heartbeat} is a symlink, which the hook never writes through"
-    return ""
-
-
-def _why(run: _Run, command: str, scope: str, heartbeat: Path, timeout: float) -> str:
-    fix = f"run: genesis hook install --scope {scope}" if scope != "managed" else "ask your administrator"
-    script, direct = _script(command)
-    stderr = " ".join(run.stderr.split())[-STDERR_TAIL:]
-    if script is not None and not script.exists():
-        return f"its script {script} is missing (moved or deleted); {fix}"
-    if script is not None and direct and not os.access(script, os.X_OK):
-        return f"its script {script} is not executable; run: chmod +x {script}, or {fix}"
-    if run.code is None:
-        return f"it did not finish within {timeout:g} s and was killed; {fix}"
-    if run.code != 0:
-        return f"it exited {run.code}" + (f" ({stderr})" if stderr else "") + f"; {fix}"
-    problem = _dir_problem(heartbeat)
-    if problem:
-        return f"it wrote nothing: {problem}; fix that, or set GENESIS_STATE_DIR to a directory of yours"
-    return f"it exited 0 but wrote no heartbeat to {heartbeat}; {fix}"
+def _fix(scope: str) -> str:
+    return f"run: genesis hook install --scope {scope}" if scope != "managed" else "ask your administrator"
 
 
 def self_test(project: Path, env: Mapping[str, str], heartbeat: Path, home: Path | None = None,
@@ -285,17 +145,18 @@ def self_test(project: Path, env: Mapping[str, str], heartbeat: Path, home: Path
     sources, policy, malformed = _sources(project, env, home, managed or managed_settings_dir())
     allowed, blocked = _gate(sources, policy, env)
     copies: list[HookCopy] = []
-    runs: dict[str, _Run] = {}
+    runs: dict[str, Run] = {}
     for source, command, matcher in _copies(policy + sources):
         if source.scope not in allowed:
             copies.append(HookCopy(source.scope, source.path, command, False, blocked))
             continue
         if command not in runs:  # Claude Code runs an identical command once
-            runs[command] = _run(command, project, env, heartbeat, timeout)
+            runs[command] = run_hook(command, project, env, heartbeat, timeout,
+                                     lambda session: _payload(session, project), _claude_env(project))
         run = runs[command]
         only = "" if matcher in ("*", "") else f" (only for tools matching {matcher!r})"
         detail = (f"ran in {run.ms:.0f} ms and its heartbeat landed{only}" if run.landed
-                  else _why(run, command, source.scope, heartbeat, timeout))
+                  else why_not(run, command, _fix(source.scope), heartbeat, timeout))
         copies.append(HookCopy(source.scope, source.path, command, run.landed, detail))
     return _verdict(copies, malformed, project, env, home)
 
