@@ -126,7 +126,7 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
                         Limits(cfg.check_interval, cfg.stale_after, cfg.max_runtime, cfg.kill_grace,
                                cfg.count_output, log_max_bytes=cfg.log_max_bytes,
                                tool_silent=cfg.tool_silent or None, tool_busy_max=cfg.tool_busy_max,
-                               enforce=cfg.health_enforce),
+                               enforce=cfg.health_enforce, hookless=adapter.hooks is None),
                         note=lambda msg: say(f"{phase.name}: {msg}", "warn"))
     ending = how_it_ended(outcome)
     detail = _describe(step, phase, outcome, log, ending)
@@ -259,8 +259,8 @@ def _health_keeper(step: Step, phase: Phase):
 def how_it_ended(outcome: "Outcome") -> str:
     """One word for the phase's end: finished, failed, limit, outage, fatal, or the watcher's status."""
     end = outcome.ending
-    if outcome.status == "api_fatal":
-        return "fatal"
+    if outcome.status == "api_fatal":  # ended by Genesis: the API refuses what retrying cannot fix soon
+        return "limit" if end is not None and end.limit is not None else "fatal"
     if outcome.status != "exited":
         return outcome.status
     if end is not None and end.limit is not None:

@@ -78,6 +78,7 @@ class Limits:
     tool_silent: float | None = None  # a tool in flight whose tree is idle this long is stuck (None: off)
     tool_busy_max: float = 3600.0  # a tool in flight whose tree works may be silent this long at most
     enforce: bool = True           # False: warn only; record what would be killed, kill nothing but overtime
+    hookless: bool = False         # a CLI without hooks: its processes' work is a sign of life too
 
     def __post_init__(self) -> None:
         if self.log_max_bytes < MIN_LOG_BYTES:
@@ -154,7 +155,8 @@ class _Watcher:
         self.out: Transcriber | None = None
         self.pump: OutputPump | None = None
         self.retry_seen: tuple[int, float] | None = None  # the CLI's latest API retry noted (attempt, seen)
-        self.tools = ToolWatch(limits.tool_silent, limits.tool_busy_max) if limits.tool_silent else None
+        self.tools = ToolWatch(limits.tool_silent, limits.tool_busy_max, limits.hookless) if limits.tool_silent \
+            else None
         self.retries = 0
         self.would: list[str] = []
         self.would_said = -1e18        # monotonic: when a would-be kill was last said
@@ -513,9 +515,10 @@ class _Watcher:
         if self.out is None or self.out.reader is None:
             return None
         if status == "api_fatal" and self.run_.reader is not None and self.run_.reader.hopeless is not None:
-            from .agents import Ending
+            from .agents import Ending, Limit
 
-            return Ending(api_error=self.run_.reader.hopeless)
+            hopeless = self.run_.reader.hopeless
+            return Ending(limit=hopeless) if isinstance(hopeless, Limit) else Ending(api_error=hopeless)
         try:
             self.out.flush()
             return self.out.reader.ending(rc) if self.out.reader is not None else None

@@ -92,3 +92,28 @@ def test_a_cli_that_keeps_retrying_a_refused_login_is_ended_without_waiting_out_
     err = out.ending.api_error
     assert (err.retryable, err.status, err.code) == (False, 401, "authentication_failed")
     assert "refused 3 tries in a row" in err.message
+
+
+def test_a_cli_retrying_into_a_usage_limit_hours_away_is_ended_and_the_limit_waited_out_the_loops_way(tmp_path):
+    # aider retries a rate limit for two minutes whatever its reset; one that resets in an hour
+    # ends the run at aider's first retry, and the phase ends as a limit (the loop then waits).
+    from genesis.agents.aider import AiderReader
+    from genesis.orchestrate import how_it_ended
+
+    said = ["litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit reached. Please try again in 1h.",
+            "The API provider has rate limited you. Try again later or check your quotas.",
+            "Retrying in 0.2 seconds..."]
+    script = tmp_path / "agent.py"
+    script.write_text("import time\n"
+                      f"for line in {said!r}:\n"
+                      "    print(line, flush=True)\n"
+                      "time.sleep(120)\n")
+    hb = tmp_path / "hb" / "Builder.json"
+    hb.parent.mkdir(mode=0o700)
+    run = AgentRun((sys.executable, str(script)), tmp_path, {**os.environ, "GENESIS_RUN_ID": "run-api"},
+                   tmp_path / "agent.log", hb, "run-api", reader=AiderReader())
+    out = supervise(run, Limits(check_interval=0.2, stale_after=30.0, max_runtime=60.0, kill_grace=1.0,
+                                hookless=True, tool_silent=30.0))
+    assert out.status == "api_fatal" and out.kill is not None and out.kill.survivors == (), out
+    assert out.ending.limit.kind == "rate_limit" and out.ending.api_error is None
+    assert how_it_ended(out) == "limit"

@@ -77,7 +77,8 @@ class OutputReader:
 
     retry: ApiRetry | None = None  # the latest event, while nothing else came after it
     turns: int | None = None       # the model's turns so far, when the output tells
-    hopeless: ApiError | None = None  # the CLI keeps retrying an error no retry can fix: end it now
+    hopeless: ApiError | Limit | None = None  # the CLI keeps retrying what no retry of its own can fix (a
+    #                                           fatal error, or a usage limit hours away): end it now
 
     def feed(self, line: str) -> list[str]:
         """The transcript lines for one line of output (given without its newline)."""

@@ -9,7 +9,10 @@ While it is, what its processes do decides, not the heartbeat's age alone:
 - silent (no CPU, no I/O, no new process, no output) for TOOL_SILENT_MINUTES: stuck, even
   though the general window (HEARTBEAT_STALE_MINUTES) has not passed.
 
-With no tool in flight the general window alone applies.
+With no tool in flight the general window alone applies; but a CLI without hooks (aider)
+never says a tool is in flight, so there the work of its processes (a test command it
+runs) is a sign of life too, up to the same TOOL_BUSY_MAX_MINUTES, and an idle tree leaves
+the general window to decide.
 """
 
 from __future__ import annotations
@@ -35,12 +38,14 @@ class ToolVerdict:
 class ToolWatch:
     silent_after: float                # the tool-silent window, seconds
     busy_max: float                    # busy silence allowed at most, seconds
+    hookless: bool = False             # no hook tells of tool calls: the tree's work counts by itself
     tool: str = field(default="", init=False)
     since: float = field(default=0.0, init=False)        # monotonic: when the tool call was seen
     last_active: float = field(default=0.0, init=False)  # monotonic: the tool's tree last worked
     _epoch: float | None = field(default=None, init=False)
     _prev: Sample = field(default_factory=Sample, init=False)
     _noted: bool = field(default=False, init=False)
+    _busy_since: float | None = field(default=None, init=False)  # hookless: the tree has worked since then
 
     def observe(self, beat: Heartbeat | None, now: float, output_grew: bool, current: Sample) -> ToolVerdict:
         if beat is not None and beat.epoch != self._epoch:
@@ -52,7 +57,7 @@ class ToolWatch:
         change = compare(self._prev, current)
         self._prev = current
         if not self.tool:
-            return ToolVerdict(change=change)
+            return self._hookless(now, change) if self.hookless else ToolVerdict(change=change)
         if change.busy or output_grew:
             self.last_active = now
         inside = now - self.since
@@ -70,3 +75,18 @@ class ToolWatch:
                                       f"no I/O, started nothing and printed nothing for {silent:.1f}s "
                                       f"(tool-silent window {self.silent_after:g}s)"), tool=self.tool, change=change)
         return ToolVerdict(tool=self.tool, change=change)
+
+    def _hookless(self, now: float, change: Change) -> ToolVerdict:
+        """Without hooks: a tree that works is alive (up to busy_max of unbroken work); an idle
+        one is judged by the general window, since the CLI may be waiting on its model."""
+        if not change.busy:
+            self._busy_since = None
+            return ToolVerdict(change=change)
+        note = ""
+        if self._busy_since is None:
+            self._busy_since = now
+            note = (f"its processes work ({change.describe()}{': ' + change.busiest if change.busiest else ''}): "
+                    f"not stuck while they do (up to {self.busy_max:g}s)")
+        if now - self._busy_since > self.busy_max:
+            return ToolVerdict(change=change)
+        return ToolVerdict(busy_until=now, note=note, change=change)

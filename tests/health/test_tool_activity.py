@@ -28,7 +28,7 @@ BUSY_IO = ("import os, sys, time\nend = time.time() + float(sys.argv[1])\n"
 
 
 def run_tool(tmp_path: Path, tool: str, *, before: str = PRE, stale: float = 1.0, silent: float = 1.0,
-             busy_max: float = 60.0):
+             busy_max: float = 60.0, hookless: bool = False):
     """An agent that fires `before`, runs `tool` in a child shell (as Claude Code runs a Bash call),
     fires PostToolUse and exits 0."""
     (tmp_path / "busy_cpu.py").write_text(BUSY_CPU)
@@ -42,7 +42,8 @@ def run_tool(tmp_path: Path, tool: str, *, before: str = PRE, stale: float = 1.0
     run = AgentRun(("bash", str(script)), tmp_path, env, tmp_path / "agent.log", hb, "run-tool")
     notes: list[str] = []
     out = supervise(run, Limits(check_interval=0.2, stale_after=stale, max_runtime=60.0, kill_grace=1.0,
-                                count_output=False, tool_silent=silent, tool_busy_max=busy_max),
+                                count_output=False, tool_silent=silent, tool_busy_max=busy_max,
+                                hookless=hookless),
                     note=notes.append)
     return out, notes
 
@@ -78,6 +79,21 @@ def test_outside_a_tool_a_busy_tree_does_not_keep_the_agent_alive(tmp_path):
     # The last event is PostToolUse: the agent is not inside a tool, so the general window rules.
     out, _ = run_tool(tmp_path, '"$PY" busy_cpu.py 30', before=POST, stale=1.0, silent=1.0)
     assert out.status == "stale" and "no heartbeat" in out.detail, out
+
+
+@pytest.mark.fault(45)
+def test_without_hooks_a_busy_tree_keeps_the_agent_alive_and_an_idle_one_goes_stale(tmp_path):
+    # aider's way: no hook ever says a tool is in flight; its test command works silently.
+    quiet = "true"  # one beat outside any tool call: no hook ever says a tool is in flight
+    out, notes = run_tool(tmp_path, '"$PY" busy_cpu.py 3.5', before=quiet, stale=1.0, silent=1.0, hookless=True)
+    assert (out.status, out.returncode) == ("exited", 0), out
+    assert any("its processes work" in n and "busy_cpu.py" in n for n in notes), notes
+    out, _ = run_tool(tmp_path, '"$PY" -c "import time; time.sleep(120)"', before=quiet, stale=1.0, silent=1.0,
+                      hookless=True)
+    assert out.status == "stale" and "no heartbeat" in out.detail, out
+    out, _ = run_tool(tmp_path, '"$PY" busy_cpu.py 30', before=quiet, stale=1.0, silent=1.0, busy_max=1.0,
+                      hookless=True)
+    assert out.status == "stale", out
 
 
 # --- the judgement on its own, with samples made up ----------------------------------------
