@@ -1,0 +1,92 @@
+"""Codex: `codex exec --json`, its JSONL events, its errors and its hooks.
+
+Unattended it runs as `codex exec` with every command allowed outside a sandbox
+(`--dangerously-bypass-approvals-and-sandbox`, unless the user chose a sandbox or an
+approval mode), anywhere (`--skip-git-repo-check`), and prints its events as JSONL
+(`--json`). The prompt is its last argument, after `--` so that a prompt starting with
+a dash (a front matter's `---`) is not read as an option; a prompt too long for the command
+line goes to its stdin instead, which `codex exec` reads when no prompt follows `--`.
+The hook goes into `$CODEX_HOME/hooks.json` and its trust into `$CODEX_HOME/config.toml`
+(see hooks.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+from ..base import Adapter, OutputReader, TextReader
+from .hooks import CODEX_HOOKS
+
+if TYPE_CHECKING:
+    from ...phases import Phase
+    from ..hookrun import HookCheck
+
+__all__ = ["Codex", "CODEX_HOOKS"]
+
+SUBCOMMANDS = ("exec", "e")
+JSON_FLAGS = ("--json", "--experimental-json")
+# A user's own choice of how commands are approved or sandboxed wins over ours.
+PERMISSION_FLAGS = ("--dangerously-bypass-approvals-and-sandbox", "--yolo", "--full-auto", "--approve-for-me",
+                    "-s", "--sandbox")
+BYPASS_HOOK_TRUST = "--dangerously-bypass-hook-trust"
+
+
+def exec_index(argv: tuple[str, ...]) -> int | None:
+    """Where the `exec` subcommand is in argv, or None."""
+    return next((i for i, arg in enumerate(argv) if i > 0 and arg in SUBCOMMANDS), None)
+
+
+class Codex(Adapter):
+    name = "codex"
+    program = "codex"
+    version = "0.169.0"
+    prompt_on_stdin = True       # with no prompt after `--`, `codex exec` reads it from stdin
+    hook_required = True         # without the hook a healthy Codex looks stuck
+    hooks = CODEX_HOOKS
+
+    def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
+        argv = tuple(argv)
+        if argv and argv[-1] == "--":
+            argv = argv[:-1]
+        if exec_index(argv) is None:
+            argv = argv[:1] + ("exec",) + argv[1:]
+        if not any(arg in JSON_FLAGS for arg in argv):
+            argv += ("--json",)
+        if "--skip-git-repo-check" not in argv:
+            argv += ("--skip-git-repo-check",)
+        if not any(arg in PERMISSION_FLAGS or arg.startswith("--sandbox=") for arg in argv):
+            argv += ("--dangerously-bypass-approvals-and-sandbox",)
+        return argv + ("--",)
+
+    def raw_suffix(self, argv: tuple[str, ...]) -> str | None:
+        return ".jsonl" if self.structured(argv) else None
+
+    def structured(self, argv: tuple[str, ...]) -> bool:
+        return any(arg in JSON_FLAGS for arg in argv)
+
+    def reader(self, argv: tuple[str, ...], clock=None) -> OutputReader:
+        if self.structured(argv):
+            from .stream import CodexReader
+
+            return CodexReader(clock.mono, clock.wall) if clock is not None else CodexReader()
+        return TextReader()
+
+    def hook_check(self, project: Path, env: Mapping[str, str], heartbeat: Path) -> "HookCheck | None":
+        """The hook runs and beats, and Codex trusts it: an untrusted hook is skipped silently."""
+        from dataclasses import replace
+
+        from ..hookrun import BROKEN, spec_self_test
+
+        check = spec_self_test(CODEX_HOOKS, project, env, heartbeat)
+        if not check.ok or check.path is None:
+            return check
+        missing = CODEX_HOOKS.untrusted(check.path)
+        if not missing:
+            return check
+        return replace(check, state=BROKEN,
+                       detail=f"broken: the hook in {check.path} runs, but Codex skips it: its trust in "
+                              f"{CODEX_HOOKS.config(check.path)} is missing or for another version of it "
+                              f"({', '.join(missing)}); run: genesis hook install --agent codex, or trust it "
+                              f"in codex's /hooks")
+

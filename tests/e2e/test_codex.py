@@ -1,0 +1,147 @@
+"""The real Codex CLI through the real loop, offline against a stub Responses API.
+
+The test command installs the pinned `@openai/codex` into .tools/; where it could not,
+every test here is skipped with that reason. The user's command is just `codex`: the
+adapter makes it `codex exec --json ...`. The hook is installed the user's way and trusted
+by that install, so Codex runs it without `--dangerously-bypass-hook-trust`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import alive, events_of, git, state_of
+from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, genesis, installed
+from e2e.stubs.responses import API_KEY_ENV, ResponsesStub, provider_config, usage_limit
+from genesis import exitcodes
+
+CODEX = TOOLS / "codex" / "node_modules" / ".bin" / "codex"
+
+pytestmark = pytest.mark.codex
+
+
+@pytest.fixture(scope="module")
+def codex() -> Path:
+    return installed(CODEX, TOOLS / "codex-install.log", "Codex")
+
+
+@pytest.fixture
+def stub():
+    api = ResponsesStub().start()
+    yield api
+    api.shutdown()
+
+
+@pytest.fixture
+def e2e(codex, stub, project, hermetic, tmp_path):
+    """A project, Codex pointed at the stub in its own home, the hook installed the user's way."""
+    as_agent(project)
+    codex_home = hermetic / ".codex"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(provider_config(stub.url))
+    done = genesis("--project", str(project), "hook", "install", "--agent", "codex")
+    assert str(codex_home / "hooks.json") in done.stdout
+    env = {**os.environ, **LOOP_ENV, API_KEY_ENV: "sk-stub", "GENESIS_AGENT_CMD": str(codex)}
+    loop = Loop(project, env, tmp_path)
+    loop.phase("Planner", "quick")  # the Planner runs too (no TASKS.md): a quick turn, no change
+    return loop
+
+
+def thread_of(log: Path) -> str:
+    """The thread (session) id in the raw JSONL kept beside a phase's transcript."""
+    for line in log.with_suffix(".jsonl").read_text().splitlines():
+        if line.startswith("{") and json.loads(line).get("type") == "thread.started":
+            return json.loads(line)["thread_id"]
+    raise AssertionError(f"no thread.started in {log.with_suffix('.jsonl')}")
+
+
+def test_the_install_records_the_trust_codex_checks(e2e, hermetic):
+    config = (hermetic / ".codex" / "config.toml").read_text()
+    hooks = str(hermetic / ".codex" / "hooks.json")
+    for event in ("pre_tool_use", "post_tool_use", "session_start"):
+        assert f'[hooks.state."{hooks}:{event}:0:0"]\ntrusted_hash = "sha256:' in config
+    assert config.startswith('model = "stub-model"\nmodel_provider = "stub"\n')  # the user's settings kept
+
+
+def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
+    e2e.phase("Builder", "progress")
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: finished" in done.stdout
+    project = e2e.project
+    assert (project / "hello.txt").read_text() == "hello from the agent\n"
+    assert "agent: hello" in git(project, "log", "--format=%s")
+    run_id = events_of(project)[0]["run_id"]
+    log = project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log"
+    thread = thread_of(log)
+    transcript = log.read_text()
+    assert f"session {thread}" in transcript and "assistant: Done: wrote hello.txt and committed it." in transcript
+    assert "tool Bash: $ echo hello from the agent > hello.txt" in transcript
+    assert not [line for line in transcript.splitlines() if line.startswith("{")]
+    tools = [(b["event"], b["tool"]) for b in beats if b["event"] != "SessionStart"]
+    assert tools.count(("PreToolUse", "Bash")) == 2 and tools.count(("PostToolUse", "Bash")) == 2, beats
+    assert all(b["session_id"] == thread and b["agent"] == "Builder" for b in beats)
+    assert {b["run_id"] for b in beats} == {run_id}
+    # The hooks' parent: Codex's native binary, which the `codex` launcher the loop started runs.
+    assert len({b["pid"] for b in beats}) == 1
+    breaker = e2e.breaker()
+    assert breaker["state"] == "CLOSED" and breaker["last_progress_iteration"] == 1
+    assert e2e.leftovers() == []
+
+
+def test_a_hung_shell_command_goes_stale_and_codex_and_the_tool_shell_are_killed(e2e):
+    e2e.phase("Builder", "hang")
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: stuck: no heartbeat for" in done.stdout
+    assert "Planner: finished" in done.stdout
+    assert (beats[-1]["event"], beats[-1]["tool"]) == ("PreToolUse", "Bash")
+    tool_shell = int((e2e.project / "tool-shell.pid").read_text())
+    ended = [e for e in events_of(e2e.project) if e["event"] == "phase_end"]
+    assert [(e["phase"], e["status"], e["attempt"]) for e in ended] == [
+        ("Builder", "stale", 0), ("Builder", "stale", 1), ("Planner", "exited", 0)]
+    codex_pid = ended[1]["pid"]
+    assert tool_shell not in (codex_pid, beats[-1]["pid"])
+    assert not alive(tool_shell) and not alive(codex_pid) and not alive(beats[-1]["pid"])
+    assert e2e.leftovers() == []
+
+
+def minute(epoch: float) -> float:
+    """Codex writes a reset to the minute, in the machine's zone."""
+    return dt.datetime.fromtimestamp(epoch).replace(second=0, microsecond=0).timestamp()
+
+
+def test_a_usage_limit_beyond_the_longest_wait_stops_the_loop_with_its_reset(e2e, stub):
+    resets = time.time() + 2 * 3600
+    stub.refuse(*usage_limit(resets))
+    e2e.phase("Builder", "progress")
+    e2e.env["GENESIS_MAX_LIMIT_WAIT"] = "30m"
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == exitcodes.USAGE_LIMIT, done.stdout
+    assert "Builder: usage limit: 'You’ve hit your usage limit. Upgrade to Pro" in done.stdout
+    assert "later than GENESIS_MAX_LIMIT_WAIT" in done.stdout
+    limit = json.loads((state_of(e2e.project) / "limit.json").read_text())
+    assert limit["resets_at"] == minute(resets) and not limit["guessed"]
+    assert [r["status"] for r in stub.requests if r["path"].endswith("/responses")] == [429]  # no retry
+    assert e2e.leftovers() == []
+
+
+def test_a_usage_limit_that_resets_now_is_waited_out_and_the_phase_runs_again(e2e, stub):
+    stub.refuse(*usage_limit(time.time() + 1), count=1)
+    e2e.phase("Builder", "progress")
+    e2e.env["GENESIS_LIMIT_MARGIN_SECONDS"] = "0"
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: usage limit until" in done.stdout
+    assert "the agent said 'You’ve hit your usage limit" in done.stdout
+    assert "Builder: finished" in done.stdout
+    assert (e2e.project / "hello.txt").read_text() == "hello from the agent\n"
+    ended = [(e["phase"], e.get("ending")) for e in events_of(e2e.project) if e["event"] == "phase_end"]
+    assert ended[0] == ("Builder", "limit"), ended
+    assert e2e.leftovers() == []

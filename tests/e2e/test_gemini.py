@@ -1,0 +1,161 @@
+"""The real Gemini CLI through the real loop, offline against a stub Gemini API.
+
+The test command installs the pinned `@google/gemini-cli` into .tools/; where it could not,
+every test here is skipped with that reason. The hook is installed the user's way
+(`genesis hook install --agent gemini`) into a settings.json that already holds the user's
+own settings: an API key's auth type (with GOOGLE_GEMINI_BASE_URL set and no auth type
+named, the CLI takes it for a gateway and refuses to start), no update checks, no usage
+statistics. The loop itself adds GEMINI_CLI_TRUST_WORKSPACE (the adapter's environment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import alive, events_of, git
+from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, genesis, installed
+from e2e.stubs.gemini import MODEL, QUOTA_DAILY, GeminiStub, quota
+from genesis.agents.gemini.errors import next_pacific_midnight
+
+GEMINI = TOOLS / "gemini" / "node_modules" / ".bin" / "gemini"
+USAGE_LIMIT_EXIT = 20
+
+pytestmark = pytest.mark.gemini
+
+
+@pytest.fixture(scope="module")
+def gemini() -> Path:
+    return installed(GEMINI, TOOLS / "gemini-install.log", "Gemini CLI")
+
+
+@pytest.fixture
+def stub():
+    api = GeminiStub().start()
+    yield api
+    api.shutdown()
+
+
+def user_settings(home: Path) -> Path:
+    path = home / ".gemini" / "settings.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}},
+                                "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+                                "privacy": {"usageStatisticsEnabled": False}}, indent=2))
+    return path
+
+
+@pytest.fixture
+def e2e(gemini, stub, project, hermetic, tmp_path):
+    """A project with the hook installed the user's way, and the loop's environment: the
+    Builder alone, so that each test starts the CLI as few times as it can."""
+    as_agent(project)
+    settings = user_settings(hermetic)
+    done = genesis("--project", str(project), "hook", "install", "--agent", "gemini")
+    assert str(settings) in done.stdout
+    assert json.loads(settings.read_text())["security"]["auth"]["selectedType"] == "gemini-api-key"
+    # The CLI starts Node twice (it relaunches itself with a larger heap): 3 s before its first
+    # output on an idle machine, over 6 s on a busy one. A window the start fits in, where
+    # staleness is not what a test is about.
+    env = {**os.environ, **LOOP_ENV, "GENESIS_PHASES": "Builder", "HEARTBEAT_STALE_SECONDS": "30",
+           "GOOGLE_GEMINI_BASE_URL": stub.url, "GEMINI_API_KEY": "stub-key", "TMPDIR": str(tmp_path),
+           "GENESIS_AGENT_CLI": "gemini", "GENESIS_AGENT_CMD": f"{gemini} -m {MODEL}"}
+    env.pop("GEMINI_CLI_TRUST_WORKSPACE", None)
+    return Loop(project, env, tmp_path)
+
+
+def session_of(log: Path) -> str:
+    """The session id in the raw stream-json kept beside a phase's transcript (.log -> .jsonl)."""
+    for line in log.with_suffix(".jsonl").read_text().splitlines():
+        if line.startswith("{") and json.loads(line).get("type") == "init":
+            return json.loads(line)["session_id"]
+    raise AssertionError(f"no init record in {log.with_suffix('.jsonl')}")
+
+
+def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e, stub, gemini):
+    e2e.phase("Builder", "progress")
+    e2e.env["GENESIS_AGENT_CMD"] = str(gemini)  # just the program: the adapter adds the rest; no model
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: finished" in done.stdout
+    project = e2e.project
+    assert (project / "hello.txt").read_text() == "hello from the agent\n"
+    assert "agent: hello" in git(project, "log", "--format=%s").splitlines()
+    run_id = events_of(project)[0]["run_id"]
+    log = project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log"
+    session = session_of(log)
+    transcript = log.read_text()
+    assert f"session {session}: model auto" in transcript  # the CLI routes each turn itself
+    assert "tool run_shell_command: $ echo hello from the agent > hello.txt" in transcript
+    assert "Done: wrote hello.txt and committed it." in transcript
+    assert not [line for line in transcript.splitlines() if line.startswith("{")]
+    # A beat before and after each shell call, named as Gemini CLI names them.
+    assert {(b["event"], b["tool"]) for b in beats} == {("BeforeTool", "run_shell_command"),
+                                                       ("AfterTool", "run_shell_command")}
+    assert all(b["session_id"] == session and b["agent"] == "Builder" for b in beats)
+    assert {b["run_id"] for b in beats} == {run_id}
+    assert [r["status"] for r in stub.generations()] == [200, 200, 200]
+    assert {r["status"] for r in stub.requests} == {200}  # the routing questions too
+    breaker = e2e.breaker()
+    assert breaker["state"] == "CLOSED" and breaker["last_progress_iteration"] == 1
+    assert e2e.leftovers() == []
+
+
+def test_a_hung_shell_call_goes_stale_and_gemini_and_the_tool_shell_are_killed(e2e):
+    e2e.phase("Builder", "hang")
+    e2e.env.update(PHASE_RETRIES="0", HEARTBEAT_STALE_SECONDS="12")
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    assert "Builder: stuck: no heartbeat for" in done.stdout, done.stdout
+    assert (beats[-1]["event"], beats[-1]["tool"]) == ("BeforeTool", "run_shell_command")
+    tool_shell = int((e2e.project / "tool-shell.pid").read_text())
+    ended = [e for e in events_of(e2e.project) if e["event"] == "phase_end"]
+    assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stale")]
+    gemini_pid = ended[0]["pid"]
+    assert tool_shell != gemini_pid
+    assert not alive(tool_shell) and not alive(gemini_pid)
+    assert e2e.leftovers() == []
+
+
+@pytest.mark.parametrize("refusal", ["daily", "hourly"])
+def test_a_quota_the_cli_will_not_wait_for_is_a_usage_limit_and_its_reset_is_read(e2e, stub, refusal):
+    """The CLI waits out a quota of up to 300 s by itself; a longer one (or a daily one)
+    ends its run at once. Past GENESIS_MAX_LIMIT_WAIT the loop stops, naming the reset."""
+    stub.refuse(*(QUOTA_DAILY if refusal == "daily" else quota(retry_delay="3600s")))
+    e2e.phase("Builder", "progress")
+    e2e.env["GENESIS_MAX_LIMIT_WAIT"] = "60s"
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == USAGE_LIMIT_EXIT, done.stdout
+    asked = stub.generations()
+    assert [r["status"] for r in asked] == [429]  # one request: no retry inside the CLI
+    stop = [e for e in events_of(e2e.project) if e["event"] == "limit_stop"]
+    assert len(stop) == 1 and stop[0]["phase"] == "Builder"
+    if refusal == "daily":
+        assert stop[0]["kind"] == "daily" and stop[0]["resets_at"] == next_pacific_midnight(asked[0]["at"])
+    else:
+        assert stop[0]["kind"] == "quota"
+        assert asked[0]["at"] + 3600 <= stop[0]["resets_at"] <= stop[0]["epoch"] + 3600
+    assert "usage limit" in done.stdout and "GENESIS_MAX_LIMIT_WAIT" in done.stdout
+    assert not (e2e.project / "hello.txt").exists()
+    assert e2e.leftovers() == []
+
+
+def test_a_quota_wait_inside_the_cli_is_waited_on_not_stuck(e2e, stub):
+    """A per-minute quota with a 14 s wait: the CLI waits it out by itself, with no tool call
+    and nothing on stdout meanwhile, longer than the stale window. It says so on stderr
+    ("Retrying after 15234ms..."): the loop lets it be, and the phase finishes."""
+    stub.refuse(*quota(retry_delay="14s"), count=1)
+    e2e.phase("Builder", "progress")
+    e2e.env["HEARTBEAT_STALE_SECONDS"] = "10"
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    assert "the agent retries by itself (attempt 1 of 10" in done.stdout
+    assert "waiting on the API, not stuck" in done.stdout and "Builder: finished" in done.stdout
+    asked = stub.generations()
+    assert [r["status"] for r in asked] == [429, 200, 200, 200]
+    assert asked[1]["at"] - asked[0]["at"] >= 14
+    assert (e2e.project / "hello.txt").exists()
+    ended = [e for e in events_of(e2e.project) if e["event"] == "phase_end"]
+    assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "exited")]
