@@ -1,0 +1,138 @@
+"""The real GitHub Copilot CLI through the real loop, offline against a stub Chat Completions API.
+
+The test command installs the pinned `@github/copilot` into .tools/; where it could not,
+every test here is skipped with that reason. The user points Copilot at a model provider of
+their own the documented way (COPILOT_PROVIDER_BASE_URL, COPILOT_PROVIDER_API_KEY,
+COPILOT_MODEL, COPILOT_OFFLINE=true) and the command is just `copilot`: the adapter adds
+`--allow-all-tools --output-format json -p`. The hook is installed the user's way, in
+~/.copilot/hooks/genesis-heartbeat.json.
+
+On its first start Copilot unpacks its 235 MB runtime into a cache; COPILOT_CACHE_HOME keeps
+that cache in .tools/, unpacked once, not in each test's throwaway HOME.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import alive, events_of, git
+from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, genesis, installed
+from e2e.stubs.chat import QUOTA, ChatStub, rate_limited
+from genesis import exitcodes
+
+COPILOT = TOOLS / "copilot" / "node_modules" / ".bin" / "copilot"
+CACHE = TOOLS / "copilot" / "cache"
+
+pytestmark = pytest.mark.copilot
+
+
+@pytest.fixture(scope="module")
+def copilot() -> Path:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COPILOT_CACHE_HOME", str(CACHE))  # the version check unpacks it there, once
+        return installed(COPILOT, TOOLS / "copilot-install.log", "Copilot CLI")
+
+
+@pytest.fixture
+def stub():
+    api = ChatStub().start()
+    yield api
+    api.shutdown()
+
+
+@pytest.fixture
+def e2e(copilot, stub, project, hermetic, tmp_path):
+    """A project, Copilot pointed at the stub by its environment, the hook installed the user's way."""
+    as_agent(project)
+    done = genesis("--project", str(project), "hook", "install", "--agent", "copilot")
+    assert str(hermetic / ".copilot" / "hooks" / "genesis-heartbeat.json") in done.stdout
+    env = {**os.environ, **LOOP_ENV, "COPILOT_PROVIDER_BASE_URL": f"{stub.url}/v1",
+           "COPILOT_PROVIDER_API_KEY": "sk-stub", "COPILOT_MODEL": "stub-model", "COPILOT_OFFLINE": "true",
+           "COPILOT_CACHE_HOME": str(CACHE), "GENESIS_AGENT_CMD": str(copilot)}
+    loop = Loop(project, env, tmp_path)
+    loop.phase("Planner", "quick")  # the Planner runs too (no TASKS.md): a quick turn, no change
+    return loop
+
+
+def session_of(log: Path) -> str:
+    """The session id in the result event of the raw JSONL kept beside a phase's transcript."""
+    for line in log.with_suffix(".jsonl").read_text().splitlines():
+        if line.startswith("{") and json.loads(line).get("type") == "result":
+            return json.loads(line)["sessionId"]
+    raise AssertionError(f"no result event in {log.with_suffix('.jsonl')}")
+
+
+def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
+    e2e.phase("Builder", "progress")
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: finished" in done.stdout
+    project = e2e.project
+    assert (project / "hello.txt").read_text() == "hello from the agent\n"
+    assert "agent: hello" in git(project, "log", "--format=%s")
+    run_id = events_of(project)[0]["run_id"]
+    log = project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log"
+    session = session_of(log)
+    transcript = log.read_text()
+    assert f"session {session}" in transcript and "assistant: Done: wrote hello.txt and committed it." in transcript
+    assert "tool bash: $ echo hello from the agent > hello.txt" in transcript
+    assert not [line for line in transcript.splitlines() if line.startswith("{")]
+    # Copilot's own event names and tool name, passed by the hook command (its payload names no event).
+    tools = [(b["event"], b["tool"]) for b in beats]
+    assert tools.count(("preToolUse", "bash")) == 2 and tools.count(("postToolUse", "bash")) == 2, beats
+    assert all(b["session_id"] == session and b["agent"] == "Builder" for b in beats)
+    assert {b["run_id"] for b in beats} == {run_id}
+    breaker = e2e.breaker()
+    assert breaker["state"] == "CLOSED" and breaker["last_progress_iteration"] == 1
+    assert e2e.leftovers() == []
+
+
+def test_a_hung_shell_command_goes_stale_and_copilot_and_the_tool_shell_are_killed(e2e):
+    e2e.phase("Builder", "hang")
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: stuck: no heartbeat for" in done.stdout
+    assert "Planner: finished" in done.stdout
+    assert 'the tool in flight: bash "echo $$ > tool-shell.pid;' in done.stdout
+    # Ended by SIGTERM, Copilot may still fire postToolUse for the killed call as it shuts down.
+    assert [b["tool"] for b in beats if b["event"] == "preToolUse"][-1] == "bash"
+    tool_shell = int((e2e.project / "tool-shell.pid").read_text())
+    ended = [e for e in events_of(e2e.project) if e["event"] == "phase_end"]
+    assert [(e["phase"], e["status"], e["attempt"]) for e in ended] == [
+        ("Builder", "stale", 0), ("Builder", "stale", 1), ("Planner", "exited", 0)]
+    copilot_pid = ended[1]["pid"]
+    assert tool_shell not in (copilot_pid, beats[-1]["pid"])
+    assert not alive(tool_shell) and not alive(copilot_pid) and not alive(beats[-1]["pid"])
+    assert e2e.leftovers() == []
+
+
+def test_a_quota_with_no_credit_left_stops_the_loop_with_copilots_words(e2e, stub):
+    status, body, _ = QUOTA
+    stub.refuse(status, body, {"retry-after": "1"})  # Copilot honours it: its 5 retries take seconds
+    e2e.phase("Builder", "progress")
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == exitcodes.AGENT_FATAL, done.stdout
+    assert ("Builder: the agent reported an error that retrying cannot fix: Failed to get response from the AI "
+            "model; retried 5 times") in done.stdout
+    assert "You exceeded your current quota" in done.stdout and "(insufficient_quota, HTTP 429)" in done.stdout
+    calls = [r for r in stub.requests if r["path"].endswith("/chat/completions")]
+    assert [r["status"] for r in calls] == [429] * 6    # one try and Copilot's own 5 retries; no other phase
+    assert e2e.leftovers() == []
+
+
+def test_a_rate_limit_outlasting_copilots_retries_is_backed_off_and_the_phase_runs_again(e2e, stub):
+    stub.refuse(*rate_limited(retry_after=1), count=6)   # every try of the first run
+    e2e.phase("Builder", "progress")
+    e2e.env.update(GENESIS_BACKOFF_FIRST_SECONDS="1", GENESIS_BACKOFF_MAX_SECONDS="1")
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: API error (429 rate_limit): Failed to get response from the AI model" in done.stdout
+    assert "Builder: finished" in done.stdout
+    assert (e2e.project / "hello.txt").read_text() == "hello from the agent\n"
+    ended = [(e["phase"], e["status"]) for e in events_of(e2e.project) if e["event"] == "phase_end"]
+    assert ended[0] == ("Builder", "exited") and ended[1] == ("Builder", "exited") and ended[-1][0] == "Planner"
+    assert e2e.leftovers() == []

@@ -1,0 +1,126 @@
+"""The real Qwen Code CLI through the real loop, offline against a stub Chat Completions API.
+
+The test command installs the pinned `@qwen-code/qwen-code` into .tools/; where it could
+not, every test here is skipped with that reason. The user points Qwen at the API the usual
+way (OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_MODEL) and the command is just `qwen`: the
+adapter adds `--yolo -o stream-json`. The hook is installed the user's way, in
+~/.qwen/settings.json.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import alive, events_of, git, state_of
+from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, genesis, installed
+from e2e.stubs.chat import ChatStub, error
+from genesis import exitcodes
+
+QWEN = TOOLS / "qwen" / "node_modules" / ".bin" / "qwen"
+
+pytestmark = pytest.mark.qwen
+
+
+@pytest.fixture(scope="module")
+def qwen() -> Path:
+    return installed(QWEN, TOOLS / "qwen-install.log", "Qwen Code")
+
+
+@pytest.fixture
+def stub():
+    api = ChatStub().start()
+    yield api
+    api.shutdown()
+
+
+@pytest.fixture
+def e2e(qwen, stub, project, hermetic, tmp_path):
+    """A project, Qwen pointed at the stub by its environment, the hook installed the user's way."""
+    as_agent(project)
+    done = genesis("--project", str(project), "hook", "install", "--agent", "qwen")
+    assert str(hermetic / ".qwen" / "settings.json") in done.stdout
+    env = {**os.environ, **LOOP_ENV, "OPENAI_API_KEY": "sk-stub", "OPENAI_BASE_URL": f"{stub.url}/v1",
+           "OPENAI_MODEL": "stub-model", "GENESIS_AGENT_CMD": str(qwen),
+           # Qwen Code takes seconds to start (several on a busy machine) before its first sign of life.
+           "HEARTBEAT_STALE_SECONDS": "30"}
+    loop = Loop(project, env, tmp_path)
+    loop.phase("Planner", "quick")  # the Planner runs too (no TASKS.md): a quick turn, no change
+    return loop
+
+
+def session_of(log: Path) -> str:
+    """The session id in the raw stream-json kept beside a phase's transcript (.log -> .jsonl)."""
+    for line in log.with_suffix(".jsonl").read_text().splitlines():
+        if line.startswith("{") and json.loads(line).get("subtype") == "init":
+            return json.loads(line)["session_id"]
+    raise AssertionError(f"no init record in {log.with_suffix('.jsonl')}")
+
+
+def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
+    e2e.phase("Builder", "progress")
+    e2e.env["PHASE_Planner_TRIGGER"] = "never"   # one Qwen run: it takes seconds to start
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: finished" in done.stdout
+    project = e2e.project
+    assert (project / "hello.txt").read_text() == "hello from the agent\n"
+    assert "agent: hello" in git(project, "log", "--format=%s")
+    run_id = events_of(project)[0]["run_id"]
+    log = project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log"
+    session = session_of(log)
+    transcript = log.read_text()
+    assert f"session {session}" in transcript and "assistant: Done: wrote hello.txt and committed it." in transcript
+    assert "tool run_shell_command: $ echo hello from the agent > hello.txt" in transcript
+    assert not [line for line in transcript.splitlines() if line.startswith("{")]
+    tools = [(b["event"], b["tool"]) for b in beats if b["event"] != "SessionStart"]
+    assert tools.count(("PreToolUse", "run_shell_command")) == 2, beats
+    assert tools.count(("PostToolUse", "run_shell_command")) == 2, beats
+    assert all(b["session_id"] == session and b["agent"] == "Builder" for b in beats)
+    assert {b["run_id"] for b in beats} == {run_id}
+    assert len({b["pid"] for b in beats}) == 1   # the hooks' parent: the Qwen process that runs the tools
+    breaker = e2e.breaker()
+    assert breaker["state"] == "CLOSED" and breaker["last_progress_iteration"] == 1
+    assert e2e.leftovers() == []
+
+
+def test_a_hung_shell_command_goes_stale_and_qwen_and_the_tool_shell_are_killed(e2e):
+    e2e.phase("Builder", "hang")
+    e2e.env.update(TOOL_SILENT_SECONDS="3", PHASE_RETRIES="0")  # stuck 3 s into the silent call; no retry
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: stuck: inside run_shell_command for" in done.stdout and "tool-silent window 3s" in done.stdout
+    assert "Planner: finished" in done.stdout
+    # The call's start beat; on the kill Qwen ends the call and its PostToolUse hook still runs.
+    tools = [(b["event"], b["tool"]) for b in beats if b["event"] != "SessionStart"]
+    assert tools[0] == ("PreToolUse", "run_shell_command"), beats
+    tool_shell = int((e2e.project / "tool-shell.pid").read_text())
+    ended = [e for e in events_of(e2e.project) if e["event"] == "phase_end"]
+    assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stale"), ("Planner", "exited")]
+    qwen_pid = ended[0]["pid"]
+    assert tool_shell not in (qwen_pid, beats[0]["pid"])
+    assert not alive(tool_shell) and not alive(qwen_pid) and not alive(beats[0]["pid"])
+    assert e2e.leftovers() == []
+
+
+def test_a_quota_that_resets_after_the_longest_wait_stops_the_loop_with_its_reset(e2e, stub):
+    resets = int(time.time()) + 2 * 3600
+    at = dt.datetime.fromtimestamp(resets, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stub.refuse(429, error(f"Quota exceeded for this API key: daily request quota exhausted. "
+                           f"Your quota will reset at {at}.", "insufficient_quota", "insufficient_quota"))
+    e2e.phase("Builder", "progress")
+    e2e.env["GENESIS_MAX_LIMIT_WAIT"] = "30m"
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == exitcodes.USAGE_LIMIT, done.stdout
+    assert "Builder: usage limit (quota): 'Quota exhausted: Quota exceeded for this API key" in done.stdout
+    assert "later than GENESIS_MAX_LIMIT_WAIT" in done.stdout
+    limit = json.loads((state_of(e2e.project) / "limit.json").read_text())
+    assert limit["resets_at"] == resets and not limit["guessed"]
+    # Qwen gives up at once on a quota that names its reset (after its HTTP client's own quick tries).
+    assert {r["status"] for r in stub.requests if r["path"].endswith("/chat/completions")} == {429}
+    assert e2e.leftovers() == []
