@@ -20,7 +20,8 @@ TOOL_EVENTS = {
     "PreToolUse": BEFORE_TOOL, "PostToolUse": AFTER_TOOL, "PostToolUseFailure": TOOL_FAILED,  # Claude, Qwen, Codex
     "BeforeTool": BEFORE_TOOL, "AfterTool": AFTER_TOOL,                                        # Gemini CLI
     "preToolUse": BEFORE_TOOL, "postToolUse": AFTER_TOOL, "postToolUseFailure": TOOL_FAILED,  # Copilot CLI
-    "tool.execute.before": BEFORE_TOOL, "tool.execute.after": AFTER_TOOL,                      # opencode
+    "tool.execute.before": BEFORE_TOOL, "tool.execute.after": AFTER_TOOL,                      # opencode's plugin
+    "tool.execute.error": TOOL_FAILED,
 }
 
 

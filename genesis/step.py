@@ -106,8 +106,9 @@ def agent_env(step: Step, phase: str, iteration: int) -> dict[str, str]:
     it), the caller's, the loop's markers and where to beat."""
     from .agents import adapter_of
 
+    # PWD too: the agent starts in the project, and some CLIs (opencode) trust $PWD over their real cwd.
     return {**adapter_of(step.cfg).environment(), **os.environ, **markers_for(step.cfg.project, step.run_id),
-            "GENESIS_AGENT": phase,
+            "PWD": str(step.cfg.project), "GENESIS_AGENT": phase,
             "GENESIS_HEARTBEAT_FILE": str(step.layout.heartbeat_file(phase)), "GENESIS_ITERATION": str(iteration)}
 
 

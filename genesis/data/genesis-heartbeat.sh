@@ -93,9 +93,9 @@ if [[ -n ${GENESIS_HEARTBEAT_FILE:-} && -n ${event}${tool} && ${session} != gene
   [[ -n ${REPLY} ]] && line+=",\"id\":\"${REPLY}\""
   case ${event} in
     PostToolUse | AfterTool | postToolUse | tool.execute.after) line+=',"ok":true' ;;
-    PostToolUseFailure | postToolUseFailure) line+=',"ok":false' ;;
+    PostToolUseFailure | postToolUseFailure | tool.execute.error) line+=',"ok":false' ;;
   esac
-  if [[ ${event} == Post* ]]; then
+  if [[ ${event} == Post* || ${event} == tool.execute.[ae]* ]]; then
     t="${payload: -40}"; t="${t#*\"duration_ms\"}"; t="${t//[[:space:]]/}"
     [[ ${t} == :[0-9]* ]] && t="${t:1}" && line+=",\"ms\":${t%%[!0-9]*}"
   fi
@@ -104,6 +104,7 @@ if [[ -n ${GENESIS_HEARTBEAT_FILE:-} && -n ${event}${tool} && ${session} != gene
     Bash | bash | shell | run_shell_command | exec_command) key="command" ;;
     Glob | Grep) key="pattern" ;;
     Read | Write | Edit | MultiEdit | read_file | write_file | replace) key="file_path" ;;
+    read | write | edit) key="filePath" ;;
     *) key="command|file_path|pattern" ;;
   esac
   if [[ -n ${key} && ${payload} =~ \"(${key})\"[[:space:]]*:[[:space:]]*\"([^\"]*) ]]; then
@@ -213,7 +214,7 @@ exit 0
 #
 # 6. Every CLI's payload. Codex and Qwen Code send Claude Code's shape; Gemini CLI too,
 # with its own event names (BeforeTool, AfterTool); opencode's plugin writes Claude Code's
-# shape with opencode's names (tool.execute.before/after). Copilot CLI sends camelCase
+# shape with opencode's names (tool.execute.before/after, and tool.execute.error of its own). Copilot CLI sends camelCase
 # (toolName, sessionId) and no event name, so its hook command passes `--event NAME`;
 # an event in the payload wins. Genesis maps every CLI's names to Claude Code's when it
 # reads them (genesis.heartbeat.tool_event); the beat keeps the CLI's own.

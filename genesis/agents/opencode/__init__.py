@@ -1,0 +1,77 @@
+"""opencode: `opencode run`, its JSON events, its errors and its heartbeat plugin.
+
+Unattended it runs as `opencode run --format json --auto -- PROMPT`: `--auto` approves every
+permission the user's config does not deny (without it, a permission set to "ask" is
+rejected and the tool call fails), and `--` keeps a prompt that starts with a dash from
+being read as options. With no prompt argument it reads the prompt from stdin. The model
+and its provider are the user's (opencode.json, or `-m provider/model`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..base import Adapter, OutputReader, TextReader
+from .plugin import OPENCODE_HOOKS
+
+if TYPE_CHECKING:
+    from ...phases import Phase
+
+__all__ = ["OpenCode", "output_format"]
+
+APPROVAL_FLAGS = ("--auto", "--yolo", "--dangerously-skip-permissions")
+
+
+def output_format(argv: tuple[str, ...]) -> str | None:
+    """The --format the command asks for (None: none, so opencode's formatted text)."""
+    for i, arg in enumerate(argv):
+        if arg == "--format" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--format="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+class OpenCode(Adapter):
+    name = "opencode"
+    program = "opencode"
+    version = "1.18.33"
+    prompt_on_stdin = True       # `opencode run` reads its message from stdin when given none
+    hook_required = True         # without the plugin a healthy opencode looks stuck
+    hooks = OPENCODE_HOOKS
+
+    def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
+        """`run`, JSON events and every permission approved unless the user chose otherwise;
+        `--` last, before the prompt."""
+        argv = tuple(argv)
+        if "run" not in argv[1:]:
+            argv = argv[:1] + ("run",) + argv[1:]
+        if argv[-1] == "--":
+            argv = argv[:-1]
+        if output_format(argv) is None:
+            argv += ("--format", "json")
+        if not any(arg in APPROVAL_FLAGS for arg in argv):
+            argv += ("--auto",)
+        return argv + ("--",)
+
+    def raw_suffix(self, argv: tuple[str, ...]) -> str | None:
+        return ".jsonl" if self.structured(argv) else None
+
+    def structured(self, argv: tuple[str, ...]) -> bool:
+        return output_format(argv) == "json"
+
+    def reader(self, argv: tuple[str, ...], clock=None) -> OutputReader:
+        if self.structured(argv):
+            from .stream import OpenCodeReader
+
+            return OpenCodeReader(clock.wall, clock.mono) if clock is not None else OpenCodeReader()
+        return TextReader()
+
+    def options_problem(self, argv: tuple[str, ...], phase: "Phase") -> str | None:
+        if "--pure" in argv:
+            return ("opencode --pure runs without plugins, so Genesis's heartbeat plugin would never fire and "
+                    "every phase would look stuck: remove --pure from GENESIS_AGENT_CMD")
+        if phase.max_turns is not None or phase.max_budget_usd is not None:
+            return (f"PHASE_{phase.name}_MAX_TURNS and _MAX_BUDGET_USD have no opencode flag; unset them (an "
+                    f"agent's step limit is `steps` in opencode.json)")
+        return None
