@@ -94,14 +94,21 @@ export PATH="${PWD}/.venv/bin:${PATH}"
 status=0
 tally="$(mktemp)"
 tap="$(mktemp)"
-trap 'rm -f "${tally}" "${tap}"' EXIT
+tap_err="$(mktemp)"
+trap 'rm -f "${tally}" "${tap}" "${tap_err}"' EXIT
+# bats runs beside pytest: both spend most of their time waiting on real loops, agents and
+# windows, not on the CPU. Its report is printed after pytest's.
+.tools/bats/node_modules/bats/bin/bats tests/bats >"${tap}" 2>"${tap_err}" &
+bats_pid=$!
 # Two workers by default (GENESIS_TEST_WORKERS; 0 runs them in one process). Every test
 # makes its own projects, ports, tmux servers and process trees; a file's tests stay in one
 # worker, one after the other, and no two files mark their agents with the same run id,
 # so no watcher's sweep or reaper of one worker can take the other's processes for its own.
 # (--dist loadfile is in pyproject.toml's pytest options.)
 GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-2}" "$@" || status=$?
-.tools/bats/node_modules/bats/bin/bats tests/bats | tee "${tap}" || status=$?
+wait "${bats_pid}" || status=$?
+cat "${tap}"
+cat "${tap_err}" >&2
 # The fault suite's tally (pytest and bats together), then the total over every test.
 if (($# == 0)); then
   .venv/bin/python tests/fault_tally.py "${tally}" "${tap}" || status=$?

@@ -456,7 +456,7 @@ def hook_status(obj: Context, agent: str | None) -> None:
     import shutil
     import tempfile
 
-    from .agents.hookrun import MALFORMED, WORKING
+    from .agents.hook.selftest import MALFORMED, WORKING
 
     adapter, _path = _hooked(obj, agent, "user")
     project = obj.project.resolve()

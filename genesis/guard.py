@@ -137,7 +137,7 @@ def _hook_check(step: Step, phase: str, iteration: int) -> "HookCheck | None":
 def guard_hook(step: Step, phase: str, iteration: int) -> None:
     """The same self-test as at start; a hook that went missing is reinstalled where it was."""
     from .agents import adapter_of
-    from .agents.hookfile import SettingsError
+    from .agents.hook.settingsfile import SettingsError
     from .heartbeat import default_heartbeat_file, hook_script
 
     lay = step.layout

@@ -11,8 +11,8 @@ if TYPE_CHECKING:
     from typing import Mapping
 
     from ..phases import Phase
-    from .hookrun import HookCheck
-    from .hooks import HookSpec
+    from .hook.selftest import HookCheck
+    from .hook.spec import HookSpec
 
 __all__ = ["Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
            "MAX_RESULT_CHARS", "last_line"]
@@ -139,7 +139,7 @@ class Adapter:
             from .claude.hookcheck import self_test
 
             return self_test(project, env, heartbeat)
-        from .hookrun import spec_self_test
+        from .hook.selftest import spec_self_test
 
         return spec_self_test(self.hooks, project, env, heartbeat)
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .base import Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, TextReader
 from .claude.stream import (MAX_LINE_BYTES, TEXT_WIDTH, StreamReader, integer, number, one_line, paragraph, parse, text,
                             tool_line)
-from .hooks import GroupedHooks, home_dir
+from .hook.spec import GroupedHooks, home_dir
 
 if TYPE_CHECKING:
     from ..phases import Phase

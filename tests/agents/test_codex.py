@@ -28,8 +28,8 @@ from genesis.agents.base import ApiError, Limit
 from genesis.agents.codex import CODEX_HOOKS, Codex
 from genesis.agents.codex.hooks import hook_hash, trust_entries
 from genesis.agents.codex.stream import CodexReader, classify
-from genesis.agents.hookfile import SettingsError
-from genesis.agents.hooks import self_test_session
+from genesis.agents.hook.settingsfile import SettingsError
+from genesis.agents.hook.spec import self_test_session
 from genesis.phases import Phase, Trigger
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"

@@ -15,8 +15,8 @@ from genesis.agents import adapter_for, adapter_named
 from genesis.agents.copilot import CopilotCli, CopilotTextReader, text_error
 from genesis.agents.copilot.hooks import COPILOT_HOOKS, FILE_NAME, config_dir
 from genesis.agents.copilot.stream import CopilotJsonReader, classify
-from genesis.agents.hookfile import SettingsError
-from genesis.agents.hookrun import BROKEN, WORKING, spec_self_test
+from genesis.agents.hook.settingsfile import SettingsError
+from genesis.agents.hook.selftest import BROKEN, WORKING, spec_self_test
 from genesis.heartbeat import hook_script
 from genesis.phases import Phase, Trigger
 

@@ -23,8 +23,8 @@ from genesis.agents.base import ApiError, Limit, TextReader
 from genesis.agents.gemini import GEMINI_HOOKS, GeminiCli
 from genesis.agents.gemini.errors import classify, next_pacific_midnight
 from genesis.agents.gemini.stream import GeminiStreamReader
-from genesis.agents.hookfile import SettingsError
-from genesis.agents.hooks import self_test_session
+from genesis.agents.hook.settingsfile import SettingsError
+from genesis.agents.hook.spec import self_test_session
 from genesis.phases import Phase, Trigger
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gemini"

@@ -13,8 +13,8 @@ import pytest
 
 from genesis.agents import adapter_for, adapter_named
 from genesis.agents.base import Limit
-from genesis.agents.hookfile import SettingsError
-from genesis.agents.hookrun import NOT_INSTALLED, WORKING, spec_self_test
+from genesis.agents.hook.settingsfile import SettingsError
+from genesis.agents.hook.selftest import NOT_INSTALLED, WORKING, spec_self_test
 from genesis.agents.opencode import OpenCode
 from genesis.agents.opencode.plugin import EVENTS, OPENCODE_HOOKS, config_dir, render
 from genesis.agents.opencode.stream import OpenCodeReader, classify, retry_after

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..hookrun import BROKEN, MALFORMED, NOT_INSTALLED, WORKING, HookCheck, HookCopy, Run, run_hook, why_not
+from ..hook.selftest import BROKEN, MALFORMED, NOT_INSTALLED, WORKING, HookCheck, HookCopy, Run, run_hook, why_not
 from .settings import (SCOPES, SCRIPT_NAME, SettingsError, is_ours, managed_settings_dir, read_settings,
                        settings_path)
 

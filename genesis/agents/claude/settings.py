@@ -2,7 +2,7 @@
 
 The hook goes into `hooks` for every tool event (with matcher "*") and SessionStart, and
 two Bash timeout defaults go into `env`; the file is edited the careful way of
-`agents.hookfile` (only what changes, mode and owner kept, backed up, atomic).
+`agents.hook.settingsfile` (only what changes, mode and owner kept, backed up, atomic).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from ..hookfile import Change, SettingsError, read_settings
-from ..hooks import SCRIPT_NAME, GroupedHooks, HookSpec
+from ..hook.settingsfile import Change, SettingsError, read_settings
+from ..hook.spec import SCRIPT_NAME, GroupedHooks, HookSpec
 
 __all__ = ["SettingsError", "Change", "settings_path", "user_settings_dir", "managed_settings_dir", "hook_command",
            "install", "uninstall", "installed_events", "read_settings", "is_ours", "HOOK_EVENTS", "ENV_DEFAULTS",

@@ -20,7 +20,7 @@ from .hooks import CODEX_HOOKS
 
 if TYPE_CHECKING:
     from ...phases import Phase
-    from ..hookrun import HookCheck
+    from ..hook.selftest import HookCheck
 
 __all__ = ["Codex", "CODEX_HOOKS"]
 
@@ -76,7 +76,7 @@ class Codex(Adapter):
         """The hook runs and beats, and Codex trusts it: an untrusted hook is skipped silently."""
         from dataclasses import replace
 
-        from ..hookrun import BROKEN, spec_self_test
+        from ..hook.selftest import BROKEN, spec_self_test
 
         check = spec_self_test(CODEX_HOOKS, project, env, heartbeat)
         if not check.ok or check.path is None:

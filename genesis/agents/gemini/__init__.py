@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from ..base import Adapter, OutputReader, TextReader
-from ..hooks import GroupedHooks, home_dir
+from ..hook.spec import GroupedHooks, home_dir
 
 if TYPE_CHECKING:
     from ...phases import Phase

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from ..atomicio import write_text
-from ..heartbeat import read_heartbeat
-from .hookfile import SettingsError, read_settings
-from .hooks import SCRIPT_NAME, self_test_session
+from ...atomicio import write_text
+from ...heartbeat import read_heartbeat
+from .settingsfile import SettingsError, read_settings
+from .spec import SCRIPT_NAME, self_test_session
 
 if TYPE_CHECKING:
-    from .hooks import HookSpec
+    from .spec import HookSpec
 
 __all__ = ["HookCheck", "HookCopy", "Run", "run_hook", "why_not", "spec_self_test", "WORKING", "NOT_INSTALLED",
            "BROKEN", "MALFORMED"]

@@ -4,7 +4,7 @@ Every CLI runs the same script (genesis/data/genesis-heartbeat.sh) on its tool e
 differs is the file the hook goes in and its layout. `GroupedHooks` is the layout Claude
 Code made common, `{"hooks": {EVENT: [{"matcher": M, "hooks": [{"type": "command",
 "command": C, "timeout": 10}]}]}}`, used by Claude Code, Qwen Code, Gemini CLI and Codex;
-other layouts subclass `HookSpec` with the primitives of `hookfile`.
+other layouts subclass `HookSpec` with the primitives of `settingsfile`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from .hookfile import Change, SettingsError, forget, install_record, open_for_edit, read_settings, remember, same, save
-from ..layout import private_dir
+from .settingsfile import Change, SettingsError, forget, install_record, open_for_edit, read_settings, remember, same, save
+from ...layout import private_dir
 
 __all__ = ["HookSpec", "GroupedHooks", "SCRIPT_NAME", "HOOK_TIMEOUT", "home_dir", "self_test_session"]
 
