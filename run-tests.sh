@@ -95,11 +95,16 @@ status=0
 tally="$(mktemp)"
 tap="$(mktemp)"
 tap_err="$(mktemp)"
-trap 'rm -f "${tally}" "${tap}" "${tap_err}"' EXIT
 # bats runs beside pytest: both spend most of their time waiting on real loops, agents and
-# windows, not on the CPU. Its report is printed after pytest's.
+# windows, not on the CPU. Its report is printed after pytest's. Started with job control
+# on: a background job of a script otherwise ignores SIGINT, and so would every loop the
+# fault tests interrupt.
+set -m
 .tools/bats/node_modules/bats/bin/bats tests/bats >"${tap}" 2>"${tap_err}" &
 bats_pid=$!
+set +m
+# Its own process group: on Ctrl-C (or any exit) it is ended with us.
+trap 'kill -- "-${bats_pid}" 2>/dev/null || true; rm -f "${tally}" "${tap}" "${tap_err}"' EXIT
 # Two workers by default (GENESIS_TEST_WORKERS; 0 runs them in one process). Every test
 # makes its own projects, ports, tmux servers and process trees; a file's tests stay in one
 # worker, one after the other, and no two files mark their agents with the same run id,

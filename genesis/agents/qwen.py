@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .base import Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, TextReader
-from .claude.stream import (MAX_LINE_BYTES, TEXT_WIDTH, StreamReader, integer, number, one_line, paragraph, parse, text,
-                            tool_line)
+from .claude.stream import StreamReader, tool_line
+from .output import MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line, paragraph, parse, text
 from .hook.spec import GroupedHooks, home_dir
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ import pytest
 
 from genesis.proctree import marked
 
-from conftest import events_of, git, state_of
+from conftest import alive, events_of, git, state_of
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".tools"
@@ -105,3 +105,42 @@ class Loop:
         """Processes carrying the project's marker or the last run's id: none may be left."""
         run_id = [e["run_id"] for e in events_of(self.project) if e["event"] == "loop_start"][-1]
         return marked({"GENESIS_PROJECT_DIR": str(self.project.resolve()), "GENESIS_RUN_ID": run_id})
+
+    def ended(self) -> list[dict]:
+        return [e for e in events_of(self.project) if e["event"] == "phase_end"]
+
+    def progressed(self, done: subprocess.CompletedProcess) -> tuple[str, str]:
+        """What the "progress" scenario must leave: the Builder finished, its file and its own
+        commit landed, a readable transcript (no raw JSON), breaker CLOSED, nothing running.
+        Returns the run id and the Builder's transcript."""
+        assert done.returncode == 0, done.stdout
+        assert "Builder: finished" in done.stdout
+        assert (self.project / "hello.txt").read_text() == "hello from the agent\n"
+        assert "agent: hello" in git(self.project, "log", "--format=%s")
+        run_id = events_of(self.project)[0]["run_id"]
+        transcript = (self.project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log").read_text()
+        assert "Done: wrote hello.txt and committed it." in transcript
+        assert not [line for line in transcript.splitlines() if line.startswith("{")]
+        breaker = self.breaker()
+        assert breaker["state"] == "CLOSED" and breaker["last_progress_iteration"] == 1
+        assert self.leftovers() == []
+        return run_id, transcript
+
+    def hung(self, done: subprocess.CompletedProcess) -> tuple[int, list[dict]]:
+        """What the "hang" scenario must leave: the Builder stuck; the tool's shell (in a session
+        of its own for most CLIs) and every agent the Builder ran dead; nothing carrying the
+        run's marker left. Returns the tool shell's pid and the phases' ends."""
+        assert "Builder: stuck:" in done.stdout, done.stdout
+        tool_shell = int((self.project / "tool-shell.pid").read_text())
+        ended = self.ended()
+        builders = [e for e in ended if e["phase"] == "Builder"]
+        assert builders and all(e["status"] == "stale" for e in builders), ended
+        assert tool_shell not in [e["pid"] for e in builders]
+        assert not alive(tool_shell) and not any(alive(e["pid"]) for e in builders)
+        assert self.leftovers() == []
+        return tool_shell, ended
+
+
+def calls(beats: list[dict], event: str, tool: str) -> int:
+    """How many heartbeats name this event and tool."""
+    return sum(1 for b in beats if (b["event"], b["tool"]) == (event, tool))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import alive, events_of, git
+from conftest import events_of
 from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, genesis, installed
 from e2e.stubs.gemini import MODEL, QUOTA_DAILY, GeminiStub, quota
 from genesis.agents.gemini.errors import next_pacific_midnight
@@ -79,19 +79,10 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e, stub, 
     e2e.phase("Builder", "progress")
     e2e.env["GENESIS_AGENT_CMD"] = str(gemini)  # just the program: the adapter adds the rest; no model
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
-    assert done.returncode == 0, done.stdout
-    assert "Builder: finished" in done.stdout
-    project = e2e.project
-    assert (project / "hello.txt").read_text() == "hello from the agent\n"
-    assert "agent: hello" in git(project, "log", "--format=%s").splitlines()
-    run_id = events_of(project)[0]["run_id"]
-    log = project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log"
-    session = session_of(log)
-    transcript = log.read_text()
+    run_id, transcript = e2e.progressed(done)
+    session = session_of(e2e.project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log")
     assert f"session {session}: model auto" in transcript  # the CLI routes each turn itself
     assert "tool run_shell_command: $ echo hello from the agent > hello.txt" in transcript
-    assert "Done: wrote hello.txt and committed it." in transcript
-    assert not [line for line in transcript.splitlines() if line.startswith("{")]
     # A beat before and after each shell call, named as Gemini CLI names them.
     assert {(b["event"], b["tool"]) for b in beats} == {("BeforeTool", "run_shell_command"),
                                                        ("AfterTool", "run_shell_command")}
@@ -99,9 +90,6 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e, stub, 
     assert {b["run_id"] for b in beats} == {run_id}
     assert [r["status"] for r in stub.generations()] == [200, 200, 200]
     assert {r["status"] for r in stub.requests} == {200}  # the routing questions too
-    breaker = e2e.breaker()
-    assert breaker["state"] == "CLOSED" and breaker["last_progress_iteration"] == 1
-    assert e2e.leftovers() == []
 
 
 def test_a_hung_shell_call_goes_stale_and_gemini_and_the_tool_shell_are_killed(e2e):
@@ -110,13 +98,8 @@ def test_a_hung_shell_call_goes_stale_and_gemini_and_the_tool_shell_are_killed(e
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
     assert "Builder: stuck: no heartbeat for" in done.stdout, done.stdout
     assert (beats[-1]["event"], beats[-1]["tool"]) == ("BeforeTool", "run_shell_command")
-    tool_shell = int((e2e.project / "tool-shell.pid").read_text())
-    ended = [e for e in events_of(e2e.project) if e["event"] == "phase_end"]
+    _, ended = e2e.hung(done)
     assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stale")]
-    gemini_pid = ended[0]["pid"]
-    assert tool_shell != gemini_pid
-    assert not alive(tool_shell) and not alive(gemini_pid)
-    assert e2e.leftovers() == []
 
 
 @pytest.mark.parametrize("refusal", ["daily", "hourly"])

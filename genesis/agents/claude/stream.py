@@ -15,15 +15,11 @@ from typing import Any, Callable
 
 from ...agentlog import sanitize
 from ..base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
+from ..output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line,
+                      paragraph, parse, text, turns)
 
 __all__ = ["StreamReader", "MAX_LINE_BYTES"]
 
-MAX_LINE_BYTES = 1 << 20   # a longer output line is not parsed (bounded memory and time)
-TEXT_WIDTH = 4000          # one line of the model's text (or of other output) in the transcript, at most
-LINE_WIDTH = 1000          # any other transcript line, at most
-INPUT_WIDTH = 200          # a tool's input shown as JSON, at most
-ERROR_WIDTH = 300          # one line of a failed tool's output, at most
-ERROR_LINES = 4            # lines of a failed tool's output shown
 FILE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path", "Read": "file_path",
               "NotebookEdit": "notebook_path"}
 PATTERN_TOOLS = {"Grep", "Glob"}
@@ -222,16 +218,6 @@ class StreamReader(OutputReader):
         return ApiError(retryable=retryable, status=status, code=name, message=self._said())
 
 
-def parse(line: str) -> dict[str, Any] | None:
-    """The record on a line, or None when the line is not a JSON object (stderr, a cut line)."""
-    if not line.lstrip().startswith("{"):
-        return None
-    try:
-        record = json.loads(line)
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
-        return None
-    return record if isinstance(record, dict) else None
-
 
 def tool_line(name: str, tool_input: Any) -> str:
     args = tool_input if isinstance(tool_input, dict) else {}
@@ -271,40 +257,10 @@ def block_text(content: Any) -> str:
     return ""
 
 
-def paragraph(head: str, said: str, width: int) -> list[str]:
-    """Text over several transcript lines: the first after `head`, the rest indented two spaces."""
-    shown = [line for line in said.splitlines() if line.strip()]
-    if not shown:
-        return []
-    return [sanitize(head + shown[0], width)] + [sanitize("  " + line, width) for line in shown[1:]]
 
 
-def turns(n: int | None) -> str | None:
-    return None if n is None else f"{n} turn" if n == 1 else f"{n} turns"
 
 
-def one_line(line: str) -> str:
-    return sanitize(line, LINE_WIDTH)
-
-
-def text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def integer(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if value == value and abs(value) != float("inf") else None
 
 
 def iso(epoch: float) -> str:

@@ -20,14 +20,11 @@ from typing import Any, Callable
 
 from ...agentlog import sanitize
 from ..base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
+from ..output import (ERROR_LINES, ERROR_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, one_line, paragraph,
+                      parse, text, turns)
 
 __all__ = ["CodexReader", "classify", "MAX_LINE_BYTES"]
 
-MAX_LINE_BYTES = 1 << 20   # a longer output line is not parsed (bounded memory and time)
-TEXT_WIDTH = 4000          # one line of the model's text in the transcript, at most
-LINE_WIDTH = 1000          # any other transcript line, at most
-ERROR_WIDTH = 300          # one line of a failed command's output, at most
-ERROR_LINES = 4            # lines of a failed command's output shown
 
 # Codex runs each command through the user's shell: `/bin/bash -lc '<command>'`.
 SHELL_WRAPPER = re.compile(r"^/\S*/(?:ba|z)?sh -l?c (?P<cmd>.+)$", re.DOTALL)
@@ -293,44 +290,10 @@ def command_failure(item: dict[str, Any]) -> list[str]:
     return lines
 
 
-def parse(line: str) -> dict[str, Any] | None:
-    if not line.startswith("{"):
-        return None
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def paragraph(head: str, said: str, width: int) -> list[str]:
-    shown = [line for line in said.splitlines() if line.strip()]
-    if not shown:
-        return []
-    return [sanitize(head + shown[0], width)] + [sanitize("  " + line, width) for line in shown[1:]]
 
 
 def first(said: str) -> str:
     return next((line.strip() for line in said.splitlines() if line.strip()), "")
 
 
-def turns(n: int) -> str | None:
-    return None if not n else f"{n} turn" if n == 1 else f"{n} turns"
 
-
-def one_line(line: str) -> str:
-    return sanitize(line, LINE_WIDTH)
-
-
-def text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def integer(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..base import Adapter, ApiError, Ending, Limit, OutputReader, TextReader
-from ..claude.stream import MAX_RESULT_CHARS
+from ..base import MAX_RESULT_CHARS
 from .hooks import COPILOT_HOOKS
 from .stream import CopilotJsonReader, classify
 

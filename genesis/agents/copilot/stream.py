@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 from ...agentlog import sanitize
 from ..base import MAX_RESULT_CHARS, ApiError, Ending, Limit, OutputReader, Result
-from ..claude.stream import (ERROR_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line, paragraph, parse,
-                             retryable_status, text, tool_line, turns)
+from ..claude.stream import retryable_status, tool_line
+from ..output import ERROR_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line, paragraph, parse, text, turns
 
 __all__ = ["CopilotJsonReader", "classify", "reset_time", "NO_CREDIT"]
 

@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 from ...agentlog import sanitize
 from ..base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
-from ..claude.stream import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number,
-                             one_line, paragraph, parse, text)
+from ..output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line,
+                      paragraph, parse, text)
 from .errors import FATAL_AUTH_EXIT, classify
 
 __all__ = ["GeminiStreamReader", "MAX_ATTEMPTS"]

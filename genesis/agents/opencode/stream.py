@@ -25,14 +25,11 @@ from typing import Any, Callable
 
 from ...agentlog import sanitize
 from ..base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
+from ..output import (ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line,
+                      paragraph, parse, text)
 
 __all__ = ["OpenCodeReader", "classify", "MAX_LINE_BYTES"]
 
-MAX_LINE_BYTES = 1 << 20   # a longer output line is not parsed (bounded memory and time)
-TEXT_WIDTH = 4000          # one line of the model's text in the transcript, at most
-LINE_WIDTH = 1000          # any other transcript line, at most
-INPUT_WIDTH = 200          # a tool's input shown as JSON, at most
-ERROR_WIDTH = 300          # a failed tool's error, at most
 
 RETRIES = 5                # opencode's retries of a failing API call (its RETRY_MAX_RETRIES)
 # opencode waits as long as the API's retry-after says, however long. A wait longer than this
@@ -280,46 +277,10 @@ def tool_lines(part: dict[str, Any]) -> list[str]:
     return lines
 
 
-def parse(line: str) -> dict[str, Any] | None:
-    """The record on a line, or None when the line is not a JSON object (stderr, a cut line)."""
-    if not line.lstrip().startswith("{"):
-        return None
-    try:
-        record = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    return record if isinstance(record, dict) else None
 
 
-def paragraph(head: str, said: str, width: int) -> list[str]:
-    shown = [line for line in said.splitlines() if line.strip()]
-    if not shown:
-        return []
-    return [sanitize(head + shown[0], width)] + [sanitize("  " + line, width) for line in shown[1:]]
 
 
-def one_line(line: str) -> str:
-    return sanitize(line, LINE_WIDTH)
-
-
-def text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def integer(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if value == value and abs(value) != float("inf") else None
 
 
 def stamp(value: Any) -> float | None:
