@@ -47,7 +47,9 @@ def e2e(codex, stub, project, hermetic, tmp_path):
     (codex_home / "config.toml").write_text(provider_config(stub.url))
     done = genesis("--project", str(project), "hook", "install", "--agent", "codex")
     assert str(codex_home / "hooks.json") in done.stdout
-    env = {**os.environ, **LOOP_ENV, API_KEY_ENV: "sk-stub", "GENESIS_AGENT_CMD": str(codex)}
+    # As the README says: GENESIS_AGENT_CLI alone, the program found on PATH.
+    env = {**os.environ, **LOOP_ENV, API_KEY_ENV: "sk-stub", "GENESIS_AGENT_CLI": "codex",
+           "PATH": f"{codex.parent}{os.pathsep}{os.environ['PATH']}"}
     loop = Loop(project, env, tmp_path)
     loop.phase("Planner", "quick")  # the Planner runs too (no TASKS.md): a quick turn, no change
     return loop
@@ -73,6 +75,7 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     e2e.phase("Builder", "progress")
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
     run_id, transcript = e2e.progressed(done)
+    assert "agent: codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox --" in done.stdout
     thread = thread_of(e2e.project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log")
     assert f"session {thread}" in transcript and "assistant: Done: wrote hello.txt and committed it." in transcript
     assert "tool Bash: $ echo hello from the agent > hello.txt" in transcript
