@@ -105,12 +105,13 @@ bats_pid=$!
 set +m
 # Its own process group: on Ctrl-C (or any exit) it is ended with us.
 trap 'kill -- "-${bats_pid}" 2>/dev/null || true; rm -f "${tally}" "${tap}" "${tap_err}"' EXIT
-# Two workers by default (GENESIS_TEST_WORKERS; 0 runs them in one process). Every test
+# Three workers by default, on 2 cores: most tests wait on real loops and windows, not on
+# the CPU (GENESIS_TEST_WORKERS; 0 runs them in one process). Every test
 # makes its own projects, ports, tmux servers and process trees; a file's tests stay in one
 # worker, one after the other, and no two files mark their agents with the same run id,
 # so no watcher's sweep or reaper of one worker can take the other's processes for its own.
 # (--dist loadfile is in pyproject.toml's pytest options.)
-GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-2}" "$@" || status=$?
+GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-3}" "$@" || status=$?
 wait "${bats_pid}" || status=$?
 cat "${tap}"
 cat "${tap_err}" >&2

@@ -282,7 +282,7 @@ def test_the_self_test_runs_the_installed_hook_as_copilot_would(tmp_path):
 def test_the_heartbeat_script_reads_each_real_payload(tmp_path, event):
     payload = (FIXTURES / f"hook-{event}.json").read_bytes()
     beat = tmp_path / "beat.json"
-    env = {**os.environ, "GENESIS_HEARTBEAT_FILE": str(beat), "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "r1"}
+    env = {**os.environ, "GENESIS_HEARTBEAT_FILE": str(beat), "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "run-copilot-hook"}
     subprocess.run(["/bin/sh", "-c", COPILOT_HOOKS.for_event(COMMAND, event)], input=payload, env=env, check=True,
                    timeout=10)
     got = json.loads(beat.read_text())

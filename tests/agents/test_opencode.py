@@ -133,7 +133,7 @@ def test_a_plugin_path_that_is_no_regular_file_is_refused_untouched(tmp_path, he
 def test_the_self_test_plays_what_the_plugin_writes_through_the_installed_command(tmp_path, project, hermetic):
     heartbeat = tmp_path / "beats" / "Builder.json"
     heartbeat.parent.mkdir(mode=0o700)
-    env = {**os.environ, "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "run-x"}
+    env = {**os.environ, "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "run-opencode-check"}
     check = spec_self_test(OPENCODE_HOOKS, project, env, heartbeat)
     assert check.state == NOT_INSTALLED and "genesis hook install --agent opencode" in check.detail
     OPENCODE_HOOKS.install(OPENCODE_HOOKS.path(env), COMMAND, tmp_path / "state")
@@ -170,7 +170,7 @@ console.log(process.pid)
 """
 
 
-def run_plugin(tmp_path: Path, command: str, step: str, heartbeat: Path, *args: str, run_id: str = "run-1",
+def run_plugin(tmp_path: Path, command: str, step: str, heartbeat: Path, *args: str, run_id: str = "run-opencode-plugin",
                out: list | None = None) -> int:
     """Run one step of the harness; its stdout's JSON lines (what the plugin wrote) go to `out`."""
     (tmp_path / "genesis-heartbeat.mjs").write_text(render(command))
@@ -206,7 +206,7 @@ def test_the_plugin_beats_before_after_and_on_a_failed_call_with_opencodes_names
     heartbeat = beats / "Builder.json"
     pid = run_plugin(tmp_path, COMMAND, "before", heartbeat)
     beat = beat_of(heartbeat, "tool.execute.before")
-    assert (beat["tool"], beat["session_id"], beat["agent"], beat["run_id"]) == ("bash", "ses_1", "Builder", "run-1")
+    assert (beat["tool"], beat["session_id"], beat["agent"], beat["run_id"]) == ("bash", "ses_1", "Builder", "run-opencode-plugin")
     assert beat["pid"] == pid  # the script's parent is the process that loaded the plugin: opencode itself
     assert tool_event(beat["event"]) == "PreToolUse"
     run_plugin(tmp_path, COMMAND, "after", heartbeat)
@@ -242,8 +242,8 @@ def test_opencodes_api_retries_are_written_into_its_json_events_under_genesis_on
         ("genesis_retry", "ses_1", 2, "Provider is overloaded")]
     assert 2900 <= written[0]["next"] - written[0]["timestamp"] <= 3000
     # Not under Genesis, or not in JSON mode (the TUI, text output): opencode's output is left alone.
-    for args, run_id in ((("run", "--format", "json"), ""), (("run", "--format", "default"), "run-1"),
-                         (("run", "--", "--format", "json"), "run-1"), ((), "run-1")):
+    for args, run_id in ((("run", "--format", "json"), ""), (("run", "--format", "default"), "run-opencode-plugin"),
+                         (("run", "--", "--format", "json"), "run-opencode-plugin"), ((), "run-opencode-plugin")):
         written = []
         run_plugin(tmp_path, COMMAND, "retry", heartbeat, *args, run_id=run_id, out=written)
         assert written == [], args
@@ -259,7 +259,7 @@ def test_the_heartbeat_reads_what_the_plugin_writes(tmp_path, event, tool, call)
     payload = (FIXTURES / "hooks" / f"{event}.json").read_bytes()
     heartbeat = tmp_path / "beats" / "Builder.json"
     heartbeat.parent.mkdir(mode=0o700)
-    env = {**os.environ, "GENESIS_HEARTBEAT_FILE": str(heartbeat), "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "r"}
+    env = {**os.environ, "GENESIS_HEARTBEAT_FILE": str(heartbeat), "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "run-opencode-r"}
     subprocess.run(["bash", str(hook_script())], input=payload, env=env, check=True, timeout=30)
     beat = json.loads(heartbeat.read_text())
     assert (beat["event"], beat["tool"], beat["session_id"]) == (event, tool, "ses_e01795702ffel5i0JErwUREWNx")

@@ -215,13 +215,13 @@ def test_the_heartbeat_script_reads_qwens_real_payloads(tmp_path):
     beats = tmp_path / "beats"
     beats.mkdir(mode=0o700)
     target = beats / "Builder.json"
-    env = {**os.environ, "GENESIS_HEARTBEAT_FILE": str(target), "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "run-1"}
+    env = {**os.environ, "GENESIS_HEARTBEAT_FILE": str(target), "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "run-qwen-hook"}
     for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
         payload = (FIXTURES / f"hook-{event}.json").read_bytes()
         subprocess.run(["bash", str(hook_script())], input=payload, env=env, check=True, timeout=30)
         beat = json.loads(target.read_text())
         assert (beat["event"], beat["tool"], beat["agent"], beat["run_id"]) == \
-            (event, "run_shell_command", "Builder", "run-1")
+            (event, "run_shell_command", "Builder", "run-qwen-hook")
         assert beat["session_id"] == json.loads(payload)["session_id"]
     calls = [json.loads(line) for line in (beats / "Builder.tools.jsonl").read_text().splitlines()]
     # Qwen's own call id pairs each tool call's start with its end.

@@ -57,7 +57,7 @@ def test_the_self_test_runs_the_installed_hook_and_names_what_is_wrong(tmp_path,
     spec = spec_in(hermetic)
     heartbeat = tmp_path / "beats" / "Builder.json"
     heartbeat.parent.mkdir(mode=0o700)
-    env = {**os.environ, "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "run-x"}
+    env = {**os.environ, "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "run-registry"}
     check = spec_self_test(spec, project, env, heartbeat)
     assert check.state == NOT_INSTALLED and "genesis hook install --agent mycli" in check.detail
 
