@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .base import Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, TextReader
-from .claude.stream import StreamReader, tool_line
+from .claude.stream import StreamReader, keyed_tool_line
 from .output import MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line, paragraph, parse, text
 from .hook.spec import GroupedHooks, home_dir
 
@@ -183,7 +183,7 @@ class QwenStreamReader(StreamReader):
             if block.get("type") == "text":
                 lines += paragraph("assistant: ", text(block.get("text")), TEXT_WIDTH)
             elif block.get("type") == "tool_use":
-                lines.append(shown_tool(text(block.get("name")), block.get("input")))
+                lines.append(keyed_tool_line(text(block.get("name")), block.get("input"), SHOWN))
         return lines
 
     def ending(self, returncode: int | None) -> Ending:
@@ -196,16 +196,6 @@ class QwenStreamReader(StreamReader):
         return Ending(result=result, limit=found if isinstance(found, Limit) else None,
                       api_error=found if isinstance(found, ApiError) else None)
 
-
-def shown_tool(name: str, tool_input: Any) -> str:
-    key = SHOWN.get(name)
-    args = tool_input if isinstance(tool_input, dict) else {}
-    if key and isinstance(args.get(key), str):
-        value = args[key]
-        if key == "command":
-            value = "$ " + " ⏎ ".join(part for part in value.splitlines() if part.strip())
-        return one_line(f"tool {name}: {value}")
-    return tool_line(name, tool_input)
 
 
 class QwenTextReader(TextReader):

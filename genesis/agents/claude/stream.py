@@ -233,6 +233,19 @@ def tool_line(name: str, tool_input: Any) -> str:
     return one_line(f"tool {name or '?'}: {shown}")
 
 
+def keyed_tool_line(name: str, tool_input: Any, keys: dict[str, str]) -> str:
+    """A CLI's tool call by the input key that names its subject (a shell tool's command, a
+    file tool's path), else as tool_line shows it."""
+    key = keys.get(name)
+    args = tool_input if isinstance(tool_input, dict) else {}
+    if key and isinstance(args.get(key), str):
+        value = args[key]
+        if key == "command":
+            value = "$ " + " ⏎ ".join(part for part in value.splitlines() if part.strip())
+        return one_line(f"tool {name}: {value}")
+    return tool_line(name, tool_input)
+
+
 def tool_errors(record: dict[str, Any]) -> list[str]:
     """The output of each failed tool call in a user record (a successful one shows nothing)."""
     message = record.get("message") if isinstance(record.get("message"), dict) else {}

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from ...agentlog import sanitize
 from ..base import MAX_RESULT_CHARS, ApiError, Ending, Limit, OutputReader, Result
-from ..claude.stream import retryable_status, tool_line
+from ..claude.stream import keyed_tool_line, retryable_status
 from ..output import ERROR_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line, paragraph, parse, text, turns
 
 __all__ = ["CopilotJsonReader", "classify", "reset_time", "NO_CREDIT"]
@@ -152,7 +152,7 @@ class CopilotJsonReader(OutputReader):
         lines = paragraph("assistant: ", said, TEXT_WIDTH)
         for call in data.get("toolRequests") or []:
             if isinstance(call, dict):
-                lines.append(shown_tool(text(call.get("name")), call.get("arguments")))
+                lines.append(keyed_tool_line(text(call.get("name")), call.get("arguments"), SHOWN))
         return lines
 
     def _result(self, record: dict[str, Any]) -> str:
@@ -180,14 +180,3 @@ class CopilotJsonReader(OutputReader):
         found = classify(self._error, self.wall())
         return Ending(result=result, limit=found if isinstance(found, Limit) else None,
                       api_error=found if isinstance(found, ApiError) else None)
-
-
-def shown_tool(name: str, arguments: Any) -> str:
-    key = SHOWN.get(name)
-    args = arguments if isinstance(arguments, dict) else {}
-    if key and isinstance(args.get(key), str):
-        value = args[key]
-        if key == "command":
-            value = "$ " + " ⏎ ".join(part for part in value.splitlines() if part.strip())
-        return one_line(f"tool {name}: {value}")
-    return tool_line(name, arguments)
