@@ -149,6 +149,7 @@ class _Watcher:
         self.run_, self.limits, self.clock, self.note, self.debug = run, limits, clock, note, debug
         self.proc: subprocess.Popen[bytes] | None = None
         self.root: ProcId | None = None
+        self._below: tuple[int | None, ProcId | None] = (None, None)  # the hook's parent, when below the root
         self.since = 0.0                       # the agent's start (a create time): what came later is its
         self.group: cgroups.AgentGroup | None = None
         self.log: AgentLog | None = None
@@ -332,7 +333,7 @@ class _Watcher:
         busy_until = api_until
         tool = ToolVerdict()
         if self.tools is not None:
-            tool = self.tools.observe(beat if ours else None, now, grew, sample(self.root))
+            tool = self.tools.observe(beat if ours else None, now, grew, sample(self._tool_root(beat if ours else None)))
             if tool.note:
                 self.note(tool.note + (f"; running {flying}" if flying else ""))
             if tool.busy_until is not None:
@@ -358,6 +359,18 @@ class _Watcher:
             return {"status": "overtime", "idle": verdict.idle,
                     "detail": f"ran for {now - self.start_mono:.0f}s (cap {lim.max_runtime:g}s)"}
         return None
+
+    def _tool_root(self, beat) -> "ProcId | None":
+        """Whose descendants the tools are: the process that ran the hook, when it is below the
+        agent. A CLI started through a launcher (npm's node wrapper of Codex's binary, Gemini
+        CLI relaunching itself) would otherwise count its own work as its tools'."""
+        pid = beat.pid if beat is not None else None
+        if self.root is None or not pid or pid == self.root.pid:
+            return self.root
+        if self._below[0] != pid:
+            below = identify(pid)
+            self._below = (pid, below if below is not None and descends_from(pid, self.root.pid) else None)
+        return self._below[1] if self._below[1] is not None and self._below[1].process() is not None else self.root
 
     def _would_kill(self, detail: str, now: float) -> None:
         """Warn-only mode: record what would have been killed; say it at most once a window."""

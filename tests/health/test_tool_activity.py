@@ -96,6 +96,30 @@ def test_without_hooks_a_busy_tree_keeps_the_agent_alive_and_an_idle_one_goes_st
     assert out.status == "stale", out
 
 
+@pytest.mark.fault(46)
+def test_behind_a_launcher_the_clis_own_work_is_not_its_tools(tmp_path):
+    # npm starts Codex's binary (and Gemini CLI itself) under a node launcher: the process
+    # that runs the hooks and the tools is a child of the one the loop started. That CLI
+    # busy on its own CPU must not make its silent, hung tool look busy.
+    cli = tmp_path / "cli.py"
+    cli.write_text("import os, subprocess, sys, time\n"
+                   f"subprocess.run(['bash', os.environ['HOOK']], input={PRE!r}, text=True)\n"
+                   "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+                   "end = time.time() + 60\n"
+                   "while time.time() < end: pass\n")
+    launcher = tmp_path / "launcher.sh"
+    launcher.write_text('"$PY" cli.py\n')
+    hb = tmp_path / "hb" / "Builder.json"
+    hb.parent.mkdir(mode=0o700)
+    env = {**os.environ, "GENESIS_RUN_ID": "run-tool", "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder",
+           "HOOK": str(hook_script()), "PY": sys.executable}
+    run = AgentRun(("bash", str(launcher)), tmp_path, env, tmp_path / "agent.log", hb, "run-tool")
+    out = supervise(run, Limits(check_interval=0.2, stale_after=30.0, max_runtime=60.0, kill_grace=1.0,
+                                count_output=False, tool_silent=1.0))
+    assert out.status == "stale" and "inside Bash" in out.detail and "tool-silent window 1s" in out.detail, out
+    assert out.kill is not None and out.kill.survivors == ()
+
+
 # --- the judgement on its own, with samples made up ----------------------------------------
 
 def usage(cpu: float, io: int = 0) -> Usage:
