@@ -148,13 +148,13 @@ def test_the_runtime_ceiling_lets_a_running_phase_finish_then_stops(night):
 def test_an_open_breaker_cools_down_and_tries_again_with_a_growing_cooldown(night):
     project, env, calls = night
     done = subprocess.run(["bash", str(LOOP), "--project", str(project)],
-                          env=env("success.jsonl", CB_COOLDOWN_MINUTES="0.01", CB_MAX_TRIALS="2",
+                          env=env("success.jsonl", CB_COOLDOWN_MINUTES="0.05", CB_MAX_TRIALS="2",
                                   CB_WARNING_THRESHOLD="1", CB_STOP_THRESHOLD="1"),
                           capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
     assert done.returncode == 3, done.stderr
     cooldowns = [e for e in of(project, "wait_start") if e["kind"] == "cooldown"]
     assert [c["attempt"] for c in cooldowns] == [1, 2]
-    assert cooldowns[1]["seconds"] > cooldowns[0]["seconds"]
+    assert cooldowns[1]["seconds"] > cooldowns[0]["seconds"]  # 3 s, then 6 s: a gap no slow start closes
     ends = [(e["iteration"], e["breaker"]) for e in of(project, "iteration_end")]
     assert ends == [(1, "OPEN"), (2, "OPEN"), (3, "OPEN")]
     history = json.loads((project / "orchestrator" / ".circuit_breaker.json").read_text())["history"]
