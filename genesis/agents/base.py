@@ -60,6 +60,12 @@ class Ending:
     api_error: ApiError | None = None
     final_text: str = ""         # the agent's final message (never tool output): for a completion phrase
 
+    @classmethod
+    def of(cls, found: "Limit | ApiError | None", result: Result | None = None, final_text: str = "") -> "Ending":
+        """The ending whose trouble is `found`, a usage limit or an API error (or neither)."""
+        return cls(result=result, limit=found if isinstance(found, Limit) else None,
+                   api_error=found if isinstance(found, ApiError) else None, final_text=final_text)
+
 
 @dataclass(frozen=True)
 class ApiRetry:

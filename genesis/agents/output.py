@@ -7,13 +7,15 @@ text, and writes a bounded, readable transcript line for each.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 from typing import Any
 
 from ..agentlog import sanitize
 
 __all__ = ["MAX_LINE_BYTES", "TEXT_WIDTH", "LINE_WIDTH", "INPUT_WIDTH", "ERROR_WIDTH", "ERROR_LINES", "parse",
-           "paragraph", "one_line", "text", "integer", "number", "turns"]
+           "paragraph", "one_line", "text", "integer", "number", "turns", "iso_time_ahead"]
 
 MAX_LINE_BYTES = 1 << 20   # a longer output line is not parsed (bounded memory and time)
 TEXT_WIDTH = 4000          # one line of the model's text (or of other output) in the transcript, at most
@@ -21,6 +23,7 @@ LINE_WIDTH = 1000          # any other transcript line, at most
 INPUT_WIDTH = 200          # a tool's input shown as JSON, at most
 ERROR_WIDTH = 300          # one line of a failed tool's output, at most
 ERROR_LINES = 4            # lines of a failed tool's output shown
+ISO_TIME = re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?")
 
 
 def parse(line: str) -> dict[str, Any] | None:
@@ -68,3 +71,17 @@ def number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if value == value and abs(value) != float("inf") else None
+
+
+def iso_time_ahead(message: str, now: float) -> float | None:
+    """The epoch of the first ISO time in a message that is still ahead (a provider's "will
+    reset at ..."); a time with no zone is UTC."""
+    for found in ISO_TIME.finditer(message):
+        try:
+            at = dt.datetime.fromisoformat(found.group().replace("Z", "+00:00").replace(" ", "T"))
+        except ValueError:
+            continue
+        epoch = (at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)).timestamp()
+        if epoch > now:
+            return epoch
+    return None

@@ -21,7 +21,6 @@ output are never searched for a limit or an error.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import re
 import time
@@ -31,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .base import Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, TextReader
 from .claude.stream import StreamReader, keyed_tool_line
-from .output import MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line, paragraph, parse, text
+from .output import (MAX_LINE_BYTES, TEXT_WIDTH, integer, iso_time_ahead, number, one_line, paragraph, parse,
+                     text)
 from .hook.spec import GroupedHooks, home_dir
 
 if TYPE_CHECKING:
@@ -47,7 +47,6 @@ STRUCTURED = ("-o", "stream-json")
 API_ERROR = re.compile(r"\[API Error: (?:(?P<status>\d{3}) )?(?P<message>.*?)\]", re.S)
 QUOTA_EXHAUSTED = "Quota exhausted: "
 RETRYING = re.compile(r"^Retrying in (?P<s>\d+)s \(attempt (?P<n>\d+)/(?P<of>\d+)\)(?:: (?P<why>.*))?$")
-ISO_TIME = re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?")
 # OpenAI's words for an account with no credit left (its code is `insufficient_quota`).
 NO_CREDIT = ("exceeded your current quota", "check your plan and billing")
 # What Qwen's shell and file tools show in the transcript.
@@ -83,7 +82,7 @@ def classify(message: str, now: float) -> Limit | ApiError | None:
     """What the CLI's error message says: a quota with its reset, an API error, or None."""
     said = message.strip()
     if said.startswith(QUOTA_EXHAUSTED):
-        return Limit(resets_at=reset_time(said, now), kind="quota", message=said)
+        return Limit(resets_at=iso_time_ahead(said, now), kind="quota", message=said)
     found = API_ERROR.search(said) if said.startswith("[API Error: ") else None
     if found is None:
         return None
@@ -101,19 +100,6 @@ def classify(message: str, now: float) -> Limit | ApiError | None:
         return ApiError(True, status, "server_error", said)
     return ApiError(False, status, "model_not_found" if status == 404 else "invalid_request", said)
 
-
-def reset_time(message: str, now: float) -> float | None:
-    """The epoch of the first ISO time in the message that is still ahead (the provider's
-    "will reset at ..."); a time with no zone is UTC."""
-    for found in ISO_TIME.finditer(message):
-        try:
-            at = dt.datetime.fromisoformat(found.group().replace("Z", "+00:00").replace(" ", "T"))
-        except ValueError:
-            continue
-        epoch = (at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)).timestamp()
-        if epoch > now:
-            return epoch
-    return None
 
 
 class QwenStreamReader(StreamReader):
@@ -193,8 +179,7 @@ class QwenStreamReader(StreamReader):
         found = classify(self.failure, self.wall()) if self.failure else None
         if found is None:
             found = self.hopeless
-        return Ending(result=result, limit=found if isinstance(found, Limit) else None,
-                      api_error=found if isinstance(found, ApiError) else None)
+        return Ending.of(found, result)
 
 
 
@@ -216,8 +201,7 @@ class QwenTextReader(TextReader):
         if returncode in (0, None) or not self.error:
             return super().ending(returncode)
         found = classify(self.error, self.now())
-        return Ending(limit=found if isinstance(found, Limit) else None,
-                      api_error=found if isinstance(found, ApiError) else None)
+        return Ending.of(found)
 
 
 class QwenCode(Adapter):

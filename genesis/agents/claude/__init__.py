@@ -35,14 +35,12 @@ class ClaudeTextReader(TextReader):
         self.now = now
 
     def ending(self, returncode: int | None) -> Ending:
-        from ..base import ApiError, Limit
         from .messages import classify
 
         if returncode in (0, None) or not self.last:
             return super().ending(returncode)
         found = classify(self.last, self.now())
-        return Ending(limit=found if isinstance(found, Limit) else None,
-                      api_error=found if isinstance(found, ApiError) else None)
+        return Ending.of(found)
 
 
 class ClaudeCode(Adapter):

@@ -258,8 +258,7 @@ class CodexReader(OutputReader):
         result = Result(subtype="error", is_error=True, num_turns=self.turns, session_id=self.session,
                         text=self.failure[:MAX_RESULT_CHARS], **tokens)
         found = classify(self.failure, self.wall(), self.tz)
-        return Ending(result=result, limit=found if isinstance(found, Limit) else None,
-                      api_error=found if isinstance(found, ApiError) else None)
+        return Ending.of(found, result)
 
 
 def shown_command(command: str) -> str:

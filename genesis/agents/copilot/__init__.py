@@ -14,7 +14,7 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from ..base import Adapter, ApiError, Ending, Limit, OutputReader, TextReader
+from ..base import Adapter, Ending, OutputReader, TextReader
 from ..base import MAX_RESULT_CHARS
 from .hooks import COPILOT_HOOKS
 from .stream import CopilotJsonReader, classify
@@ -90,8 +90,7 @@ class CopilotTextReader(TextReader):
             return Ending(final_text=said)
         error = text_error(said) if returncode is not None and said else None
         found = classify(error, self.now()) if error is not None else None
-        return Ending(limit=found if isinstance(found, Limit) else None,
-                      api_error=found if isinstance(found, ApiError) else None)
+        return Ending.of(found)
 
 
 class CopilotCli(Adapter):

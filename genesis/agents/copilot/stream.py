@@ -18,40 +18,26 @@ Text inside an event (the model's words, a tool's output) is never searched for 
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import re
 import time
 from typing import Any, Callable
 
 from ...agentlog import sanitize
 from ..base import MAX_RESULT_CHARS, ApiError, Ending, Limit, OutputReader, Result
 from ..claude.stream import keyed_tool_line, retryable_status
-from ..output import ERROR_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line, paragraph, parse, text, turns
+from ..output import (ERROR_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, iso_time_ahead, number, one_line, paragraph,
+                      parse, text, turns)
 
-__all__ = ["CopilotJsonReader", "classify", "reset_time", "NO_CREDIT"]
+__all__ = ["CopilotJsonReader", "classify", "NO_CREDIT"]
 
 # OpenAI's words for an account with no credit left (its code is `insufficient_quota`): no reset to wait for.
 NO_CREDIT = ("exceeded your current quota", "check your plan and billing")
 # The run's own AI-credit cap (--max-ai-credits) was spent: a failed run, not a limit of the account.
 SESSION_CAP = ("session_quota_exceeded", "spending limit for this session")
-ISO_TIME = re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?")
 SHOWN = {"bash": "command", "view": "path", "create": "path", "edit": "path", "str_replace": "path"}
 FATAL = {"authentication": "authentication_failed", "authorization": "permission_denied", "policy": "policy"}
 BY_STATUS = {401: "authentication_failed", 402: "billing_error", 403: "permission_denied", 404: "model_not_found"}
 
-
-def reset_time(message: str, now: float) -> float | None:
-    """The epoch of the first ISO time in the message that is still ahead; no zone means UTC."""
-    for found in ISO_TIME.finditer(message):
-        try:
-            at = dt.datetime.fromisoformat(found.group().replace("Z", "+00:00").replace(" ", "T"))
-        except ValueError:
-            continue
-        epoch = (at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)).timestamp()
-        if epoch > now:
-            return epoch
-    return None
 
 
 def classify(error: dict[str, Any], now: float) -> Limit | ApiError | None:
@@ -62,12 +48,12 @@ def classify(error: dict[str, Any], now: float) -> Limit | ApiError | None:
     if code == SESSION_CAP[0] or SESSION_CAP[1] in said:
         return None
     if kind == "quota":
-        return Limit(reset_time(said, now), code or "quota", said)
+        return Limit(iso_time_ahead(said, now), code or "quota", said)
     if kind == "rate_limit":
         # Copilot's own service names the plan's limit (user_weekly_rate_limited ...) in its words;
         # a provider of the user's own (BYOK) gets only its 429, already retried 5 times.
         if code or said.startswith(("You've hit", "You've reached")):
-            return Limit(reset_time(said, now), code or "rate_limit", said)
+            return Limit(iso_time_ahead(said, now), code or "rate_limit", said)
         if all(part in said.lower() for part in NO_CREDIT):
             return ApiError(False, status, "insufficient_quota", said)
         return ApiError(True, status or 429, "rate_limit", said)
@@ -178,5 +164,4 @@ class CopilotJsonReader(OutputReader):
                 return Ending(result=result, final_text=result.text)
             return Ending(result=result)  # killed, or failed away from the API
         found = classify(self._error, self.wall())
-        return Ending(result=result, limit=found if isinstance(found, Limit) else None,
-                      api_error=found if isinstance(found, ApiError) else None)
+        return Ending.of(found, result)

@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable
 
 from ...agentlog import sanitize
-from ..base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
+from ..base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, OutputReader, Result
 from ..output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line,
                       paragraph, parse, text)
 from .errors import FATAL_AUTH_EXIT, classify
@@ -190,8 +190,7 @@ class GeminiStreamReader(OutputReader):
             found = ApiError(False, None, "authentication_failed", said)
         else:
             found = None
-        return Ending(result=result, limit=found if isinstance(found, Limit) else None,
-                      api_error=found if isinstance(found, ApiError) else None)
+        return Ending.of(found, result)
 
 
 def backoff(attempt: int) -> float:

@@ -155,9 +155,8 @@ class OpenCodeReader(OutputReader):
                             api_error_status=found.status if isinstance(found, ApiError) else None,
                             session_id=self.session, text=self.last_text,
                             input_tokens=self.tokens_in, output_tokens=self.tokens_out)
-        return Ending(result=result, limit=found if isinstance(found, Limit) else None,
-                      api_error=found if isinstance(found, ApiError) else None,
-                      final_text=self.last_text if returncode == 0 and self.error is None else "")
+        said = self.last_text if returncode == 0 and self.error is None else ""
+        return Ending.of(found, result, final_text=said)
 
 
 def classify(record: dict[str, Any], now: float) -> Limit | ApiError | None:
