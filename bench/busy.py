@@ -30,7 +30,7 @@ CHECK, STALE, SILENT = 0.2, 2.0, 1.0
 def worker(kind: str, tmp: str) -> None:
     """One supervised tool call; prints how it ended and when, as JSON."""
     sys.path.insert(0, str(ROOT))
-    from genesis.supervisor import AgentRun, Limits, supervise
+    from genesis.watch.supervisor import AgentRun, Limits, supervise
 
     hb = Path(tmp) / "hb.json"
     script = Path(tmp) / "agent.sh"

@@ -25,9 +25,9 @@ exec "$PY" -c 'import time; time.sleep(600)'
 def worker(interval: float, stale: float, tmp: str, delay: str) -> None:
     """One supervised run in this process; prints the latency as JSON."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from genesis.heartbeat import read_heartbeat
-    from genesis.proctree import marked
-    from genesis.supervisor import AgentRun, Limits, supervise
+    from genesis.health.heartbeat import read_heartbeat
+    from genesis.procs.proctree import marked
+    from genesis.watch.supervisor import AgentRun, Limits, supervise
 
     hb = Path(tmp) / "hb.json"
     run_id = f"bench-{os.getpid()}"

@@ -11,7 +11,7 @@ from pathlib import Path
 from common import PY, Row
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from genesis.proctree import descendants, identify, kill_all, marked  # noqa: E402
+from genesis.procs.proctree import descendants, identify, kill_all, marked  # noqa: E402
 
 WIDTHS = (5, 6, 6)  # 1 + 5 + 30 + 180 = 216 processes
 

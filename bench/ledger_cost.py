@@ -22,7 +22,7 @@ while True:
 
 
 def _writes(path: Path, n: int) -> tuple[float, ...]:
-    from genesis.ledger import Ledger
+    from genesis.ledger.store import Ledger
 
     samples = []
     with Ledger.open(path) as led:
@@ -40,7 +40,7 @@ def run(n: int = 500) -> list[Row]:
     with tempfile.TemporaryDirectory() as tmp:
         alone = _writes(Path(tmp) / "alone.sqlite3", n)
         path = Path(tmp) / "read.sqlite3"
-        from genesis.ledger import Ledger
+        from genesis.ledger.store import Ledger
 
         Ledger.open(path).close()
         poller = subprocess.Popen([PY, "-c", POLLER, str(path)])

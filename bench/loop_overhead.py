@@ -44,7 +44,7 @@ def run(iterations: int = 6) -> list[Row]:
 
 def ledger_writes(project: Path) -> tuple[float, ...]:
     """Events recorded per phase run, per iteration (the iteration's own events included)."""
-    from genesis.ledger import Ledger
+    from genesis.ledger.store import Ledger
 
     with Ledger.open(project / ".git" / "genesis" / "ledger.sqlite3", readonly=True) as led:
         per = led.query("SELECT iteration, COUNT(*) FROM events WHERE iteration IS NOT NULL GROUP BY iteration")

@@ -63,7 +63,7 @@ def night(tmp: Path, api: StubAPI) -> list[dict]:
     subprocess.run(["bash", str(ROOT / "start-multi-agent-loop.sh"), "--project", str(project),
                     "--max-iterations", "8"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, timeout=900)
-    from genesis.ledger import Ledger
+    from genesis.ledger.store import Ledger
 
     with Ledger.open(project / ".git" / "genesis" / "ledger.sqlite3", readonly=True) as led:
         return led.events()

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import psutil
-
 from common import PY, Row, git_project
 
 GENESIS = [PY, "-m", "genesis"]

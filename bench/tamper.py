@@ -41,7 +41,7 @@ def restore(iterations: int = 5) -> Row:
                 time.sleep(0.002)
 
         script = "*:Builder=bash:git%20clean%20-fdxq+bash:sleep%203,*:*=idle"
-        env = {**os.environ, "GENESIS_AGENT_CMD": f"{PY} -m genesis.simagent --script '{script}'",
+        env = {**os.environ, "GENESIS_AGENT_CMD": f"{PY} -m genesis.demo.simagent --script '{script}'",
                "ITERATION_PAUSE_SECONDS": "0", "HEARTBEAT_CHECK_INTERVAL": str(CHECK),
                "HEARTBEAT_STALE_SECONDS": "30", "CB_WARNING_THRESHOLD": "100", "CB_STOP_THRESHOLD": "100",
                "REAP_PORTS": "", "NO_COLOR": "1"}
@@ -66,7 +66,7 @@ CHATTY = ('bash "$HOOK" Bash </dev/null\n'
 
 def chatty_once(tmp: Path) -> float:
     sys.path.insert(0, str(ROOT))
-    from genesis.supervisor import AgentRun, Limits, supervise
+    from genesis.watch.supervisor import AgentRun, Limits, supervise
 
     hb = tmp / "hb" / "Builder.json"
     hb.parent.mkdir(mode=0o700)

@@ -18,7 +18,7 @@ AGENT = 'end=$((SECONDS + {secs})); while ((SECONDS < end)); do bash "$HOOK" Bas
 
 def worker(interval: float, secs: int, tmp: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from genesis.supervisor import AgentRun, Limits, supervise
+    from genesis.watch.supervisor import AgentRun, Limits, supervise
 
     hb = Path(tmp) / "hb.json"
     (Path(tmp) / "agent.sh").write_text(AGENT.format(secs=secs))

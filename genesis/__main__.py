@@ -1,3 +1,3 @@
-from .cli import main
+from genesis.cli import main
 
 main()

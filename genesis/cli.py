@@ -13,15 +13,16 @@ from pathlib import Path
 
 import click
 
-from . import __version__, breaker, exitcodes
-from .atomicio import DiskFull, write_text
-from .breaker import BreakerLocked
-from .config import ConfigError, Config, effective, resolve
-from .console import say
-from .gitcmd import GitFailed, NotARepository
-from .heartbeat import default_heartbeat_file, hook_script, read_heartbeat
-from .layout import Layout, UnsafeDir, private_dir, state_dir_of
-from .step import Step, StepFailed, default_layout, layout_for
+from genesis import __version__, exitcodes
+from genesis.config import Config, ConfigError, effective, resolve
+from genesis.console import say
+from genesis.health.heartbeat import default_heartbeat_file, hook_script, read_heartbeat
+from genesis.loop import breaker
+from genesis.loop.breaker import BreakerLocked
+from genesis.loop.step import Step, StepFailed, default_layout, layout_for
+from genesis.repo.gitcmd import GitFailed, NotARepository
+from genesis.store.atomicio import DiskFull, write_text
+from genesis.store.layout import Layout, UnsafeDir, private_dir, state_dir_of
 
 
 class Fail(click.ClickException):
@@ -73,7 +74,7 @@ class Context:
         """A running loop's step reads the settings its run started with (the snapshot),
         never the files again: an edit made during the night, even a broken one, waits for
         the next start. Anything else reads the live configuration."""
-        from .config import from_snapshot, load_snapshot
+        from genesis.config import from_snapshot, load_snapshot
 
         project = self.project.resolve()
         snap = load_snapshot(state_dir_of(project) / "config.json", run_id)
@@ -134,7 +135,7 @@ iteration_opt = click.option("--iteration", type=click.IntRange(min=1), required
 def preflight(obj: Context, loop_pid: int, lock_fd: int, run_id: str, allow_dirty: bool) -> None:
     """Validate, lock the project for the loop's life, snapshot the settings, check the hook
     and the breaker (before the first iteration)."""
-    from .preflight import preflight as run
+    from genesis.loop.preflight import preflight as run
 
     run(obj.step(run_id), loop_pid, lock_fd, allow_dirty)
 
@@ -163,7 +164,7 @@ def loop_settings(obj: Context, run_id: str) -> None:
 def run_phase(obj: Context, iteration: int, name: str, run_id: str) -> None:
     """Run one phase's agent under watch if its trigger says so now (exit 0, 10, 11, 124, 125,
     129, 130 or 143)."""
-    from .orchestrate import run_phase as run
+    from genesis.loop.orchestrate import run_phase as run
 
     step = obj.step(run_id)
     phase = next((p for p in step.cfg.phases if p.name == name), None)
@@ -181,7 +182,7 @@ def run_phase(obj: Context, iteration: int, name: str, run_id: str) -> None:
 @guarded
 def iteration(obj: Context, what: str, iteration: int, run_id: str) -> None:
     """Record the iteration's baseline, or measure its progress (exit 3: breaker OPEN)."""
-    from .orchestrate import iteration_finish, iteration_start
+    from genesis.loop.orchestrate import iteration_finish, iteration_start
 
     step = obj.step(run_id)
     if what == "start":
@@ -198,9 +199,9 @@ def wait_step(obj: Context, run_id: str) -> None:
     """Sit out the run's pending wait (a usage limit, an API outage's backoff, a breaker
     cooldown) with a countdown; exit 0 when over or ended by the stop flag, 23 when it would
     end past GENESIS_MAX_RUNTIME_HOURS."""
-    from .ceilings import deadline
-    from .preflight import read_flag
-    from .waiting import sit_out
+    from genesis.loop.ceilings import deadline
+    from genesis.loop.preflight import read_flag
+    from genesis.loop.waiting import sit_out
 
     step = obj.step(run_id)
     sys.exit(sit_out(step, lambda: read_flag(step.layout.stop_flag) == "false", ceiling=deadline(step)))
@@ -215,7 +216,7 @@ def wait_step(obj: Context, run_id: str) -> None:
 @guarded
 def phase_lost(obj: Context, iteration: int, name: str, status: int, run_id: str) -> None:
     """The watcher of a phase died: reap its run, record it; exit 7 when that happened too often."""
-    from .orchestrate import phase_lost as run
+    from genesis.loop.orchestrate import phase_lost as run
 
     sys.exit(run(obj.step(run_id), name, iteration, status))
 
@@ -228,7 +229,7 @@ def phase_lost(obj: Context, iteration: int, name: str, status: int, run_id: str
 @guarded
 def finish(obj: Context, run_id: str, reason: str, code: int) -> None:
     """Reap, let go of the lock, print the summary (when the loop stops for any reason)."""
-    from .orchestrate import finish as run
+    from genesis.loop.orchestrate import finish as run
 
     run(obj.step(run_id), reason, code)
 
@@ -241,9 +242,9 @@ def finish(obj: Context, run_id: str, reason: str, code: int) -> None:
 @guarded
 def reap(obj: Context, dry_run: bool) -> None:
     """Kill leftovers of this project's loop agents (only those proven ours)."""
-    from .looplock import current_holder
-    from .orchestrate import reap as run
-    from .reaper import live_tree
+    from genesis.loop.orchestrate import reap as run
+    from genesis.procs.reaper import live_tree
+    from genesis.store.looplock import current_holder
 
     step = obj.step("manual", console_copy=False)
     holder = current_holder(step.layout.loop_lock, step.layout.loop_record)
@@ -272,7 +273,7 @@ def reap(obj: Context, dry_run: bool) -> None:
 @guarded
 def stop(obj: Context) -> None:
     """Ask the running loop to stop after the current phase (writes false to the stop flag)."""
-    from .looplock import current_holder
+    from genesis.store.looplock import current_holder
 
     cfg = obj.config()
     layout = layout_for(cfg)
@@ -349,7 +350,7 @@ scope_opt = click.option("--scope", type=click.Choice(["user", "project", "local
 
 
 def _agent_names() -> list[str]:
-    from .agents import known
+    from genesis.agents import known
 
     return list(known())
 
@@ -361,7 +362,7 @@ agent_opt = click.option("--agent", "agent", type=click.Choice(_agent_names()), 
 
 def _hooked(obj: Context, agent: str | None, scope: str):
     """The adapter whose hook to handle, and the file it goes in; refuses a CLI without hooks."""
-    from .agents import adapter_named, adapter_of
+    from genesis.agents import adapter_named, adapter_of
 
     if agent is None:
         try:
@@ -376,7 +377,7 @@ def _hooked(obj: Context, agent: str | None, scope: str):
         raise Fail(f"{adapter.name} has no per-tool-call hooks: its output and its processes' activity are its "
                    f"signs of life; nothing to install", exitcodes.USAGE)
     if adapter.name == "claude":
-        from .agents.claude.settings import settings_path
+        from genesis.agents.claude.settings import settings_path
 
         return adapter, settings_path(scope, obj.project.resolve())
     if scope != "user":
@@ -418,7 +419,7 @@ def hook_install(obj: Context, scope: str, agent: str | None) -> None:
 
 def ignore_local_settings(project: Path) -> None:
     """Keep settings.local.json out of git, as Claude Code does, so auto-commit never takes it."""
-    from .layout import add_git_excludes
+    from genesis.store.layout import add_git_excludes
 
     try:
         add_git_excludes(project, ["/.claude/settings.local.json", "/.claude/settings.local.json.bak-*"])
@@ -456,7 +457,7 @@ def hook_status(obj: Context, agent: str | None) -> None:
     import shutil
     import tempfile
 
-    from .agents.hook.selftest import MALFORMED, WORKING
+    from genesis.agents.hook.selftest import MALFORMED, WORKING
 
     adapter, _path = _hooked(obj, agent, "user")
     project = obj.project.resolve()
@@ -485,7 +486,7 @@ def hook_status(obj: Context, agent: str | None) -> None:
 
 def _claude_copies(project: Path, check) -> None:
     """Claude Code reads three scopes: say what each holds."""
-    from .agents.claude.settings import hook_command, installed_events, settings_path
+    from genesis.agents.claude.settings import hook_command, installed_events, settings_path
 
     command = hook_command(hook_script())
     for scope in ("user", "project", "local"):
@@ -526,7 +527,7 @@ def config_show(obj: Context, explain: bool) -> None:
 @guarded
 def status(ctx: click.Context, watch: bool, all_loops: bool, interval: float) -> None:
     """What the loop is doing now; exit 0 if it runs, 5 if not. Outside a project: every loop here."""
-    from .status import run_status
+    from genesis.status.screen import run_status
 
     given = ctx.parent.get_parameter_source("project") is not click.core.ParameterSource.DEFAULT
     ctx.exit(run_status(ctx.obj.project if given else None, watch=watch, all_loops=all_loops, interval=interval))
@@ -545,8 +546,8 @@ def status(ctx: click.Context, watch: bool, all_loops: bool, interval: float) ->
 def report(obj: Context, run_id: str | None, since: str | None, list_runs: bool, as_json: bool,
            html_file: Path | None) -> None:
     """The morning report of a loop run (default: the latest); exit 1 if there is no such run."""
-    from .reporting.command import PageNotWritten
-    from .reporting.command import report as run
+    from genesis.reporting.command import PageNotWritten
+    from genesis.reporting.command import report as run
 
     try:
         run(obj.bare_layout(), run_id=run_id, since=since, list_runs=list_runs, as_json=as_json, html_file=html_file,
@@ -562,7 +563,7 @@ def report(obj: Context, run_id: str | None, since: str | None, list_runs: bool,
 @guarded
 def demo_init(directory: Path) -> None:
     """Create the demo's throwaway git project."""
-    from .demo import init_project
+    from genesis.demo.project import init_project
 
     init_project(directory)
 
@@ -574,8 +575,8 @@ def incidents_group(ctx: click.Context) -> None:
     """Agents killed as stuck, wedged or over time, with what they were doing: one line each."""
     if ctx.invoked_subcommand is not None:
         return
-    from .agentlog import sanitize
-    from .health.incidents import list_incidents
+    from genesis.health.incidents import list_incidents
+    from genesis.watch.agentlog import sanitize
 
     rows = list_incidents(ctx.obj.bare_layout().state_dir / "incidents")
     if not rows:
@@ -592,7 +593,7 @@ def incidents_group(ctx: click.Context) -> None:
 @guarded
 def incidents_show(obj: Context, incident_id: str) -> None:
     """Print one incident (its id from `genesis incidents`); exit 1 if there is no such incident."""
-    from .health.incidents import UnknownIncident, read_incident
+    from genesis.health.incidents import UnknownIncident, read_incident
 
     try:
         text = read_incident(obj.bare_layout().state_dir / "incidents", incident_id)

@@ -10,14 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from .alerts.settings import KNOBS as ALERT_KNOBS
-from .alerts.settings import AlertSettings, parse as parse_alerts
-from .atomicio import CorruptFile, TooLarge, quarantine, read_bytes
-from .completion import DoneRule, parse_done_rule
+from genesis.alerts.settings import KNOBS as ALERT_KNOBS
+from genesis.alerts.settings import AlertSettings
+from genesis.alerts.settings import parse as parse_alerts
+from genesis.loop.completion import DoneRule, parse_done_rule
+from genesis.store.atomicio import CorruptFile, TooLarge, quarantine, read_bytes
 
 if TYPE_CHECKING:
-    from .health.doomloop import DoomLimits
-from .phases import BUILTIN_PROMPTS, NAME_RE, Phase, Trigger, parse_trigger
+    from genesis.health.doomloop import DoomLimits
+
+from genesis.phases import BUILTIN_PROMPTS, NAME_RE, Phase, Trigger, parse_trigger
 
 __all__ = ["load_snapshot", "ConfigError", "Config", "Knob", "KNOBS", "CONFIG_FILE", "MAX_CONFIG_BYTES", "MAX_VALUE_CHARS",
            "MAX_PROMPT_BYTES", "read_prompt", "resolve"]
@@ -323,7 +325,7 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         raise ConfigError("GENESIS_AGENT_CMD is empty; set the agent command, e.g. 'claude -p'")
     agent_cli = _agent_cli(s)
     if agent_cli and s["GENESIS_AGENT_CMD"].source == "default":
-        from .agents import adapter_named
+        from genesis.agents import adapter_named
 
         agent_cmd = (adapter_named(agent_cli).program or agent_cmd[0],)  # its adapter adds the flags
 
@@ -365,7 +367,7 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
     if len(ladder) != 4 or not all(w.isdigit() for w in ladder):
         raise ConfigError(f"DOOM_SEVERITY_LADDER={get('DOOM_SEVERITY_LADDER')!r}: expected four whole numbers "
                           f"(warn medium high critical), e.g. '5 10 15 20'")
-    from .health.doomloop import DoomLimits
+    from genesis.health.doomloop import DoomLimits
 
     doom_limits = DoomLimits(*map(int, ladder), same_failures=int(number("DOOM_SAME_FAILURES", 1, integer=True)),
                              cycle_window=int(number("DOOM_CYCLE_CALLS", 1, integer=True)),
@@ -431,7 +433,7 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
 
 
 def _agent_cli(s: dict) -> str:
-    from .agents import UnknownCli, adapter_named
+    from genesis.agents import UnknownCli, adapter_named
 
     name = s["GENESIS_AGENT_CLI"].value.strip().lower() if "GENESIS_AGENT_CLI" in s else ""
     if name:
@@ -542,7 +544,7 @@ def effective(cfg: Config) -> list[tuple[str, str, str, str]]:
 
 def load_snapshot(path: Path, run_id: str) -> dict | None:
     """The configuration snapshot at path if it is run_id's, else None."""
-    from .atomicio import CorruptFile, read_json
+    from genesis.store.atomicio import CorruptFile, read_json
 
     try:
         data = read_json(path)

@@ -55,7 +55,7 @@ def state_of(project: Path) -> Path:
 
 def events_of(project: Path, run_id: str | None = None) -> list[dict]:
     """Every event in the project's ledger (of one run), oldest first; none without a ledger."""
-    from genesis.ledger import Ledger
+    from genesis.ledger.store import Ledger
 
     path = state_of(project) / "ledger.sqlite3"
     if not path.exists():

@@ -7,15 +7,15 @@ import time
 from pathlib import Path
 
 from click.testing import CliRunner
-
-from genesis.ledger import Ledger
-from genesis.cli import cli
-from genesis.looplock import hold
-from genesis.reaper import markers_for
-
 from conftest import alive, state_of, wait_for
+from helpers import paths
 
-SPAWN = str(Path(__file__).parent / "helpers" / "spawn.py")
+from genesis.cli import cli
+from genesis.ledger.store import Ledger
+from genesis.procs.reaper import markers_for
+from genesis.store.looplock import hold
+
+SPAWN = str(paths.SPAWN)
 
 
 def invoke(project, *args):

@@ -9,7 +9,9 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import paths
+
+ROOT = paths.ROOT
 
 
 def test_the_wheel_carries_an_executable_hook_and_the_prompts(tmp_path):
@@ -22,7 +24,7 @@ def test_the_wheel_carries_an_executable_hook_and_the_prompts(tmp_path):
         assert stat.S_IMODE(hook.external_attr >> 16) & 0o111, "the hook must stay executable"
     for prompt in ("builder", "criticizer", "planner"):
         assert f"genesis/data/prompts/{prompt}.md" in names
-    assert "genesis/simagent.py" in names
+    assert "genesis/demo/simagent.py" in names
 
 
 def test_hook_install_from_a_plain_pip_install_points_at_the_packaged_hook(tmp_path, hermetic):

@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 SCRIPTS = ["start-multi-agent-loop.sh", "run-tests.sh", ".ci/run", "genesis/data/genesis-heartbeat.sh",
            "tests/bats/test_helper.bash"]
 

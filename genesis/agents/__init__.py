@@ -13,10 +13,10 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .base import Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, Result, TextReader
+from genesis.agents.base import Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, Result, TextReader
 
 if TYPE_CHECKING:
-    from ..config import Config
+    from genesis.config import Config
 
 __all__ = ["adapter_for", "adapter_of", "adapter_named", "known", "ADAPTERS", "Adapter", "ApiError", "ApiRetry",
            "Ending", "Limit", "OutputReader", "Result", "TextReader", "UnknownCli"]

@@ -28,10 +28,10 @@ import re
 import time
 from typing import TYPE_CHECKING, Callable
 
-from .base import MAX_RESULT_CHARS, Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
+from genesis.agents.base import MAX_RESULT_CHARS, Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
 
 if TYPE_CHECKING:
-    from ..phases import Phase
+    from genesis.phases import Phase
 
 __all__ = ["Aider", "AiderReader", "classify", "wait_of"]
 

@@ -10,9 +10,9 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Mapping
 
-    from ..phases import Phase
-    from .hook.selftest import HookCheck
-    from .hook.spec import HookSpec
+    from genesis.agents.hook.selftest import HookCheck
+    from genesis.agents.hook.spec import HookSpec
+    from genesis.phases import Phase
 
 __all__ = ["Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
            "MAX_RESULT_CHARS", "last_line"]
@@ -131,21 +131,21 @@ class Adapter:
     def hooks(self) -> "HookSpec | None":
         """How its heartbeat hook is installed; None: it has none. A generic command may well
         wrap Claude Code, so it gets Claude Code's (warned about, not required, when missing)."""
-        from .claude.settings import CLAUDE_HOOKS
+        from genesis.agents.claude.settings import CLAUDE_HOOKS
 
         return CLAUDE_HOOKS
 
     def hook_check(self, project: "Path", env: "Mapping[str, str]", heartbeat: "Path") -> "HookCheck | None":
         """Run the installed hook as the CLI would and see that its beat lands; None: no hooks."""
-        from .claude.settings import CLAUDE_HOOKS
+        from genesis.agents.claude.settings import CLAUDE_HOOKS
 
         if self.hooks is None:
             return None
         if self.hooks is CLAUDE_HOOKS:  # every settings scope Claude Code reads, and its switches
-            from .claude.hookcheck import self_test
+            from genesis.agents.claude.hookcheck import self_test
 
             return self_test(project, env, heartbeat)
-        from .hook.selftest import spec_self_test
+        from genesis.agents.hook.selftest import spec_self_test
 
         return spec_self_test(self.hooks, project, env, heartbeat)
 

@@ -28,14 +28,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .base import Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, TextReader
-from .claude.stream import StreamReader, keyed_tool_line
-from .output import (MAX_LINE_BYTES, TEXT_WIDTH, integer, iso_time_ahead, number, one_line, paragraph, parse,
-                     text)
-from .hook.spec import GroupedHooks, home_dir
+from genesis.agents.base import Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, TextReader
+from genesis.agents.claude.stream import StreamReader, keyed_tool_line
+from genesis.agents.hook.spec import GroupedHooks, home_dir
+from genesis.agents.output import (MAX_LINE_BYTES, TEXT_WIDTH, integer, iso_time_ahead, number, one_line, paragraph,
+                                   parse, text)
 
 if TYPE_CHECKING:
-    from ..phases import Phase
+    from genesis.phases import Phase
 
 __all__ = ["QwenCode", "QwenStreamReader", "QwenTextReader", "QWEN_HOOKS", "config_dir", "classify"]
 

@@ -20,11 +20,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Protocol
 
-from ..atomicio import flock_within
-from .message import safe_ticket
-from .settings import AlertSettings
-from .tickets import Ticket
-from .triage import INTERVENE, REPEAT_WINDOW, triage
+from genesis.alerts.message import safe_ticket
+from genesis.alerts.settings import AlertSettings
+from genesis.alerts.tickets import Ticket
+from genesis.alerts.triage import INTERVENE, REPEAT_WINDOW, triage
+from genesis.store.atomicio import flock_within
 
 __all__ = ["dispatch", "deliverer_env", "run", "deadline_seconds", "Book", "LedgerBook", "main", "MARKER_PREFIXES"]
 
@@ -126,14 +126,14 @@ class LedgerBook:
     def told(self, since: float) -> list[Ticket]:
         if not self.path.is_file():
             return []
-        from ..ledger import Ledger
+        from genesis.ledger.store import Ledger
 
         with Ledger.open(self.path, readonly=True) as led:
             events = led.events(kinds=["alert"], since=since)
         return [t for t in map(_told_ticket, events) if t is not None]
 
     def record(self, run_id: str, detail: dict) -> None:
-        from ..ledger import Ledger
+        from genesis.ledger.store import Ledger
 
         with Ledger.open(self.path) as led:
             led.record(run_id, "alert", **detail)
@@ -155,7 +155,7 @@ def _told_ticket(event: Mapping[str, Any]) -> Ticket | None:
 def run(ticket: Ticket, settings: AlertSettings, book: Book, env: Mapping[str, str] | None = None) -> dict:
     """Triage, tell, record; returns the recorded detail. Nothing raises out of it: a
     failing step is noted in the detail and the rest goes on."""
-    from . import notify  # here: urllib is slow to import, and the loop's steps import this module
+    from genesis.alerts import notify  # here: urllib is slow to import, and the loop's steps import this module
 
     env = dict(os.environ if env is None else env)
     limit = deadline_seconds(settings)

@@ -8,8 +8,8 @@ import base64
 from pathlib import PurePath
 from typing import Mapping
 
-from .redact import redact
-from .tickets import Ticket
+from genesis.alerts.redact import redact
+from genesis.alerts.tickets import Ticket
 
 __all__ = ["title", "text", "slack_payload", "ntfy_headers", "safe_ticket", "PRIORITY"]
 

@@ -22,10 +22,10 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from .bounded import run_bounded
-from .message import ntfy_headers, safe_ticket, slack_payload, text, title
-from .settings import AlertSettings
-from .tickets import Ticket
+from genesis.alerts.bounded import run_bounded
+from genesis.alerts.message import ntfy_headers, safe_ticket, slack_payload, text, title
+from genesis.alerts.settings import AlertSettings
+from genesis.alerts.tickets import Ticket
 
 __all__ = ["Channel", "Failed", "channels_for", "deliver", "post"]
 

@@ -15,10 +15,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..clock import iso
-from ..clock import parse_iso as epoch_of
-
-from .redact import redact
+from genesis.alerts.redact import redact
+from genesis.clock import iso
+from genesis.clock import parse_iso as epoch_of
 
 __all__ = ["Ticket", "ticket_for", "SEVERITIES", "MAX_EVIDENCE", "MAX_CAUSE", "LIMIT_CAUSE", "OUTAGE_CAUSE",
            "iso", "epoch_of"]

@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from .bounded import MAX_OUTPUT, run_bounded
-from .message import safe_ticket
-from .tickets import LIMIT_CAUSE, OUTAGE_CAUSE, Ticket
+from genesis.alerts.bounded import MAX_OUTPUT, run_bounded
+from genesis.alerts.message import safe_ticket
+from genesis.alerts.tickets import LIMIT_CAUSE, OUTAGE_CAUSE, Ticket
 
 __all__ = ["Verdict", "triage", "by_rules", "by_command", "REPEAT_WINDOW", "DISMISS", "INTERVENE"]
 

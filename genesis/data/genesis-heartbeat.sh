@@ -217,4 +217,4 @@ exit 0
 # shape with opencode's names (tool.execute.before/after, and tool.execute.error of its own). Copilot CLI sends camelCase
 # (toolName, sessionId) and no event name, so its hook command passes `--event NAME`;
 # an event in the payload wins. Genesis maps every CLI's names to Claude Code's when it
-# reads them (genesis.heartbeat.tool_event); the beat keeps the CLI's own.
+# reads them (genesis.health.heartbeat.tool_event); the beat keeps the CLI's own.

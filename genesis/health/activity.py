@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ..proctree import ProcId
+from genesis.procs.proctree import ProcId
 
 __all__ = ["Usage", "Sample", "sample", "Change", "compare", "CPU_BUSY", "IO_BUSY"]
 

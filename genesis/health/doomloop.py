@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
-from .toollog import ToolCall, describe
+from genesis.health.toollog import ToolCall, describe
 
 __all__ = ["DoomLimits", "Judgement", "judge", "SEVERITIES", "DOOM_LOOP", "STALL_SAME_TOOL"]
 

@@ -28,12 +28,12 @@ from typing import Any, Callable, Iterable
 
 import psutil
 
-from ..agentlog import sanitize
-from ..atomicio import CorruptFile, read_bytes, read_json, write_json, write_text
-from ..gitcmd import GitFailed, run_git
-from ..layout import UnsafeDir, private_dir
-from ..progress import measuring_config
-from ..proctree import ProcId
+from genesis.procs.proctree import ProcId
+from genesis.repo.gitcmd import GitFailed, run_git
+from genesis.repo.progress import measuring_config
+from genesis.store.atomicio import CorruptFile, read_bytes, read_json, write_json, write_text
+from genesis.store.layout import UnsafeDir, private_dir
+from genesis.watch.agentlog import sanitize
 
 __all__ = ["Incident", "Proc", "Listener", "UnknownIncident", "capture", "write", "render", "list_incidents",
            "read_incident", "MAX_INCIDENTS"]

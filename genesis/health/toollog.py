@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..heartbeat import AFTER_TOOL, BEFORE_TOOL, TOOL_FAILED, tool_event
+from genesis.health.heartbeat import AFTER_TOOL, BEFORE_TOOL, TOOL_FAILED, tool_event
 
 __all__ = ["ToolCall", "read_tail", "in_flight", "pairs", "rotate", "tool_log_path", "input_hash", "describe",
            "commands", "PRE", "POST", "FAILURE", "MAX_READ_BYTES", "ROTATE_CAP_BYTES"]

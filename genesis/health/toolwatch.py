@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..heartbeat import BEFORE_TOOL, Heartbeat, tool_event
-from .activity import Change, Sample, compare
+from genesis.health.activity import Change, Sample, compare
+from genesis.health.heartbeat import BEFORE_TOOL, Heartbeat, tool_event
 
 __all__ = ["ToolWatch", "ToolVerdict"]
 

@@ -4,6 +4,6 @@ store.py opens, migrates and writes it; schema.py holds the versioned schema; ta
 projects each event into the tables; legacy.py brings an older events.jsonl in once.
 """
 
-from .store import BUSY_TIMEOUT, Ledger, LedgerError, RunRecord, iso
+from genesis.ledger.store import BUSY_TIMEOUT, Ledger, LedgerError, RunRecord, iso
 
 __all__ = ["Ledger", "LedgerError", "RunRecord", "BUSY_TIMEOUT", "iso"]

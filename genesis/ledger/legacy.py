@@ -7,8 +7,8 @@ import os
 import stat
 from pathlib import Path
 
-from ..atomicio import DiskFull
-from .store import Ledger, LedgerError
+from genesis.ledger.store import Ledger, LedgerError
+from genesis.store.atomicio import DiskFull
 
 __all__ = ["import_events", "MAX_LEGACY_BYTES"]
 
@@ -32,7 +32,7 @@ def _tail(path: Path, limit: int) -> bytes:
 def import_events(led: Ledger, path: Path) -> int:
     """Record every well-formed event of the old log in the ledger (with its own time), then
     rename the log to events.jsonl.imported; returns how many came in."""
-    from ..reporting.words import epoch_of
+    from genesis.words import epoch_of
 
     count = 0
     for line in _tail(path, MAX_LEGACY_BYTES).decode("utf-8", "replace").splitlines():

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..atomicio import DiskFull, free_bytes, quarantine
-from ..clock import iso
-from . import tables
-from .schema import MIGRATIONS, VERSION
+from genesis.clock import iso
+from genesis.ledger import tables
+from genesis.ledger.schema import MIGRATIONS, VERSION
+from genesis.store.atomicio import DiskFull, free_bytes, quarantine
 
 __all__ = ["Ledger", "LedgerError", "RunRecord", "BUSY_TIMEOUT", "MAX_DETAIL_CHARS", "iso"]
 

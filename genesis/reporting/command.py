@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..atomicio import write_text
-from ..layout import Layout
-from .load import UnknownRun, night, open_view, pick_run
-from .words import duration
+from genesis.reporting.load import UnknownRun, night, open_view, pick_run
+from genesis.store.atomicio import write_text
+from genesis.store.layout import Layout
+from genesis.words import duration
 
 __all__ = ["report", "since_epoch", "PageNotWritten"]
 
@@ -39,7 +39,7 @@ def since_epoch(text: str, now: float) -> float:
 
 def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: bool, as_json: bool,
            html_file: Path | None, echo: Callable[[str], None], now: float | None = None) -> None:
-    from ..looplock import current_holder
+    from genesis.store.looplock import current_holder
 
     now = time.time() if now is None else now
     after = since_epoch(since, now) if since else None
@@ -71,7 +71,7 @@ def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: 
             echo(json.dumps({"runs": [{**_plain(n), "events": led.events(n.run_id)} for n in nights]}, indent=1,
                             default=str))
         else:
-            from .text import render_text
+            from genesis.reporting.text import render_text
 
             for n in nights:
                 echo(render_text(n).rstrip("\n"))
@@ -85,7 +85,7 @@ class PageNotWritten(RuntimeError):
 
 def _write_page(path: Path, nights: list, now: float) -> None:
     """The page, written atomically; its folder made if it is missing."""
-    from .html import render_html
+    from genesis.reporting.html import render_html
 
     page = render_html(nights[-1], now=now) if len(nights) == 1 else _pages(nights, now)
     try:
@@ -98,7 +98,7 @@ def _write_page(path: Path, nights: list, now: float) -> None:
 
 def _pages(nights: list, now: float) -> str:
     """Several runs on one page: each run's page body one after the other."""
-    from .html import render_html
+    from genesis.reporting.html import render_html
 
     pages = [render_html(n, now=now) for n in nights]
     head, _, _ = pages[0].partition("<body")

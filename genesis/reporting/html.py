@@ -11,10 +11,10 @@ import html
 import re
 import time
 
-from .model import Night, PhaseRow
-from .text import (between, clock, ending_line, iteration_cells, kpi_rows, label, lasted, one_line, outcome, phase_name,
-                   phase_names, stamp, summary_line, wait_span, where)
-from .words import WAIT_LABELS, money
+from genesis.reporting.model import Night, PhaseRow
+from genesis.reporting.text import (between, clock, ending_line, iteration_cells, kpi_rows, label, lasted, one_line,
+                                    outcome, phase_name, phase_names, stamp, summary_line, wait_span, where)
+from genesis.words import WAIT_LABELS, money
 
 __all__ = ["render_html", "CSP", "FORENSICS_LIMIT"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .model import IncidentRow, Kpis, PhaseRow
+from genesis.reporting.model import IncidentRow, Kpis, PhaseRow
 
 __all__ = ["compute"]
 

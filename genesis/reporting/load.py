@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..ledger import Ledger, LedgerError
-from ..layout import Layout
-from . import kpis
-from .model import (AlertRow, BreakerChange, CommitRow, IncidentRow, IterationRow, Night, PhaseRow, WaitRow)
+from genesis.ledger.store import Ledger, LedgerError
+from genesis.reporting import kpis
+from genesis.reporting.model import (AlertRow, BreakerChange, CommitRow, IncidentRow, IterationRow, Night, PhaseRow,
+                                     WaitRow)
+from genesis.store.layout import Layout
 
 __all__ = ["UnknownRun", "open_view", "run_events", "night", "MAX_FORENSICS"]
 
@@ -127,7 +128,7 @@ def _tail(log: str | None, ending: str) -> tuple[str, ...]:
     """The last lines of an abnormal phase's transcript, where its log still is."""
     if not log or ending in ("finished", "running"):
         return ()
-    from ..agentlog import tail
+    from genesis.watch.agentlog import tail
 
     return tuple(line for line in tail(Path(log), TAIL_LINES) if line.strip())
 
@@ -143,8 +144,8 @@ def _forensics(directory: Path | None, ident: str) -> str:
     """An incident's readable text, cut to MAX_FORENSICS ("" if its file is gone)."""
     if directory is None:
         return ""
-    from ..atomicio import CorruptFile
-    from ..health.incidents import UnknownIncident, read_incident
+    from genesis.health.incidents import UnknownIncident, read_incident
+    from genesis.store.atomicio import CorruptFile
 
     try:
         text = read_incident(directory, ident)

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 
-from .model import ABNORMAL_LABELS, IterationRow, Kpis, Night, PhaseRow, WaitRow
-from .words import WAIT_LABELS, duration, money
+from genesis.reporting.model import ABNORMAL_LABELS, IterationRow, Kpis, Night, PhaseRow, WaitRow
+from genesis.words import WAIT_LABELS, duration, money
 
 __all__ = ["render_text", "clock", "stamp", "one_line", "outcome", "label", "between", "lasted", "phase_name",
            "phase_names", "iteration_headers", "iteration_cells", "ending_line", "summary_line", "wait_span", "where",

@@ -5,8 +5,8 @@ loops from their processes and confirms each by its lock; screen.py renders them
 once or live, and is the command's entry point (run_status).
 """
 
-from .loops import Loop, Scanner, running_loops
-from .screen import run_status
-from .view import Status, build, layout_of
+from genesis.status.loops import Loop, Scanner, running_loops
+from genesis.status.screen import run_status
+from genesis.status.view import Status, build, layout_of
 
 __all__ = ["run_status", "Status", "build", "layout_of", "Loop", "Scanner", "running_loops"]

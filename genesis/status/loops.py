@@ -19,10 +19,10 @@ from typing import Callable, Iterator, Sequence
 
 import psutil
 
-from ..gitcmd import GitFailed, NotARepository
-from ..layout import state_dir_of
-from ..looplock import current_holder
-from .view import Phase, Wait, build, layout_of
+from genesis.repo.gitcmd import GitFailed, NotARepository
+from genesis.status.view import Phase, Wait, build, layout_of
+from genesis.store.layout import state_dir_of
+from genesis.store.looplock import current_holder
 
 __all__ = ["Loop", "Scanner", "running_loops", "LOOP_SCRIPT", "MARKER", "SCAN_BUDGET"]
 

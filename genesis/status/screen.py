@@ -25,14 +25,14 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from .. import exitcodes
-from ..gitcmd import NotARepository
-from ..heartbeat import BEFORE_TOOL, tool_event
-from ..layout import Layout, work_tree_of
-from ..reporting.text import one_line
-from ..reporting.words import duration, money
-from .loops import Loop, Scanner
-from .view import RECENT, Status, Totals, Wait, build, layout_of
+from genesis import exitcodes
+from genesis.health.heartbeat import BEFORE_TOOL, tool_event
+from genesis.repo.gitcmd import NotARepository
+from genesis.reporting.text import one_line
+from genesis.status.loops import Loop, Scanner
+from genesis.status.view import RECENT, Status, Totals, Wait, build, layout_of
+from genesis.store.layout import Layout, work_tree_of
+from genesis.words import duration, money
 
 __all__ = ["run_status", "find_layout", "render", "Frame", "TICK", "MIN_INTERVAL", "MAX_INTERVAL"]
 

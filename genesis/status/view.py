@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..atomicio import CorruptFile, read_json
-from ..layout import Layout
-from ..ledger import Ledger, LedgerError
-from ..looplock import Holder, current_holder
-from ..step import default_layout as layout_of  # status reads only what never moves
-from ..reporting.words import LABELS, WAIT_LABELS, duration, epoch_of
+from genesis.ledger.store import Ledger, LedgerError
+from genesis.loop.step import default_layout as layout_of  # status reads only what never moves
+from genesis.store.atomicio import CorruptFile, read_json
+from genesis.store.layout import Layout
+from genesis.store.looplock import Holder, current_holder
+from genesis.words import LABELS, WAIT_LABELS, duration, epoch_of
 
 __all__ = ["Phase", "Beat", "Health", "Wait", "Breaker", "Totals", "Line", "LastRun", "Status", "build",
            "layout_of", "midnight", "describe", "totals", "read_breaker", "RECENT"]
@@ -275,7 +275,7 @@ def _wait(layout: Layout, run_id: str) -> Wait | None:
 def read_breaker(layout: Layout) -> Breaker | None:
     """The breaker as the user's file says (a mirror of the loop's own while it runs), else
     the loop's own; read only: an unreadable file is reported, never moved aside."""
-    from ..breaker import BreakerState, retry_time
+    from genesis.loop.breaker import BreakerState, retry_time
 
     for path in (layout.breaker_file, layout.breaker_truth):
         try:

@@ -9,13 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import paths
 
 from genesis.agents import adapter_for, adapter_named
 from genesis.agents.aider import MAX_RETRIES, Aider, AiderReader, classify, wait_of
 from genesis.agents.base import ApiError, Limit
 from genesis.phases import Phase, Trigger
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "aider"
+FIXTURES = paths.FIXTURES / "aider"
 UNATTENDED = ("--yes-always", "--no-pretty", "--no-check-update", "--no-show-release-notes", "--no-analytics",
               "--no-auto-commits")
 NOW = 1_800_000_000.0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from genesis.agents import Adapter, TextReader, adapter_for
+from genesis.agents import adapter_for
+from genesis.agents.base import Adapter, TextReader
 from genesis.agents.claude import ClaudeCode, ClaudeTextReader
 from genesis.phases import Phase, Trigger
 
@@ -14,7 +15,7 @@ PHASE = Phase("Builder", Trigger("always"), Path("builder.md"))
 def test_the_adapter_is_chosen_by_the_programs_name():
     assert isinstance(adapter_for(("claude", "-p")), ClaudeCode)
     assert isinstance(adapter_for(("/opt/bin/claude",)), ClaudeCode)
-    assert type(adapter_for(("python3", "-m", "genesis.simagent"))) is Adapter
+    assert type(adapter_for(("python3", "-m", "genesis.demo.simagent"))) is Adapter
     assert type(adapter_for(("claude-wrapper",))) is Adapter
 
 

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import alive, state_of, wait_for
 
+from genesis.agents.claude.hookcheck import BROKEN, MALFORMED, NOT_INSTALLED, WORKING, self_test
 from genesis.agents.claude.settings import hook_command, install
 from genesis.cli import cli
-from genesis.heartbeat import hook_script, read_heartbeat
-from genesis.agents.claude.hookcheck import BROKEN, MALFORMED, NOT_INSTALLED, WORKING, self_test
-
-from conftest import alive, state_of, wait_for
+from genesis.health.heartbeat import hook_script, read_heartbeat
 
 NOW = 1_800_000_000.0
 

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from genesis.agents.claude.settings import (ENV_DEFAULTS, HOOK_EVENTS, SettingsError, hook_command, install,
-                                     installed_events, uninstall)
+                                            installed_events, uninstall)
 from genesis.cli import cli
-from genesis.heartbeat import hook_script
+from genesis.health.heartbeat import hook_script
 
 CMD = hook_command(hook_script())
 NOW = 1_800_000_000.0

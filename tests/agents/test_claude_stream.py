@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import paths
 
 from genesis.agents.base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit
 from genesis.agents.claude import ClaudeTextReader
 from genesis.agents.claude.stream import MAX_LINE_BYTES, StreamReader
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"
+FIXTURES = paths.FIXTURES / "claude"
 LIMIT_5H = "You've hit your 5-hour limit · resets 9:22am (UTC)"
 
 

@@ -22,6 +22,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from helpers import paths
 
 from genesis.agents import adapter_for, adapter_named
 from genesis.agents.base import ApiError, Limit
@@ -32,8 +33,8 @@ from genesis.agents.hook.settingsfile import SettingsError
 from genesis.agents.hook.spec import self_test_session
 from genesis.phases import Phase, Trigger
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
-SCRIPT = Path(__file__).resolve().parents[2] / "genesis" / "data" / "genesis-heartbeat.sh"
+FIXTURES = paths.FIXTURES / "codex"
+SCRIPT = paths.HOOK
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 11, 21, 14, 13, 30, tzinfo=UTC).timestamp()  # when the errors were captured
 COMMAND = "bash '/opt/genesis/data/genesis-heartbeat.sh'"

@@ -10,17 +10,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import paths
 
 from genesis.agents import adapter_for, adapter_named
 from genesis.agents.copilot import CopilotCli, CopilotTextReader, text_error
 from genesis.agents.copilot.hooks import COPILOT_HOOKS, FILE_NAME, config_dir
 from genesis.agents.copilot.stream import CopilotJsonReader, classify
-from genesis.agents.hook.settingsfile import SettingsError
 from genesis.agents.hook.selftest import BROKEN, WORKING, spec_self_test
-from genesis.heartbeat import hook_script
+from genesis.agents.hook.settingsfile import SettingsError
+from genesis.health.heartbeat import hook_script
 from genesis.phases import Phase, Trigger
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "copilot"
+FIXTURES = paths.FIXTURES / "copilot"
 NOW = 1_800_000_000.0
 COMMAND = COPILOT_HOOKS.command_for(hook_script())
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from helpers import paths
 
 from genesis.agents import adapter_for, adapter_named
 from genesis.agents.base import ApiError, Limit, TextReader
@@ -27,8 +28,8 @@ from genesis.agents.hook.settingsfile import SettingsError
 from genesis.agents.hook.spec import self_test_session
 from genesis.phases import Phase, Trigger
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gemini"
-SCRIPT = Path(__file__).resolve().parents[2] / "genesis" / "data" / "genesis-heartbeat.sh"
+FIXTURES = paths.FIXTURES / "gemini"
+SCRIPT = paths.HOOK
 NOW = dt.datetime(2026, 11, 21, 14, 18, 30, tzinfo=dt.timezone.utc).timestamp()  # when they were captured
 # The exit codes the CLI gave: the HTTP status modulo 256 (429 -> 173, 503 -> 247, 400 -> 144).
 EXIT = {"success": 0, "tool-error": 0, "quota-daily": 173, "quota-hour": 173, "quota-minute-retried": 173,

@@ -10,18 +10,19 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import paths
 
 from genesis.agents import adapter_for, adapter_named
 from genesis.agents.base import Limit
-from genesis.agents.hook.settingsfile import SettingsError
 from genesis.agents.hook.selftest import NOT_INSTALLED, WORKING, spec_self_test
+from genesis.agents.hook.settingsfile import SettingsError
 from genesis.agents.opencode import OpenCode
 from genesis.agents.opencode.plugin import EVENTS, OPENCODE_HOOKS, config_dir, render
 from genesis.agents.opencode.stream import OpenCodeReader, classify, retry_after
-from genesis.heartbeat import hook_script, tool_event
+from genesis.health.heartbeat import hook_script, tool_event
 from genesis.phases import Phase, Trigger
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "opencode"
+FIXTURES = paths.FIXTURES / "opencode"
 NODE = shutil.which("node")
 COMMAND = OPENCODE_HOOKS.command_for(hook_script())
 

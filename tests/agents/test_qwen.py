@@ -9,14 +9,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import paths
 
 from genesis.agents import adapter_for, adapter_named
 from genesis.agents.base import ApiError, Limit
 from genesis.agents.qwen import QWEN_HOOKS, QwenCode, QwenStreamReader, QwenTextReader, classify, config_dir
-from genesis.heartbeat import hook_script
+from genesis.health.heartbeat import hook_script
 from genesis.phases import Phase, Trigger
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "qwen"
+FIXTURES = paths.FIXTURES / "qwen"
 PHASE = Phase("Builder", Trigger("always"), Path("builder.md"))
 NOW = dt.datetime(2026, 11, 21, 14, 0, tzinfo=dt.timezone.utc).timestamp()
 

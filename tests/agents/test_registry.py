@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from genesis.agents import ADAPTERS, Adapter, adapter_for, adapter_named, adapter_of
+from genesis.agents import ADAPTERS, adapter_for, adapter_named, adapter_of
+from genesis.agents.base import Adapter
 from genesis.agents.hook.selftest import BROKEN, MALFORMED, NOT_INSTALLED, WORKING, spec_self_test
 from genesis.agents.hook.spec import GroupedHooks
 from genesis.config import ConfigError, resolve
-from genesis.heartbeat import hook_script, read_heartbeat
+from genesis.health.heartbeat import hook_script, read_heartbeat
 from genesis.health.toollog import in_flight, pairs, read_tail
 
 

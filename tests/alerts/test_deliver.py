@@ -3,8 +3,6 @@ returns at once and leaves a detached deliverer carrying none of the loop's mark
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import os
 import subprocess
@@ -14,13 +12,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import psutil
+import pytest
+from helpers.receiver import Receiver
 
 from genesis.alerts.deliver import LedgerBook, deadline_seconds, dispatch, run
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.tickets import Ticket, epoch_of, iso
-from genesis.ledger import Ledger
-
-from helpers.receiver import Receiver
+from genesis.ledger.store import Ledger
 
 T0 = epoch_of("2026-11-21T03:14:00Z")
 FAST = AlertSettings(desktop="false", timeout=1.0, retries=1, backoff=(0.05,))

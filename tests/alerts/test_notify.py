@@ -4,8 +4,6 @@ no secret in any payload."""
 
 from __future__ import annotations
 
-import pytest
-
 import base64
 import json
 import os
@@ -15,12 +13,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+from conftest import wait_for
+from helpers.receiver import Receiver
+
 from genesis.alerts.notify import Channel, channels_for, deliver
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.tickets import Ticket
-
-from conftest import wait_for
-from helpers.receiver import Receiver
 
 SECRET = "supersecretvalue123"
 KEY = "sk-ant-api03-Zx9_kQ7-vB2mN4pL8rT1yW6uE3oI5aS0dF"

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import wait_for
 
 from genesis.alerts.tickets import LIMIT_CAUSE, OUTAGE_CAUSE, Ticket, epoch_of, iso
 from genesis.alerts.triage import Verdict, by_rules, triage
-
-from conftest import wait_for
 
 T0 = epoch_of("2026-11-21T03:14:00Z")
 PY = os.path.basename(sys.executable)

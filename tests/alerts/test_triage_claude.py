@@ -12,13 +12,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from helpers import paths
 
 from genesis.alerts.tickets import Ticket
 from genesis.alerts.triage import Verdict, triage
 
 pytestmark = pytest.mark.claude
 
-CLAUDE = Path(__file__).resolve().parents[2] / ".tools" / "claude" / "node_modules" / ".bin" / "claude"
+CLAUDE = paths.TOOLS / "claude" / "node_modules" / ".bin" / "claude"
 PROMPT = "Triage this Genesis ticket. Answer dismiss or intervene first, then why, on one line."
 
 

@@ -72,7 +72,7 @@ breaker_field() {
   BYSTANDER=$!
   local bystander=${BYSTANDER}
   fast_loop_env '*:*=server'
-  export GENESIS_AGENT_CMD="${PY} -m genesis.simagent --port ${ours} --script '*:*=server'"
+  export GENESIS_AGENT_CMD="${PY} -m genesis.demo.simagent --port ${ours} --script '*:*=server'"
   export REAP_PORTS="${ours} ${theirs}"
   mkdir -p "${PROJECT}/server" && touch "${PROJECT}/server/__init__.py"
   cp "${REPO_ROOT}/tests/helpers/spawn.py" "${PROJECT}/server/main.py"

@@ -39,7 +39,7 @@ make_project() {
 fast_loop_env() {
   export HEARTBEAT_CHECK_INTERVAL=0.2 HEARTBEAT_STALE_SECONDS=4 AGENT_MAX_RUNTIME_SECONDS=60
   export KILL_GRACE_SECONDS=1 ITERATION_PAUSE_SECONDS=0 PHASE_RETRY_DELAY_SECONDS=0 REAP_PORTS=""
-  export GENESIS_AGENT_CMD="${PY} -m genesis.simagent --script '${1:-*:*=idle}'"
+  export GENESIS_AGENT_CMD="${PY} -m genesis.demo.simagent --script '${1:-*:*=idle}'"
 }
 
 # The agent log of iteration $1, phase $2, in the project's latest run (fails if none).
@@ -57,7 +57,7 @@ log_has() {
 
 # How many processes carry this project's loop marker (must be 0 after any stop).
 marked_count() {
-  "${PY}" -c 'import sys; from genesis.proctree import marked; print(len(marked({"GENESIS_PROJECT_DIR": sys.argv[1]})))' \
+  "${PY}" -c 'import sys; from genesis.procs.proctree import marked; print(len(marked({"GENESIS_PROJECT_DIR": sys.argv[1]})))' \
     "$(cd "${PROJECT}" && pwd)"
 }
 

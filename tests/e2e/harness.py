@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from genesis.proctree import marked
-
 from conftest import alive, events_of, git, state_of
+from helpers import paths
 
-ROOT = Path(__file__).resolve().parents[2]
+from genesis.procs.proctree import marked
+
+ROOT = paths.ROOT
 TOOLS = ROOT / ".tools"
 LOOP = ROOT / "start-multi-agent-loop.sh"
 GENESIS = [sys.executable, "-m", "genesis"]

@@ -20,13 +20,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from genesis.proctree import marked
-
 from conftest import events_of, git, state_of
-from e2e.stub_api import StubAPI, slug
 from e2e.harness import GENESIS, LOOP, ROOT
+from e2e.stub_api import StubAPI, slug
 from e2e.test_claude_code import CLAUDE, claude  # noqa: F401  (claude is a fixture)
+
+from genesis.procs.proctree import marked
 
 pytestmark = pytest.mark.claude
 

@@ -16,11 +16,11 @@ import shlex
 from pathlib import Path
 
 import pytest
-
 from conftest import alive, events_of, git
 from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, genesis, installed
 from e2e.stubs.base import scenario_of
 from e2e.stubs.chat import MODEL, QUOTA, ChatStub, prompt_of, rate_limited, whole_edit
+
 from genesis import exitcodes
 
 AIDER = TOOLS / "aider" / "bin" / "aider"

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import alive, events_of, free_port, git, listening, wait_for
 from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, genesis, installed
 from e2e.stub_api import StubAPI

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import alive, events_of, state_of
 from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, calls, genesis, installed
 from e2e.stubs.responses import API_KEY_ENV, ResponsesStub, provider_config, usage_limit
+
 from genesis import exitcodes
 
 CODEX = TOOLS / "codex" / "node_modules" / ".bin" / "codex"

@@ -18,10 +18,10 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import alive, events_of
 from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, calls, genesis, installed
 from e2e.stubs.chat import QUOTA, ChatStub, rate_limited
+
 from genesis import exitcodes
 
 COPILOT = TOOLS / "copilot" / "node_modules" / ".bin" / "copilot"

@@ -15,10 +15,10 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import events_of
 from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, genesis, installed
 from e2e.stubs.gemini import MODEL, QUOTA_DAILY, GeminiStub, quota
+
 from genesis.agents.gemini.errors import next_pacific_midnight
 
 GEMINI = TOOLS / "gemini" / "node_modules" / ".bin" / "gemini"

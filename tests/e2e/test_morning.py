@@ -20,15 +20,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import wait_for
-from e2e.test_acceptance import fast_stub, plan_night  # noqa: F401  (fast_stub is a fixture)
 from e2e.harness import LOOP
+from e2e.test_acceptance import fast_stub, plan_night  # noqa: F401  (fast_stub is a fixture)
 from e2e.test_claude_code import claude  # noqa: F401  (a fixture)
 from e2e.test_night import night_env
-from genesis.ledger import Ledger
 from helpers.chromium import INSTALL_HINT, find_chromium, render
 from helpers.receiver import Receiver
+
+from genesis.ledger.store import Ledger
 
 pytestmark = pytest.mark.claude
 

@@ -20,11 +20,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-
-from e2e.stub_api import StubAPI, Window, slug
-from e2e.test_acceptance import (agent_log, checklist, commits, fast_stub, leftovers, of,  # noqa: F401
-                                 plan_night, run_events, run_to_end, user_env)
 from e2e.harness import LOOP
+from e2e.stub_api import StubAPI, Window, slug
+from e2e.test_acceptance import (agent_log, checklist, commits, fast_stub, leftovers, of, plan_night,  # noqa: F401
+                                 run_events, run_to_end, user_env)
 from e2e.test_claude_code import claude  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.claude

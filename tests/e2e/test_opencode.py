@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import events_of, state_of
 from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, calls, genesis, installed
-from e2e.stubs.chat import ChatStub, MODEL, rate_limited, tool_names
+from e2e.stubs.chat import MODEL, ChatStub, rate_limited, tool_names
+
 from genesis import exitcodes
 from genesis.agents.opencode import OpenCode
-from genesis.heartbeat import tool_event
+from genesis.health.heartbeat import tool_event
 
 OPENCODE = TOOLS / "opencode" / "node_modules" / ".bin" / "opencode"
 

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import alive, state_of
 from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, calls, genesis, installed
 from e2e.stubs.chat import ChatStub, error
+
 from genesis import exitcodes
 
 QWEN = TOOLS / "qwen" / "node_modules" / ".bin" / "qwen"

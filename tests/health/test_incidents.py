@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import free_port, listening, state_of, wait_for
+from helpers import paths
 
 from genesis.cli import cli
 from genesis.health import incidents
 from genesis.health.incidents import UnknownIncident, capture, list_incidents, read_incident, write
-from genesis.layout import UnsafeDir
-from genesis.proctree import identify
+from genesis.procs.proctree import identify
+from genesis.store.layout import UnsafeDir
 
-from conftest import free_port, listening, state_of, wait_for
-
-SPAWN = str(Path(__file__).parent.parent / "helpers" / "spawn.py")
+SPAWN = str(paths.SPAWN)
 NOW = 1795253712.0  # 2026-11-21T09:35:12Z
 CALL = {"t": NOW - 300, "event": "PreToolUse", "tool": "Bash", "id": "toolu_1", "hash": "ab12", "cmd": "pytest -x"}
 

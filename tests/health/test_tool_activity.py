@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from genesis.heartbeat import Heartbeat, hook_script
 from genesis.health.activity import Sample, Usage, compare
+from genesis.health.heartbeat import Heartbeat, hook_script
 from genesis.health.toolwatch import ToolWatch
-from genesis.proctree import ProcId
-from genesis.supervisor import AgentRun, Limits, supervise
+from genesis.procs.proctree import ProcId
+from genesis.watch.supervisor import AgentRun, Limits, supervise
 
 PRE = '{"hook_event_name":"PreToolUse","tool_name":"Bash","session_id":"s-1"}'
 POST = '{"hook_event_name":"PostToolUse","tool_name":"Bash","session_id":"s-1"}'

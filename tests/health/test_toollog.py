@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from genesis.heartbeat import hook_script
+from genesis.health.heartbeat import hook_script
 from genesis.health.toollog import (FAILURE, POST, PRE, ToolCall, commands, in_flight, input_hash, pairs, read_tail,
                                     rotate, tool_log_path)
 

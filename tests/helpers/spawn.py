@@ -29,7 +29,7 @@ def sleep_forever():
 def supervise(spec_file):
     from pathlib import Path
 
-    from genesis.supervisor import AgentRun, Limits, supervise
+    from genesis.watch.supervisor import AgentRun, Limits, supervise
 
     with open(spec_file) as fh:
         spec = json.load(fh)

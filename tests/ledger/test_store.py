@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 
-from genesis.ledger import Ledger, LedgerError
 from genesis.ledger import store
 from genesis.ledger.legacy import import_events
 from genesis.ledger.schema import VERSION
+from genesis.ledger.store import Ledger, LedgerError
 
 RUN = "run-1"
 

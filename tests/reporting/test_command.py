@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import state_of
+from helpers import paths
+
 from genesis.cli import cli
-from genesis.ledger import Ledger
-from genesis.looplock import hold
+from genesis.ledger.store import Ledger
 from genesis.reporting.command import since_epoch
+from genesis.store.looplock import hold
 
 H = 3600.0
 
@@ -83,7 +84,7 @@ def test_the_report_shows_the_latest_run(project):
 
 def test_the_report_through_the_installed_entry_point(project):
     record_run(project, "run-a", time.time() - H)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(paths.ROOT)}
     done = subprocess.run([sys.executable, "-m", "genesis", "--project", str(project), "report"], env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

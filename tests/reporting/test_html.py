@@ -9,11 +9,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from helpers.chromium import INSTALL_HINT, find_chromium, render
 
 from genesis.reporting.html import CSP, FORENSICS_LIMIT, MIN_BAR, render_html
 from genesis.reporting.model import IncidentRow, Night
-
-from helpers.chromium import INSTALL_HINT, find_chromium, render
 
 from .test_text import HOSTILE, T0, at, many_night, running_night, typical_night, utc  # noqa: F401 (utc: autouse)
 

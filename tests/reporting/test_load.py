@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 
 from genesis.health.incidents import Incident, write
-from genesis.layout import Layout
-from genesis.ledger import Ledger
-from genesis.reporting import UnknownRun, night, open_view, pick_run, run_events
-from genesis.reporting.load import MAX_FORENSICS
+from genesis.ledger.store import Ledger
+from genesis.reporting.load import MAX_FORENSICS, UnknownRun, night, open_view, pick_run, run_events
 from genesis.reporting.model import AlertRow, BreakerChange, CommitRow, Kpis, WaitRow
+from genesis.store.layout import Layout
 
 RUN = "20251121T000000Z-4242"
 T0 = float(calendar.timegm((2025, 11, 21, 0, 0, 0)))

@@ -8,19 +8,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import git, wait_for
 
 import genesis
-from conftest import git, wait_for
 from genesis import exitcodes
-from genesis.looplock import hold
-from genesis.status import Scanner, run_status
+from genesis.status.loops import Scanner
+from genesis.status.screen import run_status
+from genesis.store.looplock import hold
 
 PY = sys.executable
 RUN = "20251121T003000Z-777"
 
 # A stand-in for start-multi-agent-loop.sh that takes the project's loop lock the way the
 # real one does: the script keeps descriptor 9 open on the lock file, and a child step
-# flock()s it (genesis.looplock.acquire), then the script sleeps. LOCK_PROJECT names the
+# flock()s it (genesis.store.looplock.acquire), then the script sleeps. LOCK_PROJECT names the
 # project to lock; without it the script only looks like a loop.
 FAKE_LOOP = r"""#!/usr/bin/env bash
 set -euo pipefail
@@ -28,7 +29,7 @@ if [[ -n ${LOCK_PROJECT:-} ]]; then
   state="${LOCK_PROJECT}/.git/genesis"
   mkdir -p "${state}"
   exec 9>>"${state}/loop.lock"
-  "${PY}" -c 'import sys; from pathlib import Path; from genesis.looplock import acquire
+  "${PY}" -c 'import sys; from pathlib import Path; from genesis.store.looplock import acquire
 acquire(Path(sys.argv[1]), Path(sys.argv[2]), 9, int(sys.argv[3]), sys.argv[4])' \
     "${state}/loop.lock" "${state}/loop.json" "$$" "${RUN_ID}"
 fi

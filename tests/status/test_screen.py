@@ -14,13 +14,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 
 import genesis
-from conftest import wait_for
-from genesis.atomicio import write_json
-from genesis.ledger import Ledger
-from genesis.looplock import hold
-from genesis.status import layout_of
+from genesis.ledger.store import Ledger
+from genesis.status.view import layout_of
+from genesis.store.atomicio import write_json
+from genesis.store.looplock import hold
 
 PY = sys.executable
 RUN = "20251121T003000Z-555"

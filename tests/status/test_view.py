@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from genesis import exitcodes
-from genesis.atomicio import write_json
-from genesis.breaker import BreakerState
-from genesis.ledger import Ledger, iso
-from genesis.looplock import hold
-from genesis.status import build, layout_of, run_status
-from genesis.status.view import Beat, Breaker, LastRun, Phase, Wait, describe
+from genesis.ledger.store import Ledger, iso
+from genesis.loop.breaker import BreakerState
+from genesis.status.screen import run_status
+from genesis.status.view import Beat, Breaker, LastRun, Phase, Wait, build, describe, layout_of
+from genesis.store.atomicio import write_json
+from genesis.store.looplock import hold
 
 T0 = float(calendar.timegm((2025, 11, 21, 1, 30, 0)))   # 01:30 UTC; local time is UTC (see utc)
 MIDNIGHT = T0 - 5400
@@ -270,7 +270,7 @@ def test_a_breaker_file_that_is_not_one_is_reported_and_left_alone(project):
 
 
 def test_an_explicit_project_that_is_not_a_git_work_tree_is_refused(tmp_path):
-    from genesis.gitcmd import NotARepository
+    from genesis.repo.gitcmd import NotARepository
 
     with pytest.raises(NotARepository):
         run_status(tmp_path, out=io.StringIO())

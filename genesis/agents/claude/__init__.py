@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ..base import Adapter, Ending, OutputReader, TextReader
+from genesis.agents.base import Adapter, Ending, OutputReader, TextReader
 
 if TYPE_CHECKING:
-    from ...phases import Phase
+    from genesis.phases import Phase
 
 __all__ = ["ClaudeCode", "ClaudeTextReader", "output_format"]
 
@@ -35,7 +35,7 @@ class ClaudeTextReader(TextReader):
         self.now = now
 
     def ending(self, returncode: int | None) -> Ending:
-        from .messages import classify
+        from genesis.agents.claude.messages import classify
 
         if returncode in (0, None) or not self.last:
             return super().ending(returncode)
@@ -72,7 +72,7 @@ class ClaudeCode(Adapter):
 
     def reader(self, argv: tuple[str, ...], clock=None) -> OutputReader:
         if self.structured(argv):
-            from .stream import StreamReader
+            from genesis.agents.claude.stream import StreamReader
 
             return StreamReader(clock.mono) if clock is not None else StreamReader()
         return ClaudeTextReader(clock.wall if clock is not None else time.time)

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..hook.selftest import BROKEN, MALFORMED, NOT_INSTALLED, WORKING, HookCheck, HookCopy, Run, run_hook, why_not
-from .settings import (SCOPES, SCRIPT_NAME, SettingsError, is_ours, managed_settings_dir, read_settings,
-                       settings_path)
+from genesis.agents.claude.settings import (SCOPES, SCRIPT_NAME, SettingsError, is_ours, managed_settings_dir,
+                                            read_settings, settings_path)
+from genesis.agents.hook.selftest import (BROKEN, MALFORMED, NOT_INSTALLED, WORKING, HookCheck, HookCopy, Run, run_hook,
+                                          why_not)
 
 __all__ = ["HookCheck", "HookCopy", "self_test", "WORKING", "NOT_INSTALLED", "BROKEN", "MALFORMED"]
 

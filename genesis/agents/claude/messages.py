@@ -12,7 +12,7 @@ import datetime as dt
 import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..base import ApiError, Limit
+from genesis.agents.base import ApiError, Limit
 
 __all__ = ["classify"]
 

@@ -13,10 +13,10 @@ import json
 import time
 from typing import Any, Callable
 
-from ...agentlog import sanitize
-from ..base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
-from ..output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line,
-                      paragraph, parse, text, turns)
+from genesis.agents.base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
+from genesis.agents.output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number,
+                                   one_line, paragraph, parse, text, turns)
+from genesis.watch.agentlog import sanitize
 
 __all__ = ["StreamReader", "MAX_LINE_BYTES"]
 
@@ -186,7 +186,7 @@ class StreamReader(OutputReader):
 
     def _limit_from_words(self, source: dict[str, Any]) -> Limit:
         """A usage limit with no reset in the records: the CLI's sentence says when."""
-        from .messages import classify
+        from genesis.agents.claude.messages import classify
 
         said = self._said()
         found = classify(said, stamp(source.get("timestamp")) or self.wall()) if said else None

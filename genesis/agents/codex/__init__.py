@@ -15,12 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from ..base import Adapter, OutputReader, TextReader
-from .hooks import CODEX_HOOKS
+from genesis.agents.base import Adapter, OutputReader, TextReader
+from genesis.agents.codex.hooks import CODEX_HOOKS
 
 if TYPE_CHECKING:
-    from ...phases import Phase
-    from ..hook.selftest import HookCheck
+    from genesis.agents.hook.selftest import HookCheck
+    from genesis.phases import Phase
 
 __all__ = ["Codex", "CODEX_HOOKS"]
 
@@ -67,7 +67,7 @@ class Codex(Adapter):
 
     def reader(self, argv: tuple[str, ...], clock=None) -> OutputReader:
         if self.structured(argv):
-            from .stream import CodexReader
+            from genesis.agents.codex.stream import CodexReader
 
             return CodexReader(clock.mono, clock.wall) if clock is not None else CodexReader()
         return TextReader()
@@ -76,7 +76,7 @@ class Codex(Adapter):
         """The hook runs and beats, and Codex trusts it: an untrusted hook is skipped silently."""
         from dataclasses import replace
 
-        from ..hook.selftest import BROKEN, spec_self_test
+        from genesis.agents.hook.selftest import BROKEN, spec_self_test
 
         check = spec_self_test(CODEX_HOOKS, project, env, heartbeat)
         if not check.ok or check.path is None:

@@ -28,8 +28,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..hook.settingsfile import UNTOUCHED, Change, SettingsError, read_owned, read_settings, write_owned
-from ..hook.spec import SCRIPT_NAME, GroupedHooks, home_dir
+from genesis.agents.hook.settingsfile import UNTOUCHED, Change, SettingsError, read_owned, read_settings, write_owned
+from genesis.agents.hook.spec import SCRIPT_NAME, GroupedHooks, home_dir
 
 __all__ = ["CodexHooks", "CODEX_HOOKS", "config_dir", "trust_entries", "hook_hash", "hook_key", "trusted",
            "set_trust", "drop_trust", "CONFIG_FILE"]

@@ -14,13 +14,12 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from ..base import Adapter, Ending, OutputReader, TextReader
-from ..base import MAX_RESULT_CHARS
-from .hooks import COPILOT_HOOKS
-from .stream import CopilotJsonReader, classify
+from genesis.agents.base import MAX_RESULT_CHARS, Adapter, Ending, OutputReader, TextReader
+from genesis.agents.copilot.hooks import COPILOT_HOOKS
+from genesis.agents.copilot.stream import CopilotJsonReader, classify
 
 if TYPE_CHECKING:
-    from ...phases import Phase
+    from genesis.phases import Phase
 
 __all__ = ["CopilotCli", "CopilotTextReader", "text_error", "option"]
 

@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from ..hook.settingsfile import Change, SettingsError, open_for_edit, read_settings, same, save
-from ..hook.spec import HOOK_TIMEOUT, SCRIPT_NAME, HookSpec, home_dir
-from ...layout import private_dir
+from genesis.agents.hook.settingsfile import Change, SettingsError, open_for_edit, read_settings, same, save
+from genesis.agents.hook.spec import HOOK_TIMEOUT, SCRIPT_NAME, HookSpec, home_dir
+from genesis.store.layout import private_dir
 
 __all__ = ["CopilotHooks", "COPILOT_HOOKS", "config_dir", "FILE_NAME", "HOOK_EVENTS"]
 

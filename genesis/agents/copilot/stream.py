@@ -22,11 +22,11 @@ import json
 import time
 from typing import Any, Callable
 
-from ...agentlog import sanitize
-from ..base import MAX_RESULT_CHARS, ApiError, Ending, Limit, OutputReader, Result
-from ..claude.stream import keyed_tool_line, retryable_status
-from ..output import (ERROR_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, iso_time_ahead, number, one_line, paragraph,
-                      parse, text, turns)
+from genesis.agents.base import MAX_RESULT_CHARS, ApiError, Ending, Limit, OutputReader, Result
+from genesis.agents.claude.stream import keyed_tool_line, retryable_status
+from genesis.agents.output import (ERROR_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, iso_time_ahead, number, one_line,
+                                   paragraph, parse, text, turns)
+from genesis.watch.agentlog import sanitize
 
 __all__ = ["CopilotJsonReader", "classify", "NO_CREDIT"]
 

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from ..base import Adapter, OutputReader, TextReader
-from ..hook.spec import GroupedHooks, home_dir
+from genesis.agents.base import Adapter, OutputReader, TextReader
+from genesis.agents.hook.spec import GroupedHooks, home_dir
 
 if TYPE_CHECKING:
-    from ...phases import Phase
+    from genesis.phases import Phase
 
 __all__ = ["GeminiCli", "GEMINI_HOOKS", "GeminiHooks", "output_format", "config_dir"]
 
@@ -95,7 +95,7 @@ class GeminiCli(Adapter):
 
     def reader(self, argv: tuple[str, ...], clock=None) -> OutputReader:
         if self.structured(argv):
-            from .stream import GeminiStreamReader
+            from genesis.agents.gemini.stream import GeminiStreamReader
 
             return GeminiStreamReader(clock.mono, clock.wall) if clock is not None else GeminiStreamReader()
         return TextReader()

@@ -20,7 +20,7 @@ import json
 import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..base import ApiError, Limit
+from genesis.agents.base import ApiError, Limit
 
 __all__ = ["classify", "next_pacific_midnight", "FATAL_AUTH_EXIT", "MAX_RETRYABLE_DELAY"]
 

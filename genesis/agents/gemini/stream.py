@@ -19,11 +19,11 @@ import re
 import time
 from typing import Any, Callable
 
-from ...agentlog import sanitize
-from ..base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, OutputReader, Result
-from ..output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line,
-                      paragraph, parse, text)
-from .errors import FATAL_AUTH_EXIT, classify
+from genesis.agents.base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, OutputReader, Result
+from genesis.agents.gemini.errors import FATAL_AUTH_EXIT, classify
+from genesis.agents.output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number,
+                                   one_line, paragraph, parse, text)
+from genesis.watch.agentlog import sanitize
 
 __all__ = ["GeminiStreamReader", "MAX_ATTEMPTS"]
 

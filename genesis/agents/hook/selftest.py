@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from ...atomicio import write_text
-from ...heartbeat import read_heartbeat
-from .settingsfile import SettingsError, read_settings
-from .spec import SCRIPT_NAME, self_test_session
+from genesis.agents.hook.settingsfile import SettingsError, read_settings
+from genesis.agents.hook.spec import SCRIPT_NAME, self_test_session
+from genesis.health.heartbeat import read_heartbeat
+from genesis.store.atomicio import write_text
 
 if TYPE_CHECKING:
-    from .spec import HookSpec
+    from genesis.agents.hook.spec import HookSpec
 
 __all__ = ["HookCheck", "HookCopy", "Run", "run_hook", "why_not", "spec_self_test", "WORKING", "NOT_INSTALLED",
            "BROKEN", "MALFORMED"]

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...atomicio import CorruptFile, read_json, write_json
-from ...config import ConfigError
-from ...layout import private_dir
+from genesis.config import ConfigError
+from genesis.store.atomicio import CorruptFile, read_json, write_json
+from genesis.store.layout import private_dir
 
 __all__ = ["SettingsError", "Change", "read_settings", "open_for_edit", "save", "write_owned", "read_owned",
            "same", "install_record", "remember", "forget", "UNTOUCHED", "MAX_SETTINGS_BYTES"]

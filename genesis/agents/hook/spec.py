@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from .settingsfile import Change, SettingsError, forget, install_record, open_for_edit, read_settings, remember, same, save
-from ...layout import private_dir
+from genesis.agents.hook.settingsfile import (Change, SettingsError, forget, install_record, open_for_edit,
+                                              read_settings, remember, same, save)
+from genesis.store.layout import private_dir
 
 __all__ = ["HookSpec", "GroupedHooks", "SCRIPT_NAME", "HOOK_TIMEOUT", "home_dir", "self_test_session"]
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..base import Adapter, OutputReader, TextReader
-from .plugin import OPENCODE_HOOKS
+from genesis.agents.base import Adapter, OutputReader, TextReader
+from genesis.agents.opencode.plugin import OPENCODE_HOOKS
 
 if TYPE_CHECKING:
-    from ...phases import Phase
+    from genesis.phases import Phase
 
 __all__ = ["OpenCode", "output_format"]
 
@@ -62,7 +62,7 @@ class OpenCode(Adapter):
 
     def reader(self, argv: tuple[str, ...], clock=None) -> OutputReader:
         if self.structured(argv):
-            from .stream import OpenCodeReader
+            from genesis.agents.opencode.stream import OpenCodeReader
 
             return OpenCodeReader(clock.wall, clock.mono) if clock is not None else OpenCodeReader()
         return TextReader()

@@ -23,10 +23,10 @@ import re
 import time
 from typing import Any, Callable
 
-from ...agentlog import sanitize
-from ..base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
-from ..output import (ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line,
-                      paragraph, parse, text)
+from genesis.agents.base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
+from genesis.agents.output import (ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line,
+                                   paragraph, parse, text)
+from genesis.watch.agentlog import sanitize
 
 __all__ = ["OpenCodeReader", "classify", "MAX_LINE_BYTES"]
 

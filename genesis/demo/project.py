@@ -1,0 +1,67 @@
+"""The demo's throwaway project: a git repo, a task list, a tiny server, compressed knobs."""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["init_project", "DEMO_SCRIPT"]
+
+# The shipped phases and triggers on a two-task TASKS.md. Iteration 1: the Builder builds
+# the first task and leaves a server behind (reaped); the Criticizer, due because a task
+# awaits review, hangs on a silent subprocess (killed as stuck, an incident recorded, retried
+# once, stuck again: failed for the iteration); the Planner is skipped, a task is still open. Iteration 2: the second task is built and both are verified; nothing
+# is open, so the Planner runs and adds nothing: the work is done and the loop ends with 0.
+DEMO_SCRIPT = "1:Builder=build+server,1:Criticizer=hang,2:Builder=build,2:Criticizer=review,*:*=idle"
+
+SERVER = '''"""A tiny test server, as an agent might start one and forget it."""
+import http.server
+import sys
+
+port = int(sys.argv[1]) if len(sys.argv) > 1 else 8080
+http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler).serve_forever()
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def init_project(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    agent = f"{shlex.quote(sys.executable)} -m genesis.demo.simagent --port {port} --script '{DEMO_SCRIPT}'"
+    files = {
+        "README.md": "# Demo project\n\nA throwaway project for the Genesis demo.\n",
+        "TASKS.md": "# Tasks\n\n- [ ] Add a greeting\n- [ ] Serve it over HTTP\n",
+        "server/__init__.py": "",
+        "server/main.py": SERVER,
+        ".gitignore": "__pycache__/\n.claude/settings.local.json\n",
+        "orchestrator/genesis.conf": (
+            "# Demo settings: thresholds compressed to seconds.\n"
+            f"GENESIS_AGENT_CMD={shlex.quote(agent)}\n"
+            "GENESIS_MAX_ITERATIONS=10\n"
+            "ITERATION_PAUSE_SECONDS=1\n"
+            "HEARTBEAT_CHECK_INTERVAL=1\n"
+            "HEARTBEAT_STALE_SECONDS=4\n"
+            "AGENT_MAX_RUNTIME_SECONDS=60\n"
+            "KILL_GRACE_SECONDS=2\n"
+            "PHASE_RETRY_DELAY_SECONDS=2\n"
+            f"REAP_PORTS={port}\n"),
+    }
+    for rel, text in files.items():
+        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        (directory / rel).write_text(text)
+    git = ["git", "-c", "user.name=Genesis demo", "-c", "user.email=demo@localhost"]
+    subprocess.run(["git", "init", "-q", str(directory)], check=True)
+    subprocess.run(["git", "config", "user.name", "Genesis demo"], cwd=directory, check=True)
+    subprocess.run(["git", "config", "user.email", "demo@localhost"], cwd=directory, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=directory, check=True)
+    subprocess.run(git + ["commit", "-qm", "demo project"], cwd=directory, check=True)
+    print(directory)
+    return directory

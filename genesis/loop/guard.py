@@ -1,0 +1,199 @@
+"""Before every phase, put back what an agent broke in Genesis's own places.
+
+An agent runs `git clean -fdx`, `rm -rf orchestrator`, `chmod -R`, or edits the config in
+the middle of a night. None of that may switch its supervision off: folders are recreated
+and made private again, the hook is reinstalled where Genesis found it working, the
+breaker file is restored from the state the loop holds, and a config edit is reported
+and waits for the next start. Every repair is said and recorded, never a refusal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from genesis.config import CONFIG_FILE, MAX_CONFIG_BYTES
+from genesis.loop.breaker import BreakerState, BreakerStore
+from genesis.loop.step import Step, agent_env
+from genesis.store.atomicio import CorruptFile, check_room, read_bytes, read_json, write_json, write_text
+from genesis.store.layout import Layout, heal_dir
+
+if TYPE_CHECKING:
+    from genesis.agents.claude.hookcheck import HookCheck
+
+__all__ = ["heal", "breaker_store", "mirror_breaker", "guard_breaker", "guard_hook", "guard_config",
+           "record_hook", "config_digest"]
+
+
+CONSOLE_MAX = 64 << 20  # a night's status lines are far fewer
+
+
+def heal(step: Step, phase: str | None = None, iteration: int = 0) -> None:
+    """Everything below, in order; the hook only when a phase is about to run. First the
+    room to write at all: a full disk stops the loop cleanly (DiskFull, exit 6) before any
+    write fails half way or a working agent is blamed for heartbeats it could not write."""
+    check_room(step.layout.state_dir)
+    check_room(step.layout.run_dir(step.run_id))
+    heal_folders(step)
+    guard_breaker(step)
+    if phase is not None:
+        guard_hook(step, phase, iteration)
+
+
+def _repaired(step: Step, what: str) -> None:
+    step.say(f"repaired: {what}", "warn")
+    step.event("tamper", what=what)
+
+
+def heal_folders(step: Step) -> None:
+    lay = step.layout
+    for folder in (lay.state_dir, lay.heartbeat_dir):
+        fixed = heal_dir(folder)
+        if fixed:
+            _repaired(step, fixed)
+    run_dir = lay.run_dir(step.run_id)
+    if not run_dir.is_dir():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _repaired(step, f"the log folder {step.rel(run_dir)} was deleted; recreated")
+    elif not os.access(run_dir, os.W_OK | os.X_OK):
+        os.chmod(run_dir, 0o755)
+        _repaired(step, f"the log folder {step.rel(run_dir)} was not writable; reset to 755")
+    # Every status line goes to both: a console log shorter than its twin lost lines.
+    console, twin = lay.console_log(step.run_id), lay.console_copy(step.run_id)
+    if twin.is_file() and not twin.is_symlink() and _size(console) < _size(twin) <= CONSOLE_MAX:
+        write_text(console, read_bytes(twin, CONSOLE_MAX).decode("utf-8", "replace"))
+        _repaired(step, f"the console log {step.rel(console)} was deleted; restored from Genesis's copy")
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return -1
+
+
+# --- the breaker: the loop holds its truth; the user's file is a mirror while it runs ----
+
+def breaker_store(lay: Layout) -> BreakerStore:
+    return BreakerStore(lay.breaker_truth, lock_path=lay.breaker_lock)
+
+
+def _mirror_text(state: BreakerState) -> str:
+    return json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n"
+
+
+def mirror_breaker(lay: Layout, state: BreakerState) -> None:
+    lay.breaker_file.parent.mkdir(parents=True, exist_ok=True)
+    write_text(lay.breaker_file, _mirror_text(state))
+
+
+def guard_breaker(step: Step) -> None:
+    """Restore the breaker file if it vanished or changed under the running loop."""
+    lay = step.layout
+    state, _warning = breaker_store(lay).load()
+    expected = _mirror_text(state).encode()
+    try:
+        current: bytes | None = read_bytes(lay.breaker_file, 1 << 20)
+    except FileNotFoundError:
+        current = None
+    except (CorruptFile, OSError):
+        current = b""  # a symlink, a folder, unreadable: not the mirror
+    if current == expected:
+        return
+    if lay.breaker_file.is_symlink() or (lay.breaker_file.exists() and not lay.breaker_file.is_file()):
+        _move_aside(lay.breaker_file)  # a folder or a link planted in its place: kept, not followed
+    mirror_breaker(lay, state)
+    how = "deleted" if current is None else "changed"
+    _repaired(step, f"the breaker file {step.rel(lay.breaker_file)} was {how} while the loop ran; restored "
+                    f"({state.state}, {state.no_progress_count} without progress). The loop holds the breaker "
+                    f"while it runs: to reset it, stop the loop, then delete the file")
+
+
+def _move_aside(path: Path) -> None:
+    try:
+        os.rename(path, path.with_name(f"{path.name}.tampered-{os.getpid()}"))
+    except OSError:
+        pass
+
+
+# --- the hook -------------------------------------------------------------------------
+
+def record_hook(lay: Layout, check: "HookCheck") -> None:
+    """Remember where the hook was found working, to reinstall it there if it goes."""
+    if check.ok and check.scope in ("user", "project", "local") and check.path is not None:
+        write_json(lay.hook_record, {"scope": check.scope, "path": str(check.path)})
+
+
+def _hook_check(step: Step, phase: str, iteration: int) -> "HookCheck | None":
+    from genesis.agents import adapter_of
+
+    return adapter_of(step.cfg).hook_check(step.cfg.project, agent_env(step, phase, iteration),
+                                           step.layout.heartbeat_file(phase))
+
+
+def guard_hook(step: Step, phase: str, iteration: int) -> None:
+    """The same self-test as at start; a hook that went missing is reinstalled where it was."""
+    from genesis.agents import adapter_of
+    from genesis.agents.hook.settingsfile import SettingsError
+    from genesis.health.heartbeat import default_heartbeat_file, hook_script
+
+    lay = step.layout
+    try:
+        where = read_json(lay.hook_record)
+    except CorruptFile:
+        where = None
+    if not isinstance(where, dict) or not isinstance(where.get("path"), str):
+        return  # no hook worked at start (the start said so once): nothing to keep working
+    check = _hook_check(step, phase, iteration)
+    hooks = adapter_of(step.cfg).hooks
+    if check is None or check.ok or hooks is None:
+        return
+    path = Path(where["path"])
+    user_dir = default_heartbeat_file({k: v for k, v in os.environ.items()
+                                       if k != "GENESIS_HEARTBEAT_FILE"}).parent
+    try:
+        hooks.install(path, hooks.command_for(hook_script()), user_dir)
+    except (SettingsError, OSError) as exc:
+        step.say(f"{phase}: the heartbeat hook stopped working ({check.detail}) and could not be reinstalled "
+                 f"in {path}: {exc}", "error")
+        step.event("tamper", what=f"hook broken, not reinstalled: {check.detail}")
+        return
+    again = _hook_check(step, phase, iteration)
+    _repaired(step, f"the heartbeat hook stopped working ({check.detail}); reinstalled it in {path}"
+                    + ("" if again is not None and again.ok else
+                       f", but it still does not work: {again.detail if again else 'no check'}"))
+
+
+# --- the configuration: read once at start --------------------------------------------
+
+def config_digest(project: Path) -> str:
+    try:
+        return hashlib.sha256(read_bytes(project / CONFIG_FILE, MAX_CONFIG_BYTES * 16,
+                                         follow_symlinks=True)).hexdigest()
+    except FileNotFoundError:
+        return "missing"
+    except (CorruptFile, OSError):
+        return "unreadable"
+
+
+def guard_config(step: Step, started_digest: str) -> None:
+    """Report an edit of genesis.conf made during the run (once per edit); it is not applied."""
+    lay = step.layout
+    now = config_digest(step.cfg.project)
+    seen_file = lay.state_dir / "config-seen"
+    try:
+        seen = read_bytes(seen_file, 128).decode()
+    except (FileNotFoundError, CorruptFile, OSError):
+        seen = started_digest
+    if now == seen:
+        return
+    write_text(seen_file, now)
+    if now == started_digest:
+        step.say(f"{CONFIG_FILE} is back as it was at the start of the run", "info")
+        return
+    step.say(f"{CONFIG_FILE} changed during the run; the loop keeps the settings it started with, and the "
+             f"change takes effect at the next start", "warn")
+    step.event("config_changed", digest=now)

@@ -1,0 +1,119 @@
+"""What every step of the loop shares: its configuration, layout, run id and voice."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from genesis.config import Config
+from genesis.ledger.store import Ledger, LedgerError
+from genesis.procs.markers import markers_for
+from genesis.store.atomicio import DiskFull
+from genesis.store.layout import Layout, state_dir_of
+
+__all__ = ["Step", "StepFailed", "layout_for", "default_layout", "agent_env", "is_claude", "reads_prompt_from_stdin", "ledger_of"]
+
+Say = Callable[[str, str], None]
+
+_LEDGERS: dict[Path, Ledger] = {}  # one writer connection per ledger for the life of a step's process
+
+
+def ledger_of(layout: Layout) -> Ledger:
+    """The ledger of the layout's project, opened for writing once per process (an older
+    events.jsonl beside a new ledger is brought in first)."""
+    path = layout.ledger_file
+    if path not in _LEDGERS:
+        from genesis.ledger.legacy import import_events
+
+        fresh = not path.exists()
+        led = Ledger.open(path)
+        if fresh:
+            import_events(led, layout.legacy_events_file)
+        _LEDGERS[path] = led
+    return _LEDGERS[path]
+
+
+class StepFailed(Exception):
+    """A step cannot go on; carries the exit code the loop should stop with."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Step:
+    cfg: Config
+    layout: Layout
+    run_id: str
+    say: Say
+
+    def event(self, kind: str, /, **detail) -> None:
+        """Record an event in the ledger; when it cannot be (a full disk, a writer holding the
+        ledger past its bound), say it instead: the record is not lost on the user, and the
+        step goes on (on a full disk, to stop the loop cleanly at its next write)."""
+        from genesis.loop.raising import raise_ticket
+
+        try:
+            ledger_of(self.layout).record(self.run_id, kind, **detail)
+        except (DiskFull, LedgerError) as exc:
+            self.say(f"not recorded in the ledger: {kind} {str(detail)[:500]} ({exc})", "error")
+            if isinstance(exc, DiskFull):
+                raise_ticket(self, "disk_full", {"path": str(exc.path), "free": exc.free, "needed": exc.need})
+        raise_ticket(self, kind, detail)
+
+    def events(self, kinds: tuple[str, ...] | None = None, iteration: int | None = None) -> list[dict]:
+        """This run's events so far (of those kinds, in that iteration), oldest first."""
+        try:
+            return ledger_of(self.layout).events(self.run_id, kinds=kinds, iteration=iteration)
+        except LedgerError as exc:
+            self.say(f"cannot read the ledger ({exc}); going on without this run's history", "warn")
+            return []
+
+    def rel(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(Path.cwd()))
+        except ValueError:
+            return str(path)
+
+
+def layout_for(cfg: Config) -> Layout:
+    return Layout(cfg.project, cfg.log_dir, cfg.stop_flag, state_dir_of(cfg.project))
+
+
+def default_layout(project: Path, state_dir: Path | None = None) -> Layout:
+    """The project's layout with the default log and flag places, without validating the
+    whole configuration: enough for what never moves (the state folder, the breaker file),
+    so that a broken genesis.conf never hides them. NotARepository outside a git work tree."""
+    from genesis.config import KNOBS
+
+    project = Path(project).resolve()
+    defaults = {k.name: str(k.default) for k in KNOBS}
+    return Layout(project, project / defaults["GENESIS_LOG_DIR"], project / defaults["GENESIS_STOP_FLAG"],
+                  state_dir if state_dir is not None else state_dir_of(project))
+
+
+def is_claude(cfg: Config) -> bool:
+    from genesis.agents import adapter_of
+
+    return adapter_of(cfg).name == "claude"
+
+
+def agent_env(step: Step, phase: str, iteration: int) -> dict[str, str]:
+    """The environment of a phase's agent: what its CLI needs unattended (unless the user set
+    it), the caller's, the loop's markers and where to beat."""
+    from genesis.agents import adapter_of
+
+    # PWD too: the agent starts in the project, and some CLIs (opencode) trust $PWD over their real cwd.
+    return {**adapter_of(step.cfg).environment(), **os.environ, **markers_for(step.cfg.project, step.run_id),
+            "PWD": str(step.cfg.project), "GENESIS_AGENT": phase,
+            "GENESIS_HEARTBEAT_FILE": str(step.layout.heartbeat_file(phase)), "GENESIS_ITERATION": str(iteration)}
+
+
+def reads_prompt_from_stdin(cfg: Config) -> bool:
+    """`claude -p` takes its prompt on stdin when none is given: the way for a huge prompt."""
+    from genesis.agents import adapter_of
+
+    return adapter_of(cfg).prompt_on_stdin

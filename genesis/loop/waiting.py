@@ -1,0 +1,272 @@
+"""Waits the loop sits out instead of burning the night on them.
+
+- A usage limit: until its reset plus a margin, then the same phase again. A limit already
+  known is waited for before any agent runs, so at most one invocation meets it.
+- An API outage (or a transient API error): exponential backoff with jitter, then the same
+  phase again, until the outage has lasted GENESIS_MAX_OUTAGE_MINUTES.
+- A breaker's cooldown (opt-in): then one trial iteration.
+
+The step that meets the cause plans the wait (one pending wait, in <state>/wait.json) and
+exits WAIT; the loop then runs `genesis wait`, which sits it out with a countdown, can be
+ended by Ctrl-C or `genesis stop`, and records it. None of it counts as no progress.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Callable
+
+from genesis import exitcodes
+from genesis.clock import Clock, SystemClock
+from genesis.loop import breaker
+from genesis.store.atomicio import CorruptFile, read_json, write_json
+from genesis.words import duration
+
+if TYPE_CHECKING:
+    from genesis.agents.base import ApiError, Limit
+    from genesis.loop.step import Step
+
+__all__ = ["Pending", "plan", "backoff", "known_limit", "plan_limit", "plan_outage", "plan_cooldown", "sit_out",
+           "UNKNOWN_RESET", "JITTER"]
+
+JITTER = 0.2             # a backoff delay is up to this fraction shorter than the schedule
+UNKNOWN_RESET = 3600.0   # a limit that names no reset time: wait an hour (within the max wait)
+PROGRESS_EVERY = 600.0   # a line in the console log this often during a long wait
+TTY_TICK = 1.0
+
+
+@dataclass(frozen=True)
+class Pending:
+    run_id: str
+    kind: str            # "limit" | "outage" | "cooldown" | "retry"
+    until: float         # epoch seconds
+    reason: str
+    phase: str = ""
+    iteration: int = 0
+    attempt: int = 0
+
+    @classmethod
+    def from_json(cls, data: object) -> "Pending | None":
+        try:
+            pending = cls(**data)  # type: ignore[arg-type]
+        except TypeError:
+            return None
+        ok = (isinstance(pending.until, (int, float)) and pending.kind in LABELS
+              and isinstance(pending.run_id, str))
+        return pending if ok else None
+
+
+def backoff(attempt: int, first: float, cap: float, rng: Callable[[], float] = random.random) -> float:
+    """The wait before retry `attempt` (1, 2, ...): first doubling up to cap, up to JITTER shorter
+    (so that many loops hit by one outage do not come back in step), never longer."""
+    base = min(cap, first * 2 ** max(0, attempt - 1))
+    return base * (1 - JITTER * rng())
+
+
+def _clock_time(epoch: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(epoch))
+
+
+def _when(epoch: float) -> str:
+    """A reset time a user can act on: local time with its zone, and UTC."""
+    local = time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(epoch))
+    return f"{local} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(epoch))})"
+
+
+# --- planning ---------------------------------------------------------------------------
+
+def plan(step: "Step", pending: Pending) -> int:
+    write_json(step.layout.wait_file, asdict(pending))
+    return exitcodes.WAIT
+
+
+def known_limit(step: "Step", now: float) -> "Limit | None":
+    """The usage limit met last (by any run of this project) if its reset is still ahead."""
+    from genesis.agents.base import Limit
+
+    try:
+        data = read_json(step.layout.limit_file)
+    except CorruptFile:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("resets_at"), (int, float)):
+        return None
+    if data["resets_at"] + step.cfg.limit_margin <= now:
+        return None
+    return Limit(float(data["resets_at"]), str(data.get("kind", "")), str(data.get("message", "")))
+
+
+def plan_limit(step: "Step", limit: "Limit", phase: str, iteration: int, now: float, known: bool = False) -> int:
+    """Wait for the reset (plus the margin) and retry the phase; a reset beyond
+    GENESIS_MAX_LIMIT_WAIT stops the loop, saying when to restart. `known`: met earlier, so
+    the agent was not called this time."""
+    cfg, say = step.cfg, step.say
+    resets_at, kind, message = limit.resets_at, limit.kind, limit.message
+    guessed = resets_at is None
+    if guessed:
+        resets_at = now + UNKNOWN_RESET
+        say(f"{phase}: the usage limit names no reset time; assuming {duration(UNKNOWN_RESET)}", "warn")
+    if not known:
+        write_json(step.layout.limit_file, {"resets_at": resets_at, "kind": kind, "message": message,
+                                            "guessed": guessed, "seen_at": now})
+    what = f"usage limit{f' ({kind})' if kind else ''}"
+    if resets_at - now > cfg.max_limit_wait:
+        say(f"{phase}: {what}: {message!r}. It resets at {_when(resets_at)}, later than GENESIS_MAX_LIMIT_WAIT "
+            f"({duration(cfg.max_limit_wait)}): stopping. Restart the loop after {_when(resets_at)}", "error")
+        step.event("limit_stop", phase=phase, iteration=iteration, resets_at=resets_at, kind=kind, message=message)
+        return exitcodes.USAGE_LIMIT
+    until = resets_at + cfg.limit_margin
+    how = "already known, so the agent is not called" if known else f"the agent said {message!r}"
+    say(f"{phase}: {what} until {_clock_time(resets_at)} ({how}); the phase runs again at {_clock_time(until)}",
+        "warn")
+    return plan(step, Pending(step.run_id, "limit", until, f"{what}, resets {_when(resets_at)}", phase,
+                               iteration))
+
+
+def outage_so_far(step: "Step") -> tuple[int, float | None]:
+    """(phases in a row that ended in an API outage, when the first of them started)."""
+    count, since = 0, None
+    for e in reversed(step.events(kinds=("phase_end",))):
+        if e.get("event") != "phase_end":
+            continue
+        if e.get("ending") != "outage":
+            break
+        count += 1
+        since = e.get("started") if isinstance(e.get("started"), (int, float)) else since
+    return count, since
+
+
+def plan_outage(step: "Step", error: "ApiError", phase: str, iteration: int, now: float,
+                rng: Callable[[], float] = random.random) -> int:
+    """Back off and retry the phase; an outage longer than GENESIS_MAX_OUTAGE_MINUTES stops."""
+    cfg, say = step.cfg, step.say
+    attempt, since = outage_so_far(step)
+    attempt = max(attempt, 1)
+    lasted = now - since if since is not None else 0.0
+    status = f"{error.status} " if error.status else ""
+    if lasted >= cfg.max_outage:
+        say(f"{phase}: the model API has failed for {duration(lasted)} ({status}{error.code}: {error.message}), "
+            f"longer than GENESIS_MAX_OUTAGE_MINUTES ({duration(cfg.max_outage)}): stopping. Restart when the "
+            f"API is back", "error")
+        step.event("outage_stop", phase=phase, iteration=iteration, lasted=round(lasted, 1), attempts=attempt)
+        return exitcodes.API_OUTAGE
+    delay = backoff(attempt, cfg.backoff_first, cfg.backoff_max, rng)
+    say(f"{phase}: API error ({status}{error.code}): {error.message}; retry {attempt} in {duration(delay)} "
+        f"(outage so far {duration(lasted)}, stops after {duration(cfg.max_outage)})", "warn")
+    return plan(step, Pending(step.run_id, "outage", now + delay, f"API error {status}{error.code}", phase,
+                               iteration, attempt))
+
+
+def plan_cooldown(step: "Step", seconds: float, iteration: int, now: float) -> int:
+    """Let an OPEN breaker cool down, then one trial iteration (CB_COOLDOWN_MINUTES)."""
+    from genesis.loop.guard import breaker_store
+
+    state, _ = breaker_store(step.layout).update(lambda s: breaker.plan_trial(s, now, seconds))
+    step.say(f"breaker OPEN: cooling down for {duration(seconds)}, then a trial iteration (trial "
+             f"{state.trials + 1} of {step.cfg.cb_max_trials})", "warn")
+    return plan(step, Pending(step.run_id, "cooldown", now + seconds, "breaker cooldown", "", iteration,
+                               state.trials + 1))
+
+
+# --- sitting it out -------------------------------------------------------------------------
+
+class _Stopped(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise(signum: int, _frame: object) -> None:
+    raise _Stopped(signum)
+
+
+LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "breaker cooldown",
+          "retry": "retry of a stuck phase"}
+
+
+def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | None = None,
+            ceiling: float | None = None, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Sit out the pending wait of this run, if any: OK when it is over (or the stop flag
+    ended it early: the loop then stops), MAX_RUNTIME when it would end past the run's
+    ceiling (`ceiling`, epoch), 128+n on a stop signal."""
+    clock = clock or SystemClock()
+    lay, say = step.layout, step.say
+    try:
+        pending = Pending.from_json(read_json(lay.wait_file))
+    except CorruptFile:
+        pending = None
+    if pending is None or pending.run_id != step.run_id:
+        return exitcodes.OK
+    label = LABELS[pending.kind]
+    start_wall, start_mono = clock.wall(), clock.mono()
+    left = max(0.0, pending.until - start_wall)
+    if ceiling is not None and pending.until > ceiling:
+        say(f"{label}: the wait would end at {_clock_time(pending.until)}, after the run's ceiling "
+            f"(GENESIS_MAX_RUNTIME_HOURS, {_clock_time(ceiling)}): stopping now", "error")
+        _clear(step)
+        return exitcodes.MAX_RUNTIME
+    how, code = "done", exitcodes.OK
+    # A stop signal ends the wait; the handlers are restored only if none came (once one
+    # came, later ones are ignored while the wait's end is recorded, then the step exits).
+    # They are in place before the wait is recorded as begun: a signal that comes once the
+    # wait shows in the ledger always ends it with its end recorded.
+    old = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    tty = sys.stderr.isatty()
+    next_line = start_mono + PROGRESS_EVERY
+    try:
+        step.event("wait_start", kind=pending.kind, until=pending.until, seconds=round(left, 1),
+                   phase=pending.phase, iteration=pending.iteration, attempt=pending.attempt, reason=pending.reason)
+        say(f"{label}: waiting {duration(left)}, until {_clock_time(pending.until)} ({pending.reason}); Ctrl-C or "
+            f"`genesis stop` ends the wait", "warn")
+        while True:
+            remaining = pending.until - clock.wall()  # wall clock: a reset is a time of day, suspend or not
+            if remaining <= 0:
+                break
+            if stop_requested():
+                how = "stopped"
+                say(f"{label}: the stop flag says false: the wait ends and the loop stops", "warn")
+                break
+            if tty:
+                sys.stderr.write(f"\r\033[K[genesis {time.strftime('%H:%M:%S')}] {label}: {duration(remaining)} "
+                                 f"left (until {_clock_time(pending.until)})")
+                sys.stderr.flush()
+            elif clock.mono() >= next_line:
+                next_line += PROGRESS_EVERY
+                say(f"{label}: {duration(remaining)} left, until {_clock_time(pending.until)}", "info")
+            sleep(min(TTY_TICK, remaining))
+    except _Stopped as exc:
+        for sig in old:
+            signal.signal(sig, signal.SIG_IGN)
+        how, code = "interrupted", 128 + exc.signum
+    finally:
+        if tty:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+        if code == exitcodes.OK:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+    waited = clock.mono() - start_mono
+    _clear(step)
+    step.event("wait_end", kind=pending.kind, epoch=clock.wall(), waited=round(waited, 2), how=how,
+               phase=pending.phase, iteration=pending.iteration)
+    if how == "done":
+        say(f"{label}: waited {duration(waited)}; going on", "ok")
+        if pending.kind == "cooldown":
+            now = clock.wall()
+            from genesis.loop.guard import breaker_store, mirror_breaker
+
+            state, _ = breaker_store(lay).update(lambda s: breaker.start_trial(s, now, step.cfg.cb_max_trials))
+
+            mirror_breaker(lay, state)
+            say(f"breaker {state.state}: trial {state.trials} of {step.cfg.cb_max_trials}; progress closes it", "warn")
+    return code
+
+
+def _clear(step: "Step") -> None:
+    try:
+        step.layout.wait_file.unlink()
+    except FileNotFoundError:
+        pass

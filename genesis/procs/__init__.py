@@ -1,0 +1,1 @@
+"""Processes: identity, ownership, killing a tree, reaping leftovers."""

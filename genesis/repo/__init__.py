@@ -1,0 +1,1 @@
+"""The project's repository: git within bounds, progress, auto-commit, what a phase did."""

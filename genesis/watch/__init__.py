@@ -1,0 +1,1 @@
+"""One phase's agent under watch: started, watched, ended."""

@@ -1,0 +1,166 @@
+"""Waits: planning a usage limit's, an outage's and a cooldown's, and sitting them out.
+
+Real files in a real project's state folder; time is an injected clock, so a five-hour
+wait takes no time and the countdown's decisions are exact.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from genesis import exitcodes
+from genesis.agents.base import ApiError, Limit
+from genesis.config import resolve
+from genesis.loop import breaker
+from genesis.loop.step import Step, layout_for
+from genesis.loop.waiting import JITTER, backoff, known_limit, plan_cooldown, plan_limit, plan_outage, sit_out
+from genesis.store.layout import private_dir
+
+RUN = "run-1"
+NOW = 1_800_000_000.0
+
+
+class FakeClock:
+    """Wall and monotonic time that move only when the code under test sleeps."""
+
+    def __init__(self, wall: float):
+        self.t, self.start = wall, wall
+        self.sleeps: list[float] = []
+
+    def wall(self) -> float:
+        return self.t
+
+    def mono(self) -> float:
+        return self.t - self.start
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+
+
+@pytest.fixture
+def said() -> list[tuple[str, str]]:
+    return []
+
+
+@pytest.fixture
+def step(project: Path, said):
+    cfg = resolve(project, env={})
+    lay = layout_for(cfg)
+    private_dir(lay.state_dir)
+    made = Step(cfg, lay, RUN, lambda msg, kind="info": said.append((kind, msg)))
+    made.event("loop_start")
+    return made
+
+
+def with_cfg(step: Step, **changes) -> Step:
+    return Step(replace(step.cfg, **changes), step.layout, step.run_id, step.say)
+
+
+def evs(step: Step, kind: str) -> list[dict]:
+    return step.events(kinds=(kind,))
+
+
+def test_backoff_doubles_to_its_cap_and_jitter_only_shortens():
+    assert [backoff(n, 30, 900, rng=lambda: 0.0) for n in range(1, 8)] == [30, 60, 120, 240, 480, 900, 900]
+    assert backoff(3, 30, 900, rng=lambda: 1.0) == pytest.approx(120 * (1 - JITTER))
+    assert backoff(1, 30, 900, rng=lambda: 0.5) == pytest.approx(30 * (1 - JITTER / 2))
+
+
+def test_a_limit_is_waited_to_its_reset_plus_the_margin_then_known(step):
+    limit = Limit(NOW + 3600, "five_hour", "You've hit your 5-hour limit · resets 5:13am (UTC)")
+    assert plan_limit(step, limit, "Builder", 2, NOW) == exitcodes.WAIT
+    pending = json.loads(step.layout.wait_file.read_text())
+    assert (pending["kind"], pending["until"], pending["phase"], pending["iteration"]) == \
+        ("limit", NOW + 3600 + 60, "Builder", 2)
+    # Until the reset (and its margin) has passed, the limit is known: no agent is started.
+    assert known_limit(step, NOW + 3600 + 59) == limit
+    assert known_limit(step, NOW + 3600 + 60) is None
+
+
+def test_a_limit_beyond_the_longest_wait_stops_and_says_when_to_restart(step, said):
+    limit = Limit(NOW + 3 * 86400, "seven_day", "You've hit your weekly limit · resets Nov 25, 11:24pm (UTC)")
+    assert plan_limit(step, limit, "Builder", 1, NOW) == exitcodes.USAGE_LIMIT
+    assert not step.layout.wait_file.exists()
+    kind, message = said[-1]
+    assert kind == "error" and "GENESIS_MAX_LIMIT_WAIT" in message and "Restart the loop after" in message
+    assert evs(step, "limit_stop")[0]["resets_at"] == NOW + 3 * 86400
+
+
+def test_a_limit_with_no_reset_time_waits_an_hour(step):
+    assert plan_limit(step, Limit(None, "", "You've hit your limit"), "Builder", 1, NOW) == exitcodes.WAIT
+    assert json.loads(step.layout.wait_file.read_text())["until"] == NOW + 3600 + 60
+
+
+def phase_end(step: Step, ending: str, started: float) -> None:
+    step.event("phase_end", iteration=1, phase="Builder", ending=ending, started=started)
+
+
+def test_an_outage_backs_off_per_attempt_and_stops_after_its_maximum(step, said):
+    err = ApiError(True, 529, "server_error", "API Error: 529 Overloaded")
+    phase_end(step, "finished", NOW - 500)
+    phase_end(step, "outage", NOW - 100)
+    assert plan_outage(step, err, "Builder", 1, NOW, rng=lambda: 0.0) == exitcodes.WAIT
+    assert json.loads(step.layout.wait_file.read_text())["until"] == NOW + 30
+    phase_end(step, "outage", NOW + 40)
+    assert plan_outage(step, err, "Builder", 1, NOW + 60, rng=lambda: 0.0) == exitcodes.WAIT
+    pending = json.loads(step.layout.wait_file.read_text())
+    assert (pending["attempt"], pending["until"]) == (2, NOW + 60 + 60)
+    # The outage began with the first failing phase; past the maximum, the loop stops.
+    assert plan_outage(step, err, "Builder", 1, NOW - 100 + 7200, rng=lambda: 0.0) == exitcodes.API_OUTAGE
+    assert "GENESIS_MAX_OUTAGE_MINUTES" in said[-1][1]
+
+
+def test_sitting_out_a_wait_counts_down_records_it_and_clears_it(step):
+    plan_limit(step, Limit(NOW + 120, "five_hour", "limit"), "Builder", 3, NOW)
+    clock = FakeClock(NOW)
+    assert sit_out(step, lambda: False, clock, sleep=clock.sleep) == exitcodes.OK
+    assert clock.t == NOW + 180 and max(clock.sleeps) <= 1.0
+    start, end = evs(step, "wait_start")[0], evs(step, "wait_end")[0]
+    assert (start["kind"], start["until"], start["phase"], start["iteration"]) == ("limit", NOW + 180, "Builder", 3)
+    assert (end["how"], end["waited"]) == ("done", 180)
+    assert not step.layout.wait_file.exists()
+    assert sit_out(step, lambda: False, clock, sleep=clock.sleep) == exitcodes.OK  # nothing pending now
+    assert len(evs(step, "wait_start")) == 1
+
+
+def test_the_stop_flag_ends_a_wait_early(step):
+    plan_limit(step, Limit(NOW + 3600, "five_hour", "limit"), "Builder", 1, NOW)
+    clock = FakeClock(NOW)
+    assert sit_out(step, lambda: clock.t >= NOW + 10, clock, sleep=clock.sleep) == exitcodes.OK
+    assert clock.t == NOW + 10
+    assert evs(step, "wait_end")[0]["how"] == "stopped"
+
+
+def test_a_wait_past_the_runtime_ceiling_stops_at_once(step):
+    plan_limit(step, Limit(NOW + 3600, "five_hour", "limit"), "Builder", 1, NOW)
+    clock = FakeClock(NOW)
+    assert sit_out(step, lambda: False, clock, ceiling=NOW + 1800, sleep=clock.sleep) == exitcodes.MAX_RUNTIME
+    assert clock.sleeps == [] and not step.layout.wait_file.exists()
+
+
+def test_another_runs_pending_wait_is_not_sat_out(step):
+    plan_limit(step, Limit(NOW + 3600, "five_hour", "limit"), "Builder", 1, NOW)
+    other = Step(step.cfg, step.layout, "run-2", step.say)
+    clock = FakeClock(NOW)
+    assert sit_out(other, lambda: False, clock, sleep=clock.sleep) == exitcodes.OK
+    assert clock.sleeps == []
+
+
+def test_a_cooldown_ends_in_a_trial_iteration(step):
+    step = with_cfg(step, cb_cooldown=60.0, cb_max_trials=3)
+    store = breaker.BreakerStore(step.layout.breaker_truth, lock_path=step.layout.breaker_lock)
+    for n in range(1, 6):
+        store.update(lambda s, n=n: breaker.record(s, n, False, NOW, 3, 5))
+    assert plan_cooldown(step, 60.0, 5, NOW) == exitcodes.WAIT
+    assert store.load()[0].retry_at is not None
+    clock = FakeClock(NOW)
+    assert sit_out(step, lambda: False, clock, sleep=clock.sleep) == exitcodes.OK
+    state = store.load()[0]
+    assert (state.state, state.trials) == (breaker.HALF_OPEN, 1)
+    mirror = json.loads(step.layout.breaker_file.read_text())
+    assert (mirror["state"], mirror["trials"]) == (breaker.HALF_OPEN, 1)

@@ -1,0 +1,144 @@
+"""Auto-commit in a work tree the agent controls: its hooks stay off, what git starts carries
+the loop's markers, and every git call is bounded (real repositories, real processes)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import psutil
+import pytest
+from conftest import LISTEN, alive, free_port, git, listening, wait_for
+
+from genesis.procs.reaper import markers_for
+from genesis.repo.autocommit import commit, user_changes
+from genesis.repo.gitcmd import GitFailed, GitTimeout
+
+HOOKS = ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-index-change",
+         "reference-transaction")
+
+
+def install_hooks(project, tmp_path, port: int) -> None:
+    """The hooks an agent could plant: each notes that it ran; pre-commit also starts a server."""
+    (tmp_path / "server.py").write_text(LISTEN)
+    hooks = project / ".git" / "hooks"
+    for name in HOOKS:
+        body = f'#!/bin/sh\necho {name} >> "{tmp_path / "hooks-ran"}"\n'
+        if name == "pre-commit":
+            body += f'"{sys.executable}" "{tmp_path / "server.py"}" {port} &\necho $! > "{tmp_path / "server.pid"}"\n'
+        (hooks / name).write_text(body)
+        (hooks / name).chmod(0o755)
+
+
+def last_message(project) -> str:
+    return git(project, "log", "-1", "--format=%s").strip()
+
+
+@pytest.mark.fault(31)
+def test_by_default_no_hook_of_the_repository_runs(project, tmp_path):
+    port = free_port()
+    install_hooks(project, tmp_path, port)
+    (project / "work.py").write_text("x = 1\n")
+    markers = markers_for(project, "run-31")
+    result = commit(project, "genesis: Builder, iteration 1 (finished)", [], push=False, markers=markers)
+    assert result.committed and not result.error
+    assert not (tmp_path / "hooks-ran").exists()  # checked first: the test's own git runs them
+    assert not listening(port)
+    assert last_message(project) == "genesis: Builder, iteration 1 (finished)"
+    assert git(project, "status", "--porcelain") == ""
+
+
+@pytest.mark.fault(31)
+def test_with_run_hooks_the_hooks_run_and_what_they_start_carries_the_markers(project, tmp_path):
+    port = free_port()
+    install_hooks(project, tmp_path, port)
+    (project / "work.py").write_text("x = 1\n")
+    markers = markers_for(project, "run-31")
+    try:
+        result = commit(project, "genesis: Builder, iteration 1 (finished)", [], push=False, markers=markers,
+                        run_hooks=True)
+        assert result.committed and not result.error
+        ran = (tmp_path / "hooks-ran").read_text().split()
+        assert {"pre-commit", "commit-msg", "post-commit"} <= set(ran)
+        wait_for(lambda: listening(port), what="the hook's server to listen")
+        server = psutil.Process(int((tmp_path / "server.pid").read_text()))
+        env = server.environ()
+        assert {key: env.get(key) for key in markers} == markers
+    finally:
+        if (tmp_path / "server.pid").exists():
+            pid = int((tmp_path / "server.pid").read_text())
+            if alive(pid):
+                psutil.Process(pid).kill()
+
+
+@pytest.mark.fault(31)
+def test_filters_stay_on_for_add_and_carry_the_markers(project, tmp_path):
+    # A clean filter like git-lfs's: the committed blob is what it made of the file.
+    (project / ".gitattributes").write_text("*.big filter=up\n")
+    git(project, "config", "filter.up.clean", f'env > "{tmp_path / "filter-env"}"; tr a-z A-Z')
+    git(project, "config", "filter.up.smudge", "cat")
+    (project / "data.big").write_text("payload\n")
+    markers = markers_for(project, "run-31")
+    assert commit(project, "with a filter", [], push=False, markers=markers).committed
+    assert git(project, "show", "HEAD:data.big") == "PAYLOAD\n"
+    seen = dict(line.split("=", 1) for line in (tmp_path / "filter-env").read_text().splitlines() if "=" in line)
+    assert {key: seen.get(key) for key in markers} == markers
+
+
+@pytest.mark.fault(31)
+def test_a_hanging_filter_in_add_is_killed_with_its_group_and_reported(project, tmp_path):
+    (project / ".gitattributes").write_text("*.txt filter=hang\n")
+    git(project, "config", "filter.hang.clean", "sleep 1041; cat")
+    (project / "a.txt").write_text("a\n")
+    head = git(project, "rev-parse", "HEAD")
+    result = commit(project, "never", [], push=False, timeout=1)
+    assert not result.committed
+    assert result.error.startswith("`git add -A` ran for more than 1s in ")
+    assert "killed with everything it started" in result.error
+    assert git(project, "rev-parse", "HEAD") == head
+    wait_for(lambda: not any("sleep 1041" in " ".join(p.info["cmdline"] or []) and alive(p.pid)
+                             for p in psutil.process_iter(["cmdline"])), what="the filter's sleep to be gone")
+
+
+@pytest.mark.fault(31)
+def test_user_changes_runs_no_fsmonitor_and_no_hook(project, tmp_path):
+    git(project, "config", "core.fsmonitor", f'touch "{tmp_path / "fsmonitor-ran"}"; sleep 1042')
+    install_hooks(project, tmp_path, free_port())
+    (project / "README.md").write_text("changed\n")
+    (project / "new.txt").write_text("new\n")
+    found = user_changes(project, timeout=30)
+    assert found.changed == ("README.md",) and found.untracked == ("new.txt",)
+    assert not (tmp_path / "fsmonitor-ran").exists() and not (tmp_path / "hooks-ran").exists()
+
+
+def test_user_changes_that_hang_raise_a_timeout_naming_git_status(project):
+    (project / ".gitattributes").write_text("README.md filter=hang\n")
+    git(project, "config", "filter.hang.clean", "sleep 1043; cat")
+    st = os.stat(project / "README.md")
+    os.utime(project / "README.md", ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))  # same size: git must look
+    with pytest.raises(GitTimeout, match=r"^`git status --porcelain=v1 .*` ran for more than 1s") as caught:
+        user_changes(project, timeout=1)
+    assert isinstance(caught.value, RuntimeError) and isinstance(caught.value, GitFailed)
+
+
+def test_user_changes_keeps_names_git_cannot_decode(project):
+    name = os.fsdecode(b"caf\xe9.txt")
+    (project / name).write_text("x")
+    found = user_changes(project)
+    assert found.untracked == (name,)
+    result = commit(project, "agent work", [], push=False, keep_out=list(found.untracked))
+    assert not result.committed and not result.error  # the user's file alone: nothing to commit
+    status = subprocess.run(["git", "status", "--porcelain", "-z"], cwd=project, capture_output=True, check=True)
+    assert status.stdout == b"?? caf\xe9.txt\0"
+
+
+def test_a_failing_commit_says_why(project):
+    hook = project / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho 'refused by the pre-commit hook' >&2\nexit 1\n")
+    hook.chmod(hook.stat().st_mode | stat.S_IXUSR)
+    (project / "a.py").write_text("x\n")
+    result = commit(project, "work", [], push=False, run_hooks=True)
+    assert not result.committed and result.error == "git commit failed: refused by the pre-commit hook"
+    assert commit(project, "work", [], push=False).committed  # hooks off by default
