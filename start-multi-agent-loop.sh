@@ -18,10 +18,18 @@
 set -euo pipefail
 set -o errtrace  # the ERR trap also fires inside functions, so no failure goes unreported
 
+# Exit codes: EXIT_<name> is <name> in genesis/exitcodes.py, and tests/test_exit_codes.py checks
+# it. Nothing below this block spells a code as a number.
+readonly EXIT_OK=0 EXIT_ERROR=1 EXIT_USAGE=2 EXIT_BREAKER_OPEN=3 EXIT_DISK_FULL=6 EXIT_WATCHER_LOST=7
+readonly EXIT_STEP_TIMEOUT=8 EXIT_USAGE_LIMIT=20 EXIT_API_OUTAGE=21 EXIT_AGENT_FATAL=22 EXIT_MAX_RUNTIME=23
+readonly EXIT_MAX_COST=24 EXIT_RECOVERY_SPENT=25
+readonly EXIT_INTERRUPTED_HUP=129 EXIT_INTERRUPTED_INT=130 EXIT_INTERRUPTED_TERM=143
+# Only steps end with these, never the loop: a phase ended and the loop goes on; a wait; the work is done.
+readonly EXIT_AGENT_FAILED=10 EXIT_PHASE_SKIPPED=11 EXIT_AGENT_STALE=124 EXIT_AGENT_OVERTIME=125
+readonly EXIT_WAIT=12 EXIT_WORK_DONE=13
+
 GENESIS_HOME="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly GENESIS_HOME
-readonly EXIT_ERROR=1 EXIT_USAGE=2 EXIT_BREAKER_OPEN=3 EXIT_DISK_FULL=6 EXIT_WATCHER_LOST=7 EXIT_STEP_TIMEOUT=8
-readonly STEP_WAIT=12 STEP_WORK_DONE=13  # between steps only: sit out a wait; the work is finished
 
 project="."
 demo=0
@@ -168,17 +176,19 @@ read_settings() {
 after_step() {
   local rc="$1" line="$2"
   case "${rc}" in
-    0) return 0 ;;
+    "${EXIT_OK}") return 0 ;;
     "${EXIT_DISK_FULL}") finish_loop "${rc}" "disk full: no room left for Genesis's state or logs" ;;
     "${EXIT_STEP_TIMEOUT}") finish_loop "${rc}" "a step overran its time bound twice: ${last_step}" ;;
     "${EXIT_USAGE}") finish_loop "${rc}" "a configuration or usage error: ${last_step}" ;;
-    20) finish_loop "${rc}" "a usage limit resets later than GENESIS_MAX_LIMIT_WAIT" ;;
-    21) finish_loop "${rc}" "the model API failed for longer than GENESIS_MAX_OUTAGE_MINUTES" ;;
-    22) finish_loop "${rc}" "the agent reported an error retrying cannot fix" ;;
-    23) finish_loop "${rc}" "the runtime ceiling GENESIS_MAX_RUNTIME_HOURS was reached" ;;
-    24) finish_loop "${rc}" "the cost ceiling GENESIS_MAX_COST_USD was reached" ;;
-    25) finish_loop "${rc}" "stuck phases were retried GENESIS_MAX_RECOVERIES times: the loop only thrashes" ;;
-    129 | 130 | 143) finish_loop "${rc}" "interrupted" ;;
+    "${EXIT_USAGE_LIMIT}") finish_loop "${rc}" "a usage limit resets later than GENESIS_MAX_LIMIT_WAIT" ;;
+    "${EXIT_API_OUTAGE}") finish_loop "${rc}" "the model API failed for longer than GENESIS_MAX_OUTAGE_MINUTES" ;;
+    "${EXIT_AGENT_FATAL}") finish_loop "${rc}" "the agent reported an error retrying cannot fix" ;;
+    "${EXIT_MAX_RUNTIME}") finish_loop "${rc}" "the runtime ceiling GENESIS_MAX_RUNTIME_HOURS was reached" ;;
+    "${EXIT_MAX_COST}") finish_loop "${rc}" "the cost ceiling GENESIS_MAX_COST_USD was reached" ;;
+    "${EXIT_RECOVERY_SPENT}")
+      finish_loop "${rc}" "stuck phases were retried GENESIS_MAX_RECOVERIES times: the loop only thrashes" ;;
+    "${EXIT_INTERRUPTED_HUP}" | "${EXIT_INTERRUPTED_INT}" | "${EXIT_INTERRUPTED_TERM}")
+      finish_loop "${rc}" "interrupted" ;;
     *) on_error "${rc}" "${line}" "${last_step}" ;;
   esac
 }
@@ -189,7 +199,7 @@ sit_out() {
   local rc=0
   step wait --run-id "${run_id}" || rc=$?
   after_step "${rc}" "${LINENO}"
-  stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
+  stop_requested "${stop_flag}" && finish_loop "${EXIT_OK}" "stop flag ${stop_flag} says false"
   return 0
 }
 
@@ -198,24 +208,27 @@ run_loop() {
   while true; do
     iteration=$((iteration + 1))
     if ((max_iterations > 0 && iteration > max_iterations)); then
-      finish_loop 0 "reached GENESIS_MAX_ITERATIONS=${max_iterations}"
+      finish_loop "${EXIT_OK}" "reached GENESIS_MAX_ITERATIONS=${max_iterations}"
     fi
-    stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
+    stop_requested "${stop_flag}" && finish_loop "${EXIT_OK}" "stop flag ${stop_flag} says false"
     rc=0
     step iteration start --iteration "${iteration}" --run-id "${run_id}" || rc=$?
     after_step "${rc}" "${LINENO}"
     # Every phase in order; run-phase checks the phase's trigger just before it runs.
     for phase in ${phases}; do
       while true; do  # a phase that met a limit, an outage or a stall runs again after the wait
-        stop_requested "${stop_flag}" && finish_loop 0 "stop flag ${stop_flag} says false"
+        stop_requested "${stop_flag}" && finish_loop "${EXIT_OK}" "stop flag ${stop_flag} says false"
         rc=0
         step run-phase --iteration "${iteration}" --phase "${phase}" --run-id "${run_id}" || rc=$?
-        ((rc == STEP_WAIT)) || break
+        ((rc == EXIT_WAIT)) || break
         sit_out
       done
       case "${rc}" in
-        0 | 10 | 11 | 124 | 125) ;;  # finished, failed, skipped, stuck or over time: go on
-        "${EXIT_ERROR}" | "${EXIT_USAGE}" | "${EXIT_DISK_FULL}" | "${EXIT_STEP_TIMEOUT}" | 2[0-5])
+        "${EXIT_OK}" | "${EXIT_AGENT_FAILED}" | "${EXIT_PHASE_SKIPPED}" | "${EXIT_AGENT_STALE}" | \
+          "${EXIT_AGENT_OVERTIME}") ;;  # finished, failed, skipped, stuck or over time: go on
+        "${EXIT_ERROR}" | "${EXIT_USAGE}" | "${EXIT_DISK_FULL}" | "${EXIT_STEP_TIMEOUT}" | \
+          "${EXIT_USAGE_LIMIT}" | "${EXIT_API_OUTAGE}" | "${EXIT_AGENT_FATAL}" | "${EXIT_MAX_RUNTIME}" | \
+          "${EXIT_MAX_COST}" | "${EXIT_RECOVERY_SPENT}")
           after_step "${rc}" "${LINENO}" ;;
         *)
           # The watcher died of a signal this loop did not send (the user's reaches the
@@ -224,7 +237,7 @@ run_loop() {
           step phase-lost --iteration "${iteration}" --phase "${phase}" --status "${rc}" \
             --run-id "${run_id}" || rc2=$?
           case "${rc2}" in
-            0) ;;
+            "${EXIT_OK}") ;;
             "${EXIT_WATCHER_LOST}")
               finish_loop "${rc2}" "the watcher died too often (last: phase ${phase}, status ${rc})" ;;
             *) after_step "${rc2}" "${LINENO}" ;;
@@ -234,9 +247,9 @@ run_loop() {
     rc=0
     step iteration finish --iteration "${iteration}" --run-id "${run_id}" || rc=$?
     case "${rc}" in
-      0) ;;
-      "${STEP_WAIT}") sit_out ;;  # the OPEN breaker's cooldown, then a trial iteration
-      "${STEP_WORK_DONE}") finish_loop 0 "done: the work is finished (GENESIS_DONE_WHEN)" ;;
+      "${EXIT_OK}") ;;
+      "${EXIT_WAIT}") sit_out ;;  # the OPEN breaker's cooldown, then a trial iteration
+      "${EXIT_WORK_DONE}") finish_loop "${EXIT_OK}" "done: the work is finished (GENESIS_DONE_WHEN)" ;;
       "${EXIT_BREAKER_OPEN}") finish_loop "${rc}" "circuit breaker OPEN" ;;
       *) after_step "${rc}" "${LINENO}" ;;
     esac
@@ -255,7 +268,7 @@ main() {
       --set) overrides+=(--set "${2:?--set needs KEY=VALUE}"); shift 2 ;;
       --allow-dirty) allow_dirty=(--allow-dirty); shift ;;
       --demo) demo=1; shift ;;
-      -h | --help) usage; exit 0 ;;
+      -h | --help) usage; exit "${EXIT_OK}" ;;
       *) err "unknown argument '$1' (see --help)"; exit "${EXIT_USAGE}" ;;
     esac
   done
@@ -277,9 +290,9 @@ main() {
   # kernel lets go when the loop and its steps are gone. Agents never inherit it.
   exec 9>>"${lock_file}"
   g preflight --loop-pid "$$" --lock-fd 9 --run-id "${run_id}" ${allow_dirty[@]+"${allow_dirty[@]}"} || exit $?
-  trap 'on_signal HUP 129' HUP
-  trap 'on_signal INT 130' INT
-  trap 'on_signal TERM 143' TERM
+  trap 'on_signal HUP "${EXIT_INTERRUPTED_HUP}"' HUP
+  trap 'on_signal INT "${EXIT_INTERRUPTED_INT}"' INT
+  trap 'on_signal TERM "${EXIT_INTERRUPTED_TERM}"' TERM
   trap 'on_error $? ${LINENO} "${BASH_COMMAND}"' ERR
   trap 'on_error $? ${LINENO} "${BASH_COMMAND}"' EXIT
   run_loop

@@ -87,7 +87,7 @@ def run(repeats: int = 3) -> list[Row]:
     ratios = []
     for _ in range(repeats):
         result = one("idle")
-        assert result["status"] == "stale", result
+        assert result["status"] == "stuck", result
         ratios.append(result["after"] / SILENT)
     rows.append(Row("a silent tool: killed after, as a multiple of the tool-silent window", "x", tuple(ratios),
                     target="<= 1 + (check + kill) / window", met=max(ratios) <= 1 + (CHECK + 1.0) / SILENT + 0.5,

@@ -54,7 +54,7 @@ def run(configs=((1.0, 3.0, 9), (10.0, 30.0, 5))) -> list[Row]:
                 procs.append(subprocess.Popen([PY, __file__, str(interval), str(stale), str(d), delay],
                                               stdout=subprocess.PIPE, text=True))
             results = [json.loads(p.communicate()[0]) for p in procs]
-        assert all(r["status"] == "stale" and r["left"] == 0 for r in results), results
+        assert all(r["status"] == "stuck" and r["left"] == 0 for r in results), results
         lat = tuple(r["latency"] for r in results)
         bound = interval + 1.0
         rows.append(Row(f"detection latency, check every {interval:g}s, stale after {stale:g}s", "s", lat,

@@ -74,7 +74,7 @@ def chatty_once(tmp: Path) -> float:
     env = {**os.environ, "HOOK": str(HOOK), "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_RUN_ID": "bench-c"}
     out = supervise(AgentRun(("bash", str(tmp / "agent.sh")), tmp, env, tmp / "log", hb, "bench-c"),
                     Limits(0.5, WINDOW, 120.0, 1.0, count_output=True))
-    assert out.status == "stale", out
+    assert out.status == "stuck", out
     return out.duration  # from the agent's start, which is when its only heartbeat came
 
 

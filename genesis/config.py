@@ -8,21 +8,19 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
+from genesis.agents import UnknownCli, adapter_named
 from genesis.alerts.settings import KNOBS as ALERT_KNOBS
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.settings import parse as parse_alerts
-from genesis.loop.completion import DoneRule, parse_done_rule
-from genesis.store.atomicio import CorruptFile, TooLarge, quarantine, read_bytes
-
-if TYPE_CHECKING:
-    from genesis.health.doomloop import DoomLimits
-
-from genesis.phases import BUILTIN_PROMPTS, NAME_RE, Phase, Trigger, parse_trigger
+from genesis.health.doomloop import DoomLimits
+from genesis.phases import BUILTIN_PROMPTS, NAME_RE, DoneRule, Phase, Trigger, parse_done_rule, parse_trigger
+from genesis.store.atomicio import CorruptFile, TooLarge, quarantine, read_bytes, read_json
+from genesis.store.layout import Layout, state_dir_of
 
 __all__ = ["load_snapshot", "ConfigError", "Config", "Knob", "KNOBS", "CONFIG_FILE", "MAX_CONFIG_BYTES", "MAX_VALUE_CHARS",
-           "MAX_PROMPT_BYTES", "read_prompt", "resolve"]
+           "MAX_PROMPT_BYTES", "read_prompt", "resolve", "layout_for", "default_layout"]
 
 CONFIG_FILE = "orchestrator/genesis.conf"
 RANKS = {"default": 0, "file": 1, "env": 2, "flag": 3}
@@ -79,7 +77,7 @@ KNOBS: tuple[Knob, ...] = (
          "and critical (recorded in the health snapshot)"),
     Knob("GENESIS_HEALTH_ENFORCE", "true", "false: warn only; record classifications and would-be kills, kill "
          "nothing but a run over AGENT_MAX_RUNTIME (to tune thresholds on real nights)"),
-    Knob("PHASE_RETRIES", "1", "a phase that stalled or wedged runs again this many times per iteration "
+    Knob("PHASE_RETRIES", "1", "a phase that ended stuck or wedged runs again this many times per iteration "
          "(after a short jittered delay), then counts as failed for the iteration (0-5)"),
     Knob("PHASE_RETRY_DELAY_SECONDS", "10", "the wait before a retry, up to half as long again (jitter)"),
     Knob("GENESIS_FALLBACK_AGENT_CMD", None, "the agent command a retry runs (e.g. another model); unset: "
@@ -138,6 +136,7 @@ class Setting:
 
 @dataclass(frozen=True)
 class Config:
+    """The validated settings; made only by build(), so that KNOBS is the one source of the defaults."""
     project: Path
     agent_cmd: tuple[str, ...]
     phases: tuple[Phase, ...]
@@ -157,29 +156,29 @@ class Config:
     reap_ports: tuple[int, ...]
     log_dir: Path
     stop_flag: Path
-    git_hooks: bool = False
-    log_max_bytes: int = 50 << 20
-    tool_silent: float = 300.0            # 0: off
-    tool_busy_max: float = 3600.0
-    health_enforce: bool = True
-    doom_limits: "DoomLimits | None" = None
-    phase_retries: int = 1
-    retry_delay: float = 10.0
-    fallback_agent_cmd: tuple[str, ...] = ()
-    max_recoveries: int = 8
-    limit_margin: float = 60.0
-    max_limit_wait: float = 6 * 3600.0
-    backoff_first: float = 30.0
-    backoff_max: float = 900.0
-    max_outage: float = 7200.0
-    done_when: DoneRule = DoneRule("tasks")
-    agent_cli: str = ""                   # GENESIS_AGENT_CLI; "": recognised from agent_cmd
-    max_run_seconds: float = 0.0          # 0: no ceiling
-    max_cost_usd: float = 0.0             # 0: no ceiling
-    cb_cooldown: float | None = None      # seconds; None: an OPEN breaker stops the loop
-    cb_max_trials: int = 3
-    alerts: AlertSettings = AlertSettings()
-    settings: Mapping[str, Setting] = field(default_factory=dict, compare=False)
+    git_hooks: bool
+    log_max_bytes: int
+    tool_silent: float                    # 0: off
+    tool_busy_max: float
+    health_enforce: bool
+    doom_limits: DoomLimits
+    phase_retries: int
+    retry_delay: float
+    fallback_agent_cmd: tuple[str, ...]   # (): a retry runs agent_cmd
+    max_recoveries: int
+    limit_margin: float
+    max_limit_wait: float
+    backoff_first: float
+    backoff_max: float
+    max_outage: float
+    done_when: DoneRule
+    agent_cli: str                        # GENESIS_AGENT_CLI; "": recognised from agent_cmd
+    max_run_seconds: float                # 0: no ceiling
+    max_cost_usd: float                   # 0: no ceiling
+    cb_cooldown: float | None             # seconds; None: an OPEN breaker stops the loop
+    cb_max_trials: int
+    alerts: AlertSettings
+    settings: Mapping[str, Setting] = field(compare=False)  # what each value was, and where it came from
 
 
 def is_genesis_key(key: str) -> bool:
@@ -325,8 +324,6 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         raise ConfigError("GENESIS_AGENT_CMD is empty; set the agent command, e.g. 'claude -p'")
     agent_cli = _agent_cli(s)
     if agent_cli and s["GENESIS_AGENT_CMD"].source == "default":
-        from genesis.agents import adapter_named
-
         agent_cmd = (adapter_named(agent_cli).program or agent_cmd[0],)  # its adapter adds the flags
 
     check_interval = number("HEARTBEAT_CHECK_INTERVAL", 0.05)
@@ -367,7 +364,6 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
     if len(ladder) != 4 or not all(w.isdigit() for w in ladder):
         raise ConfigError(f"DOOM_SEVERITY_LADDER={get('DOOM_SEVERITY_LADDER')!r}: expected four whole numbers "
                           f"(warn medium high critical), e.g. '5 10 15 20'")
-    from genesis.health.doomloop import DoomLimits
 
     doom_limits = DoomLimits(*map(int, ladder), same_failures=int(number("DOOM_SAME_FAILURES", 1, integer=True)),
                              cycle_window=int(number("DOOM_CYCLE_CALLS", 1, integer=True)),
@@ -433,8 +429,6 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
 
 
 def _agent_cli(s: dict) -> str:
-    from genesis.agents import UnknownCli, adapter_named
-
     name = s["GENESIS_AGENT_CLI"].value.strip().lower() if "GENESIS_AGENT_CLI" in s else ""
     if name:
         try:
@@ -544,10 +538,24 @@ def effective(cfg: Config) -> list[tuple[str, str, str, str]]:
 
 def load_snapshot(path: Path, run_id: str) -> dict | None:
     """The configuration snapshot at path if it is run_id's, else None."""
-    from genesis.store.atomicio import CorruptFile, read_json
 
     try:
         data = read_json(path)
     except CorruptFile:
         return None
     return data if isinstance(data, dict) and data.get("run_id") == run_id else None
+
+
+def layout_for(cfg: Config) -> Layout:
+    return Layout(cfg.project, cfg.log_dir, cfg.stop_flag, state_dir_of(cfg.project))
+
+
+def default_layout(project: Path, state_dir: Path | None = None) -> Layout:
+    """The project's layout with the default log and flag places, without validating the
+    whole configuration: enough for what never moves (the state folder, the breaker file),
+    so that a broken genesis.conf never hides them. NotARepository outside a git work tree."""
+
+    project = Path(project).resolve()
+    defaults = {k.name: str(k.default) for k in KNOBS}
+    return Layout(project, project / defaults["GENESIS_LOG_DIR"], project / defaults["GENESIS_STOP_FLAG"],
+                  state_dir if state_dir is not None else state_dir_of(project))

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from genesis.words import sanitize
+
 __all__ = ["say"]
 
 COLOURS = {"info": "", "ok": "\033[32m", "warn": "\033[33m", "error": "\033[31m", "head": "\033[1m"}
@@ -23,7 +25,10 @@ def _colour(stream: TextIO) -> bool:
 
 def say(message: str, kind: str = "info", stream: TextIO | None = None,
         copy_to: tuple[Path, ...] = ()) -> None:
-    """One status line, `[genesis HH:MM:SS] message`, on stderr (and appended to each copy_to)."""
+    """One status line, `[genesis HH:MM:SS] message`, on stderr (and appended to each copy_to).
+    A message may quote an agent (its last line, the tool it hung in): escape codes and bidi
+    controls are taken out of every line of it."""
+    message = "\n".join(sanitize(line, None) for line in message.split("\n"))
     stream = stream or sys.stderr
     prefix = time.strftime("[genesis %H:%M:%S]")
     colour = COLOURS.get(kind, "") if _colour(stream) else ""

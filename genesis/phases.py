@@ -1,4 +1,4 @@
-"""Phases: which agent runs each iteration, with which prompt, and when."""
+"""Phases: which agent runs each iteration, with which prompt, and when; and when the work is done."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Trigger", "Phase", "parse_trigger", "should_run", "BUILTIN_PROMPTS", "TRIGGER_TIMEOUT"]
+__all__ = ["Trigger", "Phase", "parse_trigger", "should_run", "DoneRule", "parse_done_rule", "BUILTIN_PROMPTS",
+           "TRIGGER_TIMEOUT"]
 
 BUILTIN_PROMPTS = Path(__file__).parent / "data" / "prompts"
 TRIGGER_TIMEOUT = 60.0
@@ -74,3 +75,23 @@ def should_run(phase: Phase, iteration: int, project: Path, env: dict[str, str] 
     except subprocess.TimeoutExpired:
         return False, f"condition timed out after {TRIGGER_TIMEOUT:.0f}s"
     return done.returncode == 0, f"its condition exited {done.returncode}"
+
+
+@dataclass(frozen=True)
+class DoneRule:
+    kind: str            # "tasks" | "when" | "phrase" | "never"
+    text: str = ""       # the command or the phrase
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.text}" if self.text else self.kind
+
+
+def parse_done_rule(text: str) -> DoneRule:
+    """`tasks`, `never`, `when:COMMAND` or `phrase:TEXT`; ValueError says what is allowed."""
+    text = text.strip()
+    if text in ("tasks", "never"):
+        return DoneRule(text)
+    for kind in ("when", "phrase"):
+        if text.startswith(kind + ":") and text[len(kind) + 1:].strip():
+            return DoneRule(kind, text[len(kind) + 1:].strip())
+    raise ValueError(f"'{text}': use tasks, never, when:COMMAND or phrase:TEXT")

@@ -1,19 +1,67 @@
-"""How the views say things: durations, statuses, wait kinds; and the agents' reported figures."""
+"""How the views say things: durations, phase endings, wait kinds; the agents' reported
+figures; and untrusted text (an agent's output, a reason it gave) made safe to show."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable
 
 from genesis.clock import parse_iso
 
-__all__ = ["LABELS", "WAIT_LABELS", "duration", "epoch_of", "money", "reported"]
+__all__ = ["LABELS", "WAIT_LABELS", "FORMER", "ending_label", "sanitize", "one_line", "duration", "epoch_of", "money",
+           "reported"]
 
-# How a phase_end status reads; anything but a clean exit is abnormal.
-LABELS = {"exited": "exited", "stale": "stuck", "wedged": "wedged", "overtime": "over time", "api_fatal": "refused by the API",
+# How a phase's end reads in every view: the watcher's status (exited, stuck, wedged, overtime,
+# api_fatal, interrupted, not_started), the loop's ending (finished, failed, limit, outage, fatal,
+# watcher_lost) or "running" while it runs. An agent is stuck when it shows no sign of life (its
+# heartbeat is stale), wedged when it keeps calling tools and gets nowhere.
+LABELS = {"finished": "finished", "running": "running", "exited": "exited", "failed": "exited with an error",
+          "limit": "usage limit", "outage": "API outage", "fatal": "refused by the API",
+          "api_fatal": "refused by the API", "stuck": "stuck", "wedged": "wedged", "overtime": "over time",
           "interrupted": "interrupted", "not_started": "could not start", "watcher_lost": "watcher lost"}
+
+# The stuck state as older versions recorded it: the watcher said stale, the health judgment stalled.
+FORMER = {"stale": "stuck", "stalled": "stuck"}
 
 WAIT_LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "breaker cooldown",
                "retry": "retry of a stuck phase"}
+
+
+# Terminal control sequences: CSI (ESC [ or 0x9b) with its parameters; OSC, DCS, SOS, PM and
+# APC strings up to their terminator (BEL, ESC \\ or 0x9c), or the line's end when cut off; any
+# other ESC sequence. Removed whole, so that no debris like "[31m" is left.
+ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"
+                     r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+                     r"|\x1b[\x20-\x2f]*[\x30-\x7e]?")
+# What else a terminal or a browser acts on: C0 and C1 controls, the line and paragraph
+# separators, and the bidi marks, embeddings, overrides and isolates that reorder what is shown.
+CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def ending_label(ending: str, exit_code: int | None = None) -> str:
+    """A phase's end in words; a failed one names its exit status."""
+    text = LABELS.get(ending, ending)
+    return f"{text} (exit {exit_code})" if ending == "failed" and exit_code is not None else text
+
+
+def _cut(text: str, width: int | None) -> str:
+    return text if width is None or len(text) <= width else text[:max(0, width - 1)] + "\u2026"
+
+
+def sanitize(line: str, width: int | None = 300) -> str:
+    """One line of untrusted text (agent output, a reason) made safe for a terminal or a page:
+    control sequences and characters go, the text stays; a carriage return keeps what a
+    terminal would show last; at most width characters (None: any number)."""
+    line = ESCAPES.sub("", line)
+    line = next((part for part in reversed(line.split("\r")) if part), "")
+    return _cut(CONTROLS.sub("", line.expandtabs(8)), width)
+
+
+def one_line(text: str, width: int | None = 300) -> str:
+    """Untrusted text of any number of lines as one safe line: its line breaks and runs of
+    white space read as one space; then as sanitize()."""
+    text = " ".join(ESCAPES.sub("", str(text)).split())
+    return _cut(" ".join(CONTROLS.sub("", text).split()), width)
 
 
 def duration(seconds: float) -> str:

@@ -1,39 +1,31 @@
-"""Shared fixtures: a hermetic HOME, real git projects, and real process helpers."""
+"""Fixtures and hooks for every test: a hermetic environment, a real git project, processes
+ended at the test's end, and the fault suite's tally. Plain helpers are in tests/helpers/."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-
-PY = sys.executable
+from helpers.git import git
+from helpers.hermetic import cleared
 
 
 @pytest.fixture(autouse=True)
 def hermetic(tmp_path, monkeypatch):
-    """Every test gets its own HOME and no GENESIS_* or knob settings from the caller."""
+    """Every test gets its own HOME, and none of the caller's Genesis settings, agent CLI config
+    folders, API keys or XDG folders (helpers/hermetic.py): nothing a test runs reads or writes
+    the developer's own files."""
     home = tmp_path / "home"
     home.mkdir()
+    for key in [k for k in os.environ if cleared(k)]:
+        monkeypatch.delenv(key)
     monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    for key in list(os.environ):
-        if key.startswith(("GENESIS_", "HEARTBEAT_", "AGENT_MAX", "CB_", "REAP_", "PHASE_", "AUTO_",
-                           "ITERATION_PAUSE", "KILL_GRACE", "CLAUDE")):
-            monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("GENESIS_NOTIFY_DESKTOP", "false")  # no pop-up per test loop on a developer's desktop
     return home
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=T", "-c", "user.email=t@example.invalid", *args],
-                          cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture
@@ -46,55 +38,6 @@ def project(tmp_path) -> Path:
     git(root, "add", "-A")
     git(root, "commit", "-qm", "init")
     return root
-
-
-def state_of(project: Path) -> Path:
-    """Genesis's private state folder for a plain (non-worktree) repository: <git dir>/genesis."""
-    return project / ".git" / "genesis"
-
-
-def events_of(project: Path, run_id: str | None = None) -> list[dict]:
-    """Every event in the project's ledger (of one run), oldest first; none without a ledger."""
-    from genesis.ledger.store import Ledger
-
-    path = state_of(project) / "ledger.sqlite3"
-    if not path.exists():
-        return []
-    with Ledger.open(path, readonly=True) as led:
-        return led.events(run_id)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-LISTEN = ("import socket, sys, time\n"
-          "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-          "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen()\n"
-          "time.sleep(600)\n")
-
-
-def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.fixture

@@ -7,8 +7,10 @@ import time
 from pathlib import Path
 
 from click.testing import CliRunner
-from conftest import alive, state_of, wait_for
 from helpers import paths
+from helpers.procs import alive
+from helpers.state import state_of
+from helpers.waits import wait_for
 
 from genesis.cli import cli
 from genesis.ledger.store import Ledger
@@ -19,7 +21,7 @@ SPAWN = str(paths.SPAWN)
 
 
 def invoke(project, *args):
-    return CliRunner().invoke(cli, ["--project", str(project), *args])
+    return CliRunner().invoke(cli, ["--project", str(project), *args], catch_exceptions=False)
 
 
 def test_breaker_show_and_reset(project):
@@ -105,5 +107,6 @@ def test_report_of_an_unknown_run_exits_1_and_points_to_the_list(project):
 
 def test_a_project_that_is_not_a_repository_exits_2(tmp_path):
     (tmp_path / "plain").mkdir()
-    result = CliRunner().invoke(cli, ["--project", str(tmp_path / "plain"), "loop-settings", "--run-id", "r"])
+    result = CliRunner().invoke(cli, ["--project", str(tmp_path / "plain"), "loop-settings", "--run-id", "r"],
+                                catch_exceptions=False)
     assert result.exit_code == 2 and "is not a git work tree" in result.output

@@ -6,7 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from genesis.cli import cli
-from genesis.config import MAX_CONFIG_BYTES, MAX_PROMPT_BYTES, MAX_VALUE_CHARS, ConfigError, read_prompt, resolve
+from genesis.config import (KNOBS, MAX_CONFIG_BYTES, MAX_PROMPT_BYTES, MAX_VALUE_CHARS, ConfigError, read_prompt,
+                            resolve)
 
 
 def conf(project, text):
@@ -14,13 +15,88 @@ def conf(project, text):
     (project / "orchestrator" / "genesis.conf").write_text(text)
 
 
-def test_defaults_are_the_seeds(project):
+def test_defaults_are_the_documented_ones(project):
     cfg = resolve(project, env={})
     assert (cfg.stale_after, cfg.check_interval, cfg.max_runtime) == (900, 60, 45 * 60)
     assert (cfg.cb_warning, cfg.cb_stop, cfg.pause) == (3, 5, 10)
     assert cfg.agent_cmd == ("claude", "-p", "--dangerously-skip-permissions")
     assert [p.name for p in cfg.phases] == ["Builder", "Criticizer", "Planner"]
     assert cfg.reap_ports == (8080,) and cfg.auto_commit and not cfg.auto_push
+
+
+def minutes(text):
+    return float(text) * 60
+
+
+def yes(text):
+    return text == "true"
+
+
+def words(text):
+    return tuple(text.split())
+
+
+# Each knob with a default: where a Config holds it, and what its documented default means there.
+READ = {
+    "GENESIS_AGENT_CMD": (lambda c: c.agent_cmd, words),
+    "GENESIS_PHASES": (lambda c: tuple(p.name for p in c.phases), words),
+    "GENESIS_MAX_ITERATIONS": (lambda c: c.max_iterations, int),
+    "ITERATION_PAUSE_SECONDS": (lambda c: c.pause, float),
+    "HEARTBEAT_CHECK_INTERVAL": (lambda c: c.check_interval, float),
+    "HEARTBEAT_STALE_MINUTES": (lambda c: c.stale_after, minutes),
+    "AGENT_MAX_RUNTIME_MINUTES": (lambda c: c.max_runtime, minutes),
+    "TOOL_SILENT_MINUTES": (lambda c: c.tool_silent, minutes),
+    "TOOL_BUSY_MAX_MINUTES": (lambda c: c.tool_busy_max, minutes),
+    "DOOM_SAME_FAILURES": (lambda c: c.doom_limits.same_failures, int),
+    "DOOM_CYCLE_CALLS": (lambda c: c.doom_limits.cycle_window, int),
+    "DOOM_CYCLE_INPUTS": (lambda c: c.doom_limits.cycle_inputs, int),
+    "DOOM_SEVERITY_LADDER": (lambda c: (c.doom_limits.warn, c.doom_limits.medium, c.doom_limits.high,
+                                        c.doom_limits.critical), lambda t: tuple(map(int, t.split()))),
+    "GENESIS_HEALTH_ENFORCE": (lambda c: c.health_enforce, yes),
+    "PHASE_RETRIES": (lambda c: c.phase_retries, int),
+    "PHASE_RETRY_DELAY_SECONDS": (lambda c: c.retry_delay, float),
+    "GENESIS_MAX_RECOVERIES": (lambda c: c.max_recoveries, int),
+    "HEARTBEAT_COUNT_OUTPUT": (lambda c: c.count_output, yes),
+    "KILL_GRACE_SECONDS": (lambda c: c.kill_grace, float),
+    "CB_WARNING_THRESHOLD": (lambda c: c.cb_warning, int),
+    "CB_STOP_THRESHOLD": (lambda c: c.cb_stop, int),
+    "AUTO_COMMIT": (lambda c: c.auto_commit, yes),
+    "AUTO_PUSH": (lambda c: c.auto_push, yes),
+    "GENESIS_GIT_HOOKS": (lambda c: c.git_hooks, yes),
+    "AGENT_LOG_MAX_MB": (lambda c: c.log_max_bytes, lambda t: int(t) << 20),
+    "REAP_SCOPE": (lambda c: c.reap_scope, str),
+    "REAP_PATTERNS": (lambda c: c.reap_patterns, str),
+    "REAP_PORTS": (lambda c: c.reap_ports, lambda t: tuple(map(int, t.split()))),
+    "GENESIS_LIMIT_MARGIN_SECONDS": (lambda c: c.limit_margin, float),
+    "GENESIS_MAX_LIMIT_WAIT": (lambda c: c.max_limit_wait, lambda t: float(t.removesuffix("h")) * 3600),
+    "GENESIS_BACKOFF_FIRST_SECONDS": (lambda c: c.backoff_first, float),
+    "GENESIS_BACKOFF_MAX_SECONDS": (lambda c: c.backoff_max, float),
+    "GENESIS_MAX_OUTAGE_MINUTES": (lambda c: c.max_outage, minutes),
+    "GENESIS_DONE_WHEN": (lambda c: str(c.done_when), str),
+    "GENESIS_MAX_RUNTIME_HOURS": (lambda c: c.max_run_seconds, lambda t: float(t) * 3600),
+    "GENESIS_MAX_COST_USD": (lambda c: c.max_cost_usd, float),
+    "CB_MAX_TRIALS": (lambda c: c.cb_max_trials, int),
+    "GENESIS_NOTIFY_DESKTOP": (lambda c: c.alerts.desktop, str),
+    "GENESIS_NOTIFY_TIMEOUT_SECONDS": (lambda c: c.alerts.timeout, float),
+    "GENESIS_NOTIFY_RETRIES": (lambda c: c.alerts.retries, int),
+    "GENESIS_TRIAGE_TIMEOUT_SECONDS": (lambda c: c.alerts.triage_timeout, float),
+    "GENESIS_LOG_DIR": (lambda c: c.log_dir.relative_to(c.project).as_posix(), str),
+    "GENESIS_STOP_FLAG": (lambda c: c.stop_flag.relative_to(c.project).as_posix(), str),
+}
+
+
+def test_a_config_of_the_defaults_alone_holds_each_knobs_documented_default(project):
+    """The knob table is the one source of the defaults: a Config built from nothing else holds
+    each as `genesis config show` documents it (and a knob added with a default is read here)."""
+    cfg = resolve(project, env={})
+    assert set(READ) == {k.name for k in KNOBS if k.default is not None}
+    for knob in KNOBS:
+        if knob.default is not None:
+            held, meant = READ[knob.name]
+            assert held(cfg) == meant(knob.default), knob.name
+    # Unset knobs mean nothing set: no fallback command, no cooldown, the CLI named by the command.
+    assert (cfg.fallback_agent_cmd, cfg.cb_cooldown, cfg.agent_cli) == ((), None, "")
+    assert (cfg.alerts.webhook, cfg.alerts.ntfy, cfg.alerts.command, cfg.alerts.triage_command) == (None,) * 4
 
 
 def test_flags_beat_environment_beat_file_beat_defaults(project):
@@ -90,7 +166,8 @@ def test_config_show_prints_every_value_and_its_source(project, monkeypatch):
     assert any(line.split()[:3] == ["ITERATION_PAUSE_SECONDS", "1", "[flag]"] for line in lines)
     assert any(line.split()[:3] == ["HEARTBEAT_STALE_MINUTES", "15", "[default]"] for line in lines)
     assert any(line.startswith("PHASE_Builder_TRIGGER") and "always" in line for line in lines)
-    explained = CliRunner().invoke(cli, ["--project", str(project), "config", "show", "--explain"])
+    explained = CliRunner().invoke(cli, ["--project", str(project), "config", "show", "--explain"],
+                                   catch_exceptions=False)
     assert any(line.split(None, 3) == ["KILL_GRACE_SECONDS", "10", "[default]",
                                        "# SIGTERM, then SIGKILL after this many seconds"]
                for line in explained.output.splitlines())
@@ -98,7 +175,7 @@ def test_config_show_prints_every_value_and_its_source(project, monkeypatch):
 
 def test_invalid_configuration_exits_2_with_the_reason(project):
     result = CliRunner().invoke(cli, ["--project", str(project), "--set", "CB_STOP_THRESHOLD=x",
-                                      "config", "show"])
+                                      "config", "show"], catch_exceptions=False)
     assert result.exit_code == 2 and "CB_STOP_THRESHOLD" in result.output
 
 

@@ -9,8 +9,8 @@ import pytest
 from helpers import paths
 
 ROOT = paths.ROOT
-SCRIPTS = ["start-multi-agent-loop.sh", "run-tests.sh", ".ci/run", "genesis/data/genesis-heartbeat.sh",
-           "tests/bats/test_helper.bash"]
+SCRIPTS = ["start-multi-agent-loop.sh", "run-tests.sh", "tests/install-tools.sh", ".ci/run",
+           "genesis/data/genesis-heartbeat.sh", "tests/bats/test_helper.bash"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from genesis.agents.base import Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, Result, TextReader
+from genesis.agents.generic import GenericCli
 
 if TYPE_CHECKING:
     from genesis.config import Config
@@ -43,8 +44,8 @@ def known() -> tuple[str, ...]:
 
 def adapter_named(name: str) -> Adapter:
     """The adapter GENESIS_AGENT_CLI (or `--agent`) names; "generic" is the text CLI."""
-    if name == "generic":
-        return Adapter()
+    if name == GenericCli.name:
+        return GenericCli()
     if name not in ADAPTERS:
         raise UnknownCli(f"unknown agent CLI {name!r}; Genesis knows {', '.join(known())} (or generic)")
     module, cls = ADAPTERS[name].split(":")
@@ -56,7 +57,7 @@ def adapter_for(argv: tuple[str, ...], cli: str = "") -> Adapter:
     if cli:
         return adapter_named(cli)
     name = Path(argv[0]).name if argv else ""
-    return adapter_named(name) if name in ADAPTERS else Adapter()
+    return adapter_named(name) if name in ADAPTERS else GenericCli()
 
 
 def adapter_of(cfg: "Config", argv: tuple[str, ...] | None = None) -> Adapter:

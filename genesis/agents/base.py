@@ -1,10 +1,12 @@
-"""The adapter interface, its records, and the generic text CLI (any command Genesis does
-not know more about: its output is its transcript, and nothing is read into it)."""
+"""The adapter interface and its records: what the loop asks of any agent CLI, answered here
+for a plain text CLI (its output is its transcript, and nothing is read into it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from genesis.agents.hook.selftest import spec_self_test
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -115,13 +117,13 @@ def last_line(text: str) -> str:
 
 
 class Adapter:
-    """A generic text CLI: the command as configured, its output as its transcript.
+    """A text CLI without hooks: the command as configured, its output as its transcript.
 
-    Subclasses (one per CLI Genesis knows) add the flags that make the output structured,
-    read it into events, and check their own hooks.
+    Subclasses (one per CLI Genesis knows, and the generic CLI) add the flags that make the
+    output structured, read it into events, and install and check their own hooks.
     """
 
-    name = "generic"             # GENESIS_AGENT_CLI's value for it
+    name = ""                    # GENESIS_AGENT_CLI's value for it
     program = ""                 # the executable's name this adapter is chosen by
     version = ""                 # the version the test suite drives
     prompt_on_stdin = False      # the CLI reads its prompt from stdin when none is given
@@ -129,24 +131,13 @@ class Adapter:
 
     @property
     def hooks(self) -> "HookSpec | None":
-        """How its heartbeat hook is installed; None: it has none. A generic command may well
-        wrap Claude Code, so it gets Claude Code's (warned about, not required, when missing)."""
-        from genesis.agents.claude.settings import CLAUDE_HOOKS
-
-        return CLAUDE_HOOKS
+        """How its heartbeat hook is installed; None: it has none."""
+        return None
 
     def hook_check(self, project: "Path", env: "Mapping[str, str]", heartbeat: "Path") -> "HookCheck | None":
         """Run the installed hook as the CLI would and see that its beat lands; None: no hooks."""
-        from genesis.agents.claude.settings import CLAUDE_HOOKS
-
         if self.hooks is None:
             return None
-        if self.hooks is CLAUDE_HOOKS:  # every settings scope Claude Code reads, and its switches
-            from genesis.agents.claude.hookcheck import self_test
-
-            return self_test(project, env, heartbeat)
-        from genesis.agents.hook.selftest import spec_self_test
-
         return spec_self_test(self.hooks, project, env, heartbeat)
 
     def environment(self) -> dict[str, str]:

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from genesis.watch.agentlog import sanitize
+from genesis.words import sanitize
 
 __all__ = ["MAX_LINE_BYTES", "TEXT_WIDTH", "LINE_WIDTH", "INPUT_WIDTH", "ERROR_WIDTH", "ERROR_LINES", "parse",
            "paragraph", "one_line", "text", "integer", "number", "turns", "iso_time_ahead"]

@@ -1,85 +1,33 @@
-"""Alerts never hold up the loop: dispatch() hands a ticket to a detached deliverer process
-and returns at once; the deliverer triages it, tells the configured channels, and records
-the outcome in the ledger as an `alert` event.
+"""The deliverer: a detached process (started by handoff.dispatch) that triages a ticket,
+tells the configured channels, and records the outcome in the ledger as an `alert` event.
 
-The deliverer carries none of the loop's markers, so the loop's reaper never takes it for
-an agent's leftover; it runs in its own session, so a closed terminal or a Ctrl-C of the
-loop does not end it; and it is bounded by an overall deadline. One deliverer at a time
-decides and tells (a lock next to the ledger), so two tickets raised together are never
-both told for the same cause.
+It is bounded by an overall deadline. One deliverer at a time decides and tells (a lock next
+to the ledger), so two tickets raised together are never both told for the same cause.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Protocol
 
+from genesis.alerts import notify
 from genesis.alerts.message import safe_ticket
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.tickets import Ticket
 from genesis.alerts.triage import INTERVENE, REPEAT_WINDOW, triage
+from genesis.ledger.store import Ledger
 from genesis.store.atomicio import flock_within
 
-__all__ = ["dispatch", "deliverer_env", "run", "deadline_seconds", "Book", "LedgerBook", "main", "MARKER_PREFIXES"]
+__all__ = ["run", "deadline_seconds", "Book", "LedgerBook", "main"]
 
-# The loop's markers (see markers.py, step.agent_env): a process carrying one is the loop's.
-MARKER_PREFIXES = ("GENESIS_RUN", "GENESIS_LOOP", "GENESIS_AGENT", "GENESIS_HEARTBEAT", "GENESIS_ITERATION",
-                   "GENESIS_PROJECT_DIR")
 MAX_DOCUMENT = 1 << 20
 MAX_DEADLINE = 900.0       # seconds: the deliverer's work (once its turn came) never takes longer
 MARGIN = 5.0               # seconds for the ledger and the threads' ends
-
-_launched: list[subprocess.Popen] = []   # kept so their exit is collected, never waited on
-
-
-def deliverer_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The deliverer's environment: the caller's without the loop's markers, and with this
-    Genesis importable whatever the working directory."""
-    clean = {k: v for k, v in env.items() if not k.startswith(MARKER_PREFIXES)}
-    root = str(Path(__file__).resolve().parents[2])
-    # From a checkout, the checkout goes on the path; an installed Genesis needs nothing (and
-    # site-packages on PYTHONPATH would come before the standard library).
-    if root not in _site_dirs():
-        clean["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [clean.get("PYTHONPATH")])])
-    return clean
-
-
-def _site_dirs() -> set[str]:
-    import site
-
-    try:
-        return {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
-    except (AttributeError, OSError):  # a virtualenv's old site module
-        return set()
-
-
-def dispatch(ticket: Ticket, settings: AlertSettings, ledger_path: Path) -> int | None:
-    """Start a detached deliverer for ticket and return at once: its pid, or None if it
-    could not start (an alert is never worth failing the loop)."""
-    for proc in list(_launched):
-        if proc.poll() is not None:
-            _launched.remove(proc)
-    document = json.dumps({"ticket": ticket.to_json(), "settings": settings.to_json(),
-                           "ledger": str(ledger_path)}).encode()
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "genesis.alerts.deliver"], stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
-                                start_new_session=True, env=deliverer_env(os.environ))
-    except OSError:
-        return None
-    try:
-        proc.stdin.write(document)  # a few KiB: the pipe's buffer takes it without waiting
-        proc.stdin.close()
-    except OSError:
-        pass
-    _launched.append(proc)
-    return proc.pid
 
 
 def deadline_seconds(settings: AlertSettings) -> float:
@@ -126,15 +74,12 @@ class LedgerBook:
     def told(self, since: float) -> list[Ticket]:
         if not self.path.is_file():
             return []
-        from genesis.ledger.store import Ledger
 
         with Ledger.open(self.path, readonly=True) as led:
             events = led.events(kinds=["alert"], since=since)
         return [t for t in map(_told_ticket, events) if t is not None]
 
     def record(self, run_id: str, detail: dict) -> None:
-        from genesis.ledger.store import Ledger
-
         with Ledger.open(self.path) as led:
             led.record(run_id, "alert", **detail)
 
@@ -155,8 +100,6 @@ def _told_ticket(event: Mapping[str, Any]) -> Ticket | None:
 def run(ticket: Ticket, settings: AlertSettings, book: Book, env: Mapping[str, str] | None = None) -> dict:
     """Triage, tell, record; returns the recorded detail. Nothing raises out of it: a
     failing step is noted in the detail and the rest goes on."""
-    from genesis.alerts import notify  # here: urllib is slow to import, and the loop's steps import this module
-
     env = dict(os.environ if env is None else env)
     limit = deadline_seconds(settings)
     detail: dict[str, Any] = {"ticket": safe_ticket(ticket, env), "decision": INTERVENE, "why": "", "by": "rules",

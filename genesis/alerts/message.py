@@ -1,6 +1,7 @@
 """What a notification says, per channel: one short text, a Slack-compatible payload, ntfy's
-headers. Every text is redacted once more here: whatever a ticket carries, no secret of
-this machine's environment leaves it."""
+headers. Every text is made safe and redacted once more here: whatever a ticket carries (an
+agent's words among them), no escape code reaches a screen and no secret of this machine's
+environment leaves it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Mapping
 
 from genesis.alerts.redact import redact
 from genesis.alerts.tickets import Ticket
+from genesis.words import one_line
 
 __all__ = ["title", "text", "slack_payload", "ntfy_headers", "safe_ticket", "PRIORITY"]
 
@@ -23,12 +25,12 @@ def safe_ticket(ticket: Ticket, env: Mapping[str, str] | None = None) -> dict:
     data = ticket.to_json()
     for key, value in data.items():
         if isinstance(value, str) and key not in ("ticket_id", "created_at", "severity"):
-            data[key] = redact(value, env)
+            data[key] = redact(one_line(value, None), env)
     return data
 
 
 def _name(project: str) -> str:
-    return PurePath(project).name or project
+    return one_line(PurePath(project).name or project, None)
 
 
 def title(ticket: Ticket, env: Mapping[str, str] | None = None) -> str:
@@ -42,7 +44,7 @@ def text(ticket: Ticket, env: Mapping[str, str] | None = None) -> str:
                                     else ""]))
     lines = [f"[{ticket.severity}] {_name(ticket.project)}: {ticket.cause}" + (f" ({where})" if where else ""),
              ticket.evidence, f"What to do: {ticket.suggested_action}", f"run {ticket.run_id}"]
-    return redact("\n".join(line for line in lines if line), env)
+    return redact("\n".join(one_line(line, None) for line in lines if line), env)
 
 
 def _mrkdwn(value: str) -> str:
@@ -53,13 +55,13 @@ def slack_payload(ticket: Ticket, env: Mapping[str, str] | None = None) -> dict:
     """Slack's incoming-webhook shape ({text, blocks}) plus the whole ticket under "genesis"."""
     where = " · ".join(filter(None, [f"run {ticket.run_id}", ticket.phase,
                                      f"iteration {ticket.iteration}" if ticket.iteration is not None else ""]))
-    head = f"{EMOJI[ticket.severity]} *{ticket.severity}* · {_name(ticket.project)} · {ticket.cause}"
+    head = one_line(f"{EMOJI[ticket.severity]} *{ticket.severity}* · {_name(ticket.project)} · {ticket.cause}", None)
+    said = (f"{one_line(ticket.evidence or ticket.reasoning, None)}\n"
+            f"*What to do:* {one_line(ticket.suggested_action, None)}")
     blocks = [
         {"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(redact(head, env))}},
-        {"type": "section", "text": {"type": "mrkdwn",
-                                     "text": _mrkdwn(redact(f"{ticket.evidence or ticket.reasoning}\n"
-                                                            f"*What to do:* {ticket.suggested_action}", env))}},
-        {"type": "context", "elements": [{"type": "mrkdwn", "text": _mrkdwn(redact(where, env))}]},
+        {"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(redact(said, env))}},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": _mrkdwn(redact(one_line(where, None), env))}]},
     ]
     return {"text": text(ticket, env), "blocks": blocks, "genesis": safe_ticket(ticket, env)}
 

@@ -1,5 +1,5 @@
-"""Escalation tickets (seed 001's EscalationTicket): one ledger event the operator may need
-to hear about, with what was seen, why it matters and what to do, secrets removed.
+"""Escalation tickets: one ledger event the operator may need to hear about, with what was
+seen, why it matters and what to do, secrets removed.
 
 Every field is required and checked, so a half-made ticket never reaches triage. The
 cause is kept short and stable (no counts, no times) so that repeats can be recognised;
@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from genesis.alerts.redact import redact
 from genesis.clock import iso
 from genesis.clock import parse_iso as epoch_of
+from genesis.words import LABELS, one_line
 
 __all__ = ["Ticket", "ticket_for", "SEVERITIES", "MAX_EVIDENCE", "MAX_CAUSE", "LIMIT_CAUSE", "OUTAGE_CAUSE",
            "iso", "epoch_of"]
@@ -113,7 +114,7 @@ def _whole(value: object) -> bool:
 
 
 def _cut(text: str, limit: int) -> str:
-    text = " ".join(str(text).split())  # one line: it goes into chat messages and headers
+    text = one_line(str(text), None)  # one safe line: it goes into chat messages and headers
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
@@ -137,8 +138,8 @@ def _health(e: Mapping[str, Any], name: str, where: str) -> Draft | None:
     steps, idle = _int(e.get("steps_since_success")), _num(e.get("idle"))
     stall = round(idle / 60, 1) if idle is not None else None
     evidence = f"{where}: {cls} (stall score {e.get('stall_score')}): {reason}"
-    if cls == "stalled":
-        return ("medium", f"{name} stalled",
+    if cls == "stuck":
+        return ("medium", f"{name} stuck",
                 "the agent shows no sign of life for its stale window; the watcher ends a stuck phase",
                 "nothing yet: the phase is ended and retried (PHASE_RETRIES); if it recurs, read its log for the "
                 "command it waits on", evidence, steps, stall)
@@ -155,10 +156,10 @@ def _incident(e: Mapping[str, Any], name: str, where: str) -> Draft:
     kind, ident = str(e.get("kind", "stuck")), e.get("incident") or e.get("id")
     ident = ident if isinstance(ident, str) else ""
     silent = _num(e.get("silent_for"))
-    why = {"stale": "no heartbeat for the stale window", "wedged": "a doom loop",
+    why = {"stuck": "no heartbeat for the stale window", "wedged": "a doom loop",
            "overtime": "over its runtime cap"}.get(kind, kind)
-    evidence = f"incident {ident}: {where} ended as {kind} ({why})" + (f": {e['reason']}" if e.get("reason") else "")
-    state = {"stale": "stalled"}.get(kind, kind)  # the health ticket's words: one cause, told once
+    state = LABELS.get(kind, kind)  # the health ticket's words: one cause, told once
+    evidence = f"incident {ident}: {where} ended as {state} ({why})" + (f": {e['reason']}" if e.get("reason") else "")
     return ("high", f"{name} {state}",
             f"the watcher is ending a stuck agent's whole process tree ({why}); its work in this phase is lost",
             f"`genesis incidents show {ident}` says what it was doing" if ident else "read `genesis incidents`",
@@ -170,7 +171,7 @@ def _phase_failed(e: Mapping[str, Any], name: str, where: str) -> Draft:
     return ("high", f"{name} failed for the iteration",
             "the phase got stuck again after its retries; the loop goes on without its work",
             "read the phase's incidents (`genesis incidents`) and its log; fix what it waits on or the task",
-            f"{where}: {kind} after {retries} retries: {e.get('reason', '')}",
+            f"{where}: {LABELS.get(kind, kind)} after {retries} retries: {e.get('reason', '')}",
             retries + 1 if retries is not None else None, None)
 
 

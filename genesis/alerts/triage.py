@@ -1,6 +1,6 @@
-"""Triage (seed 001's queen): is a ticket worth waking someone for?
+"""Triage: is a ticket worth waking someone for?
 
-The rules are the queen's criteria, applied in order: the loop's end is always told;
+The rules are its criteria, applied in order: the loop's end is always told;
 low, transient and already-told tickets are dismissed; serious, long or looping ones
 intervene; anything else is dismissed. An optional command (a `claude -p` call, say) may
 decide instead; whatever goes wrong with it, the rules decide and say why.
@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 from genesis.alerts.bounded import MAX_OUTPUT, run_bounded
 from genesis.alerts.message import safe_ticket
 from genesis.alerts.tickets import LIMIT_CAUSE, OUTAGE_CAUSE, Ticket
+from genesis.words import one_line
 
 __all__ = ["Verdict", "triage", "by_rules", "by_command", "REPEAT_WINDOW", "DISMISS", "INTERVENE"]
 
@@ -122,7 +123,7 @@ def _answer(text: str) -> tuple[str, str] | None:
 
 
 def _one_line(text: str) -> str:
-    text = " ".join(text.split())
+    text = one_line(text, None)  # the command's answer is shown in the report and status: untrusted
     return text if len(text) <= MAX_WHY else text[:MAX_WHY - 3] + "..."
 
 

@@ -1,8 +1,9 @@
-"""A running phase's health at each check: healthy, slow, stalled or wedged (seed 003).
+"""A running phase's health at each check: healthy, slow, stuck or wedged.
 
 - healthy: a sign of life within the first half of the window, or a busy tool;
 - slow: silent for half the window or more, not yet stuck;
-- stalled: stuck (the general window, or the tool-silent window, has passed);
+- stuck: no sign of life for the general window (its heartbeat is stale), or for the
+  tool-silent window;
 - wedged: busy doing the same thing over and over (a doom loop).
 
 The snapshot is what status and the report read; the classification's changes are recorded.
@@ -14,10 +15,10 @@ import hashlib
 import time
 from dataclasses import asdict, dataclass
 
-__all__ = ["HEALTHY", "SLOW", "STALLED", "WEDGED", "Snapshot", "Tracker", "classify", "fingerprint"]
+__all__ = ["HEALTHY", "SLOW", "STUCK", "WEDGED", "Snapshot", "Tracker", "classify", "fingerprint"]
 
-HEALTHY, SLOW, STALLED, WEDGED = "healthy", "slow", "stalled", "wedged"
-RANK = {HEALTHY: 0, SLOW: 1, STALLED: 2, WEDGED: 3}
+HEALTHY, SLOW, STUCK, WEDGED = "healthy", "slow", "stuck", "wedged"
+RANK = {HEALTHY: 0, SLOW: 1, STUCK: 2, WEDGED: 3}
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def classify(idle: float, window: float, busy: bool, stuck: bool, wedged: bool) 
     if wedged:
         return WEDGED, score
     if stuck or score >= 1.0:
-        return STALLED, score
+        return STUCK, score
     if score >= 0.5:
         return SLOW, score
     return HEALTHY, score
@@ -69,9 +70,9 @@ class Tracker:
         self.current = HEALTHY
         self.said: dict[str, float] = {}
 
-    def update(self, snap: dict) -> tuple[bool, bool]:
+    def update(self, snap: Snapshot) -> tuple[bool, bool]:
         """(the class changed, the change is worth saying now)."""
-        cls = snap.get("classification", HEALTHY)
+        cls = snap.classification
         if cls == self.current:
             return False, False
         worse = RANK.get(cls, 0) > RANK.get(self.current, 0)

@@ -1,6 +1,6 @@
-"""Wedged: an agent that keeps calling tools and gets nowhere (seed 001's judge).
+"""Wedged: an agent that keeps calling tools and gets nowhere.
 
-Each tool call is a heartbeat, so a looping agent never goes stale. Judged from the
+Each tool call is a heartbeat, so a looping agent's heartbeat never goes stale. Judged from the
 completed calls of the phase (oldest first, from the tool log):
 
 - severity, by steps since the last successful call: ok below `warn`, then warn, medium,
@@ -10,7 +10,7 @@ completed calls of the phase (oldest first, from the tool log):
   `doom_loop`: the last `cycle_window` calls cycle over at most `cycle_inputs` distinct
   inputs and the repository did not change since the cycle (the phase) began.
 
-Default ladder 5 / 10 / 15 / 20, as the seed's: in our loop a "step" is one tool call,
+Default ladder 5 / 10 / 15 / 20: in our loop a "step" is one tool call,
 and a working agent meets short runs of failures all the time (a grep with no match
 exits 1, a test fails while it is being fixed, a probe for a missing file), runs of 3 or
 4 calls; 5 failed calls in a row is the first point that is unusual, and 20 in a row
@@ -46,7 +46,7 @@ class DoomLimits:
     cycle_window: int = 12      # the last this many calls...
     cycle_inputs: int = 3       # ...over at most this many distinct inputs, repo unchanged: wedged
 
-    # Sane bounds (seed 004): below them a working agent is stopped, above them a loop runs
+    # Sane bounds: below them a working agent is stopped, above them a loop runs
     # for an hour. Anything unusable falls back to the default.
     BOUNDS: ClassVar[dict[str, tuple[int, int]]] = {
         "warn": (2, 100), "medium": (3, 200), "high": (4, 300), "critical": (5, 400),

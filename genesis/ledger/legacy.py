@@ -7,8 +7,10 @@ import os
 import stat
 from pathlib import Path
 
+from genesis.ledger.schema import renamed_stuck
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.store.atomicio import DiskFull
+from genesis.words import epoch_of
 
 __all__ = ["import_events", "MAX_LEGACY_BYTES"]
 
@@ -32,7 +34,6 @@ def _tail(path: Path, limit: int) -> bytes:
 def import_events(led: Ledger, path: Path) -> int:
     """Record every well-formed event of the old log in the ledger (with its own time), then
     rename the log to events.jsonl.imported; returns how many came in."""
-    from genesis.words import epoch_of
 
     count = 0
     for line in _tail(path, MAX_LEGACY_BYTES).decode("utf-8", "replace").splitlines():
@@ -45,7 +46,7 @@ def import_events(led: Ledger, path: Path) -> int:
             continue
         run_id, kind, at = event.pop("run_id"), event.pop("event"), epoch_of(event.pop("at", None))
         try:
-            led.record(run_id, kind, at=at, **event)
+            led.record(run_id, kind, at=at, **renamed_stuck(kind, event))  # in this version's words
         except (DiskFull, LedgerError):
             return count  # the rest stays in the old log, which is left where it is
         count += 1

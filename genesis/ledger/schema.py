@@ -1,14 +1,56 @@
 """The ledger's schema, one migration per version (PRAGMA user_version counts them).
 
 A migration is only ever appended: a ledger written by an older Genesis is brought up to
-date when it is opened for writing; one written by a newer Genesis is refused, not guessed at.
+date when it is opened for writing (a view reads it through an up-to-date copy in memory);
+one written by a newer Genesis is refused, not guessed at.
 """
 
 from __future__ import annotations
 
-__all__ = ["MIGRATIONS", "VERSION"]
+import json
+import sqlite3
+from typing import Any, Callable
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+__all__ = ["MIGRATIONS", "VERSION", "STUCK_RENAMED", "renamed_stuck"]
+
+# What version 2 renamed (frozen with it): the agent's stuck state, which the watcher called
+# stale and the health judgment stalled. (event kind, detail key) -> the old value.
+STUCK_RENAMED = {("phase_end", "status"): "stale", ("phase_end", "ending"): "stale",
+                 ("health", "classification"): "stalled", ("incident", "kind"): "stale",
+                 ("retry", "type"): "stalled", ("phase_failed", "kind"): "stalled"}
+RETRY_REASON = "stalled: "  # a retry's wait said why: "stalled: retry 1"
+
+
+def renamed_stuck(kind: str, detail: dict[str, Any]) -> dict[str, Any]:
+    """An event's detail with the stuck state under its one name (for events an older Genesis wrote)."""
+    new = dict(detail)
+    for (of, key), old in STUCK_RENAMED.items():
+        if of == kind and new.get(key) == old:
+            new[key] = "stuck"
+    reason = new.get("reason")
+    if kind == "wait_start" and isinstance(reason, str) and reason.startswith(RETRY_REASON):
+        new["reason"] = "stuck: " + reason[len(RETRY_REASON):]
+    return new
+
+
+def _stuck_in_events(db: sqlite3.Connection) -> None:
+    """The events' details as renamed_stuck says (in Python: SQLite's JSON functions are optional)."""
+    kinds = sorted({kind for kind, _ in STUCK_RENAMED} | {"wait_start"})
+    rows = db.execute(f"SELECT id, kind, detail FROM events WHERE kind IN ({','.join('?' * len(kinds))}) "
+                      "AND (detail LIKE '%\"stale\"%' OR detail LIKE '%\"stalled%')", kinds).fetchall()
+    for ident, kind, detail in rows:
+        try:
+            data = json.loads(detail)
+        except ValueError:
+            continue  # a detail cut at its size cap is no JSON: kept as it is
+        new = renamed_stuck(kind, data) if isinstance(data, dict) else data
+        if new != data:
+            db.execute("UPDATE events SET detail = ? WHERE id = ?", (json.dumps(new, default=str), ident))
+
+
+MigrationStep = str | Callable[[sqlite3.Connection], None]  # SQL, or a function of the open transaction
+
+MIGRATIONS: tuple[tuple[MigrationStep, ...], ...] = (
     # 1: every event the loop records, and the tables the views read.
     (
         """CREATE TABLE events (
@@ -50,8 +92,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             attempt INTEGER NOT NULL DEFAULT 0,
             started REAL NOT NULL,
             ended REAL,
-            status TEXT,                    -- the watcher's: exited, stale, wedged, overtime, ...
-            ending TEXT NOT NULL,           -- finished, failed, limit, outage, fatal, stale, ...; running
+            status TEXT,                    -- the watcher's: exited, stuck, wedged, overtime, ...
+            ending TEXT NOT NULL,           -- finished, failed, limit, outage, fatal, stuck, ...; running
             exit_code INTEGER,
             detail TEXT,
             cost_usd REAL,
@@ -128,6 +170,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             failed TEXT,                    -- JSON object channel -> error
             ticket TEXT                     -- the whole ticket, JSON
         )""",
+    ),
+    # 2: one word for the agent's stuck state, in the tables and the events' details. (An
+    # alert's ticket stays as it was sent.)
+    (
+        "UPDATE phases SET status = 'stuck' WHERE status = 'stale'",
+        "UPDATE phases SET ending = 'stuck' WHERE ending = 'stale'",
+        "UPDATE incidents SET kind = 'stuck' WHERE kind = 'stale'",
+        f"UPDATE waits SET reason = 'stuck: ' || substr(reason, {len(RETRY_REASON) + 1}) "
+        f"WHERE kind = 'retry' AND substr(reason, 1, {len(RETRY_REASON)}) = '{RETRY_REASON}'",
+        _stuck_in_events,
     ),
 )
 

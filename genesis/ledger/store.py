@@ -67,7 +67,7 @@ class Ledger:
         try:
             conn = _connect(path, readonly)
             if readonly:
-                _check_version(conn, path)
+                conn = _readable(conn, path)
             else:
                 _prepare(conn)
         except sqlite3.DatabaseError as exc:
@@ -206,18 +206,38 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
     return conn
 
 
-def _check_version(conn: sqlite3.Connection, path: Path) -> None:
+def _readable(conn: sqlite3.Connection, path: Path) -> sqlite3.Connection:
+    """A reader's connection. A ledger of an older schema is read from a copy in memory brought
+    up to date (a reader never writes the file; the loop's next open upgrades it in place)."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > VERSION:
         conn.close()
         raise LedgerError(f"{path} was written by a newer Genesis (schema {version}, this one reads up to "
                           f"{VERSION}); upgrade Genesis to read it")
+    if not 0 < version < VERSION:
+        return conn
+    copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    try:
+        conn.backup(copy)
+        _migrate(copy)
+    except BaseException:
+        copy.close()
+        raise
+    finally:
+        conn.close()
+    copy.row_factory = sqlite3.Row
+    return copy
 
 
 def _prepare(conn: sqlite3.Connection) -> None:
     """WAL, and the schema brought up to date (one writer migrates; the others wait, then see it done)."""
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent on a crash; a power cut may lose the last events
+    _migrate(conn)
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Apply the migrations the ledger lacks, in one transaction."""
     if conn.execute("PRAGMA user_version").fetchone()[0] == VERSION:
         return
     conn.execute("BEGIN IMMEDIATE")
@@ -227,8 +247,11 @@ def _prepare(conn: sqlite3.Connection) -> None:
             raise LedgerError(f"the ledger was written by a newer Genesis (schema {version}, this one knows up to "
                               f"{VERSION}); upgrade Genesis, or move the file aside to start a new ledger")
         for number, steps in enumerate(MIGRATIONS[version:], version + 1):
-            for sql in steps:
-                conn.execute(sql)
+            for step in steps:
+                if callable(step):
+                    step(conn)
+                else:
+                    conn.execute(step)
             conn.execute(f"PRAGMA user_version = {number}")
         conn.execute("COMMIT")
     except BaseException:

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
+import psutil
+
 from genesis.clock import iso, parse_iso
 from genesis.store.atomicio import CorruptFile, flock_within, quarantine, read_bytes, read_json, write_json
 
@@ -291,8 +293,6 @@ def _flock_pids(inode: int) -> list[int]:
 
 
 def _cmdline(pid: int) -> str | None:
-    import psutil
-
     try:
         cmd = " ".join(" ".join(psutil.Process(pid).cmdline()).split()) or "?"  # one line
     except psutil.NoSuchProcess:
@@ -303,8 +303,6 @@ def _cmdline(pid: int) -> str | None:
 
 
 def _openers(lock_path: Path, st: os.stat_result) -> list[tuple[int, str]]:
-    import psutil
-
     target = os.path.realpath(lock_path)
     deadline = time.monotonic() + HOLDER_SEARCH
     found = []

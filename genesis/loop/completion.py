@@ -13,50 +13,17 @@ The rule (GENESIS_DONE_WHEN) is checked at the end of each iteration:
 from __future__ import annotations
 
 import os
-import re
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["DoneRule", "parse_done_rule", "is_done", "open_tasks", "TASKS_FILE", "PLANNER", "CHECK_TIMEOUT"]
+from genesis.phases import DoneRule
+from genesis.repo.tasks import TASKS_FILE, open_tasks
 
-TASKS_FILE = "TASKS.md"
+__all__ = ["is_done", "PLANNER", "CHECK_TIMEOUT"]
+
 PLANNER = "Planner"
 CHECK_TIMEOUT = 60.0
-MAX_TASKS_BYTES = 4 << 20
-OPEN_RE = re.compile(rb"^\s*[-*] \[[ ?]\]", re.M)
-
-
-@dataclass(frozen=True)
-class DoneRule:
-    kind: str            # "tasks" | "when" | "phrase" | "never"
-    text: str = ""       # the command or the phrase
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.text}" if self.text else self.kind
-
-
-def parse_done_rule(text: str) -> DoneRule:
-    """`tasks`, `never`, `when:COMMAND` or `phrase:TEXT`; ValueError says what is allowed."""
-    text = text.strip()
-    if text in ("tasks", "never"):
-        return DoneRule(text)
-    for kind in ("when", "phrase"):
-        if text.startswith(kind + ":") and text[len(kind) + 1:].strip():
-            return DoneRule(kind, text[len(kind) + 1:].strip())
-    raise ValueError(f"'{text}': use tasks, never, when:COMMAND or phrase:TEXT")
-
-
-def open_tasks(project: Path) -> int | None:
-    """How many tasks of TASKS.md are open or await review; None without a readable TASKS.md."""
-    from genesis.store.atomicio import CorruptFile, TooLarge, read_bytes
-
-    try:
-        data = read_bytes(project / TASKS_FILE, MAX_TASKS_BYTES, follow_symlinks=True)
-    except (OSError, CorruptFile, TooLarge):
-        return None
-    return len(OPEN_RE.findall(data))
 
 
 def is_done(rule: DoneRule, project: Path, phases: Iterable[str], ran: Iterable[str],

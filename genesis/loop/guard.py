@@ -15,7 +15,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from genesis.agents import adapter_of
+from genesis.agents.hook.settingsfile import SettingsError
 from genesis.config import CONFIG_FILE, MAX_CONFIG_BYTES
+from genesis.health.heartbeat import default_heartbeat_file, hook_script
 from genesis.loop.breaker import BreakerState, BreakerStore
 from genesis.loop.step import Step, agent_env
 from genesis.store.atomicio import CorruptFile, check_room, read_bytes, read_json, write_json, write_text
@@ -128,17 +131,12 @@ def record_hook(lay: Layout, check: "HookCheck") -> None:
 
 
 def _hook_check(step: Step, phase: str, iteration: int) -> "HookCheck | None":
-    from genesis.agents import adapter_of
-
     return adapter_of(step.cfg).hook_check(step.cfg.project, agent_env(step, phase, iteration),
                                            step.layout.heartbeat_file(phase))
 
 
 def guard_hook(step: Step, phase: str, iteration: int) -> None:
     """The same self-test as at start; a hook that went missing is reinstalled where it was."""
-    from genesis.agents import adapter_of
-    from genesis.agents.hook.settingsfile import SettingsError
-    from genesis.health.heartbeat import default_heartbeat_file, hook_script
 
     lay = step.layout
     try:

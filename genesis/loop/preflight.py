@@ -14,17 +14,20 @@ import time
 from pathlib import Path
 
 from genesis import exitcodes
+from genesis.agents import adapter_of
 from genesis.config import Config, read_prompt, snapshot
 from genesis.loop import breaker
 from genesis.loop.guard import breaker_store, config_digest, mirror_breaker, record_hook
 from genesis.loop.step import Step, StepFailed, agent_env, is_claude, reads_prompt_from_stdin
 from genesis.procs.markers import markers_for
 from genesis.repo.autocommit import commit, user_changes
-from genesis.repo.progress import fingerprint, open_repo
+from genesis.repo.progress import fingerprint
+from genesis.repo.worktree import open_repo
 from genesis.store.atomicio import CorruptFile, read_bytes, write_json, write_text
 from genesis.store.layout import ensure_git_excludes, heal_dir
 from genesis.store.looplock import Locked, acquire, release
 from genesis.watch.cmdline import prompt_problem
+from genesis.words import duration
 
 __all__ = ["preflight", "agent_problem"]
 
@@ -66,8 +69,6 @@ def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False
             say("as root, Claude Code refuses --dangerously-skip-permissions unless IS_SANDBOX=1 is set "
                 "(in a sandbox or container); every phase would fail at once", "warn")
     say(f"project {cfg.project} (run {step.run_id})", "head")
-    from genesis.agents import adapter_of
-    from genesis.words import duration
 
     say(f"agent: {shlex.join(adapter_of(cfg).command(cfg.agent_cmd))}")
     say("phases: " + ", ".join(f"{p.name} ({p.trigger})" for p in cfg.phases))
@@ -142,8 +143,6 @@ def agent_problem(cfg: Config) -> str | None:
 
 
 def _options_problem(cfg: Config) -> str | None:
-    from genesis.agents import adapter_of
-
     adapter = adapter_of(cfg)
     return next((why for phase in cfg.phases if (why := adapter.options_problem(cfg.agent_cmd, phase))), None)
 
@@ -201,7 +200,6 @@ def _check_hook(step: Step) -> None:
     """Run the hook as the agent's CLI would, with the loop's environment, and see that a
     heartbeat lands where the watcher will look. Without one, a healthy agent looks stuck
     all night: refuse. A CLI without hooks: its output and processes are its signs of life."""
-    from genesis.agents import adapter_of
 
     cfg = step.cfg
     phase = cfg.phases[0]

@@ -1,7 +1,7 @@
 """Where the loop's events become tickets: called by Step.event for every event it records.
 
 Only the kinds tickets.BUILDERS knows raise one; for those the ticket goes to a detached
-deliverer (dispatch returns at once), which the watcher spares from its sweep of the
+deliverer (handoff.dispatch returns at once), which the watcher spares from its sweep of the
 agent's orphans.
 """
 
@@ -10,32 +10,29 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from genesis.alerts import handoff
+from genesis.alerts.tickets import BUILDERS, ticket_for
+from genesis.ledger.store import iso
+from genesis.procs import proctree
+
 if TYPE_CHECKING:
     from genesis.loop.step import Step
 
-__all__ = ["raise_ticket", "RAISING"]
+__all__ = ["raise_ticket"]
 
-# The kinds that can raise a ticket (tickets.BUILDERS), and for some the detail that can:
-# known here, so that the events that raise none (most of them) import nothing more.
-RAISING = frozenset({"health", "incident", "phase_failed", "recovery_spent", "iteration_end", "wait_start",
-                     "disk_full", "loop_end"})
-ONLY_WHEN = {"health": ("classification", {"stalled", "wedged"}), "iteration_end": ("breaker", {"HALF_OPEN", "OPEN"}),
+# For some kinds, only some values of one detail raise a ticket.
+ONLY_WHEN = {"health": ("classification", {"stuck", "wedged"}), "iteration_end": ("breaker", {"HALF_OPEN", "OPEN"}),
              "wait_start": ("kind", {"limit", "outage"})}
 
 
 def raise_ticket(step: "Step", kind: str, detail: dict[str, Any], at: float | None = None) -> None:
     """Raise the ticket this event calls for, if any; never fails the step."""
-    if kind not in RAISING:
+    if kind not in BUILDERS:
         return
     if kind in ONLY_WHEN:
         key, values = ONLY_WHEN[kind]
         if detail.get(key) not in values:
             return
-    from genesis.alerts.deliver import dispatch
-    from genesis.alerts.tickets import ticket_for
-    from genesis.ledger.store import iso
-    from genesis.procs.proctree import spare
-
     event = {**detail, "run_id": step.run_id, "event": kind, "at": iso(time.time() if at is None else at)}
     try:
         ticket = ticket_for(event, step.cfg.project)
@@ -44,6 +41,6 @@ def raise_ticket(step: "Step", kind: str, detail: dict[str, Any], at: float | No
         return
     if ticket is None:
         return
-    pid = dispatch(ticket, step.cfg.alerts, step.layout.ledger_file)
+    pid = handoff.dispatch(ticket, step.cfg.alerts, step.layout.ledger_file)
     if pid is not None:
-        spare(pid)
+        proctree.spare(pid)

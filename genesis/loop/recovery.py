@@ -1,5 +1,5 @@
-"""The recovery ladder (seeds 000 and 004): a phase that stalled or wedged is retried within
-a budget, maybe with a fallback agent command; a spent budget is an explicit failure.
+"""The recovery ladder: a phase that ended stuck or wedged is retried within a budget, maybe
+with a fallback agent command; a spent budget is an explicit failure.
 
 1. Retry the phase after a short jittered delay, up to PHASE_RETRIES times per iteration;
    the retry runs GENESIS_FALLBACK_AGENT_CMD when it is set ("try a different model").
@@ -8,8 +8,8 @@ a budget, maybe with a fallback agent command; a spent budget is an explicit fai
 3. With the night's budget spent (GENESIS_MAX_RECOVERIES retries in one run): the loop
    only thrashes; it stops with RECOVERY_SPENT.
 
-Every retry is recorded as a `retry` event (seed 000's retry_history): type, count,
-reason, the old and the new command; its outcome is the retried phase's `phase_end`.
+Every retry is recorded as a `retry` event (the retry history): type (stuck or wedged),
+count, reason, the old and the new command; its outcome is the retried phase's `phase_end`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from genesis import exitcodes
+from genesis.loop.waiting import Pending, plan
 
 if TYPE_CHECKING:
     from genesis.loop.step import Step
@@ -46,9 +47,8 @@ def retry_command(step: "Step", iteration: int, phase: str) -> tuple[str, ...] |
 
 def after_stall(step: "Step", phase: str, iteration: int, kind: str, reason: str, command: tuple[str, ...],
                 rng: Callable[[], float] = random.random, now: float | None = None) -> int | None:
-    """After a phase ended stalled or wedged: WAIT (a retry is planned), RECOVERY_SPENT (the
+    """After a phase ended stuck or wedged (`kind`): WAIT (a retry is planned), RECOVERY_SPENT (the
     night's budget is gone: stop), or None (the phase's retries are spent: failed, go on)."""
-    from genesis.loop.waiting import Pending, plan
 
     cfg, say = step.cfg, step.say
     night = retries_so_far(step)

@@ -7,13 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from genesis.config import Config
+from genesis.agents import adapter_of
+from genesis.config import KNOBS, Config
+from genesis.ledger.legacy import import_events
 from genesis.ledger.store import Ledger, LedgerError
+from genesis.loop.raising import raise_ticket
 from genesis.procs.markers import markers_for
 from genesis.store.atomicio import DiskFull
 from genesis.store.layout import Layout, state_dir_of
 
-__all__ = ["Step", "StepFailed", "layout_for", "default_layout", "agent_env", "is_claude", "reads_prompt_from_stdin", "ledger_of"]
+__all__ = ["Step", "StepFailed", "agent_env", "is_claude", "reads_prompt_from_stdin", "ledger_of"]
 
 Say = Callable[[str, str], None]
 
@@ -25,8 +28,6 @@ def ledger_of(layout: Layout) -> Ledger:
     events.jsonl beside a new ledger is brought in first)."""
     path = layout.ledger_file
     if path not in _LEDGERS:
-        from genesis.ledger.legacy import import_events
-
         fresh = not path.exists()
         led = Ledger.open(path)
         if fresh:
@@ -54,7 +55,6 @@ class Step:
         """Record an event in the ledger; when it cannot be (a full disk, a writer holding the
         ledger past its bound), say it instead: the record is not lost on the user, and the
         step goes on (on a full disk, to stop the loop cleanly at its next write)."""
-        from genesis.loop.raising import raise_ticket
 
         try:
             ledger_of(self.layout).record(self.run_id, kind, **detail)
@@ -79,32 +79,13 @@ class Step:
             return str(path)
 
 
-def layout_for(cfg: Config) -> Layout:
-    return Layout(cfg.project, cfg.log_dir, cfg.stop_flag, state_dir_of(cfg.project))
-
-
-def default_layout(project: Path, state_dir: Path | None = None) -> Layout:
-    """The project's layout with the default log and flag places, without validating the
-    whole configuration: enough for what never moves (the state folder, the breaker file),
-    so that a broken genesis.conf never hides them. NotARepository outside a git work tree."""
-    from genesis.config import KNOBS
-
-    project = Path(project).resolve()
-    defaults = {k.name: str(k.default) for k in KNOBS}
-    return Layout(project, project / defaults["GENESIS_LOG_DIR"], project / defaults["GENESIS_STOP_FLAG"],
-                  state_dir if state_dir is not None else state_dir_of(project))
-
-
 def is_claude(cfg: Config) -> bool:
-    from genesis.agents import adapter_of
-
     return adapter_of(cfg).name == "claude"
 
 
 def agent_env(step: Step, phase: str, iteration: int) -> dict[str, str]:
     """The environment of a phase's agent: what its CLI needs unattended (unless the user set
     it), the caller's, the loop's markers and where to beat."""
-    from genesis.agents import adapter_of
 
     # PWD too: the agent starts in the project, and some CLIs (opencode) trust $PWD over their real cwd.
     return {**adapter_of(step.cfg).environment(), **os.environ, **markers_for(step.cfg.project, step.run_id),
@@ -114,6 +95,5 @@ def agent_env(step: Step, phase: str, iteration: int) -> dict[str, str]:
 
 def reads_prompt_from_stdin(cfg: Config) -> bool:
     """`claude -p` takes its prompt on stdin when none is given: the way for a huge prompt."""
-    from genesis.agents import adapter_of
 
     return adapter_of(cfg).prompt_on_stdin

@@ -21,10 +21,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable
 
 from genesis import exitcodes
+from genesis.agents.base import Limit
 from genesis.clock import Clock, SystemClock
 from genesis.loop import breaker
+from genesis.loop.guard import breaker_store, mirror_breaker
 from genesis.store.atomicio import CorruptFile, read_json, write_json
-from genesis.words import duration
+from genesis.words import WAIT_LABELS, duration
 
 if TYPE_CHECKING:
     from genesis.agents.base import ApiError, Limit
@@ -55,7 +57,7 @@ class Pending:
             pending = cls(**data)  # type: ignore[arg-type]
         except TypeError:
             return None
-        ok = (isinstance(pending.until, (int, float)) and pending.kind in LABELS
+        ok = (isinstance(pending.until, (int, float)) and pending.kind in WAIT_LABELS
               and isinstance(pending.run_id, str))
         return pending if ok else None
 
@@ -86,7 +88,6 @@ def plan(step: "Step", pending: Pending) -> int:
 
 def known_limit(step: "Step", now: float) -> "Limit | None":
     """The usage limit met last (by any run of this project) if its reset is still ahead."""
-    from genesis.agents.base import Limit
 
     try:
         data = read_json(step.layout.limit_file)
@@ -162,7 +163,6 @@ def plan_outage(step: "Step", error: "ApiError", phase: str, iteration: int, now
 
 def plan_cooldown(step: "Step", seconds: float, iteration: int, now: float) -> int:
     """Let an OPEN breaker cool down, then one trial iteration (CB_COOLDOWN_MINUTES)."""
-    from genesis.loop.guard import breaker_store
 
     state, _ = breaker_store(step.layout).update(lambda s: breaker.plan_trial(s, now, seconds))
     step.say(f"breaker OPEN: cooling down for {duration(seconds)}, then a trial iteration (trial "
@@ -183,10 +183,6 @@ def _raise(signum: int, _frame: object) -> None:
     raise _Stopped(signum)
 
 
-LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "breaker cooldown",
-          "retry": "retry of a stuck phase"}
-
-
 def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | None = None,
             ceiling: float | None = None, sleep: Callable[[float], None] = time.sleep) -> int:
     """Sit out the pending wait of this run, if any: OK when it is over (or the stop flag
@@ -200,7 +196,7 @@ def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | Non
         pending = None
     if pending is None or pending.run_id != step.run_id:
         return exitcodes.OK
-    label = LABELS[pending.kind]
+    label = WAIT_LABELS[pending.kind]
     start_wall, start_mono = clock.wall(), clock.mono()
     left = max(0.0, pending.until - start_wall)
     if ceiling is not None and pending.until > ceiling:
@@ -256,7 +252,6 @@ def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | Non
         say(f"{label}: waited {duration(waited)}; going on", "ok")
         if pending.kind == "cooldown":
             now = clock.wall()
-            from genesis.loop.guard import breaker_store, mirror_breaker
 
             state, _ = breaker_store(lay).update(lambda s: breaker.start_trial(s, now, step.cfg.cb_max_trials))
 

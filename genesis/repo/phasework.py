@@ -7,20 +7,17 @@ whatever cannot be read is left out (the report says "not known"), never guessed
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from genesis.loop.completion import MAX_TASKS_BYTES, TASKS_FILE
 from genesis.repo.gitcmd import GitFailed, run_git
-from genesis.store.atomicio import CorruptFile, read_bytes
+from genesis.repo.tasks import done_tasks
 
 __all__ = ["Before", "before", "after", "MAX_COMMITS", "GIT_BOUND"]
 
 MAX_COMMITS = 200     # commits of one phase kept in the ledger
 MAX_TASKS = 200       # ticked TASKS.md items of one phase kept
 GIT_BOUND = 10.0      # seconds for each git call
-DONE_RE = re.compile(r"^\s*[-*] \[[xX]\]\s*(.+?)\s*$", re.M)
 
 
 @dataclass(frozen=True)
@@ -37,17 +34,9 @@ def _git(project: Path, *args: str) -> str | None:
     return done.text if done.returncode == 0 else None
 
 
-def _done_tasks(project: Path) -> frozenset[str]:
-    try:
-        text = read_bytes(project / TASKS_FILE, MAX_TASKS_BYTES, follow_symlinks=True).decode("utf-8", "replace")
-    except (CorruptFile, OSError):
-        return frozenset()
-    return frozenset(m.group(1)[:300] for m in DONE_RE.finditer(text))
-
-
 def before(project: Path) -> Before:
     head = _git(project, "rev-parse", "--verify", "-q", "HEAD")
-    return Before(head.strip() or None if head else None, _done_tasks(project))
+    return Before(head.strip() or None if head else None, done_tasks(project))
 
 
 def after(project: Path, start: Before) -> dict:
@@ -69,5 +58,5 @@ def after(project: Path, start: Before) -> dict:
             files = len(names.splitlines()) if names is not None else None
     elif head == start.head:
         files = 0
-    ticked = sorted(_done_tasks(project) - start.done)
+    ticked = sorted(done_tasks(project) - start.done)
     return {"commits": commits, "files_changed": files, "tasks_done": ticked[:MAX_TASKS]}

@@ -8,12 +8,12 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Fingerprint", "NotARepository", "fingerprint", "open_repo", "check_work_tree", "measuring_config"]
+from genesis.repo.gitcmd import GIT_TIMEOUT, GitFailed, GitRun, NotARepository, command_name, run_git
+
+__all__ = ["Fingerprint", "NotARepository", "fingerprint", "check_work_tree", "measuring_config"]
 
 HASH_LIMIT = 8 << 20       # untracked files larger than this are compared by size and mtime
 CHUNK = 1 << 16
-
-from genesis.repo.gitcmd import GIT_TIMEOUT, GitFailed, GitRun, NotARepository, command_name, run_git  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -55,24 +55,6 @@ def check_work_tree(project: Path, timeout: float = GIT_TIMEOUT) -> Path:
     if Path(top).resolve() != Path(project).resolve():
         raise NotARepository(f"{project} is inside the git work tree {top}; pass --project {top}")
     return Path(top)
-
-
-def open_repo(project: Path):
-    """The git work tree at project as a GitPython Repo, or NotARepository with what to do."""
-    import git  # GitPython; imported here to keep other commands quick to start
-
-    check_work_tree(project)  # bounded: git reads what GitPython would read unbounded
-    try:
-        # GitPython expands $VARS and ~ in a str path unless told not to: a directory named
-        # `$HOME` is a name here. An absolute path leaves no leading ~ to expand either.
-        repo = git.Repo(os.path.abspath(project), search_parent_directories=False, expand_vars=False)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise NotARepository(f"{project} is not a git work tree; run `git init` there or pass "
-                             f"--project with a git project") from None
-    # Its command wrapper expands a str working directory whatever Repo was told, so git
-    # would run in another directory; a Path is taken literally.
-    repo.git = repo.GitCommandWrapperType(Path(repo.working_tree_dir))
-    return repo
 
 
 def measuring_config(project: Path, timeout: float = GIT_TIMEOUT) -> list[tuple[str, str]]:

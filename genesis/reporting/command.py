@@ -10,9 +10,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from genesis.reporting.html import render_html
 from genesis.reporting.load import UnknownRun, night, open_view, pick_run
+from genesis.reporting.text import render_text
 from genesis.store.atomicio import write_text
 from genesis.store.layout import Layout
+from genesis.store.looplock import current_holder
 from genesis.words import duration
 
 __all__ = ["report", "since_epoch", "PageNotWritten"]
@@ -39,8 +42,6 @@ def since_epoch(text: str, now: float) -> float:
 
 def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: bool, as_json: bool,
            html_file: Path | None, echo: Callable[[str], None], now: float | None = None) -> None:
-    from genesis.store.looplock import current_holder
-
     now = time.time() if now is None else now
     after = since_epoch(since, now) if since else None
     holder = current_holder(layout.loop_lock, layout.loop_record)
@@ -71,8 +72,6 @@ def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: 
             echo(json.dumps({"runs": [{**_plain(n), "events": led.events(n.run_id)} for n in nights]}, indent=1,
                             default=str))
         else:
-            from genesis.reporting.text import render_text
-
             for n in nights:
                 echo(render_text(n).rstrip("\n"))
     if html_file is not None and not as_json:
@@ -85,7 +84,6 @@ class PageNotWritten(RuntimeError):
 
 def _write_page(path: Path, nights: list, now: float) -> None:
     """The page, written atomically; its folder made if it is missing."""
-    from genesis.reporting.html import render_html
 
     page = render_html(nights[-1], now=now) if len(nights) == 1 else _pages(nights, now)
     try:
@@ -98,7 +96,6 @@ def _write_page(path: Path, nights: list, now: float) -> None:
 
 def _pages(nights: list, now: float) -> str:
     """Several runs on one page: each run's page body one after the other."""
-    from genesis.reporting.html import render_html
 
     pages = [render_html(n, now=now) for n in nights]
     head, _, _ = pages[0].partition("<body")

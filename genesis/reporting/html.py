@@ -12,9 +12,9 @@ import re
 import time
 
 from genesis.reporting.model import Night, PhaseRow
-from genesis.reporting.text import (between, clock, ending_line, iteration_cells, kpi_rows, label, lasted, one_line,
-                                    outcome, phase_name, phase_names, stamp, summary_line, wait_span, where)
-from genesis.words import WAIT_LABELS, money
+from genesis.reporting.text import (between, clock, ending_line, iteration_cells, kpi_rows, label, lasted, outcome,
+                                    phase_name, phase_names, stamp, summary_line, wait_span, where)
+from genesis.words import WAIT_LABELS, ending_label, money, one_line, sanitize
 
 __all__ = ["render_html", "CSP", "FORENSICS_LIMIT"]
 
@@ -33,8 +33,6 @@ MIN_BAR = 2.0              # a one-second phase stays visible
 TICK_STEPS = (300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 LABEL_CHAR = 7.0           # rough width of one character of an 11px label, to keep labels inside the plot
 MAX_TICKS = 14
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 CSS = """
 :root { color-scheme: light; --ink: #1f2328; --muted: #59636e; --line: #d8dee4; --soft: #f6f8fa; }
@@ -77,7 +75,7 @@ path.incident { fill: #c0392b; stroke: #fff; stroke-width: 1; }
 .breaker-open line { stroke: #d64541; } svg.timeline .breaker-open text { fill: #b0302c; }
 line.now { stroke: #1f2328; stroke-dasharray: 2 3; }
 .ending-finished { --c: #3a9d5d; } .ending-failed, .ending-fatal { --c: #d64541; }
-.ending-stale, .ending-wedged, .ending-overtime { --c: #ef8f24; }
+.ending-stuck, .ending-wedged, .ending-overtime { --c: #ef8f24; }
 .ending-limit { --c: #8e6cc9; } .ending-outage { --c: #3d7fd6; } .ending-interrupted { --c: #9aa0a6; }
 .ending-not_started { --c: #5f6368; } .ending-watcher_lost { --c: #a0522d; } .ending-running { --c: #9fd8b0; }
 .wait-limit { --w: #8e6cc9; } .wait-outage { --w: #3d7fd6; } .wait-cooldown { --w: #6e7781; }
@@ -245,7 +243,8 @@ def _timeline(night: Night, now: float) -> str:
     for i in night.incidents:
         ix = x(i.at)
         y = TOP + row_of.get(i.phase or "", 0) * ROW + 2
-        title = f"incident {i.id}, {clock(i.at)} {where(i.iteration, i.phase)}: {i.kind}: {one_line(i.reason)}"
+        title = (f"incident {i.id}, {clock(i.at)} {where(i.iteration, i.phase)}: {ending_label(i.kind)}: "
+                 f"{one_line(i.reason)}")
         out.append(f'<path class="incident" d="M{_f(ix)},{y + 9} l-6,-10 h12 z"><title>{_e(title)}</title></path>')
     if night.running:
         out.append(f'<line class="now" x1="{_f(x(now))}" x2="{_f(x(now))}" y1="{TOP - 30}" y2="{bottom}"/>'
@@ -255,7 +254,7 @@ def _timeline(night: Night, now: float) -> str:
 
 
 LEGEND = (("ending-finished", "finished"), ("ending-failed", "failed / API error"),
-          ("ending-stale", "stuck / wedged / over time"), ("ending-limit", "usage limit"),
+          ("ending-stuck", "stuck / wedged / over time"), ("ending-limit", "usage limit"),
           ("ending-outage", "API outage"), ("ending-interrupted", "interrupted"), ("ending-running", "running"),
           ("wait wait-limit", "wait"), ("incident", "incident"), ("breaker", "breaker change"))
 
@@ -300,7 +299,7 @@ def _iterations(night: Night) -> str:
 def _forensics(text: str, incident_id: str) -> str:
     if not text:
         return '<p class="muted">no forensics: the incident\'s file is gone</p>'
-    text = _CONTROL.sub("?", text)
+    text = "\n".join(sanitize(line, None) for line in text.split("\n"))
     cut = ""
     if len(text) > FORENSICS_LIMIT:
         cut = (f'<p class="muted cut">cut: {len(text) - FORENSICS_LIMIT:,} more characters; '
@@ -375,8 +374,8 @@ def render_html(night: Night, now: float | None = None) -> str:
                               _table(["wait", "when", "during", "reason"], rows, text=(3,))))
     if night.incidents:
         blocks = [f'<details class="incident-record" id="incident-{_e(i.id)}"><summary><code>{_e(i.id)}</code> · '
-                  f'{_e(clock(i.at))} · {_e(where(i.iteration, i.phase))} · <strong>{_e(i.kind)}</strong>: '
-                  f'{_line(i.reason)}</summary>'
+                  f'{_e(clock(i.at))} · {_e(where(i.iteration, i.phase))} · '
+                  f'<strong>{_e(ending_label(i.kind))}</strong>: {_line(i.reason)}</summary>'
                   f'<p class="muted">in full: <code>genesis incidents show {_e(i.id)}</code></p>'
                   f'{_forensics(i.forensics, i.id)}</details>' for i in night.incidents]
         parts.append(_section("incidents", f"Incidents ({len(night.incidents)})", "\n".join(blocks)))

@@ -1,10 +1,10 @@
-"""Seed 000's health KPIs, computed from one run's ledger rows.
+"""The health KPIs, computed from one run's ledger rows.
 
 - MTTD, mean time to detect: from the stuck agent's last sign of life (its last heartbeat)
   to the watcher calling it stuck (the incident).
 - MTTR, mean time to recover: from that incident to the end of the run's next phase that
   finished.
-- False-positive rate: stall warnings (the health judgment called a phase stalled or
+- False-positive rate: stall warnings (the health judgment called a phase stuck or
   wedged) after which the phase became healthy again by itself, over all such warnings.
 - Retries per phase: retries of stuck phases over phases run.
 - Escalation rate: tickets that triage passed to the operator over tickets raised (the
@@ -19,8 +19,8 @@ from genesis.reporting.model import IncidentRow, Kpis, PhaseRow
 
 __all__ = ["compute"]
 
-DETECTED = ("stale", "wedged")
-WORSE = ("stalled", "wedged")
+# The states the watcher ends a phase in (incidents), and the health judgment warns of.
+STUCK = ("stuck", "wedged")
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -33,7 +33,7 @@ def compute(phases: Sequence[PhaseRow], incidents: Sequence[IncidentRow], silent
     heartbeat when it was called; health: the run's `health` and `phase_start`
     events in order; tickets:
     (decision, final) per alert."""
-    detections = [i for i in incidents if i.kind in DETECTED]
+    detections = [i for i in incidents if i.kind in STUCK]
     mttd = _mean([silent_for[i.id] for i in detections if i.id in silent_for])
     recovered = []
     for inc in detections:
@@ -47,7 +47,7 @@ def compute(phases: Sequence[PhaseRow], incidents: Sequence[IncidentRow], silent
         cls = e.get("classification")
         if e.get("event") == "phase_start":  # a new run of the phase (a retry): no warning is open
             state[key] = False
-        elif cls in WORSE and not state.get(key):
+        elif cls in STUCK and not state.get(key):
             warnings += 1
             state[key] = True
         elif cls == "healthy" and state.get(key):

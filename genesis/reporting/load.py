@@ -9,11 +9,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from genesis.health.incidents import UnknownIncident, read_incident
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.reporting import kpis
 from genesis.reporting.model import (AlertRow, BreakerChange, CommitRow, IncidentRow, IterationRow, Night, PhaseRow,
                                      WaitRow)
+from genesis.store.atomicio import CorruptFile
 from genesis.store.layout import Layout
+from genesis.watch.agentlog import tail
 
 __all__ = ["UnknownRun", "open_view", "run_events", "night", "MAX_FORENSICS"]
 
@@ -128,7 +131,6 @@ def _tail(log: str | None, ending: str) -> tuple[str, ...]:
     """The last lines of an abnormal phase's transcript, where its log still is."""
     if not log or ending in ("finished", "running"):
         return ()
-    from genesis.watch.agentlog import tail
 
     return tuple(line for line in tail(Path(log), TAIL_LINES) if line.strip())
 
@@ -144,8 +146,6 @@ def _forensics(directory: Path | None, ident: str) -> str:
     """An incident's readable text, cut to MAX_FORENSICS ("" if its file is gone)."""
     if directory is None:
         return ""
-    from genesis.health.incidents import UnknownIncident, read_incident
-    from genesis.store.atomicio import CorruptFile
 
     try:
         text = read_incident(directory, ident)

@@ -8,14 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = ["PhaseRow", "IterationRow", "WaitRow", "IncidentRow", "BreakerChange", "AlertRow", "CommitRow",
-           "Kpis", "Night", "ABNORMAL_LABELS"]
-
-# How a phase's ending reads; "finished" is the only normal one.
-ABNORMAL_LABELS = {
-    "failed": "exited with an error", "limit": "usage limit", "outage": "API outage", "fatal": "API error (fatal)",
-    "stale": "stuck", "wedged": "wedged", "overtime": "over time", "interrupted": "interrupted",
-    "not_started": "could not start", "watcher_lost": "watcher lost", "running": "running",
-}
+           "Kpis", "Night"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +18,7 @@ class PhaseRow:
     attempt: int                   # 0 first run; 1.. a retry after a stall
     started: float
     ended: float | None            # None: still running (or the loop died during it)
-    ending: str                    # finished, failed, limit, outage, fatal, stale, wedged, overtime, interrupted,
+    ending: str                    # finished, failed, limit, outage, fatal, stuck, wedged, overtime, interrupted,
                                    # not_started, watcher_lost; "running" while it runs
     exit_code: int | None
     reason: str                    # why it ended, one line ("finished" when it did)
@@ -78,7 +71,7 @@ class IncidentRow:
     at: float
     iteration: int | None
     phase: str | None
-    kind: str                      # stale, wedged, overtime, ...
+    kind: str                      # stuck, wedged, overtime, ...
     reason: str
     forensics: str = ""            # the incident's readable text (bounded), "" if its file is gone
 
@@ -113,7 +106,7 @@ class CommitRow:
 
 @dataclass(frozen=True)
 class Kpis:
-    """Seed 000's health KPIs over the run (None: nothing to compute it from)."""
+    """The health KPIs over the run (None: nothing to compute it from)."""
     mttd_seconds: float | None     # mean time to detect: last sign of life -> the stall is called
     mttr_seconds: float | None     # mean time to recover: the stall is called -> the next phase that finishes
     false_positive_rate: float | None  # stall warnings that recovered on their own / all stall warnings

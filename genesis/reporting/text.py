@@ -7,7 +7,6 @@ shared with html.py so both reports say the same thing in the same words.
 from __future__ import annotations
 
 import io
-import re
 import time
 
 from rich import box
@@ -15,20 +14,12 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 
-from genesis.reporting.model import ABNORMAL_LABELS, IterationRow, Kpis, Night, PhaseRow, WaitRow
-from genesis.words import WAIT_LABELS, duration, money
+from genesis.reporting.model import IterationRow, Kpis, Night, PhaseRow, WaitRow
+from genesis.words import LABELS, WAIT_LABELS, duration, ending_label, money, one_line, sanitize
 
-__all__ = ["render_text", "clock", "stamp", "one_line", "outcome", "label", "between", "lasted", "phase_name",
+__all__ = ["render_text", "clock", "stamp", "outcome", "label", "between", "lasted", "phase_name",
            "phase_names", "iteration_headers", "iteration_cells", "ending_line", "summary_line", "wait_span", "where",
            "kpi_rows"]
-
-# A phase's outcome in one word, for the table's cells.
-SHORT = {"finished": "ok", "failed": "failed", "limit": "limit", "outage": "outage", "fatal": "fatal",
-         "stale": "stuck", "wedged": "wedged", "overtime": "overtime", "interrupted": "interrupted",
-         "not_started": "no start", "watcher_lost": "lost", "running": "running"}
-
-REASON_LIMIT = 300   # characters of one reason line; agent output can be any length
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # incl. bidi overrides
 
 
 def clock(epoch: float) -> str:
@@ -41,25 +32,19 @@ def stamp(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
 
 
-def one_line(text: str, limit: int = REASON_LIMIT) -> str:
-    """Untrusted text made safe for one line: control characters (escape codes) shown as '?', capped."""
-    text = " ".join(_CONTROL.sub("?", text.replace("\t", " ")).split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
 def _plural(count: int, word: str, many: str | None = None) -> str:
     return f"{count} {word if count == 1 else many or word + 's'}"
 
 
 def outcome(p: PhaseRow) -> str:
+    """A phase's end for the iteration table's cell: a failed one is only its exit status."""
     if p.ending == "failed" and p.exit_code is not None:
         return f"exit {p.exit_code}"
-    return SHORT.get(p.ending, p.ending)
+    return LABELS.get(p.ending, p.ending)
 
 
 def label(p: PhaseRow) -> str:
-    text = ABNORMAL_LABELS.get(p.ending, p.ending)
-    return f"{text} (exit {p.exit_code})" if p.ending == "failed" and p.exit_code is not None else text
+    return ending_label(p.ending, p.exit_code)
 
 
 def between(start: float, end: float) -> str:
@@ -89,11 +74,12 @@ def iteration_headers(names: list[str]) -> list[str]:
 
 
 def iteration_cells(night: Night, it: IterationRow, names: list[str]) -> list[str]:
-    """One row of the iteration table; a phase run twice (a retry, a rerun after a wait) shows both."""
+    """One row of the iteration table; a phase run twice (a retry, a rerun after a wait) shows
+    both, one a line (the cells stay narrow: the table fits the report's width)."""
     cells = [str(it.iteration)]
     for name in names:
         runs = [outcome(p) for p in it.phases if p.phase == name]
-        cells.append(", ".join(runs) if runs else "skipped" if name in it.skipped else "-")
+        cells.append("\n".join(runs) if runs else "skipped" if name in it.skipped else "-")
     if it.ended is not None:
         cells.append(between(it.started, it.ended))
     else:
@@ -249,7 +235,8 @@ def render_text(night: Night, width: int = 100) -> str:
     if night.incidents:
         section(f"incidents ({len(night.incidents)}; `genesis incidents show ID` prints one in full)")
         for i in night.incidents:
-            console.print("  ".join(x for x in (i.id, clock(i.at), where(i.iteration, i.phase), i.kind) if x))
+            console.print("  ".join(x for x in (i.id, clock(i.at), where(i.iteration, i.phase), ending_label(i.kind))
+                                    if x))
             console.print(Padding(one_line(i.reason), (0, 0, 0, 4)))
     if night.breaker_changes:
         section("breaker changes")
@@ -265,5 +252,5 @@ def render_text(night: Night, width: int = 100) -> str:
     section("health KPIs")
     console.print(_grid(*[[name, value, why] for name, value, why in kpi_rows(night.kpis)]))
     # Fields not passed through one_line() (ids, kinds, phase names) come from Genesis; clean them anyway.
-    return "".join(_CONTROL.sub("?", line).rstrip() + "\n" for line in console.export_text(styles=False).splitlines())
+    return "".join(sanitize(line, None).rstrip() + "\n" for line in console.export_text(styles=False).splitlines())
 

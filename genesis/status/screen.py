@@ -28,11 +28,10 @@ from rich.text import Text
 from genesis import exitcodes
 from genesis.health.heartbeat import BEFORE_TOOL, tool_event
 from genesis.repo.gitcmd import NotARepository
-from genesis.reporting.text import one_line
 from genesis.status.loops import Loop, Scanner
 from genesis.status.view import RECENT, Status, Totals, Wait, build, layout_of
 from genesis.store.layout import Layout, work_tree_of
-from genesis.words import duration, money
+from genesis.words import duration, money, one_line
 
 __all__ = ["run_status", "find_layout", "render", "Frame", "TICK", "MIN_INTERVAL", "MAX_INTERVAL"]
 
@@ -42,7 +41,7 @@ MIN_INTERVAL = 0.2     # seconds between two reads of the loop's state, at least
 MAX_INTERVAL = 60.0    # ...and at most
 TEXT_LIMIT = 300       # characters of one reason or event shown
 
-HEALTH_STYLE = {"healthy": "green", "slow": "yellow", "stalled": "bold red", "wedged": "bold magenta"}
+HEALTH_STYLE = {"healthy": "green", "slow": "yellow", "stuck": "bold red", "wedged": "bold magenta"}
 BREAKER_STYLE = {"CLOSED": "green", "HALF_OPEN": "yellow", "OPEN": "bold red"}
 
 
@@ -302,7 +301,7 @@ def _health(st: Status, now: float) -> Text:
     h = st.health
     if h is None:
         return Text("no check yet", style="dim")
-    text = Text.assemble((h.classification, HEALTH_STYLE.get(h.classification, "bold")))
+    text = Text.assemble((_safe(h.classification, 40), HEALTH_STYLE.get(h.classification, "bold")))
     if h.stall_score is not None:
         text.append(f" · stall score {h.stall_score:.2f}")
     if h.at is not None:

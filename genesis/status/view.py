@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from genesis.config import default_layout as layout_of  # status reads only what never moves
 from genesis.ledger.store import Ledger, LedgerError
-from genesis.loop.step import default_layout as layout_of  # status reads only what never moves
+from genesis.loop.breaker import BreakerState, retry_time
 from genesis.store.atomicio import CorruptFile, read_json
 from genesis.store.layout import Layout
 from genesis.store.looplock import Holder, current_holder
-from genesis.words import LABELS, WAIT_LABELS, duration, epoch_of
+from genesis.words import FORMER, WAIT_LABELS, duration, ending_label, epoch_of
 
 __all__ = ["Phase", "Beat", "Health", "Wait", "Breaker", "Totals", "Line", "LastRun", "Status", "build",
            "layout_of", "midnight", "describe", "totals", "read_breaker", "RECENT"]
@@ -51,7 +52,7 @@ class Beat:
 @dataclass(frozen=True)
 class Health:
     """The watcher's judgment at its last check (see genesis/health/classify.py)."""
-    classification: str          # healthy, slow, stalled, wedged
+    classification: str          # healthy, slow, stuck, wedged
     stall_score: float | None
     reason: str
     last_event: str
@@ -257,8 +258,8 @@ def _health(layout: Layout, run_id: str, phase: Phase) -> Health | None:
     at = epoch_of(data.get("at")) if isinstance(data.get("at"), str) else None
     if at is not None and at < phase.started - BEFORE_START:
         return None  # the previous attempt's: this one has had no check yet
-    score, turns = data.get("stall_score"), data.get("turns")
-    return Health(str(data.get("classification", "?")), float(score) if _number(score) else None,
+    score, turns, cls = data.get("stall_score"), data.get("turns"), str(data.get("classification", "?"))
+    return Health(FORMER.get(cls, cls), float(score) if _number(score) else None,
                   str(data.get("reason", "")), str(data.get("last_event", "")), str(data.get("tool_in_flight", "")),
                   turns if isinstance(turns, int) and not isinstance(turns, bool) else None, at)
 
@@ -275,7 +276,6 @@ def _wait(layout: Layout, run_id: str) -> Wait | None:
 def read_breaker(layout: Layout) -> Breaker | None:
     """The breaker as the user's file says (a mirror of the loop's own while it runs), else
     the loop's own; read only: an unreadable file is reported, never moved aside."""
-    from genesis.loop.breaker import BreakerState, retry_time
 
     for path in (layout.breaker_file, layout.breaker_truth):
         try:
@@ -337,11 +337,9 @@ def describe(e: dict[str, Any]) -> str:
         took = f" after {duration(e['duration'])}" if _number(e.get("duration")) else ""
         if ending == "finished":
             return f"{where} finished{took}"
-        label = {"failed": f"exited with status {e.get('returncode')}", "limit": "met a usage limit",
-                 "outage": "met an API outage", "fatal": "refused by the API"}.get(str(ending)) \
-            or LABELS.get(str(status), str(ending or status))
+        code = e.get("returncode") if isinstance(e.get("returncode"), int) else None
         detail = e.get("detail")
-        return f"{where} {label}{took}" + (f": {detail}" if detail else "")
+        return f"{where}: {ending_label(str(ending or status), code)}{took}" + (f": {detail}" if detail else "")
     if kind == "phase_skip":
         return f"{where} skipped" + (f": {e['why']}" if e.get("why") else "")
     if kind == "health":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import math
 import os
@@ -217,7 +218,6 @@ def finite(value: Any) -> float | None:
 
 def flock_within(fd: int, seconds: float) -> bool:
     """Take an exclusive flock on fd, trying for at most `seconds`; False if still held by another."""
-    import fcntl
 
     deadline = time.monotonic() + seconds
     while True:

@@ -16,6 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from genesis.repo.gitcmd import GitFailed, NotARepository, run_git
 from genesis.store.atomicio import read_bytes, write_text
 
 __all__ = ["Layout", "UnsafeDir", "private_dir", "heal_dir", "state_dir_of", "work_tree_of", "ensure_git_excludes",
@@ -30,7 +31,6 @@ class UnsafeDir(PermissionError):
 
 def _rev_parse(path: Path, option: str, what: str, fix: str) -> Path:
     """The path `git rev-parse <option>` answers in path; NotARepository says what to do."""
-    from genesis.repo.gitcmd import GitFailed, NotARepository, run_git
 
     try:
         done = run_git(path, ["rev-parse", option], timeout=GIT_TIMEOUT)
@@ -223,7 +223,6 @@ def ensure_git_excludes(layout: Layout) -> list[str]:
 
 def add_git_excludes(project: Path, patterns: list[str]) -> list[str]:
     """Append the patterns missing from the repository's info/exclude; return them."""
-    from genesis.repo.gitcmd import GitFailed, run_git
 
     done = run_git(project, ["rev-parse", "--git-path", "info/exclude"], timeout=GIT_TIMEOUT)
     if done.returncode != 0:

@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from genesis.procs.proctree import identify
 from genesis.store.atomicio import CorruptFile, finite, read_json, write_json
 
 __all__ = ["Holder", "Locked", "acquire", "release", "current_holder", "hold"]
@@ -33,7 +34,6 @@ class Holder:
 
     def alive(self) -> bool:
         """True if that very process (pid and start time) still runs on this host."""
-        from genesis.procs.proctree import identify
 
         if self.host != socket.gethostname():
             return True  # cannot check another machine's processes: assume it runs
@@ -97,7 +97,6 @@ def acquire(lock: Path, record: Path, fd: int, pid: int, run_id: str) -> Holder:
             if attempt == PROBE_RETRIES:
                 raise Locked(_read(record) or _unknown(), lock) from None
             time.sleep(PROBE_PAUSE)
-    from genesis.procs.proctree import identify
 
     ident = identify(pid)
     if ident is None:

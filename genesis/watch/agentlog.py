@@ -4,8 +4,8 @@ and put back if it is deleted mid-phase; and its tail, made safe for a terminal.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
-import re
 import select
 import signal
 import stat
@@ -13,7 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["AgentLog", "OutputPump", "Transcriber", "MIN_LOG_BYTES", "MAX_LINE", "grow_pipe", "sanitize", "tail"]
+from genesis.words import sanitize
+
+__all__ = ["AgentLog", "OutputPump", "Transcriber", "MIN_LOG_BYTES", "MAX_LINE", "grow_pipe", "tail"]
 
 MIN_LOG_BYTES = 64 << 10   # the smallest log cap: room for a head, a tail and the line between
 MARK_ROOM = 200  # bytes kept free for the line that says what was dropped
@@ -192,7 +194,6 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> int:
 def grow_pipe(fd: int) -> None:
     """Linux: a 1 MiB pipe (the unprivileged maximum) takes bursts with fewer wake-ups."""
     try:
-        import fcntl
         fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ"), 1 << 20)
     except (ImportError, AttributeError, OSError):
         pass
@@ -336,22 +337,7 @@ class OutputPump:
         self.fd = -1
 
 
-# --- the heartbeat's surroundings ---------------------------------------------------------
-
-ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"
-                     r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
-                     r"|\x1b[\x20-\x2f]*[\x30-\x7e]?")
-CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def sanitize(line: str, width: int = 300) -> str:
-    """One line of agent output made safe for a terminal: control sequences and characters go,
-    the text stays; a carriage return keeps what a terminal would show last; at most width."""
-    line = ESCAPES.sub("", line)
-    line = next((part for part in reversed(line.split("\r")) if part), "")
-    line = CONTROLS.sub("", line.expandtabs(8))
-    return line if len(line) <= width else line[:width - 1] + "\u2026"
-
+# --- the agent's output -----------------------------------------------------------------
 
 def tail(path: Path, lines: int = 12, max_bytes: int = 16384, width: int = 300) -> list[str]:
     """The last lines of a log, sanitised for the console when an agent is killed."""

@@ -12,39 +12,33 @@ from __future__ import annotations
 
 import errno
 import os
-import select
-import shutil
 import signal
-import stat
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Callable, Mapping
 
 import psutil
 
 from genesis import exitcodes
-from genesis.clock import Clock, SystemClock, iso
-from genesis.health.activity import sample
-from genesis.health.classify import Snapshot, classify, fingerprint
-from genesis.health.heartbeat import read_heartbeat
-from genesis.health.toolwatch import ToolVerdict, ToolWatch
-from genesis.health.watchdog import Verdict, Watchdog
+from genesis.agents.base import Ending, Limit, OutputReader
+from genesis.clock import Clock, SystemClock
+from genesis.health.activity import Sample, sample
+from genesis.health.classify import Snapshot
+from genesis.health.heartbeat import Heartbeat, read_heartbeat
 from genesis.procs import cgroups
 from genesis.procs.proctree import (KillReport, ProcId, adopted, become_subreaper, command_line, descendants,
                                     descends_from, identify, kill_all, marked, protected_pids, reap_zombie_children)
 from genesis.watch.agentlog import MIN_LOG_BYTES, AgentLog, OutputPump, Transcriber, grow_pipe
 from genesis.watch.cmdline import header_line, misfit, prompt_problem, too_big
+from genesis.watch.decide import End, Judgement, Observation, Rules, Verdict, begin, decide, this_runs
+from genesis.watch.heartdir import clear_planted, disk_full
+from genesis.watch.waits import STOP_SIGNALS, ExitWait, SignalWait
 
-if TYPE_CHECKING:
-    from genesis.agents.base import Ending, OutputReader
+__all__ = ["AgentRun", "Limits", "Outcome", "Interrupted", "supervise"]
 
-__all__ = ["AgentRun", "Limits", "Outcome", "Interrupted", "supervise", "clear_planted", "disk_full"]
-
-DISK_ROOM = 64 << 10       # less free space than this: the hook cannot write a heartbeat
 SI_KERNEL = 0x80           # si_code of a signal the kernel sent (a terminal's Ctrl-C, a hangup)
 
 
@@ -60,10 +54,10 @@ class AgentRun:
     prompt_stdin: bool = False     # the agent reads its prompt from stdin when given none (`claude -p`)
     on_check: Callable[[], None] | None = None  # the loop's own repairs, run at every check
     raw_log: Path | None = None    # the raw output, when the transcript (log) is rendered from it
-    reader: "OutputReader | None" = None  # reads the output into the transcript and the ending
-    on_health: Callable[[dict], None] | None = None  # gets the phase's health snapshot at every check
+    reader: OutputReader | None = None  # reads the output into the transcript and the ending
+    on_health: Callable[[Snapshot], None] | None = None  # gets the phase's health snapshot at every check
     on_incident: Callable[..., None] | None = None  # forensics before an abnormal end's kill
-    judge: Callable[[], tuple] | None = None  # (wedged or "", severity, calls, in flight, last success)
+    judge: Callable[[], Judgement] | None = None  # the phase's tool calls judged, at every check
     phase: str = ""
     iteration: int = 0
 
@@ -88,7 +82,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str                    # exited | stale | wedged | overtime | api_fatal | interrupted | not_started
+    status: str                    # exited | stuck | wedged | overtime | api_fatal | interrupted | not_started
     returncode: int | None
     duration: float
     idle: float = 0.0
@@ -99,7 +93,7 @@ class Outcome:
     sender: int | None = None      # interrupted: who sent the signal (0: the kernel, e.g. a terminal)
     swept: int = 0                 # processes the end-of-phase sweep ended (a note says which and why)
     disk_full: bool = False        # the heartbeat's filesystem was full at a check of this phase
-    ending: "Ending | None" = None # what the agent's output says of its end (limit, API error, result)
+    ending: Ending | None = None   # what the agent's output says of its end (limit, API error, result)
     api_retries: int = 0           # API retries of the CLI's own the watcher saw
     would_kill: tuple[str, ...] = ()  # warn-only mode: why the agent would have been killed, each time
 
@@ -107,7 +101,7 @@ class Outcome:
     def exit_code(self) -> int:
         if self.status == "exited":
             return exitcodes.OK if self.returncode == 0 else exitcodes.AGENT_FAILED
-        if self.status in ("stale", "wedged"):
+        if self.status in ("stuck", "wedged"):
             return exitcodes.AGENT_STALE
         if self.status == "overtime":
             return exitcodes.AGENT_OVERTIME
@@ -115,10 +109,6 @@ class Outcome:
             return {signal.SIGINT: exitcodes.INTERRUPTED_INT, signal.SIGHUP: exitcodes.INTERRUPTED_HUP}.get(
                 self.signum, exitcodes.INTERRUPTED_TERM)
         return exitcodes.AGENT_FAILED
-
-
-# The user's stop: Ctrl-C, SIGTERM, or the terminal or SSH session closing (SIGHUP).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class Interrupted(Exception):
@@ -137,7 +127,7 @@ def _raise_once(signum: int, _frame: object) -> None:
 def supervise(run: AgentRun, limits: Limits, clock: Clock | None = None,
               note: Callable[[str], None] = lambda _msg: None,
               debug: Callable[[str], None] = lambda _msg: None) -> Outcome:
-    """Run the agent to its end, or kill its whole tree when stale, over time or interrupted;
+    """Run the agent to its end, or kill its whole tree when stuck, wedged, over time or interrupted;
     either way end what it left behind. `note` gets what the user should hear, `debug` the rest."""
     return _Watcher(run, limits, clock or SystemClock(), note, debug).run()
 
@@ -156,16 +146,7 @@ class _Watcher:
         self.log: AgentLog | None = None
         self.out: Transcriber | None = None
         self.pump: OutputPump | None = None
-        self.retry_seen: tuple[int, float] | None = None  # the CLI's latest API retry noted (attempt, seen)
-        self.tools = ToolWatch(limits.tool_silent, limits.tool_busy_max, limits.hookless) if limits.tool_silent \
-            else None
-        self.retries = 0
-        self.would: list[str] = []
-        self.would_said = -1e18        # monotonic: when a would-be kill was last said
         self.waiter: SignalWait | ExitWait | None = None
-        self.tampered: list[str] = []
-        self.disk_full = False
-        self.seen_output = 0
         self.found: dict[int, tuple[str, str]] = {}   # pid: (command line, why it is the agent's)
         self.late: list[tuple[int, int | None]] = []  # stop signals that came during the clean-up
 
@@ -174,6 +155,13 @@ class _Watcher:
         self.run_.log.parent.mkdir(parents=True, exist_ok=True)
         self.start_mono, self.start_wall = self.clock.mono(), self.clock.wall()
         self.since = time.time()
+        run, lim = self.run_, self.limits
+        self.rules = Rules(run.run_id, stale_after=lim.stale_after, interval=lim.check_interval,
+                           started=self.start_mono, started_wall=self.start_wall, max_runtime=lim.max_runtime,
+                           count_output=lim.count_output, tool_silent=lim.tool_silent, tool_busy_max=lim.tool_busy_max,
+                           hookless=lim.hookless, enforce=lim.enforce, heartbeat_dir=str(run.heartbeat.parent),
+                           phase=run.phase, iteration=run.iteration)
+        self.state = begin(self.rules)  # what the decision carries from one check to the next
         old = {s: signal.signal(s, _raise_once) for s in STOP_SIGNALS}
         try:
             return self._run()
@@ -201,9 +189,9 @@ class _Watcher:
             if self.proc is None:
                 self.log.say(f"not started: {problem}")
                 return Outcome("not_started", None, 0.0, detail=f"cannot start {run.argv[0]!r}: {problem}")
-            return self._end(**self._watch())
+            return self._end(self._watch())
         except Interrupted as exc:  # before the signals were blocked, or where no platform names a sender
-            return self._end("interrupted", signum=exc.signum, detail=f"interrupted by {exc}")
+            return self._end(End("interrupted", signum=exc.signum, detail=f"interrupted by {exc}"))
 
     # --- start ------------------------------------------------------------------------
 
@@ -268,16 +256,15 @@ class _Watcher:
 
     # --- watch ------------------------------------------------------------------------
 
-    def _watch(self) -> dict:
+    def _watch(self) -> End:
         """Sleep until a check is due, a signal comes or the agent exits; how the watch ended."""
         lim, clock = self.limits, self.clock
-        dog = Watchdog(lim.stale_after, lim.check_interval, self.start_mono, self.start_wall)
-        deadline = self.start_mono + lim.max_runtime
+        deadline = self.rules.deadline
         next_check = self.start_mono + lim.check_interval
         while True:
             rc = self.proc.poll()
             if rc is not None:
-                return {"status": "exited", "rc": rc}
+                return End("exited", rc=rc)
             now = clock.mono()
             due = min(next_check, deadline)
             if now < due:
@@ -289,79 +276,58 @@ class _Watcher:
                 reap_zombie_children(keep=self.proc.pid)
                 continue
             next_check = now + lim.check_interval
-            ended = self._check(dog, deadline)
-            if ended is not None:
-                return ended
+            self.state, verdict = decide(self.rules, self.state, self._observe())
+            self._act(verdict)
+            if verdict.end is not None:
+                return verdict.end
 
-    def _check(self, dog: Watchdog, deadline: float) -> dict | None:
-        run, lim, clock = self.run_, self.limits, self.clock
+    def _observe(self) -> Observation:
+        """Everything the check decides on, read after the upkeep due at every check."""
+        run = self.run_
         reap_zombie_children(keep=self.proc.pid)
-        planted = clear_planted(run.heartbeat)
-        if planted:
-            self.tampered.append(planted)
-            self.note(planted)
+        planted = clear_planted(run.heartbeat) or ""
         full = disk_full(run.heartbeat.parent)
-        if full and not self.disk_full:
-            self.note(f"disk full: heartbeats cannot be written ({run.heartbeat.parent}); silence is not counted "
-                      f"while it lasts (the runtime cap still applies)")
-        self.disk_full |= full
-        for log in self.out.logs:
-            for msg in log.problems():
-                self.note(msg)
+        upkeep = [msg for log in self.out.logs for msg in log.problems()]
         if run.on_check is not None:
             try:
                 run.on_check()
             except Exception as exc:  # a repair that fails must not end the watch
-                self.note(f"a check of Genesis's own files failed: {exc}")
-        hopeless = run.reader.hopeless if run.reader is not None else None
-        if hopeless is not None:
-            return {"status": "api_fatal", "detail": hopeless.message}
+                upkeep.append(f"a check of Genesis's own files failed: {exc}")
+        reader = run.reader
+        hopeless = reader.hopeless.message if reader is not None and reader.hopeless is not None else None
         beat, _why = read_heartbeat(run.heartbeat)
-        ours = beat is not None and beat.run_id in ("", run.run_id)
         received = self.out.received
-        grew, self.seen_output = received > self.seen_output, received
-        now = clock.mono()
-        stuck, severity, calls, flying, last_ok = None, "", 0, "", None
-        if run.judge is not None:
-            try:
-                wedged, severity, calls, flying, last_ok = run.judge()
-            except Exception as exc:  # a judge that fails must not end the watch
-                wedged = ""
-                self.debug(f"the tool calls could not be judged: {exc}")
-            if wedged:
-                stuck = {"status": "wedged", "idle": 0.0, "detail": wedged}
-        api_until = self._api_wait()
-        busy_until = api_until
-        tool = ToolVerdict()
-        if self.tools is not None:
-            tool = self.tools.observe(beat if ours else None, now, grew, sample(self._tool_root(beat if ours else None)))
-            if tool.note:
-                self.note(tool.note + (f"; running {flying}" if flying else ""))
-            if tool.busy_until is not None:
-                busy_until = max(busy_until or tool.busy_until, tool.busy_until)
-        verdict = dog.observe(beat.epoch if ours else None, now, clock.wall(), grew and lim.count_output,
-                              hold=full, busy_until=busy_until)
+        now, wall = self.clock.mono(), self.clock.wall()
+        judged = self._judge()
+        activity = sample(self._tool_root(this_runs(beat, run.run_id))) if self.rules.tool_silent else Sample()
+        return Observation(now, wall, beat, received, activity, judged,
+                           retry=reader.retry if reader is not None else None, hopeless=hopeless,
+                           turns=reader.turns if reader is not None else None, disk_full=full, planted=planted,
+                           upkeep=tuple(upkeep))
+
+    def _judge(self) -> Judgement:
+        """The judge's findings on the tool calls; none when there is no judge or it fails."""
+        if self.run_.judge is None:
+            return Judgement()
+        try:
+            return self.run_.judge()
+        except Exception as exc:  # a judge that fails must not end the watch
+            self.debug(f"the tool calls could not be judged: {exc}")
+            return Judgement()
+
+    def _act(self, verdict: Verdict) -> None:
+        """Say what the check decided and keep the phase's health; ending is the caller's."""
         for msg in verdict.notes:
             self.note(msg)
-        if stuck is None and tool.stuck:
-            stuck = {"status": "stale", "idle": now - self.tools.last_active,
-                     "detail": "; ".join([tool.stuck, *dict.fromkeys(self.tampered)])}
-        elif stuck is None and verdict.stale:
-            stuck = {"status": "stale", "idle": verdict.idle, "detail": self._stale_detail(verdict, dog, now)}
-        if stuck is not None and stuck["status"] == "stale" and flying:
-            stuck["detail"] += f"; the tool in flight: {flying}"
-        self._health(beat if ours else None, verdict.idle, tool, stuck, severity, calls, flying, last_ok,
-                     api_busy=api_until is not None)
-        if stuck is not None:
-            if lim.enforce:
-                return stuck
-            self._would_kill(stuck["detail"], now)
-        if now >= deadline:
-            return {"status": "overtime", "idle": verdict.idle,
-                    "detail": f"ran for {now - self.start_mono:.0f}s (cap {lim.max_runtime:g}s)"}
-        return None
+        if verdict.health is not None and self.run_.on_health is not None:
+            try:
+                self.run_.on_health(verdict.health)
+            except Exception as exc:  # keeping the record must not end the watch
+                self.debug(f"the health snapshot could not be kept: {exc}")
+        if verdict.warning:
+            self.note(verdict.warning)
 
-    def _tool_root(self, beat) -> "ProcId | None":
+    def _tool_root(self, beat: Heartbeat | None) -> ProcId | None:
         """Whose descendants the tools are: the process that ran the hook, when it is below the
         agent. A CLI started through a launcher (npm's node wrapper of Codex's binary, Gemini
         CLI relaunching itself) would otherwise count its own work as its tools'."""
@@ -373,80 +339,20 @@ class _Watcher:
             self._below = (pid, below if below is not None and descends_from(pid, self.root.pid) else None)
         return self._below[1] if self._below[1] is not None and self._below[1].process() is not None else self.root
 
-    def _would_kill(self, detail: str, now: float) -> None:
-        """Warn-only mode: record what would have been killed; say it at most once a window."""
-        self.would = (self.would + [detail])[-20:]
-        if now - self.would_said >= self.limits.stale_after:
-            self.would_said = now
-            self.note(f"would kill as stuck (GENESIS_HEALTH_ENFORCE=false, so it runs on): {detail}")
-
-    def _health(self, beat, idle: float, tool: "ToolVerdict", stuck: dict | None, severity: str,
-                calls: int, flying: str, last_ok: float | None, api_busy: bool) -> None:
-        """The phase's health snapshot, for the loop to keep and to record changes of."""
-        run = self.run_
-        if run.on_health is None:
-            return
-        busy = tool.busy_until is not None or api_busy
-        # The window closest to running out: the general one, or the tool-silent one inside a tool.
-        silent, window = idle, self.limits.stale_after
-        if tool.tool and self.tools is not None:
-            tool_silent = self.clock.mono() - self.tools.last_active
-            if tool_silent / self.tools.silent_after > idle / window:
-                silent, window = tool_silent, self.tools.silent_after
-        wedged = stuck is not None and stuck["status"] == "wedged"
-        cls, score = classify(silent, window, busy, stuck is not None and not wedged, wedged)
-        age = f", {max(0.0, self.clock.wall() - beat.epoch):.0f}s ago" if beat is not None else ""
-        last_event = f"{beat.event or 'beat'} {beat.tool or '-'}{age}" if beat is not None else "none yet"
-        snap = Snapshot(run.run_id, run.phase, run.iteration, iso(self.clock.wall()), cls, score, round(idle, 1),
-                        last_event, severity,
-                        round(self.clock.wall() - last_ok, 1) if last_ok is not None else None, flying,
-                        run.reader.turns if run.reader is not None else None,
-                        tool.tool or (beat.tool if beat is not None else ""), calls,
-                        fingerprint(beat.epoch if beat is not None else 0, self.out.received, calls),
-                        stuck["detail"] if stuck else (tool.note if busy else ""))
-        try:
-            run.on_health(snap.to_json())
-        except Exception as exc:  # keeping the record must not end the watch
-            self.debug(f"the health snapshot could not be kept: {exc}")
-
-    def _api_wait(self) -> float | None:
-        """Until when (monotonic) the CLI said it waits inside its own API retries; None if it is
-        not retrying. Its api_retry event names the delay before its next try: the agent is
-        waiting on the API, not stuck, until that delay is over; after it, silence counts again."""
-        retry = self.run_.reader.retry if self.run_.reader is not None else None
-        if retry is None:
-            return None
-        if self.retry_seen != (retry.attempt, retry.seen):
-            self.retry_seen = (retry.attempt, retry.seen)
-            self.retries += 1
-            status = f"{retry.status} " if retry.status else ""
-            self.note(f"the model API is failing ({status}{retry.error}); the agent retries by itself "
-                      f"(attempt {retry.attempt} of {retry.max_retries}, next in {retry.delay:.0f}s): waiting on "
-                      f"the API, not stuck")
-        return retry.seen + retry.delay
-
-    def _stale_detail(self, verdict: Verdict, dog: Watchdog, now: float) -> str:
-        detail = f"no heartbeat for {verdict.idle:.1f}s (stale after {self.limits.stale_after:g}s)"
-        if verdict.output_ignored and dog.last_beat is not None:
-            detail += (f"; its output alone no longer counts: the last heartbeat was {now - dog.last_beat:.1f}s "
-                       f"ago, more than a window")
-        return "; ".join([detail, *dict.fromkeys(self.tampered)])
-
     # --- signals ----------------------------------------------------------------------
     # Linux blocks the stop signals and waits for them with sigtimedwait, which names the
     # sender. A stop sent by the agent's own tree (`pkill -f python` in a tool call) is
     # ignored; any other sender (the loop, the user's shell, the terminal) stops the phase.
     # SIGKILL cannot be caught: the loop counts a watcher that died as a failed phase.
 
-    def _stop_signal(self, info) -> dict | None:
+    def _stop_signal(self, info) -> End | None:
         name = signal.Signals(info.si_signo).name
         ours, who = self._sender(info)
         if ours:
             self.note(f"signal {name} from {who}: ignored (a process of the agent's own tree may not stop its "
                       f"watcher)")
             return None
-        return {"status": "interrupted", "signum": info.si_signo, "sender": info.si_pid,
-                "detail": f"interrupted by {name}"}
+        return End("interrupted", signum=info.si_signo, sender=info.si_pid, detail=f"interrupted by {name}")
 
     def _sender(self, info) -> tuple[bool, str]:
         """(whether the sender belongs to the agent's tree, who it is)."""
@@ -495,13 +401,13 @@ class _Watcher:
 
     # --- end --------------------------------------------------------------------------
 
-    def _end(self, status: str, rc: int | None = None, idle: float = 0.0, signum: int | None = None,
-             detail: str = "", sender: int | None = None) -> Outcome:
+    def _end(self, end: End) -> Outcome:
         """Kill the tree unless the agent exited, sweep what is left, finish the log."""
+        status, detail, signum, sender = end.status, end.detail, end.signum, end.sender
         for sig in STOP_SIGNALS:  # from here a stop is recorded, never raised into the clean-up
             signal.signal(sig, self._late_signal)
         kill, pid = None, self.proc.pid if self.proc else None
-        if status in ("stale", "overtime", "wedged") and self.run_.on_incident is not None:
+        if status in ("stuck", "overtime", "wedged") and self.run_.on_incident is not None:
             try:  # what the tree was doing, before it is gone
                 self.run_.on_incident(self.root, self._everything(), status, detail)
             except Exception as exc:
@@ -520,17 +426,15 @@ class _Watcher:
         if late is not None and status != "interrupted":
             status, (signum, sender) = "interrupted", late
             detail = f"interrupted by {signal.Signals(signum).name}"
-        return Outcome(status, rc, self.clock.mono() - self.start_mono, idle, kill, signum, detail, pid,
-                       sender=sender, swept=swept, disk_full=self.disk_full, ending=ending,
-                       api_retries=self.retries, would_kill=tuple(self.would[-20:]))
+        return Outcome(status, rc, self.clock.mono() - self.start_mono, end.idle, kill, signum, detail, pid,
+                       sender=sender, swept=swept, disk_full=self.state.disk_full, ending=ending,
+                       api_retries=self.state.api_retries, would_kill=self.state.would_kill)
 
-    def _ending(self, status: str, rc: int | None) -> "Ending | None":
+    def _ending(self, status: str, rc: int | None) -> Ending | None:
         """What the output says of the run's end; a reader's failure is noted, never raised."""
         if self.out is None or self.out.reader is None:
             return None
         if status == "api_fatal" and self.run_.reader is not None and self.run_.reader.hopeless is not None:
-            from genesis.agents.base import Ending, Limit
-
             hopeless = self.run_.reader.hopeless
             return Ending(limit=hopeless) if isinstance(hopeless, Limit) else Ending(api_error=hopeless)
         try:
@@ -592,150 +496,3 @@ class _Watcher:
             for msg in log.close():
                 self.note(msg)
 
-
-class SignalWait:
-    """Linux: sleep in sigtimedwait on the stop signals and SIGCHLD (the agent's exit).
-
-    sigtimedwait returns the sender's pid, so a stop the agent sent can be told from the
-    user's. The signals are blocked in this thread (and in the output thread, started after)
-    so that they wait for it; no polling in between.
-    """
-
-    SIGNALS = frozenset({*STOP_SIGNALS, signal.SIGCHLD})
-
-    def __init__(self) -> None:
-        self.old = signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
-
-    def wait(self, timeout: float):
-        return signal.sigtimedwait(self.SIGNALS, max(0.0, timeout))
-
-    def drain(self) -> list:
-        """The signals pending now (at most a few: standard signals do not queue)."""
-        got = []
-        for _ in range(len(self.SIGNALS)):
-            info = signal.sigtimedwait(self.SIGNALS, 0)
-            if info is None:
-                break
-            got.append(info)
-        return got
-
-    def close(self) -> None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
-
-
-class ExitWait:
-    """Where sigtimedwait does not exist (macOS), sleep on the agent's exit; a stop signal
-    interrupts as it always did, through the handler, whoever sent it: the platform does not
-    say who did."""
-
-    def __init__(self, proc: subprocess.Popen):
-        self.exit = ExitWatch(proc)
-
-    def wait(self, timeout: float) -> None:
-        self.exit.wait(timeout)
-        return None
-
-    def drain(self) -> list:
-        return []
-
-    def close(self) -> None:
-        self.exit.close()
-
-
-# --- the agent's output -----------------------------------------------------------------
-
-KINDS = {stat.S_IFLNK: "a symlink", stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
-         stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
-
-
-def clear_planted(path: Path) -> str | None:
-    """Remove anything but a regular file at the heartbeat path; say what it was.
-
-    The watcher owns the heartbeat directory. What is planted there is never followed: the
-    directory is opened without following a symlink, and only its entry is removed (a planted
-    directory with everything in it, links not followed), nothing outside it.
-    """
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return None  # no directory (yet), or not a real one: not the watcher's to clean
-    try:
-        try:
-            st = os.stat(path.name, dir_fd=dfd, follow_symlinks=False)
-        except FileNotFoundError:
-            return None
-        if stat.S_ISREG(st.st_mode):
-            return None
-        kind = KINDS.get(stat.S_IFMT(st.st_mode), "something other than a file")
-        try:
-            if stat.S_ISDIR(st.st_mode):
-                if sys.version_info >= (3, 11):
-                    shutil.rmtree(path.name, dir_fd=dfd)
-                else:
-                    shutil.rmtree(path)
-            else:
-                os.unlink(path.name, dir_fd=dfd)
-        except OSError as exc:
-            return f"{kind} was planted at the heartbeat path and could not be removed ({exc.strerror})"
-        return f"{kind} was planted at the heartbeat path and removed"
-    finally:
-        os.close(dfd)
-
-
-def disk_full(directory: Path) -> bool:
-    """Whether the hook has no room to write a heartbeat in `directory` (space or inodes)."""
-    try:
-        st = os.statvfs(directory)
-    except OSError as exc:
-        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    root = os.geteuid() == 0  # root may use the blocks reserved for it
-    free = (st.f_bfree if root else st.f_bavail) * st.f_frsize
-    inodes = st.f_ffree if root else st.f_favail
-    return free < DISK_ROOM or (st.f_files > 0 and inodes == 0)
-
-
-class ExitWatch:
-    """Sleep until the agent exits or the timeout passes, without polling in between.
-
-    Linux: a pidfd becomes readable at exit; macOS: kqueue reports NOTE_EXIT. Elsewhere
-    Popen.wait's own polling is used. Saves the watcher's CPU over a long, quiet run.
-    """
-
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
-        self.fd: int | None = None
-        self.kq = None
-        try:
-            if hasattr(os, "pidfd_open"):
-                self.fd = os.pidfd_open(proc.pid)
-            elif hasattr(select, "kqueue"):
-                self.kq = select.kqueue()
-                self.kq.control([select.kevent(proc.pid, select.KQ_FILTER_PROC, select.KQ_EV_ADD,
-                                               select.KQ_NOTE_EXIT)], 0, 0)
-        except OSError:
-            self.fd, self.kq = None, None  # already gone, or not supported: poll instead
-
-    def wait(self, timeout: float) -> int | None:
-        """The exit status, or None if it still runs after `timeout` seconds."""
-        if self.fd is not None:
-            select.select([self.fd], [], [], timeout)
-        elif self.kq is not None:
-            self.kq.control(None, 1, timeout)
-        else:
-            try:
-                return self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return None
-        return self.proc.poll()
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-        if self.kq is not None:
-            self.kq.close()
-
-
-# Terminal control sequences in agent output: CSI (ESC [ or 0x9b) with its parameters; OSC,
-# DCS, SOS, PM and APC strings up to their terminator (BEL, ESC \\ or 0x9c), or the line's
-# end when cut off; any other ESC sequence; then every C0 and C1 control left, DEL, and the
-# bidirectional overrides and isolates that make text read other than it is.

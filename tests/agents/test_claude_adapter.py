@@ -7,6 +7,7 @@ from pathlib import Path
 from genesis.agents import adapter_for
 from genesis.agents.base import Adapter, TextReader
 from genesis.agents.claude import ClaudeCode, ClaudeTextReader
+from genesis.agents.generic import GenericCli
 from genesis.phases import Phase, Trigger
 
 PHASE = Phase("Builder", Trigger("always"), Path("builder.md"))
@@ -15,8 +16,8 @@ PHASE = Phase("Builder", Trigger("always"), Path("builder.md"))
 def test_the_adapter_is_chosen_by_the_programs_name():
     assert isinstance(adapter_for(("claude", "-p")), ClaudeCode)
     assert isinstance(adapter_for(("/opt/bin/claude",)), ClaudeCode)
-    assert type(adapter_for(("python3", "-m", "genesis.demo.simagent"))) is Adapter
-    assert type(adapter_for(("claude-wrapper",))) is Adapter
+    assert type(adapter_for(("python3", "-m", "genesis.demo.simagent"))) is GenericCli
+    assert type(adapter_for(("claude-wrapper",))) is GenericCli
 
 
 def test_claude_gets_stream_json_unless_the_user_chose_a_format():

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import alive, state_of, wait_for
+from helpers.procs import alive
+from helpers.state import state_of
+from helpers.waits import wait_for
 
 from genesis.agents.claude.hookcheck import BROKEN, MALFORMED, NOT_INSTALLED, WORKING, self_test
 from genesis.agents.claude.settings import hook_command, install

@@ -97,15 +97,15 @@ def test_a_malformed_file_is_refused_and_left_untouched(tmp_path, text):
 
 def test_cli_install_status_uninstall_at_user_scope(hermetic, project):
     runner = CliRunner()
-    status = runner.invoke(cli, ["--project", str(project), "hook", "status"])
+    status = runner.invoke(cli, ["--project", str(project), "hook", "status"], catch_exceptions=False)
     assert status.exit_code == 1 and "not installed" in status.output
     done = runner.invoke(cli, ["--project", str(project), "hook", "install"], catch_exceptions=False)
     assert done.exit_code == 0 and str(hermetic / ".claude" / "settings.json") in done.output
-    status = runner.invoke(cli, ["--project", str(project), "hook", "status"])
+    status = runner.invoke(cli, ["--project", str(project), "hook", "status"], catch_exceptions=False)
     assert status.exit_code == 0 and "user: installed" in status.output
-    again = runner.invoke(cli, ["--project", str(project), "hook", "install"])
+    again = runner.invoke(cli, ["--project", str(project), "hook", "install"], catch_exceptions=False)
     assert "already installed" in again.output
-    gone = runner.invoke(cli, ["--project", str(project), "hook", "uninstall"])
+    gone = runner.invoke(cli, ["--project", str(project), "hook", "uninstall"], catch_exceptions=False)
     assert gone.exit_code == 0 and "removed" in gone.output
     assert json.loads((hermetic / ".claude" / "settings.json").read_text()) == {}
 
@@ -114,7 +114,7 @@ def test_cli_refuses_a_malformed_settings_file_with_exit_2(hermetic, project):
     path = hermetic / ".claude" / "settings.json"
     path.parent.mkdir()
     path.write_text("{not json")
-    result = CliRunner().invoke(cli, ["--project", str(project), "hook", "install"])
+    result = CliRunner().invoke(cli, ["--project", str(project), "hook", "install"], catch_exceptions=False)
     assert result.exit_code == 2 and "left untouched" in result.output
     assert path.read_text() == "{not json"
 

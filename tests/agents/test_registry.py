@@ -8,6 +8,8 @@ import pytest
 
 from genesis.agents import ADAPTERS, adapter_for, adapter_named, adapter_of
 from genesis.agents.base import Adapter
+from genesis.agents.claude.settings import CLAUDE_HOOKS
+from genesis.agents.generic import GenericCli
 from genesis.agents.hook.selftest import BROKEN, MALFORMED, NOT_INSTALLED, WORKING, spec_self_test
 from genesis.agents.hook.spec import GroupedHooks
 from genesis.config import ConfigError, resolve
@@ -24,8 +26,14 @@ def test_every_cli_is_named_and_recognised_by_its_program_even_by_path(name):
 
 
 def test_any_other_program_is_the_generic_text_cli():
-    assert type(adapter_for(("my-agent", "-x"))) is Adapter
+    assert type(adapter_for(("my-agent", "-x"))) is GenericCli
     assert adapter_named("generic").name == "generic"
+
+
+def test_the_generic_cli_borrows_claude_codes_hook_and_the_interface_knows_no_cli():
+    assert adapter_named("generic").hooks is CLAUDE_HOOKS
+    assert not adapter_named("generic").hook_required  # it cannot know that the command fires the hook
+    assert Adapter().hooks is None and Adapter().hook_check(Path("."), {}, Path("hb.json")) is None
 
 
 def test_the_knob_picks_the_cli_and_alone_runs_its_program(project):

@@ -15,7 +15,8 @@ import psutil
 import pytest
 from helpers.receiver import Receiver
 
-from genesis.alerts.deliver import LedgerBook, deadline_seconds, dispatch, run
+from genesis.alerts.deliver import LedgerBook, deadline_seconds, run
+from genesis.alerts.handoff import dispatch
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.tickets import Ticket, epoch_of, iso
 from genesis.ledger.store import Ledger

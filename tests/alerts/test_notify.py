@@ -14,8 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
 from helpers.receiver import Receiver
+from helpers.waits import wait_for
 
 from genesis.alerts.notify import Channel, channels_for, deliver
 from genesis.alerts.settings import AlertSettings

@@ -25,13 +25,12 @@ def make(kind: str, /, **detail) -> Ticket | None:
     return ticket_for(event(kind, **detail), "/home/me/src/myapp", env=ENV)
 
 
-def test_health_stalled_is_medium_and_wedged_is_high_with_the_reason_as_evidence():
-    stalled = make("health", iteration=3, phase="Builder", classification="stalled", stall_score=1.2,
-                   reason="no heartbeat for 900.0s (stale after 900s)")
-    assert (stalled.severity, stalled.cause, stalled.kind, stalled.final) == ("medium", "Builder stalled", "health",
-                                                                              False)
-    assert (stalled.iteration, stalled.phase, stalled.run_id, stalled.created_at) == (3, "Builder", "run-1", AT)
-    assert "no heartbeat for 900.0s" in stalled.evidence and "iteration 3" in stalled.evidence
+def test_health_stuck_is_medium_and_wedged_is_high_with_the_reason_as_evidence():
+    stuck = make("health", iteration=3, phase="Builder", classification="stuck", stall_score=1.2,
+                 reason="no heartbeat for 900.0s (stale after 900s)")
+    assert (stuck.severity, stuck.cause, stuck.kind, stuck.final) == ("medium", "Builder stuck", "health", False)
+    assert (stuck.iteration, stuck.phase, stuck.run_id, stuck.created_at) == (3, "Builder", "run-1", AT)
+    assert "no heartbeat for 900.0s" in stuck.evidence and "iteration 3" in stuck.evidence
     wedged = make("health", iteration=3, phase="Builder", classification="wedged", stall_score=0.0,
                   reason="doom_loop: the last 12 calls cycle over 2 inputs and the repository did not change")
     assert (wedged.severity, wedged.cause) == ("high", "Builder wedged")
@@ -42,23 +41,23 @@ def test_health_stalled_is_medium_and_wedged_is_high_with_the_reason_as_evidence
 
 
 def test_health_carries_steps_and_stall_minutes_when_the_event_has_them():
-    t = make("health", iteration=1, phase="Builder", classification="stalled", stall_score=1.0, reason="x",
+    t = make("health", iteration=1, phase="Builder", classification="stuck", stall_score=1.0, reason="x",
              idle=330.0, steps_since_success=12)
     assert (t.stall_minutes, t.steps_since_success) == (5.5, 12)
-    bare = make("health", iteration=1, phase="Builder", classification="stalled", stall_score=1.0, reason="x")
+    bare = make("health", iteration=1, phase="Builder", classification="stuck", stall_score=1.0, reason="x")
     assert (bare.stall_minutes, bare.steps_since_success) == (None, None)
 
 
 def test_an_incident_is_high_and_shares_the_health_tickets_cause():
-    for kind, cause in (("stale", "Criticizer stalled"), ("wedged", "Criticizer wedged"),
-                        ("overtime", "Criticizer overtime")):
+    for kind, cause in (("stuck", "Criticizer stuck"), ("wedged", "Criticizer wedged"),
+                        ("overtime", "Criticizer over time")):
         t = make("incident", iteration=2, phase="Criticizer", id="20261121T031400-Criticizer", kind=kind,
                  reason="no heartbeat for 900.0s", silent_for=912.0)
         assert (t.severity, t.cause, t.stall_minutes) == ("high", cause, 15.2)
         assert "genesis incidents show 20261121T031400-Criticizer" in t.suggested_action
         assert "no heartbeat for 900.0s" in t.evidence
     # read back from the ledger, "id" is the event's row number: no incident id is made up from it
-    t = ticket_for({**event("incident", iteration=2, phase="Criticizer", kind="stale"), "id": 41}, "p")
+    t = ticket_for({**event("incident", iteration=2, phase="Criticizer", kind="stuck"), "id": 41}, "p")
     assert t.suggested_action == "read `genesis incidents`" and "41" not in t.evidence
 
 
@@ -114,7 +113,7 @@ def test_other_events_raise_no_ticket():
 
 def test_a_bad_at_falls_back_to_now_and_a_long_reason_is_cut_to_the_evidence_limit():
     t = ticket_for({"event": "phase_failed", "run_id": "r", "at": "yesterday", "phase": "B", "iteration": 1,
-                    "kind": "stale", "reason": "x" * 5000, "retries": 1}, "p")
+                    "kind": "stuck", "reason": "x" * 5000, "retries": 1}, "p")
     assert t.created_at.endswith("Z") and t.created_at != "yesterday"
     assert len(t.evidence) == 500 and t.evidence.endswith("...")
 
@@ -151,7 +150,7 @@ def test_redact_covers_the_token_shapes_and_labelled_values_and_keeps_ordinary_w
 
 
 def valid() -> Ticket:
-    return make("phase_failed", iteration=1, phase="Builder", kind="stale", reason="r", retries=1)
+    return make("phase_failed", iteration=1, phase="Builder", kind="stuck", reason="r", retries=1)
 
 
 @pytest.mark.parametrize("change, message", [

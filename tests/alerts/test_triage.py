@@ -1,4 +1,4 @@
-"""Triage: the queen's rules, each way they dismiss or intervene, and the optional command
+"""Triage: its rules, each way they dismiss or intervene, and the optional command
 (real processes): its answers in each form, and every way it can fail, the rules deciding."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import wait_for
+from helpers.waits import wait_for
 
 from genesis.alerts.tickets import LIMIT_CAUSE, OUTAGE_CAUSE, Ticket, epoch_of, iso
 from genesis.alerts.triage import Verdict, by_rules, triage
@@ -22,8 +22,8 @@ PY = os.path.basename(sys.executable)
 
 def ticket(n: int = 0, **change) -> Ticket:
     base = Ticket(ticket_id=f"{n:032x}", created_at=iso(T0), run_id="run-1", iteration=3, phase="Builder",
-                  project="/src/app", severity="medium", cause="Builder stalled", reasoning="no sign of life",
-                  suggested_action="read its log", evidence="Builder (iteration 3): stalled", steps_since_success=None,
+                  project="/src/app", severity="medium", cause="Builder stuck", reasoning="no sign of life",
+                  suggested_action="read its log", evidence="Builder (iteration 3): stuck", steps_since_success=None,
                   stall_minutes=None, kind="health", final=False)
     return replace(base, **change)
 

@@ -1,4 +1,4 @@
-"""The triage command as the seed's queen: the real Claude Code CLI (`claude -p`) against a
+"""The triage command as a model decides: the real Claude Code CLI (`claude -p`) against a
 local stub of the Messages API, the ticket JSON on its stdin."""
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ json_field() { "${PY}" -c 'import json, sys; print(json.load(open(sys.argv[1]))[
   assert_line --index 2 --regexp '^\{"e": "AfterTool", "ok": true, "t": [0-9.]+, "tool": "read_file"\}$'
 }
 
-@test "the seed's manual test: genesis-heartbeat.sh test_tool with no stdin" {
+@test "the manual test: genesis-heartbeat.sh test_tool with no stdin" {
   run -0 "${HOOK}" test_tool </dev/null
   assert_output ""
   run -0 json_field "${HB}" tool; assert_output "test_tool"

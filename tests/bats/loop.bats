@@ -49,8 +49,8 @@ breaker_field() {
   assert_output --partial "[Bash] "
   assert_output --partial "Planner: finished"
   # Retried once (PHASE_RETRIES=1), stuck again: failed for the iteration, and the loop went on.
-  assert_output --partial "Builder: stalled; retrying in 0s (retry 1 of 1"
-  assert_output --partial "Builder: stalled again; its retries (PHASE_RETRIES=1) are spent: the phase failed"
+  assert_output --partial "Builder: stuck; retrying in 0s (retry 1 of 1"
+  assert_output --partial "Builder: stuck again; its retries (PHASE_RETRIES=1) are spent: the phase failed"
   run -0 marked_count; assert_output "0"
   run -0 genesis --project "${PROJECT}" report
   assert_output --partial "1 iteration · 3 phases, 2 abnormal"

@@ -1,4 +1,4 @@
-# Common setup for the bats suites: a hermetic HOME, a real git project, the repo's tools.
+# Common setup for the bats suites: a hermetic environment, a real git project, the repo's tools.
 # shellcheck disable=SC2034  # HOOK, LOOP, SPAWN are used by the .bats files
 
 REPO_ROOT="$(cd "${BATS_TEST_DIRNAME}/../.." && pwd)"
@@ -11,11 +11,28 @@ LOOP="${REPO_ROOT}/start-multi-agent-loop.sh"
 PY="${REPO_ROOT}/.venv/bin/python"
 SPAWN="${REPO_ROOT}/tests/helpers/spawn.py"
 
+# Unset what a test must not inherit: the caller's Genesis settings, agent CLI config folders,
+# API keys and XDG folders would point what the test runs at the developer's own files. The
+# same list as tests/helpers/hermetic.py (tests/test_hermetic.py checks that they agree).
+hermetic_env() {
+  local name
+  while IFS= read -r name; do
+    case "${name}" in
+      GENESIS_* | HEARTBEAT_* | AGENT_MAX* | CB_* | REAP_* | PHASE_* | AUTO_* | ITERATION_PAUSE* | KILL_GRACE* | \
+        XDG_* | CLAUDE* | ANTHROPIC_* | CODEX_* | OPENAI_* | GEMINI_* | GOOGLE_* | QWEN_* | OPENCODE* | \
+        COPILOT_* | AIDER_* | \
+        CLOUDSDK_CONFIG | GH_CONFIG_DIR | GH_TOKEN | GH_HOST | GITHUB_TOKEN | \
+        GIT_DIR | GIT_WORK_TREE | GIT_INDEX_FILE | GIT_CONFIG_GLOBAL)
+        unset "${name}"
+        ;;
+    esac
+  done < <(compgen -e)
+}
+
 common_setup() {
+  hermetic_env
   export HOME="${BATS_TEST_TMPDIR}/home"
   mkdir -p "${HOME}"
-  unset XDG_RUNTIME_DIR GENESIS_HEARTBEAT_FILE GENESIS_STATE_DIR GENESIS_AGENT GENESIS_RUN_ID \
-    GENESIS_PROJECT_DIR GENESIS_AGENT_CMD GENESIS_MAX_ITERATIONS CLAUDE_PID
   export PATH="${REPO_ROOT}/.venv/bin:${PATH}"
   export NO_COLOR=1
   export GENESIS_NOTIFY_DESKTOP=false  # no desktop pop-up for each test loop's end on a developer's machine

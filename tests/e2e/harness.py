@@ -3,27 +3,38 @@
 A suite builds an environment (its CLI's command and the stub API it talks to), names a
 stub scenario in each phase's prompt, runs `start-multi-agent-loop.sh` to its end, and
 reads what the loop left: its output, the heartbeats it saw, the ledger and leftovers.
+The Claude Code suites' nights (acceptance, night, morning) share the helpers at the end.
+Their fixtures are in conftest.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import alive, events_of, git, state_of
+from e2e.stub_api import StubAPI
 from helpers import paths
+from helpers.git import git
+from helpers.hermetic import isolated_env
+from helpers.procs import alive
+from helpers.state import events_of, state_of
 
 from genesis.procs.proctree import marked
 
 ROOT = paths.ROOT
-TOOLS = ROOT / ".tools"
-LOOP = ROOT / "start-multi-agent-loop.sh"
+TOOLS = paths.TOOLS
+LOOP = paths.LOOP
 GENESIS = [sys.executable, "-m", "genesis"]
+CLAUDE = TOOLS / "claude" / "node_modules" / ".bin" / "claude"
 
 # What every e2e loop shares: quick checks and windows so that a hang shows in seconds.
 LOOP_ENV = {"GENESIS_BIN": str(Path(sys.executable).parent / "genesis"),
@@ -32,13 +43,19 @@ LOOP_ENV = {"GENESIS_BIN": str(Path(sys.executable).parent / "genesis"),
             "REAP_PORTS": "", "NO_COLOR": "1"}
 
 
-def installed(binary: Path, log: Path, what: str, version_args: tuple[str, ...] = ("--version",)) -> Path:
-    """The CLI the test command installed into .tools/, or skip the suite with the reason."""
+def installed(binary: Path, log: Path, what: str, version_args: tuple[str, ...] = ("--version",),
+              env: dict[str, str] | None = None) -> Path:
+    """The CLI the test command installed into .tools/, or skip the suite with the reason.
+
+    Its version check runs in a throwaway HOME, with none of the caller's CLI settings and
+    `env` added: a module's fixture runs before the autouse `hermetic` of its first test, and
+    a CLI writes into its config folder even for --version."""
     if not binary.exists():
         why = log.read_text().strip()[-300:] if log.exists() else "run ./run-tests.sh to install it"
         pytest.skip(f"real {what} is not installed, e2e suite skipped: {why}")
-    done = subprocess.run([str(binary), *version_args], capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="genesis-e2e-home-", ignore_cleanup_errors=True) as home:
+        done = subprocess.run([str(binary), *version_args], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL, env=isolated_env(Path(home), **(env or {})))
     if done.returncode != 0:
         pytest.skip(f"real {what} does not run here, e2e suite skipped: {(done.stderr or done.stdout).strip()[-300:]}")
     return binary
@@ -134,7 +151,7 @@ class Loop:
         tool_shell = int((self.project / "tool-shell.pid").read_text())
         ended = self.ended()
         builders = [e for e in ended if e["phase"] == "Builder"]
-        assert builders and all(e["status"] == "stale" for e in builders), ended
+        assert builders and all(e["status"] == "stuck" for e in builders), ended
         assert tool_shell not in [e["pid"] for e in builders]
         assert not alive(tool_shell) and not any(alive(e["pid"]) for e in builders)
         assert self.leftovers() == []
@@ -144,3 +161,94 @@ class Loop:
 def calls(beats: list[dict], event: str, tool: str) -> int:
     """How many heartbeats name this event and tool."""
     return sum(1 for b in beats if (b["event"], b["tool"]) == (event, tool))
+
+
+# --- the Claude Code nights (acceptance, night, morning) ------------------------------------
+
+# Only time is compressed; every other setting is the shipped default.
+TIME_KNOBS = {"HEARTBEAT_CHECK_INTERVAL": "0.5", "HEARTBEAT_STALE_SECONDS": "30",
+              "AGENT_MAX_RUNTIME_SECONDS": "120", "KILL_GRACE_SECONDS": "3", "ITERATION_PAUSE_SECONDS": "0"}
+# The new knobs' time values, compressed like the rest; the ceilings keep their defaults.
+NIGHT_KNOBS = {"GENESIS_LIMIT_MARGIN_SECONDS": "1", "GENESIS_BACKOFF_FIRST_SECONDS": "1",
+               "GENESIS_BACKOFF_MAX_SECONDS": "4"}
+
+
+def user_env(stub: StubAPI) -> dict[str, str]:
+    """A user's shell: the real `claude` first on PATH, the stub as its API, time compressed."""
+    env = {**os.environ, "PATH": f"{CLAUDE.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "ANTHROPIC_BASE_URL": stub.url, "ANTHROPIC_API_KEY": "sk-ant-stub",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+           "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1", **TIME_KNOBS}
+    if os.geteuid() == 0:
+        env["IS_SANDBOX"] = "1"  # Claude Code refuses to skip permissions as root otherwise
+    return env
+
+
+def run_to_end(argv: list[str], timeout: float = 240, **kw) -> subprocess.CompletedProcess:
+    """Run with stdout and stderr combined in order; past the timeout, SIGTERM (the loop cleans
+    up after itself) and fail with what was printed so far."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            text=True, start_new_session=True, **kw)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        raise AssertionError(f"{argv} did not end within {timeout:.0f}s:\n{out}") from None
+    print(out)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, "")
+
+
+def run_events(project: Path) -> list[dict]:
+    """The events of the project's latest run, in order."""
+    evs = events_of(project)
+    run_id = [e["run_id"] for e in evs if e["event"] == "loop_start"][-1]
+    return [e for e in evs if e["run_id"] == run_id]
+
+
+def of(evs: list[dict], kind: str) -> list[dict]:
+    return [e for e in evs if e["event"] == kind]
+
+
+def agent_log(evs: list[dict], iteration: int, phase: str) -> str:
+    start = [e for e in of(evs, "phase_start") if (e["iteration"], e["phase"]) == (iteration, phase)]
+    assert len(start) == 1, f"{phase} started {len(start)} times in iteration {iteration}"
+    return Path(start[0]["log"]).read_text()
+
+
+def checklist(project: Path, rev: str) -> dict[str, str]:
+    """TASKS.md at a commit: task title -> its mark (' ', '?' or 'x')."""
+    text = git(project, "show", f"{rev}:TASKS.md")
+    return {title: mark for mark, title in re.findall(r"^- \[([ ?x])\] (.+?)\s*$", text, re.M)}
+
+
+def commits(project: Path) -> list[tuple[str, str]]:
+    """(sha, subject) of every commit, oldest first."""
+    log = git(project, "log", "--reverse", "--format=%H %s")
+    return [tuple(line.split(" ", 1)) for line in log.splitlines()]
+
+
+def leftovers(project: Path) -> list:
+    return marked({"GENESIS_PROJECT_DIR": str(project.resolve())})
+
+
+def night_env(stub: StubAPI, subscriber: bool = False, **extra: str) -> dict[str, str]:
+    env = {**user_env(stub), "GENESIS_BIN": str(Path(sys.executable).parent / "genesis"), **NIGHT_KNOBS, **extra}
+    if subscriber:  # a subscriber's login instead of an API key
+        del env["ANTHROPIC_API_KEY"]
+        env["CLAUDE_CODE_OAUTH_TOKEN"] = "tok-stub"
+    return env
+
+
+def plan_night(project: Path, tasks: list[str]) -> str:
+    """A user's project for the night: an identity, a committed task list, the hook installed
+    the user's way; returns what `genesis hook install` printed."""
+    git(project, "config", "user.name", "Night Owl")
+    git(project, "config", "user.email", "owl@example.invalid")
+    (project / "TASKS.md").write_text("# Tasks\n" + "".join(f"- [ ] {t}\n" for t in tasks))
+    git(project, "add", "TASKS.md")
+    git(project, "commit", "-qm", "Plan the night")
+    installed = subprocess.run(GENESIS + ["--project", str(project), "hook", "install"], capture_output=True,
+                               text=True)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return installed.stdout

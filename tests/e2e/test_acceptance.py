@@ -12,96 +12,23 @@ README.md at test time.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import events_of, git, state_of
-from e2e.harness import GENESIS, LOOP, ROOT
-from e2e.stub_api import StubAPI, slug
-from e2e.test_claude_code import CLAUDE, claude  # noqa: F401  (claude is a fixture)
-
-from genesis.procs.proctree import marked
+from e2e.harness import (LOOP, ROOT, agent_log, checklist, commits, leftovers, of, plan_night, run_events, run_to_end,
+                         user_env)
+from e2e.stub_api import slug
+from helpers.git import git
+from helpers.state import state_of
 
 pytestmark = pytest.mark.claude
 
-# Only time is compressed; every other setting is the shipped default.
-TIME_KNOBS = {"HEARTBEAT_CHECK_INTERVAL": "0.5", "HEARTBEAT_STALE_SECONDS": "30",
-              "AGENT_MAX_RUNTIME_SECONDS": "120", "KILL_GRACE_SECONDS": "3", "ITERATION_PAUSE_SECONDS": "0"}
 TASKS = ["Add a /health endpoint with a test", "Log each request", "Read the port from PORT",
          "Add a /version endpoint", "Document the endpoints in README.md", "Return errors as JSON"]
 HOOK_EVENTS = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "SessionStart")
 README_HEADING = "## Real use with Claude Code"
-
-
-@pytest.fixture
-def fast_stub():
-    api = StubAPI(turn_delay=0.05).start()  # these scenarios watch artefacts, not heartbeats in flight
-    yield api
-    api.shutdown()
-
-
-def user_env(stub: StubAPI) -> dict[str, str]:
-    """A user's shell: the real `claude` first on PATH, the stub as its API, time compressed."""
-    env = {**os.environ, "PATH": f"{CLAUDE.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "ANTHROPIC_BASE_URL": stub.url, "ANTHROPIC_API_KEY": "sk-ant-stub",
-           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-           "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1", **TIME_KNOBS}
-    if os.geteuid() == 0:
-        env["IS_SANDBOX"] = "1"  # Claude Code refuses to skip permissions as root otherwise
-    return env
-
-
-def run_to_end(argv: list[str], timeout: float = 240, **kw) -> subprocess.CompletedProcess:
-    """Run with stdout and stderr combined in order; past the timeout, SIGTERM (the loop cleans
-    up after itself) and fail with what was printed so far."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            text=True, start_new_session=True, **kw)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
-        raise AssertionError(f"{argv} did not end within {timeout:.0f}s:\n{out}") from None
-    print(out)
-    return subprocess.CompletedProcess(argv, proc.returncode, out, "")
-
-
-def run_events(project: Path) -> list[dict]:
-    """The events of the project's latest run, in order."""
-    evs = events_of(project)
-    run_id = [e["run_id"] for e in evs if e["event"] == "loop_start"][-1]
-    return [e for e in evs if e["run_id"] == run_id]
-
-
-def of(evs: list[dict], kind: str) -> list[dict]:
-    return [e for e in evs if e["event"] == kind]
-
-
-def agent_log(evs: list[dict], iteration: int, phase: str) -> str:
-    start = [e for e in of(evs, "phase_start") if (e["iteration"], e["phase"]) == (iteration, phase)]
-    assert len(start) == 1, f"{phase} started {len(start)} times in iteration {iteration}"
-    return Path(start[0]["log"]).read_text()
-
-
-def checklist(project: Path, rev: str) -> dict[str, str]:
-    """TASKS.md at a commit: task title -> its mark (' ', '?' or 'x')."""
-    text = git(project, "show", f"{rev}:TASKS.md")
-    return {title: mark for mark, title in re.findall(r"^- \[([ ?x])\] (.+?)\s*$", text, re.M)}
-
-
-def commits(project: Path) -> list[tuple[str, str]]:
-    """(sha, subject) of every commit, oldest first."""
-    log = git(project, "log", "--reverse", "--format=%H %s")
-    return [tuple(line.split(" ", 1)) for line in log.splitlines()]
-
-
-def leftovers(project: Path) -> list:
-    return marked({"GENESIS_PROJECT_DIR": str(project.resolve())})
 
 
 def assert_hook_installed(settings: Path) -> None:
@@ -109,20 +36,6 @@ def assert_hook_installed(settings: Path) -> None:
     for event in HOOK_EVENTS:
         commands = [h["command"] for group in hooks.get(event, []) for h in group["hooks"]]
         assert any("genesis-heartbeat.sh" in c for c in commands), f"no heartbeat hook for {event}: {hooks}"
-
-
-def plan_night(project: Path, tasks: list[str]) -> str:
-    """A user's project for the night: an identity, a committed task list, the hook installed
-    the user's way; returns what `genesis hook install` printed."""
-    git(project, "config", "user.name", "Night Owl")
-    git(project, "config", "user.email", "owl@example.invalid")
-    (project / "TASKS.md").write_text("# Tasks\n" + "".join(f"- [ ] {t}\n" for t in tasks))
-    git(project, "add", "TASKS.md")
-    git(project, "commit", "-qm", "Plan the night")
-    installed = subprocess.run(GENESIS + ["--project", str(project), "hook", "install"], capture_output=True,
-                               text=True)
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    return installed.stdout
 
 
 def test_a_tasks_night_with_the_shipped_defaults(claude, fast_stub, project, hermetic):

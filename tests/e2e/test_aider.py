@@ -16,10 +16,12 @@ import shlex
 from pathlib import Path
 
 import pytest
-from conftest import alive, events_of, git
 from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, genesis, installed
 from e2e.stubs.base import scenario_of
 from e2e.stubs.chat import MODEL, QUOTA, ChatStub, prompt_of, rate_limited, whole_edit
+from helpers.git import git
+from helpers.procs import alive
+from helpers.state import events_of
 
 from genesis import exitcodes
 
@@ -110,7 +112,7 @@ def test_progress_the_edit_is_committed_its_cost_read_and_the_breaker_stays_clos
     assert e2e.leftovers() == []
 
 
-def test_a_silent_hung_test_command_goes_stale_and_aider_and_its_tree_are_killed(e2e):
+def test_a_silent_hung_test_command_gets_stuck_and_aider_and_its_tree_are_killed(e2e):
     e2e.phase("Builder", "hang")
     e2e.env.update(GENESIS_AGENT_CMD=shlex.join([e2e.env["GENESIS_AGENT_CMD"], "--auto-test", "--test-cmd",
                                                  HANGING_TEST]),
@@ -120,7 +122,7 @@ def test_a_silent_hung_test_command_goes_stale_and_aider_and_its_tree_are_killed
     assert "Builder: stuck: no heartbeat for" in done.stdout
     tool_shell = int((e2e.project / "tool-shell.pid").read_text())
     ended = phase_ends(e2e.project)
-    assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stale")]
+    assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stuck")]
     aider_pid = ended[0]["pid"]
     assert tool_shell != aider_pid and ended[0]["killed"] >= 3   # aider, its test's shell, the sleeper
     # aider runs its test command in its own process group and session (the loop made aider a

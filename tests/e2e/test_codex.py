@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import alive, events_of, state_of
 from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, calls, genesis, installed
 from e2e.stubs.responses import API_KEY_ENV, ResponsesStub, provider_config, usage_limit
+from helpers.procs import alive
+from helpers.state import events_of, state_of
 
 from genesis import exitcodes
 
@@ -86,7 +87,7 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     assert len({b["pid"] for b in beats}) == 1
 
 
-def test_a_hung_shell_command_goes_stale_and_codex_and_the_tool_shell_are_killed(e2e):
+def test_a_hung_shell_command_gets_stuck_and_codex_and_the_tool_shell_are_killed(e2e):
     e2e.phase("Builder", "hang")
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
     assert done.returncode == 0, done.stdout
@@ -95,7 +96,7 @@ def test_a_hung_shell_command_goes_stale_and_codex_and_the_tool_shell_are_killed
     assert (beats[-1]["event"], beats[-1]["tool"]) == ("PreToolUse", "Bash")
     tool_shell, ended = e2e.hung(done)
     assert [(e["phase"], e["status"], e["attempt"]) for e in ended] == [
-        ("Builder", "stale", 0), ("Builder", "stale", 1), ("Planner", "exited", 0)]
+        ("Builder", "stuck", 0), ("Builder", "stuck", 1), ("Planner", "exited", 0)]
     assert tool_shell != beats[-1]["pid"] and not alive(beats[-1]["pid"])  # the hooks' parent too
 
 

@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import events_of
 from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, genesis, installed
 from e2e.stubs.gemini import MODEL, QUOTA_DAILY, GeminiStub, quota
+from helpers.state import events_of
 
 from genesis.agents.gemini.errors import next_pacific_midnight
 
@@ -92,14 +92,14 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e, stub, 
     assert {r["status"] for r in stub.requests} == {200}  # the routing questions too
 
 
-def test_a_hung_shell_call_goes_stale_and_gemini_and_the_tool_shell_are_killed(e2e):
+def test_a_hung_shell_call_gets_stuck_and_gemini_and_the_tool_shell_are_killed(e2e):
     e2e.phase("Builder", "hang")
     e2e.env.update(PHASE_RETRIES="0", HEARTBEAT_STALE_SECONDS="12")
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
     assert "Builder: stuck: no heartbeat for" in done.stdout, done.stdout
     assert (beats[-1]["event"], beats[-1]["tool"]) == ("BeforeTool", "run_shell_command")
     _, ended = e2e.hung(done)
-    assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stale")]
+    assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stuck")]
 
 
 @pytest.mark.parametrize("refusal", ["daily", "hourly"])

@@ -20,13 +20,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
-from e2e.harness import LOOP
-from e2e.test_acceptance import fast_stub, plan_night  # noqa: F401  (fast_stub is a fixture)
-from e2e.test_claude_code import claude  # noqa: F401  (a fixture)
-from e2e.test_night import night_env
+from e2e.harness import LOOP, night_env, plan_night
 from helpers.chromium import INSTALL_HINT, find_chromium, render
 from helpers.receiver import Receiver
+from helpers.waits import wait_for
 
 from genesis.ledger.store import Ledger
 
@@ -135,10 +132,10 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
 
         # The ledger: every phase with its ending, the incident, the wait, the breaker's moves.
         phases = ledger_rows(project, "SELECT iteration, phase, attempt, ending FROM phases ORDER BY id")
-        assert phases[:2] == [(1, "Builder", 0, "stale"), (1, "Builder", 1, "finished")], phases
+        assert phases[:2] == [(1, "Builder", 0, "stuck"), (1, "Builder", 1, "finished")], phases
         assert (1, "Criticizer", 0, "limit") in phases and (1, "Criticizer", 0, "finished") in phases
         incidents = ledger_rows(project, "SELECT id, kind, phase FROM incidents")
-        assert [(k, p) for _, k, p in incidents] == [("stale", "Builder")]
+        assert [(k, p) for _, k, p in incidents] == [("stuck", "Builder")]
         waits = ledger_rows(project, "SELECT kind, phase, ended IS NOT NULL FROM waits")
         assert ("limit", "Criticizer", 1) in waits
         changes = ledger_rows(project, "SELECT before, after FROM breaker_changes ORDER BY id")

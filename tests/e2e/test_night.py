@@ -14,23 +14,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from e2e.harness import LOOP
+from e2e.harness import (LOOP, NIGHT_KNOBS, agent_log, checklist, commits, leftovers, night_env, of, plan_night,
+                         run_events, run_to_end)
 from e2e.stub_api import StubAPI, Window, slug
-from e2e.test_acceptance import (agent_log, checklist, commits, fast_stub, leftovers, of, plan_night,  # noqa: F401
-                                 run_events, run_to_end, user_env)
-from e2e.test_claude_code import claude  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.claude
 
-# The new knobs' time values, compressed like the rest; the ceilings keep their defaults.
-NIGHT_KNOBS = {"GENESIS_LIMIT_MARGIN_SECONDS": "1", "GENESIS_BACKOFF_FIRST_SECONDS": "1",
-               "GENESIS_BACKOFF_MAX_SECONDS": "4"}
 TASKS = ["Add a /health endpoint with a test", "Log each request", "Read the port from PORT"]
 ECHO = "You've hit your 5-hour limit · resets 5:13am (UTC)"
 SERVER_HINT = ("This is a server-side issue, usually temporary — try again in a moment. If it persists, "
@@ -110,14 +104,6 @@ def test_a_refused_limit_in_stream_json_carries_the_headers_reset(claude, fast_s
 
 
 # --- whole nights -------------------------------------------------------------------------
-
-def night_env(stub: StubAPI, subscriber: bool = False, **extra: str) -> dict[str, str]:
-    env = {**user_env(stub), "GENESIS_BIN": str(Path(sys.executable).parent / "genesis"), **NIGHT_KNOBS, **extra}
-    if subscriber:  # a subscriber's login instead of an API key
-        del env["ANTHROPIC_API_KEY"]
-        env["CLAUDE_CODE_OAUTH_TOKEN"] = "tok-stub"
-    return env
-
 
 def night(project: Path, env: dict[str, str], iterations: int = 8) -> tuple[subprocess.CompletedProcess, list[dict]]:
     done = run_to_end(["bash", str(LOOP), "--project", str(project), "--max-iterations", str(iterations)], env=env)

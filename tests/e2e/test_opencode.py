@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import events_of, state_of
 from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, calls, genesis, installed
 from e2e.stubs.chat import MODEL, ChatStub, rate_limited, tool_names
+from helpers.state import events_of, state_of
 
 from genesis import exitcodes
 from genesis.agents.opencode import OpenCode
@@ -118,7 +118,7 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     assert {b["pid"] for b in beats} == {e2e.ended()[0]["pid"]}  # the plugin's process: the opencode the loop started
 
 
-def test_a_hung_shell_command_goes_stale_and_opencode_and_the_tool_shell_are_killed(e2e):
+def test_a_hung_shell_command_gets_stuck_and_opencode_and_the_tool_shell_are_killed(e2e):
     e2e.phase("Builder", "hang")
     e2e.env.update(TOOL_SILENT_SECONDS="3", PHASE_RETRIES="0")
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
@@ -126,7 +126,7 @@ def test_a_hung_shell_command_goes_stale_and_opencode_and_the_tool_shell_are_kil
     assert "Builder: stuck: inside bash" in done.stdout, done.stdout
     assert (beats[-1]["event"], beats[-1]["tool"]) == ("tool.execute.before", "bash")
     _, ended = e2e.hung(done)
-    assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stale")]
+    assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stuck")]
     assert beats[-1]["pid"] == ended[0]["pid"]  # the plugin runs in opencode itself
 
 

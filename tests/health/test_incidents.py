@@ -13,12 +13,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import free_port, listening, state_of, wait_for
 from helpers import paths
+from helpers.procs import free_port, listening
+from helpers.state import state_of
+from helpers.waits import wait_for
 
 from genesis.cli import cli
 from genesis.health import incidents
-from genesis.health.incidents import UnknownIncident, capture, list_incidents, read_incident, write
+from genesis.health.capture import capture
+from genesis.health.incident_text import render
+from genesis.health.incidents import UnknownIncident, list_incidents, read_incident, write
 from genesis.procs.proctree import identify
 from genesis.store.layout import UnsafeDir
 
@@ -28,7 +32,7 @@ CALL = {"t": NOW - 300, "event": "PreToolUse", "tool": "Bash", "id": "toolu_1", 
 
 
 def record(project: Path, root=None, extra=(), **kw):
-    given = dict(phase="Builder", iteration=3, run_id="run-1", reason="stuck: inside Bash for 300s", kind="stale",
+    given = dict(phase="Builder", iteration=3, run_id="run-1", reason="stuck: inside Bash for 300s", kind="stuck",
                  heartbeat={"agent": "Builder", "epoch": NOW - 300, "tool": "Bash", "event": "PreToolUse"},
                  tool_in_flight=CALL, tool_calls=[CALL], transcript=["tool Bash: $ pytest -x"],
                  project=project, now=NOW)
@@ -73,7 +77,7 @@ def test_the_incident_names_the_tree_its_listener_wchan_and_the_git_status(proje
     assert " M README.md" in inc.git_status and "?? new.txt" in inc.git_status
     assert inc.git_error == ""
 
-    text = incidents.render(inc, inc.base_id)
+    text = render(inc, inc.base_id)
     assert "tool in flight: Bash since 2026-11-21T09:30:12Z (300s): pytest -x" in text
     assert f"tcp 127.0.0.1:{port}  pid {by_tag['listener-tag'].pid}" in text
     assert "sleeper-tag" in text and "outsider-tag (found by marker)" in text and " M README.md" in text
@@ -93,25 +97,25 @@ def test_write_list_show_round_trip_through_the_cli(project):
     assert saved["id"] == "20261121T093512Z-Builder-i3" and saved["tool_in_flight"]["cmd"] == "pytest -x"
 
     rows = list_incidents(directory)
-    assert [(r["id"], r["kind"]) for r in rows] == [("20261121T093512Z-Builder-i3", "stale"),
+    assert [(r["id"], r["kind"]) for r in rows] == [("20261121T093512Z-Builder-i3", "stuck"),
                                                     ("20261121T093512Z-Builder-i3-2", "wedged"),
                                                     (later.stem, "overtime")]
 
     runner = CliRunner()
-    listed = runner.invoke(cli, ["--project", str(project), "incidents"])
+    listed = runner.invoke(cli, ["--project", str(project), "incidents"], catch_exceptions=False)
     assert listed.exit_code == 0, listed.output
     lines = listed.output.splitlines()
     assert len(lines) == 3 and lines[1].startswith("20261121T093512Z-Builder-i3-2  2026-11-21 09:35:12Z  wedged")
     assert "doom_loop" in lines[1] and "Criticizer iteration 4" in lines[2]
 
-    shown = runner.invoke(cli, ["--project", str(project), "incidents", "show", second.stem])
+    shown = runner.invoke(cli, ["--project", str(project), "incidents", "show", second.stem], catch_exceptions=False)
     assert shown.exit_code == 0, shown.output
     assert shown.output == (directory / f"{second.stem}.txt").read_text()
     assert shown.output.startswith(f"Genesis incident {second.stem}\n")
     assert "ended: wedged: doom_loop" in shown.output and "== git status ==" in shown.output
 
     for bad in ("20261121T093512Z-Builder-i9", "../incidents/20261121T093512Z-Builder-i3", "a/b", ".."):
-        missing = runner.invoke(cli, ["--project", str(project), "incidents", "show", bad])
+        missing = runner.invoke(cli, ["--project", str(project), "incidents", "show", bad], catch_exceptions=False)
         assert missing.exit_code == 1, (bad, missing.output)
         assert "incident" in missing.output
         with pytest.raises(UnknownIncident):
@@ -120,7 +124,7 @@ def test_write_list_show_round_trip_through_the_cli(project):
 
 def test_no_incidents_yet(project):
     assert list_incidents(state_of(project) / "incidents") == []
-    out = CliRunner().invoke(cli, ["--project", str(project), "incidents"])
+    out = CliRunner().invoke(cli, ["--project", str(project), "incidents"], catch_exceptions=False)
     assert (out.exit_code, out.output) == (0, "no incidents recorded\n")
 
 
@@ -147,7 +151,7 @@ def test_only_the_newest_incidents_are_kept(project):
     # 200 older incidents already there (as files: writing each would only slow the test)
     for n in range(200):
         stem = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(NOW - 10_000 + n)) + "-Builder-i1"
-        (directory / f"{stem}.json").write_text(json.dumps({"at": NOW - 10_000 + n, "kind": "stale"}))
+        (directory / f"{stem}.json").write_text(json.dumps({"at": NOW - 10_000 + n, "kind": "stuck"}))
         (directory / f"{stem}.txt").write_text("old\n")
     oldest = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(NOW - 10_000)) + "-Builder-i1"
     newest = write(record(project, root=None), directory)
@@ -172,7 +176,7 @@ def test_a_symlink_planted_at_the_incidents_dir_is_refused(project, tmp_path):
     with pytest.raises(UnsafeDir):
         list_incidents(state_of(project) / "incidents")
     assert os.listdir(elsewhere) == []
-    out = CliRunner().invoke(cli, ["--project", str(project), "incidents"])
+    out = CliRunner().invoke(cli, ["--project", str(project), "incidents"], catch_exceptions=False)
     assert out.exit_code == 2 and "symlink" in out.output
 
 
@@ -183,5 +187,5 @@ def test_what_cannot_be_read_is_said_not_raised(tmp_path):
     inc = record(tmp_path, root=ident)  # not a git repository, the agent already gone
     assert inc.processes == () and inc.ports == () and inc.git_status == ()
     assert inc.git_error and (ident is None or any("already gone" in n for n in inc.notes))
-    text = incidents.render(inc, inc.base_id)
+    text = render(inc, inc.base_id)
     assert "(git status failed:" in text and "(none alive)" in text

@@ -6,17 +6,15 @@ run tools that burn CPU, write steadily, or wait on nothing; the watcher samples
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.agent import supervised
 
 from genesis.health.activity import Sample, Usage, compare
-from genesis.health.heartbeat import Heartbeat, hook_script
+from genesis.health.heartbeat import Heartbeat
 from genesis.health.toolwatch import ToolWatch
 from genesis.procs.proctree import ProcId
-from genesis.watch.supervisor import AgentRun, Limits, supervise
 
 PRE = '{"hook_event_name":"PreToolUse","tool_name":"Bash","session_id":"s-1"}'
 POST = '{"hook_event_name":"PostToolUse","tool_name":"Bash","session_id":"s-1"}'
@@ -33,18 +31,9 @@ def run_tool(tmp_path: Path, tool: str, *, before: str = PRE, stale: float = 1.0
     fires PostToolUse and exits 0."""
     (tmp_path / "busy_cpu.py").write_text(BUSY_CPU)
     (tmp_path / "busy_io.py").write_text(BUSY_IO)
-    script = tmp_path / "agent.sh"
-    script.write_text(f"printf '%s' '{before}' | \"$HOOK\"\nbash -c {tool!r}\nprintf '%s' '{POST}' | \"$HOOK\"\n")
-    hb = tmp_path / "hb" / "Builder.json"
-    hb.parent.mkdir(mode=0o700, exist_ok=True)
-    env = {**os.environ, "GENESIS_RUN_ID": "run-tool", "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder",
-           "HOOK": str(hook_script()), "PY": sys.executable}
-    run = AgentRun(("bash", str(script)), tmp_path, env, tmp_path / "agent.log", hb, "run-tool")
-    notes: list[str] = []
-    out = supervise(run, Limits(check_interval=0.2, stale_after=stale, max_runtime=60.0, kill_grace=1.0,
-                                count_output=False, tool_silent=silent, tool_busy_max=busy_max,
-                                hookless=hookless),
-                    note=notes.append)
+    script = f"printf '%s' '{before}' | \"$HOOK\"\nbash -c {tool!r}\nprintf '%s' '{POST}' | \"$HOOK\"\n"
+    out, notes, _ = supervised(tmp_path, script, run_id="run-tool", stale_after=stale, max_runtime=60.0,
+                               count_output=False, tool_silent=silent, tool_busy_max=busy_max, hookless=hookless)
     return out, notes
 
 
@@ -65,24 +54,24 @@ def test_an_io_busy_tool_writing_steadily_is_not_killed(tmp_path):
 @pytest.mark.fault(46)
 def test_an_idle_tool_is_stuck_after_the_tool_silent_window_not_the_general_one(tmp_path):
     out, _ = run_tool(tmp_path, '"$PY" -c "import time; time.sleep(120)"', stale=30.0, silent=1.0)
-    assert out.status == "stale", out
+    assert out.status == "stuck", out
     assert "inside Bash" in out.detail and "tool-silent window 1s" in out.detail
     assert out.kill is not None and out.kill.survivors == ()
 
 
 def test_busy_silence_is_allowed_only_up_to_its_ceiling(tmp_path):
     out, _ = run_tool(tmp_path, '"$PY" busy_cpu.py 30', stale=1.0, silent=1.0, busy_max=1.0)
-    assert out.status == "stale" and "no heartbeat" in out.detail, out
+    assert out.status == "stuck" and "no heartbeat" in out.detail, out
 
 
 def test_outside_a_tool_a_busy_tree_does_not_keep_the_agent_alive(tmp_path):
     # The last event is PostToolUse: the agent is not inside a tool, so the general window rules.
     out, _ = run_tool(tmp_path, '"$PY" busy_cpu.py 30', before=POST, stale=1.0, silent=1.0)
-    assert out.status == "stale" and "no heartbeat" in out.detail, out
+    assert out.status == "stuck" and "no heartbeat" in out.detail, out
 
 
 @pytest.mark.fault(45)
-def test_without_hooks_a_busy_tree_keeps_the_agent_alive_and_an_idle_one_goes_stale(tmp_path):
+def test_without_hooks_a_busy_tree_keeps_the_agent_alive_and_an_idle_one_gets_stuck(tmp_path):
     # aider's way: no hook ever says a tool is in flight; its test command works silently.
     quiet = "true"  # one beat outside any tool call: no hook ever says a tool is in flight
     out, notes = run_tool(tmp_path, '"$PY" busy_cpu.py 3.5', before=quiet, stale=1.0, silent=1.0, hookless=True)
@@ -90,10 +79,10 @@ def test_without_hooks_a_busy_tree_keeps_the_agent_alive_and_an_idle_one_goes_st
     assert any("its processes work" in n and "busy_cpu.py" in n for n in notes), notes
     out, _ = run_tool(tmp_path, '"$PY" -c "import time; time.sleep(120)"', before=quiet, stale=1.0, silent=1.0,
                       hookless=True)
-    assert out.status == "stale" and "no heartbeat" in out.detail, out
+    assert out.status == "stuck" and "no heartbeat" in out.detail, out
     out, _ = run_tool(tmp_path, '"$PY" busy_cpu.py 30', before=quiet, stale=1.0, silent=1.0, busy_max=1.0,
                       hookless=True)
-    assert out.status == "stale", out
+    assert out.status == "stuck", out
 
 
 @pytest.mark.fault(46)
@@ -107,16 +96,9 @@ def test_behind_a_launcher_the_clis_own_work_is_not_its_tools(tmp_path):
                    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
                    "end = time.time() + 60\n"
                    "while time.time() < end: pass\n")
-    launcher = tmp_path / "launcher.sh"
-    launcher.write_text('"$PY" cli.py\n')
-    hb = tmp_path / "hb" / "Builder.json"
-    hb.parent.mkdir(mode=0o700)
-    env = {**os.environ, "GENESIS_RUN_ID": "run-tool", "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder",
-           "HOOK": str(hook_script()), "PY": sys.executable}
-    run = AgentRun(("bash", str(launcher)), tmp_path, env, tmp_path / "agent.log", hb, "run-tool")
-    out = supervise(run, Limits(check_interval=0.2, stale_after=30.0, max_runtime=60.0, kill_grace=1.0,
-                                count_output=False, tool_silent=1.0))
-    assert out.status == "stale" and "inside Bash" in out.detail and "tool-silent window 1s" in out.detail, out
+    out, _, _ = supervised(tmp_path, '"$PY" cli.py\n', run_id="run-tool", name="launcher.sh", stale_after=30.0,
+                           max_runtime=60.0, count_output=False, tool_silent=1.0)
+    assert out.status == "stuck" and "inside Bash" in out.detail and "tool-silent window 1s" in out.detail, out
     assert out.kill is not None and out.kill.survivors == ()
 
 

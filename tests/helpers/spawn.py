@@ -9,6 +9,9 @@
   spawn.py supervise SPEC.json    a watcher of its own: supervise() the agent SPEC describes
                                   (argv, cwd, env, log, heartbeat, run_id, limits) and write
                                   its outcome and notes as JSON to SPEC's "out"
+
+With SPAWN_READY=PATH in its environment, listen, sleep and stubborn create PATH once set
+up (listening, SIGTERM ignored): a test waits for that instead of sleeping a guess.
 """
 
 import dataclasses
@@ -21,7 +24,16 @@ import sys
 import time
 
 
+READY = os.environ.pop("SPAWN_READY", None)  # this process's, not its children's
+
+
+def ready():
+    if READY:
+        open(READY, "a").close()
+
+
 def sleep_forever():
+    ready()
     while True:
         time.sleep(60)
 

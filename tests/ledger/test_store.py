@@ -23,11 +23,11 @@ def night(led: Ledger) -> None:
     led.record(RUN, "loop_start", at=1000.0, project="/p", pid=42)
     led.record(RUN, "iteration_start", at=1001.0, iteration=1)
     led.record(RUN, "phase_start", at=1002.0, iteration=1, phase="Builder", log="/l/b.log", epoch=1002.0, attempt=0)
-    led.record(RUN, "incident", at=1100.0, iteration=1, phase="Builder", id="inc-1", kind="stale", reason="silent",
+    led.record(RUN, "incident", at=1100.0, iteration=1, phase="Builder", id="inc-1", kind="stuck", reason="silent",
                silent_for=95.0)
-    led.record(RUN, "phase_end", at=1101.0, iteration=1, phase="Builder", status="stale", returncode=None,
-               ending="stale", detail="no heartbeat for 95s", killed=3)
-    led.record(RUN, "retry", at=1102.0, iteration=1, phase="Builder", count=1, reason="stalled", old_cmd="a",
+    led.record(RUN, "phase_end", at=1101.0, iteration=1, phase="Builder", status="stuck", returncode=None,
+               ending="stuck", detail="no heartbeat for 95s", killed=3)
+    led.record(RUN, "retry", at=1102.0, iteration=1, phase="Builder", count=1, reason="stuck", old_cmd="a",
                new_cmd="a")
     led.record(RUN, "wait_start", at=1103.0, kind="retry", until=1113.0, iteration=1, phase="Builder", reason="r")
     led.record(RUN, "wait_end", at=1113.0, kind="retry", epoch=1113.0, waited=10.0, how="done")
@@ -55,7 +55,7 @@ def test_events_land_in_the_tables_the_views_read(tmp_path):
         assert (run.run_id, run.started, run.project, run.pid, run.ended) == (RUN, 1000.0, "/p", 42, None)
         phases = [dict(r) for r in led.query("SELECT * FROM phases ORDER BY id")]
         assert [(p["attempt"], p["ending"], p["started"], p["ended"]) for p in phases] == \
-            [(0, "stale", 1002.0, 1101.0), (1, "finished", 1114.0, 1200.0)]
+            [(0, "stuck", 1002.0, 1101.0), (1, "finished", 1114.0, 1200.0)]
         done = phases[1]
         assert (done["cost_usd"], done["turns"], done["input_tokens"], done["output_tokens"]) == (0.25, 7, 900, 80)
         assert (json.loads(done["commits"]), done["files_changed"], json.loads(done["tasks_done"])) == \
@@ -64,7 +64,7 @@ def test_events_land_in_the_tables_the_views_read(tmp_path):
             [("abc1234", "genesis: Builder", 1)]
         assert [tuple(r) for r in led.query("SELECT kind, started, until, ended FROM waits")] == \
             [("retry", 1103.0, 1113.0, 1113.0)]
-        assert [tuple(r) for r in led.query("SELECT id, kind, reason FROM incidents")] == [("inc-1", "stale", "silent")]
+        assert [tuple(r) for r in led.query("SELECT id, kind, reason FROM incidents")] == [("inc-1", "stuck", "silent")]
         assert led.query("SELECT COUNT(*) FROM retries")[0][0] == 1
         assert [tuple(r) for r in led.query("SELECT iteration, before, after FROM breaker_changes")] == \
             [(2, "CLOSED", "HALF_OPEN")]  # CLOSED after iteration 1 was no change
@@ -150,6 +150,23 @@ def test_the_old_events_log_is_brought_in_once_with_its_times(tmp_path):
         (run,) = led.runs()
         assert (run.run_id, run.ended - run.started, run.reason) == ("old", 3600.0, "done")
     assert not old.exists() and (tmp_path / "events.jsonl.imported").exists()
+
+
+def test_the_old_events_log_comes_in_with_the_stuck_state_under_its_one_name(tmp_path):
+    old = tmp_path / "events.jsonl"
+    said = [{"event": "loop_start", "project": "/p"},
+            {"event": "health", "iteration": 1, "phase": "Builder", "classification": "stalled"},
+            {"event": "phase_end", "iteration": 1, "phase": "Builder", "status": "stale", "ending": "stale"},
+            {"event": "retry", "iteration": 1, "phase": "Builder", "type": "stalled", "reason": "stale heartbeat"},
+            {"event": "wait_start", "kind": "retry", "reason": "stalled: retry 1"}]
+    old.write_text("".join(json.dumps({"at": "2026-11-20T22:00:00Z", "run_id": "old", **e}) + "\n" for e in said))
+    with Ledger.open(tmp_path / "ledger.sqlite3") as led:
+        assert import_events(led, old) == 5
+        events = led.events("old")
+        assert [tuple(r) for r in led.query("SELECT status, ending FROM phases")] == [("stuck", "stuck")]
+        assert [tuple(r) for r in led.query("SELECT reason FROM waits")] == [("stuck: retry 1",)]
+    assert [e.get("classification") or e.get("status") or e.get("type") for e in events[1:4]] == ["stuck"] * 3
+    assert events[3]["reason"] == "stale heartbeat"  # a reason's own words stay
 
 
 READER = textwrap.dedent("""

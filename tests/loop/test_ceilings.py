@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from genesis import exitcodes
-from genesis.config import resolve
+from genesis.config import layout_for, resolve
 from genesis.loop.ceilings import deadline, reached, spent
-from genesis.loop.step import Step, layout_for, ledger_of
+from genesis.loop.step import Step, ledger_of
 from genesis.store.layout import private_dir
 
 

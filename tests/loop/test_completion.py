@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from genesis.loop.completion import DoneRule, is_done, open_tasks, parse_done_rule
+from genesis.loop.completion import is_done
+from genesis.phases import DoneRule, parse_done_rule
+from genesis.repo.tasks import open_tasks
 
 PHASES = ["Builder", "Criticizer", "Planner"]
 

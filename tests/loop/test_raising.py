@@ -6,13 +6,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import events_of, wait_for
 from helpers.receiver import Receiver
+from helpers.state import events_of
+from helpers.waits import wait_for
 
-import genesis.alerts.deliver
+import genesis.alerts.handoff
 import genesis.procs.proctree
-from genesis.config import resolve
-from genesis.loop.step import Step, layout_for, ledger_of
+from genesis.config import layout_for, resolve
+from genesis.loop.step import Step, ledger_of
 from genesis.store.atomicio import DiskFull
 from genesis.store.layout import private_dir
 
@@ -35,7 +36,7 @@ def alerts(project) -> list[dict]:
 def launches(monkeypatch):
     """Every dispatch (its pid, deliverer still started for real) and every pid spared."""
     seen = {"dispatched": [], "spared": []}
-    dispatch, spare = genesis.alerts.deliver.dispatch, genesis.procs.proctree.spare
+    dispatch, spare = genesis.alerts.handoff.dispatch, genesis.procs.proctree.spare
 
     def counted_dispatch(ticket, settings, ledger_path):
         pid = dispatch(ticket, settings, ledger_path)
@@ -46,7 +47,7 @@ def launches(monkeypatch):
         seen["spared"].append(pid)
         spare(pid)
 
-    monkeypatch.setattr(genesis.alerts.deliver, "dispatch", counted_dispatch)
+    monkeypatch.setattr(genesis.alerts.handoff, "dispatch", counted_dispatch)
     monkeypatch.setattr(genesis.procs.proctree, "spare", counted_spare)
     return seen
 
@@ -97,7 +98,7 @@ def test_a_full_disk_raises_a_disk_full_ticket_besides_the_events_own(project, m
     said: list = []
     step = make_step(project, said)
     tickets = []
-    monkeypatch.setattr(genesis.alerts.deliver, "dispatch", lambda t, settings, path: tickets.append(t) or None)
+    monkeypatch.setattr(genesis.alerts.handoff, "dispatch", lambda t, settings, path: tickets.append(t) or None)
 
     def full(*_args, **_detail):
         raise DiskFull(step.layout.ledger_file, 1024, 4096)
@@ -114,7 +115,7 @@ def test_a_full_disk_raises_a_disk_full_ticket_besides_the_events_own(project, m
 def test_a_full_disk_under_an_event_that_raises_nothing_still_raises_the_disk_full_ticket(project, monkeypatch):
     step = make_step(project)
     tickets = []
-    monkeypatch.setattr(genesis.alerts.deliver, "dispatch", lambda t, settings, path: tickets.append(t) or None)
+    monkeypatch.setattr(genesis.alerts.handoff, "dispatch", lambda t, settings, path: tickets.append(t) or None)
 
     def full(*_args, **_detail):
         raise DiskFull(step.layout.ledger_file, 0)  # SQLite's "disk is full" knows no size needed
@@ -128,7 +129,7 @@ def test_a_full_disk_under_an_event_that_raises_nothing_still_raises_the_disk_fu
 def test_a_disk_full_tickets_evidence_never_says_none_for_what_is_not_known(project, monkeypatch):
     step = make_step(project)
     tickets = []
-    monkeypatch.setattr(genesis.alerts.deliver, "dispatch", lambda t, settings, path: tickets.append(t) or None)
+    monkeypatch.setattr(genesis.alerts.handoff, "dispatch", lambda t, settings, path: tickets.append(t) or None)
 
     def full(*_args, **_detail):
         raise DiskFull(step.layout.ledger_file, None)  # free space unknown, size needed unknown

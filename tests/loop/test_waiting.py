@@ -14,9 +14,9 @@ import pytest
 
 from genesis import exitcodes
 from genesis.agents.base import ApiError, Limit
-from genesis.config import resolve
+from genesis.config import layout_for, resolve
 from genesis.loop import breaker
-from genesis.loop.step import Step, layout_for
+from genesis.loop.step import Step
 from genesis.loop.waiting import JITTER, backoff, known_limit, plan_cooldown, plan_limit, plan_outage, sit_out
 from genesis.store.layout import private_dir
 

@@ -5,8 +5,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import alive, free_port, listening, wait_for
 from helpers import paths
+from helpers.procs import alive, free_port, listening
+from helpers.waits import wait_for
 
 from genesis.procs.proctree import ProcId, identify, kill_all
 from genesis.procs.reaper import execute, markers_for, plan_reap
@@ -64,15 +65,15 @@ def test_dry_run_planning_kills_nothing(project, procs):
     leftover = procs([sys.executable, SPAWN, "sleep", "pytest"], env=markers_for(project, "r"))
     wait_for(lambda: alive(leftover.pid))
     assert len(plan_reap(project, "r", "all", PATTERNS, ()).leftovers) == 1
-    time.sleep(0.2)
+    time.sleep(0.2)  # a kill, had one been sent, would have landed by now
     assert alive(leftover.pid)
 
 
 @pytest.mark.fault(7)
-def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(project, procs):
-    stubborn = procs([sys.executable, SPAWN, "stubborn"], env=markers_for(project, "r"))
-    wait_for(lambda: alive(stubborn.pid))
-    time.sleep(0.3)  # let it install its handler
+def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(project, procs, tmp_path):
+    ready = tmp_path / "ready"
+    stubborn = procs([sys.executable, SPAWN, "stubborn"], env={**markers_for(project, "r"), "SPAWN_READY": str(ready)})
+    wait_for(ready.exists, what="it to ignore SIGTERM")
     report = execute(plan_reap(project, "r", "all", PATTERNS, ()), grace=0.5)
     assert report.targets == 1 and report.killed == 1 and report.survivors == ()
     assert not alive(stubborn.pid)

@@ -10,7 +10,9 @@ import sys
 
 import psutil
 import pytest
-from conftest import LISTEN, alive, free_port, git, listening, wait_for
+from helpers.git import git
+from helpers.procs import LISTEN, alive, free_port, listening
+from helpers.waits import wait_for
 
 from genesis.procs.reaper import markers_for
 from genesis.repo.autocommit import commit, user_changes

@@ -6,10 +6,12 @@ import subprocess
 
 import psutil
 import pytest
-from conftest import git, wait_for
+from helpers.git import git
+from helpers.waits import wait_for
 
 from genesis.repo.gitcmd import GitFailed, GitTimeout, run_git
-from genesis.repo.progress import NotARepository, fingerprint, measuring_config, open_repo
+from genesis.repo.progress import NotARepository, fingerprint, measuring_config
+from genesis.repo.worktree import open_repo
 from genesis.store.layout import Layout, ensure_git_excludes
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import state_of
 from helpers import paths
+from helpers.state import state_of
 
 from genesis.cli import cli
 from genesis.ledger.store import Ledger
@@ -38,7 +38,7 @@ def tz(monkeypatch):
 
 
 def invoke(project: Path, *args: str):
-    return CliRunner().invoke(cli, ["--project", str(project), "report", *args])
+    return CliRunner().invoke(cli, ["--project", str(project), "report", *args], catch_exceptions=False)
 
 
 def ledger(project: Path) -> Ledger:
@@ -109,7 +109,7 @@ def test_list_shows_one_line_per_run_in_start_order_and_how_each_ended(project, 
     start = float(calendar.timegm((2026, 11, 20, 22, 0, 0)))
     # Recorded out of order: the list follows when each run started.
     record_run(project, "run-late", start + 2 * H, endings=("finished",), end=False)
-    record_run(project, "run-early", start, endings=("finished", "stale", "finished"))
+    record_run(project, "run-early", start, endings=("finished", "stuck", "finished"))
     record_run(project, "run-mid", start + H, endings=("finished", "failed"), end=False)
     fd = hold(state_of(project) / "loop.lock", state_of(project) / "loop.json", "run-late")
     try:
@@ -176,7 +176,7 @@ def test_no_run_since_then_is_an_error(project):
 
 def test_json_holds_each_runs_phases_totals_and_every_event_in_order(project, tmp_path):
     now = time.time()
-    kinds_a = record_run(project, "run-a", now - 2 * H, endings=("finished", "stale"))
+    kinds_a = record_run(project, "run-a", now - 2 * H, endings=("finished", "stuck"))
     with ledger(project) as led:  # another run's event between run-a's: it stays out of run-a's list
         led.record("run-b", "loop_start", at=now - 1.5 * H, project=str(project))
         led.record("run-a", "phase_work", at=now - 2 * H + 95, iteration=1, phase="Builder", files_changed=1,
@@ -189,7 +189,7 @@ def test_json_holds_each_runs_phases_totals_and_every_event_in_order(project, tm
     assert [r["run_id"] for r in data["runs"]] == ["run-a", "run-b"]
     run = data["runs"][0]
     assert [[(p["phase"], p["ending"]) for p in it["phases"]] for it in run["iterations"]] == \
-        [[("Builder", "finished"), ("Criticizer", "stale")]]
+        [[("Builder", "finished"), ("Criticizer", "stuck")]]
     assert run["iterations"][0]["phases"][0]["commits"] == ["a1b2c3d"]
     assert (run["cost_usd"], run["input_tokens"], run["output_tokens"], run["abnormal"], run["tasks_done"]) == \
         (0.5, 200, 20, 1, ["Add a /health endpoint"])
@@ -229,7 +229,7 @@ def test_an_html_file_that_cannot_be_written_is_said_not_a_crash(project, tmp_pa
 def test_two_runs_with_since_and_html_make_one_page_with_both(project, tmp_path):
     now = time.time()
     record_run(project, "run-a", now - 3 * H)
-    record_run(project, "run-b", now - 1 * H, endings=("finished", "stale"))
+    record_run(project, "run-b", now - 1 * H, endings=("finished", "stuck"))
     page = tmp_path / "nights.html"
     result = invoke(project, "--since", "4h", "--html", str(page))
     assert result.exit_code == 0, result.output

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 from helpers.chromium import INSTALL_HINT, find_chromium, render
+from helpers.nights import HOSTILE, T0, at, many_night, running_night, typical_night
 
 from genesis.reporting.html import CSP, FORENSICS_LIMIT, MIN_BAR, render_html
 from genesis.reporting.model import IncidentRow, Night
 
-from .test_text import HOSTILE, T0, at, many_night, running_night, typical_night, utc  # noqa: F401 (utc: autouse)
+pytestmark = pytest.mark.usefixtures("utc")
 
 # Read at import: the suite's autouse fixture clears GENESIS_* before each test runs.
 CHROMIUM = find_chromium()
@@ -166,10 +167,10 @@ def test_hostile_text_is_escaped_everywhere_it_shows():
     assert not doc.all("script") and not doc.all("img")
     assert all(not name.startswith("on") for n in doc.walk() for name in n.attrs)
     assert doc.one("svg.timeline").all("rect.phase")[0].attrs["data-phase"] == evil
-    # Shown, not dropped: the reader sees exactly what the agent said (control characters aside).
+    # Shown, not dropped: the reader sees exactly what the agent said (escape codes aside).
     abnormal = rows(section(doc, "abnormal").one("table"))
     assert abnormal[0][4].startswith(
-        '<script>alert(1)</script> [bold red]not markup[/bold red] ?[31mred?[0m & "quotes"')
+        '<script>alert(1)</script> [bold red]not markup[/bold red] red & "quotes"')
     assert doc.one("h1").words() == "Night of 2025-11-21 · <img src=x onerror=alert(3)>"
 
 
@@ -192,7 +193,7 @@ def test_incident_forensics_are_in_details_escaped_and_capped():
     assert details.one("pre").text() == "process tree:\n  1234 claude\n    1240 pytest -x  <- no output for 600s\n"
     assert "genesis incidents show inc-0001" in details.words()
     huge = "</pre><script>alert(1)</script>" + "x" * 100_000
-    night = dataclasses.replace(typical_night(), incidents=(IncidentRow("inc-9", at(32), 1, "Criticizer", "stale", "r",
+    night = dataclasses.replace(typical_night(), incidents=(IncidentRow("inc-9", at(32), 1, "Criticizer", "stuck", "r",
                                                                         forensics=huge),))
     page = render_html(night)
     assert "<script" not in page
@@ -205,9 +206,9 @@ def test_incident_forensics_are_in_details_escaped_and_capped():
 def test_the_tables_match_the_text_report():
     doc = parse(render_html(typical_night()))
     iterations = rows(section(doc, "iterations").one("table"))
-    assert iterations == [["1", "ok", "stuck ok", "skipped", "35m00s", "yes", "CLOSED", "1", "1"],
-                          ["2", "limit ok", "ok", "skipped", "3h40m", "no", "CLOSED (1)", "-", "-"],
-                          ["3", "exit 2", "ok", "ok", "23m00s", "no", "HALF_OPEN (2)", "-", "-"]]
+    assert iterations == [["1", "finished", "stuck finished", "skipped", "35m00s", "yes", "CLOSED", "1", "1"],
+                          ["2", "usage limit finished", "finished", "skipped", "3h40m", "no", "CLOSED (1)", "-", "-"],
+                          ["3", "exit 2", "finished", "finished", "23m00s", "no", "HALF_OPEN (2)", "-", "-"]]
     abnormal = rows(section(doc, "abnormal").one("table"))
     assert [r[:4] for r in abnormal] == [["1", "Criticizer", "stuck", "10m00s"],
                                          ["2", "Builder", "usage limit", "2m00s"],

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import calendar
+import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
-from genesis.health.incidents import Incident, write
+from genesis.health.capture import Incident
+from genesis.health.incidents import write
+from genesis.ledger.schema import MIGRATIONS
 from genesis.ledger.store import Ledger
 from genesis.reporting.load import MAX_FORENSICS, UnknownRun, night, open_view, pick_run, run_events
 from genesis.reporting.model import AlertRow, BreakerChange, CommitRow, Kpis, WaitRow
+from genesis.reporting.text import render_text
 from genesis.store.layout import Layout
 
 RUN = "20251121T000000Z-4242"
@@ -29,12 +34,13 @@ def ticket(n: int, *, final: bool = False, severity: str = "high", cause: str = 
             "kind": "loop_end" if final else "incident", "final": final}
 
 
-def record_night(led: Ledger, logs: Path, incident_id: str) -> None:
-    """Two iterations as the loop records them. Iteration 1: the Builder goes stale (an
+def record_night(led: Ledger, logs: Path, incident_id: str, stale: str = "stuck", stalled: str = "stuck") -> None:
+    """Two iterations as the loop records them. Iteration 1: the Builder gets stuck (an
     incident, killed, a ticket told), is retried after a retry wait and finishes with a commit
-    and a task; the Criticizer is warned stalled, recovers by itself, then meets a usage limit,
+    and a task; the Criticizer is warned stuck, recovers by itself, then meets a usage limit,
     waits it out and finishes; the Planner is skipped. Iteration 2: the Builder commits, the
-    others are skipped, the breaker goes HALF_OPEN; the loop's end is told."""
+    others are skipped, the breaker goes HALF_OPEN; the loop's end is told. `stale` and
+    `stalled`: the words for the stuck state (the watcher's and the health judgment's)."""
     def r(event: str, minutes: float, /, **detail) -> None:
         led.record(RUN, event, at=at(minutes), **detail)
 
@@ -42,14 +48,14 @@ def record_night(led: Ledger, logs: Path, incident_id: str) -> None:
     r("reap", 0.1, when="before Builder", pids=[111, 112], why=["marker", "marker"], survivors=[])
     r("iteration_start", 0.2, iteration=1)
     r("phase_start", 1, iteration=1, phase="Builder", log=str(logs / "b0.log"), epoch=at(1), attempt=0)
-    r("health", 5, iteration=1, phase="Builder", classification="stalled", stall_score=0.8, reason="silent")
-    r("incident", 11, iteration=1, phase="Builder", id=incident_id, kind="stale", reason=STUCK, silent_for=95.0)
-    r("phase_end", 11.1, iteration=1, phase="Builder", pid=900, status="stale", returncode=None, killed=3,
-      detail=STUCK, ending="stale", started=at(1), attempt=0)
+    r("health", 5, iteration=1, phase="Builder", classification=stalled, stall_score=0.8, reason="silent")
+    r("incident", 11, iteration=1, phase="Builder", id=incident_id, kind=stale, reason=STUCK, silent_for=95.0)
+    r("phase_end", 11.1, iteration=1, phase="Builder", pid=900, status=stale, returncode=None, killed=3,
+      detail=STUCK, ending=stale, started=at(1), attempt=0)
     r("alert", 11.2, ticket=ticket(1), decision="intervene", why="stuck", by="rules", delivered=["webhook"])
-    r("retry", 11.3, iteration=1, phase="Builder", type="stale", count=1, reason="stale", old_cmd="c", new_cmd="c")
+    r("retry", 11.3, iteration=1, phase="Builder", type=stalled, count=1, reason=STUCK, old_cmd="c", new_cmd="c")
     r("wait_start", 11.4, kind="retry", until=at(12.4), seconds=60.0, iteration=1, phase="Builder",
-      reason="stale: retry 1")
+      reason=f"{stalled}: retry 1")
     r("wait_end", 12.4, kind="retry", epoch=at(12.4), waited=60.0, how="done", iteration=1, phase="Builder")
     r("phase_start", 12.5, iteration=1, phase="Builder", log=str(logs / "b1.log"), epoch=at(12.5), attempt=1)
     # The retry's first judgment: healthy, which is no recovery of the killed attempt's warning.
@@ -61,7 +67,7 @@ def record_night(led: Ledger, logs: Path, incident_id: str) -> None:
       commits=[{"sha": "a1b2c3d", "at": at(29.9), "subject": "Add /health endpoint"}])
     r("reap", 30.2, when="after Builder", pids=[113], why=["marker"], survivors=[])
     r("phase_start", 31, iteration=1, phase="Criticizer", log=str(logs / "c0.log"), epoch=at(31), attempt=0)
-    r("health", 33, iteration=1, phase="Criticizer", classification="stalled", stall_score=0.7, reason="quiet")
+    r("health", 33, iteration=1, phase="Criticizer", classification=stalled, stall_score=0.7, reason="quiet")
     r("health", 34, iteration=1, phase="Criticizer", classification="healthy", stall_score=0.1, reason="")
     r("phase_end", 35, iteration=1, phase="Criticizer", pid=902, status="exited", returncode=1, killed=0,
       detail=LIMIT, ending="limit", started=at(31), attempt=0)
@@ -101,7 +107,7 @@ def recorded(tmp_path):
     (logs / "b1.log").write_text("all green\n")  # a finished phase shows no tail
     # c0.log (the limit) is gone: an abnormal phase without its log has no tail, and no error
     incidents = tmp_path / "state" / "incidents"
-    inc = Incident(at=at(11), kind="stale", reason=STUCK, phase="Builder", iteration=1, run_id=RUN,
+    inc = Incident(at=at(11), kind="stuck", reason=STUCK, phase="Builder", iteration=1, run_id=RUN,
                    project="/srv/shop", processes=(), ports=(), tool_in_flight={"tool": "Bash", "command": "pytest -x"},
                    tool_calls=(), heartbeat={"epoch": at(11) - 95}, transcript=("collected 12 items",),
                    git_status=(" M app.py",))
@@ -121,7 +127,7 @@ def test_iterations_hold_their_phases_in_order_and_the_skipped_ones(recorded):
     assert [(it.iteration, it.started, it.ended, it.progress, it.breaker, it.no_progress) for it in n.iterations] == \
         [(1, at(0.2), at(100.2), True, "CLOSED", 0), (2, at(101), at(111), False, "HALF_OPEN", 3)]
     assert [[(p.phase, p.attempt, p.ending) for p in it.phases] for it in n.iterations] == [
-        [("Builder", 0, "stale"), ("Builder", 1, "finished"), ("Criticizer", 0, "limit"),
+        [("Builder", 0, "stuck"), ("Builder", 1, "finished"), ("Criticizer", 0, "limit"),
          ("Criticizer", 0, "finished")],
         [("Builder", 0, "finished")]]
     assert [it.skipped for it in n.iterations] == [("Planner",), ("Criticizer", "Planner")]
@@ -129,11 +135,11 @@ def test_iterations_hold_their_phases_in_order_and_the_skipped_ones(recorded):
 
 def test_each_phase_row_carries_its_ending_figures_and_work(recorded, tmp_path):
     led, incidents, _ = recorded
-    stale, retried, limited, reviewed, built = night(led, RUN, incidents_dir=incidents).phases
-    assert (stale.started, stale.ended, stale.ending, stale.exit_code, stale.reason, stale.killed) == \
-        (at(1), at(11.1), "stale", None, STUCK, 3)
-    assert (stale.cost_usd, stale.turns, stale.input_tokens, stale.output_tokens) == (None, None, None, None)
-    assert stale.abnormal and stale.log == str(tmp_path / "logs" / "b0.log")
+    stuck, retried, limited, reviewed, built = night(led, RUN, incidents_dir=incidents).phases
+    assert (stuck.started, stuck.ended, stuck.ending, stuck.exit_code, stuck.reason, stuck.killed) == \
+        (at(1), at(11.1), "stuck", None, STUCK, 3)
+    assert (stuck.cost_usd, stuck.turns, stuck.input_tokens, stuck.output_tokens) == (None, None, None, None)
+    assert stuck.abnormal and stuck.log == str(tmp_path / "logs" / "b0.log")
     assert (retried.attempt, retried.exit_code, retried.reason, retried.killed) == (1, 0, "finished", 0)
     assert (retried.cost_usd, retried.turns, retried.input_tokens, retried.output_tokens) == (0.5, 12, 1000, 200)
     assert (retried.commits, retried.files_changed, retried.tasks_done) == \
@@ -156,7 +162,7 @@ def test_an_abnormal_phase_shows_its_transcripts_last_lines_where_the_log_is(rec
 def test_waits_commits_breaker_changes_alerts_and_reaped_processes(recorded):
     led, incidents, _ = recorded
     n = night(led, RUN, incidents_dir=incidents)
-    assert n.waits == (WaitRow("retry", at(11.4), at(12.4), at(12.4), "stale: retry 1", 1, "Builder"),
+    assert n.waits == (WaitRow("retry", at(11.4), at(12.4), at(12.4), "stuck: retry 1", 1, "Builder"),
                        WaitRow("limit", at(35.2), at(95), at(95), LIMIT, 1, "Criticizer"))
     assert n.commits == (CommitRow("a1b2c3d", at(29.9), "Add /health endpoint", 1, "Builder"),
                          CommitRow("e5f6a7b", at(109.9), "Tidy the handler", 2, "Builder"))
@@ -169,14 +175,14 @@ def test_waits_commits_breaker_changes_alerts_and_reaped_processes(recorded):
     assert n.tasks_done == ("Add a /health endpoint",)
     assert n.cost_usd == pytest.approx(0.85)
     assert n.tokens == (1800, 250)
-    assert [(p.phase, p.ending) for p in n.abnormal] == [("Builder", "stale"), ("Criticizer", "limit")]
+    assert [(p.phase, p.ending) for p in n.abnormal] == [("Builder", "stuck"), ("Criticizer", "limit")]
 
 
 def test_the_incident_carries_its_forensics_text(recorded):
     led, incidents, ident = recorded
     (inc,) = night(led, RUN, incidents_dir=incidents).incidents
     assert (inc.id, inc.at, inc.iteration, inc.phase, inc.kind, inc.reason) == \
-        (ident, at(11), 1, "Builder", "stale", STUCK)
+        (ident, at(11), 1, "Builder", "stuck", STUCK)
     assert inc.forensics == (incidents / f"{ident}.txt").read_text()
     assert inc.forensics.startswith(f"Genesis incident {ident}") and "pytest -x" in inc.forensics
     # Without the folder (or once the file is gone) the row stays, its text is empty.
@@ -192,7 +198,7 @@ def test_a_huge_incident_text_is_cut(tmp_path):
     (folder / f"{ident}.txt").write_text("x" * (MAX_FORENSICS + 5000))
     with Ledger.open(tmp_path / "ledger.sqlite3") as led:
         led.record(RUN, "loop_start", at=at(0))
-        led.record(RUN, "incident", at=at(11), iteration=1, phase="Builder", id=ident, kind="stale", reason="r")
+        led.record(RUN, "incident", at=at(11), iteration=1, phase="Builder", id=ident, kind="stuck", reason="r")
         text = night(led, RUN, incidents_dir=folder).incidents[0].forensics
     assert text.startswith("x" * MAX_FORENSICS) and text.endswith("\n... (cut)")
     assert len(text) == MAX_FORENSICS + len("\n... (cut)")
@@ -208,6 +214,57 @@ def test_the_health_kpis_of_the_night(recorded):
         retries_per_phase=1 / 5,
         escalation_rate=0.5,                      # intervene, dismiss; the loop's end is not counted
         detections=1, recoveries=1, warnings=2, tickets=2)
+
+
+def version_1_ledger(path: Path) -> Ledger:
+    """A ledger as Genesis wrote it at schema version 1 (the projection into the tables is
+    unchanged since): the events and tables in that version's words."""
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    for sql in MIGRATIONS[0]:
+        conn.execute(sql)
+    conn.execute("PRAGMA user_version = 1")
+    return Ledger(conn, path, time.time)
+
+
+def schema_of(path: Path) -> int:
+    conn = sqlite3.connect(str(path))
+    try:
+        return conn.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_a_night_an_older_genesis_recorded_reads_in_todays_words(recorded, tmp_path):
+    """Version 1 called the stuck state stale (the watcher) and stalled (the health judgment,
+    a retry, a failed phase); a view reads it as stuck, and the loop's next open upgrades it."""
+    led, incidents, ident = recorded
+    path = tmp_path / "old.sqlite3"
+    old = version_1_ledger(path)
+    record_night(old, tmp_path / "logs", ident, stale="stale", stalled="stalled")
+    old.record("cut", "phase_failed", at=at(5), iteration=1, phase="Builder", kind="stalled", reason="r", retries=1)
+    cut = '{"iteration": 1, "status": "stale", "detail": "a detail cut at its si'  # no JSON: kept as it is
+    old.conn.execute("INSERT INTO events (run_id, at, kind, iteration, phase, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                     ("cut", at(6), "phase_end", 1, "Builder", cut))
+    assert [p.ending for p in night(old, RUN).phases][0] == "stale"  # the old words, as written
+    old.close()
+    today, events = night(led, RUN, incidents_dir=incidents), led.events(RUN)
+
+    with Ledger.open(path, readonly=True) as view:  # `genesis report` the morning after an upgrade
+        assert night(view, RUN, incidents_dir=incidents) == today
+        assert view.events(RUN) == events
+        assert view.events("cut")[0]["kind"] == "stuck"
+    assert schema_of(path) == 1  # a view never writes: the file is as it was
+
+    with Ledger.open(path) as upgraded:  # the loop's next step upgrades it in place
+        assert night(upgraded, RUN, incidents_dir=incidents) == today
+        assert upgraded.events(RUN) == events
+        assert upgraded.query("SELECT detail FROM events WHERE run_id = 'cut' AND kind = 'phase_end'")[0][0] == cut
+        assert [tuple(r) for r in upgraded.query("SELECT status, ending FROM phases WHERE run_id = ? ORDER BY id",
+                                                  (RUN,))][0] == ("stuck", "stuck")
+    assert schema_of(path) == 2
+    assert "stale" not in render_text(today) and "stalled" not in render_text(today)
 
 
 def test_a_phase_end_without_its_start_is_a_row_of_its_own(tmp_path):

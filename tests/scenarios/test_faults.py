@@ -20,37 +20,32 @@ from pathlib import Path
 import psutil
 import pytest
 from click.testing import CliRunner
-from conftest import alive, git, state_of, wait_for
 from helpers import paths
+from helpers.agent import supervised
+from helpers.git import git
+from helpers.procs import alive, carries
+from helpers.state import state_of
+from helpers.waits import wait_for
 
 from genesis.cli import cli
 from genesis.config import ConfigError, resolve
-from genesis.health.heartbeat import hook_script, read_heartbeat
+from genesis.health.heartbeat import read_heartbeat
 from genesis.loop.breaker import BreakerStore
 from genesis.procs.proctree import ProcId, descendants, identify, kill_all, marked
 from genesis.procs.reaper import execute, markers_for, plan_reap
 from genesis.store.atomicio import read_json, write_json
 from genesis.store.layout import UnsafeDir, private_dir
 from genesis.store.looplock import Locked, current_holder, hold
-from genesis.watch.supervisor import AgentRun, Limits, supervise
 
 SPAWN = str(paths.SPAWN)
 PATTERNS = r"pytest"
 
 
-def run_agent(tmp_path, script, clock=None, run_id="run-f", **limits):
-    """Supervise a bash agent; returns (outcome, notes)."""
-    (tmp_path / "agent.sh").write_text(script)
-    hb = tmp_path / "hb" / "Builder.json"
-    hb.parent.mkdir(mode=0o700, exist_ok=True)
-    env = {**os.environ, "GENESIS_RUN_ID": run_id, "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder",
-           "HOOK": str(hook_script()), "SPAWN": SPAWN, "PY": sys.executable, "HB": str(hb)}
-    run = AgentRun(("bash", str(tmp_path / "agent.sh"), "p"), tmp_path, env, tmp_path / "agent.log", hb, run_id)
-    lim = Limits(**{"check_interval": 0.1, "stale_after": 1.0, "max_runtime": 60.0, "kill_grace": 1.0,
-                    "count_output": False, **limits})
-    notes: list[str] = []
-    kwargs = {"clock": clock} if clock else {}
-    return supervise(run, lim, note=notes.append, **kwargs), notes
+def run_agent(tmp_path, script, run_id="run-f", **kw):
+    """Supervise a bash agent given one argument, its output no sign of life; returns (outcome, notes)."""
+    out, notes, _ = supervised(tmp_path, script, run_id=run_id, args=("p",),
+                               **{"check_interval": 0.1, "max_runtime": 60.0, "count_output": False, **kw})
+    return out, notes
 
 
 # --- heartbeat and watchdog -------------------------------------------------------------
@@ -60,11 +55,7 @@ def test_fault_1_a_symlinked_heartbeat_is_neither_followed_nor_trusted(tmp_path)
     victim = tmp_path / "victim.json"
     victim.write_text(json.dumps({"epoch": time.time() + 10}))
     script = 'ln -s "$VICTIM" "$HB"; while true; do bash "$HOOK" Bash </dev/null; sleep 0.1; done\n'
-    os.environ["VICTIM"] = str(victim)
-    try:
-        out, _ = run_agent(tmp_path, script, max_runtime=3.0)
-    finally:
-        del os.environ["VICTIM"]
+    out, _ = run_agent(tmp_path, script, env={"VICTIM": str(victim)}, max_runtime=3.0)
     # The hook never wrote through the link and the watcher never read it; the watcher, which
     # owns that folder, removed the link, and from then on the hook's beats land for real.
     assert out.status == "overtime"
@@ -90,7 +81,8 @@ def test_fault_2_a_heartbeat_directory_writable_by_others_or_not_ours_is_refused
     hb_dir.mkdir(parents=True)
     hb_dir.chmod(0o777)
     result = CliRunner().invoke(cli, ["--project", str(project), "--set", "GENESIS_AGENT_CMD=true",
-                                      "run-phase", "--iteration", "1", "--phase", "Builder", "--run-id", "r"])
+                                      "run-phase", "--iteration", "1", "--phase", "Builder", "--run-id", "r"],
+                                catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert f"repaired: {hb_dir} had mode 777; reset to 700" in result.output
     assert stat.S_IMODE(os.stat(hb_dir).st_mode) == 0o700
@@ -111,12 +103,8 @@ def test_fault_3_an_unusable_heartbeat_is_unknown_and_never_fresh(tmp_path, cont
     beat, why = read_heartbeat(path)
     assert beat is None and why
     script = 'printf "%s" "$CONTENT" > "$HB"; exec "$PY" -c "import time; time.sleep(600)"\n'
-    os.environ["CONTENT"] = content[:4096].decode()
-    try:
-        out, _ = run_agent(tmp_path, script)
-    finally:
-        del os.environ["CONTENT"]
-    assert out.status == "stale" and out.kill.survivors == ()
+    out, _ = run_agent(tmp_path, script, env={"CONTENT": content[:4096].decode()})
+    assert out.status == "stuck" and out.kill.survivors == ()
 
 
 @pytest.mark.fault(4)
@@ -124,7 +112,7 @@ def test_fault_4_a_future_timestamp_is_clamped_warned_and_goes_stale(tmp_path):
     script = ('printf \'{"epoch": %s}\' "$(( $(date +%s) + 86400 ))" > "$HB"\n'
               'exec "$PY" -c "import time; time.sleep(600)"\n')
     out, notes = run_agent(tmp_path, script)
-    assert out.status == "stale"
+    assert out.status == "stuck"
     assert any("in the future; counted as now" in n for n in notes)
 
 
@@ -146,7 +134,7 @@ class JumpClock:
 def test_fault_5_a_clock_jump_restarts_the_window_instead_of_killing(tmp_path, jump):
     out, notes = run_agent(tmp_path, 'exec "$PY" -c "import time; time.sleep(600)"\n', clock=JumpClock(0.6, jump))
     assert any("staleness window restarted" in n for n in notes)
-    assert out.status == "stale"
+    assert out.status == "stuck"
     assert out.duration >= 0.6 + 1.0  # one fresh window from the jump, not a kill at the jump
 
 
@@ -161,14 +149,15 @@ def test_fault_6_a_sigstopped_agent_is_detected_within_the_window_plus_a_poll(tm
 
     threading.Thread(target=freeze, daemon=True).start()
     out, _ = run_agent(tmp_path, script, stale_after=1.0, check_interval=0.2)
-    assert out.status == "stale" and out.kill.survivors == ()
+    assert out.status == "stuck" and out.kill.survivors == ()
     assert 1.0 < out.idle <= 1.0 + 0.2 + 1.5  # window + one poll, with room for a loaded machine
 
 
 @pytest.mark.fault(8)
 def test_fault_8_a_hook_writing_on_after_the_agent_died_does_not_hide_its_death(project, tmp_path):
+    # The agent exits once the detached writer's first beat has landed.
     script = ('"$PY" "$SPAWN" detach "$PWD/writer.pid" bash -c \'while true; do bash "$HOOK" Bash </dev/null; '
-              'sleep 0.05; done\'\nsleep 0.3\nexit 0\n')
+              'sleep 0.05; done\'\nuntil [ -s "$HB" ]; do sleep 0.05; done\nexit 0\n')
     out, _ = run_agent(tmp_path, script, run_id="run-8")
     assert out.status == "exited" and out.returncode == 0
     writer = int((tmp_path / "writer.pid").read_text())
@@ -244,18 +233,17 @@ def test_fault_13_pid_1_other_users_and_another_worktree_are_never_signalled(pro
     assert kill_all(lambda: [identify(1)], grace=0.1).targets == 0
     worktree = tmp_path / "worktree"
     git(project, "worktree", "add", "-q", str(worktree))
-    other_tree = procs([sys.executable, SPAWN, "sleep", "pytest"], env=markers_for(worktree, "run-of-worktree"))
-    survivors = [other_tree]
+    theirs = markers_for(worktree, "run-of-worktree")
+    survivors = [(procs([sys.executable, SPAWN, "sleep", "pytest"], env=theirs), theirs)]
     if os.geteuid() == 0:  # another user's process, even one carrying our marker
-        survivors.append(procs(["sleep", "600"], env=markers_for(project, "r"), user=65534, group=65534,
-                               cwd="/"))
-    for proc in survivors:
-        wait_for(lambda proc=proc: alive(proc.pid))
-    time.sleep(0.3)
+        ours = markers_for(project, "r")
+        survivors.append((procs(["sleep", "600"], env=ours, user=65534, group=65534, cwd="/"), ours))
+    for proc, markers in survivors:  # running, their markers where a reaper looks
+        wait_for(lambda proc=proc, markers=markers: alive(proc.pid) and carries(proc.pid, markers))
     found = plan_reap(project, "r", "all", PATTERNS, ())
     assert found.leftovers == ()
     execute(found, grace=0.5)
-    assert all(alive(p.pid) for p in survivors)
+    assert all(alive(p.pid) for p, _ in survivors)
 
 
 @pytest.mark.fault(14)
@@ -280,7 +268,7 @@ def test_fault_14_a_tree_that_keeps_forking_converges(project, procs):
     root = identify(forker.pid)
     report = kill_all(lambda: descendants(root) + marked(markers_for(project, "r")), grace=0.5)
     assert report.survivors == ()
-    time.sleep(0.2)
+    time.sleep(0.2)  # a fork in flight at the kill would show by now
     assert marked(markers_for(project, "r")) == []
 
 
@@ -304,7 +292,7 @@ def test_fault_18_a_crash_between_the_temp_file_and_the_rename_loses_nothing(tmp
     path = tmp_path / ".circuit_breaker.json"
     write_json(path, {"state": "HALF_OPEN", "no_progress_count": 3})
     crash = ("import os, sys\n"
-             "from genesis import atomicio\n"
+             "from genesis.store import atomicio\n"
              "os.replace = lambda *a: os.kill(os.getpid(), 9)  # die after fsync, before the rename\n"
              "atomicio.write_json(__import__('pathlib').Path(sys.argv[1]), {'state': 'OPEN'})\n")
     done = subprocess.run([sys.executable, "-c", crash, str(path)])

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import events_of, git, state_of
-from helpers import paths
-
-ROOT = paths.ROOT
-LOOP = ROOT / "start-multi-agent-loop.sh"
-GENESIS = [sys.executable, "-m", "genesis"]
+from helpers.agent import script
+from helpers.git import git
+from helpers.loop import GENESIS, LOOP, loop_env, run_loop
+from helpers.procs import alive
+from helpers.state import events_of, state_of
+from helpers.waits import wait_for
 
 # Plays the three default prompts on a TASKS.md checklist, like a competent model would.
 ROLE_AGENT = r"""#!/usr/bin/env bash
@@ -36,18 +35,6 @@ esac
 """
 
 
-def loop_env(**extra: str) -> dict[str, str]:
-    """The caller's environment with time knobs compressed; phases and triggers untouched."""
-    return {**os.environ, "GENESIS_BIN": str(Path(sys.executable).parent / "genesis"), "NO_COLOR": "1",
-            "HEARTBEAT_CHECK_INTERVAL": "0.2", "HEARTBEAT_STALE_SECONDS": "5", "KILL_GRACE_SECONDS": "1",
-            "ITERATION_PAUSE_SECONDS": "0", "PHASE_RETRY_DELAY_SECONDS": "0", "REAP_PORTS": "", **extra}
-
-
-def run_loop(project: Path, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(LOOP), "--project", str(project), *args], env=env or loop_env(),
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
 @pytest.fixture
 def tasks_project(project, tmp_path) -> tuple[Path, Path]:
     """A project with six open tasks (committed) and the role agent outside it."""
@@ -56,10 +43,7 @@ def tasks_project(project, tmp_path) -> tuple[Path, Path]:
     (project / "TASKS.md").write_text("# Tasks\n" + "".join(f"- [ ] task {n}\n" for n in range(1, 7)))
     git(project, "add", "TASKS.md")
     git(project, "commit", "-qm", "tasks")
-    agent = tmp_path / "agent.sh"
-    agent.write_text(ROLE_AGENT)
-    agent.chmod(0o755)
-    return project, agent
+    return project, script(tmp_path / "agent.sh", ROLE_AGENT)
 
 
 def phases_run(project: Path) -> list[tuple[int, str, str]]:
@@ -157,10 +141,8 @@ def test_logs_are_per_run_and_commits_name_the_run_and_how_the_phase_ended(tasks
 def test_a_killed_agents_work_is_committed_as_partial_and_the_report_gives_the_reason(project, tmp_path):
     git(project, "config", "user.name", "Agent")
     git(project, "config", "user.email", "agent@example.invalid")
-    agent = tmp_path / "agent.sh"
-    agent.write_text('#!/usr/bin/env bash\n[ "$GENESIS_AGENT" = Builder ] || { echo "API Error: 401 bad key"; '
-                     'exit 1; }\necho half >half-done.txt\nexec sleep 300\n')
-    agent.chmod(0o755)
+    agent = script(tmp_path / "agent.sh", '#!/usr/bin/env bash\n[ "$GENESIS_AGENT" = Builder ] || '
+                   '{ echo "API Error: 401 bad key"; exit 1; }\necho half >half-done.txt\nexec sleep 300\n')
     done = run_loop(project, "--agent-cmd", str(agent), "--max-iterations", "1",
                     env=loop_env(HEARTBEAT_STALE_SECONDS="2", HEARTBEAT_COUNT_OUTPUT="false"))
     assert done.returncode == 0, done.stderr
@@ -197,9 +179,7 @@ def test_an_agent_command_that_does_not_exist_is_refused_before_anything_runs(pr
 
 
 def test_uncommitted_changes_of_the_user_are_never_committed_as_the_agents(project, tmp_path):
-    agent = tmp_path / "agent.sh"
-    agent.write_text("#!/bin/sh\necho agent >>agent-work.txt\n")
-    agent.chmod(0o755)
+    agent = script(tmp_path / "agent.sh", "#!/bin/sh\necho agent >>agent-work.txt\n")
     (project / "README.md").write_text("the user's edit\n")
     (project / "scratch.txt").write_text("the user's notes\n")
     refused = run_loop(project, "--agent-cmd", str(agent), "--max-iterations", "1")
@@ -237,13 +217,9 @@ def test_a_project_that_does_not_exist_is_refused_by_every_command_and_nothing_i
 
 
 def test_reap_dry_run_during_a_run_tells_the_live_agent_tree_from_leftovers(project, tmp_path, procs):
-    from conftest import alive, wait_for
-
     from genesis.procs.reaper import markers_for
 
-    agent = tmp_path / "agent.sh"
-    agent.write_text("#!/bin/sh\necho $$ >\"$AGENT_PID_FILE\"\nexec sleep 300\n")
-    agent.chmod(0o755)
+    agent = script(tmp_path / "agent.sh", "#!/bin/sh\necho $$ >\"$AGENT_PID_FILE\"\nexec sleep 300\n")
     pid_file = tmp_path / "agent.pid"
     env = loop_env(AGENT_PID_FILE=str(pid_file), HEARTBEAT_STALE_SECONDS="120")
     loop = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(agent)], env=env,

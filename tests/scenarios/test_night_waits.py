@@ -17,9 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import events_of, git, state_of, wait_for
 from helpers import paths
-from scenarios.test_loop_defaults import GENESIS, LOOP, loop_env
+from helpers.agent import script
+from helpers.git import git
+from helpers.loop import GENESIS, LOOP, loop_env
+from helpers.state import events_of, state_of
+from helpers.waits import wait_for
 
 FIXTURES = paths.FIXTURES / "claude"
 
@@ -46,9 +49,7 @@ def night(project: Path, tmp_path: Path):
     git(project, "config", "user.email", "agent@example.invalid")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    claude = bin_dir / "claude"
-    claude.write_text(FAKE_CLAUDE.format(python=sys.executable))
-    claude.chmod(0o755)
+    script(bin_dir / "claude", FAKE_CLAUDE.format(python=sys.executable))
     subprocess.run(GENESIS + ["--project", str(project), "hook", "install", "--scope", "local"], check=True,
                    capture_output=True)
     calls = tmp_path / "calls.txt"

@@ -8,8 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import events_of, git, state_of
-from scenarios.test_loop_defaults import loop_env, run_loop
+from helpers.agent import script
+from helpers.git import git
+from helpers.loop import LOOP, loop_env, run_loop
+from helpers.state import events_of, state_of
+from helpers.waits import wait_for
 
 # Stuck (silent, asleep) on its first run of a phase; on the next it works and commits.
 FLAKY = r"""#!/usr/bin/env bash
@@ -31,10 +34,7 @@ def agents(project: Path, tmp_path: Path):
     git(project, "commit", "-qm", "ignore the agent's marks")
 
     def make(name: str, text: str) -> Path:
-        path = tmp_path / name
-        path.write_text(text)
-        path.chmod(0o755)
-        return path
+        return script(tmp_path / name, text)
 
     return make
 
@@ -51,13 +51,13 @@ def test_a_stuck_phase_is_retried_and_succeeds_on_the_second_attempt(project, ag
     done = run_loop(project, "--agent-cmd", str(flaky), "--max-iterations", "1", env=loop_env(**FAST))
     assert done.returncode == 0, done.stderr
     ends = [(e["phase"], e["ending"], e["attempt"]) for e in events(project, "phase_end")]
-    assert ends == [("Builder", "stale", 0), ("Builder", "finished", 1)]
+    assert ends == [("Builder", "stuck", 0), ("Builder", "finished", 1)]
     (retry,) = events(project, "retry")
-    assert (retry["type"], retry["count"], retry["new_cmd"]) == ("stalled", 1, str(flaky))
+    assert (retry["type"], retry["count"], retry["new_cmd"]) == ("stuck", 1, str(flaky))
     assert "no heartbeat" in retry["reason"]
     assert (project / "done-Builder.txt").exists()
     (incident,) = events(project, "incident")
-    assert incident["kind"] == "stale"
+    assert incident["kind"] == "stuck"
 
 
 def test_a_retry_runs_the_fallback_agent_command(project, agents):
@@ -79,7 +79,7 @@ def test_a_phase_whose_retries_are_spent_fails_and_a_spent_night_budget_stops_th
     assert done.returncode == 25, done.stderr
     # Iteration 1: stuck, retried, stuck again: failed, and the loop went on.
     (failed,) = events(project, "phase_failed")
-    assert (failed["iteration"], failed["kind"], failed["retries"]) == (1, "stalled", 1)
+    assert (failed["iteration"], failed["kind"], failed["retries"]) == (1, "stuck", 1)
     # Iteration 2: stuck, and the night's one recovery was used: the loop stops as thrashing.
     (spent,) = events(project, "recovery_spent")
     assert spent["iteration"] == 2
@@ -98,9 +98,9 @@ def test_warn_only_records_classifications_and_would_be_kills_but_kills_nothing(
     assert end["would_kill"] and "no heartbeat" in end["would_kill"][0]
     assert "would kill as stuck (GENESIS_HEALTH_ENFORCE=false" in done.stderr
     classes = [e["classification"] for e in events(project, "health")]
-    assert classes[:2] == ["slow", "stalled"], classes
+    assert classes[:2] == ["slow", "stuck"], classes
     snap = json.loads((state_of(project) / "heartbeats" / "Builder.health.json").read_text())
-    assert snap["phase"] == "Builder" and snap["classification"] in ("slow", "stalled", "healthy")
+    assert snap["phase"] == "Builder" and snap["classification"] in ("slow", "stuck", "healthy")
     assert {"stall_score", "last_event", "last_action", "fingerprint", "tool_calls", "last_progress",
             "tool_in_flight", "turns", "severity"} <= set(snap)
 
@@ -116,8 +116,8 @@ def test_warn_only_still_applies_the_runtime_cap(project, agents):
     assert end["status"] == "overtime" and end["would_kill"]
 
 
-# Calls the same failing command over and over: every call is a heartbeat, so it never goes
-# stale; the tool log shows the loop.
+# Calls the same failing command over and over: every call is a heartbeat, so its heartbeat
+# never goes stale; the tool log shows the loop.
 DOOM = r"""#!/usr/bin/env bash
 n=0
 while [ $n -lt 200 ]; do
@@ -155,9 +155,6 @@ def test_the_status_of_a_running_loop_shows_its_phase_health_and_tool_in_flight(
     import signal
     import subprocess
     import sys
-
-    from conftest import wait_for
-    from scenarios.test_loop_defaults import LOOP
 
     from genesis.health.heartbeat import hook_script
 

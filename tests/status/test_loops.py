@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import git, wait_for
+from helpers.git import git
+from helpers.waits import wait_for
 
 import genesis
 from genesis import exitcodes

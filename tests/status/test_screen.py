@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from helpers.waits import wait_for
 
 import genesis
 from genesis.ledger.store import Ledger

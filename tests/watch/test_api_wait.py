@@ -10,13 +10,12 @@ recorded-shape events; the real CLI's are in tests/fixtures/claude/.
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
+from helpers.agent import supervised
 
 from genesis.agents.claude.stream import StreamReader
-from genesis.watch.supervisor import AgentRun, Limits, supervise
+from genesis.health.heartbeat import hook_script
 
 RETRY = {"type": "system", "subtype": "api_retry", "attempt": 1, "max_retries": 10, "retry_delay_ms": 0,
          "error_status": 529, "error": "overloaded", "session_id": "s-1"}
@@ -26,8 +25,7 @@ def run_agent(tmp_path, delays_ms: list[int], pause: float):
     """An agent that beats once, then prints an api_retry event per delay, `pause` s apart, then
     fails as the CLI does when its retries are spent."""
     lines = [json.dumps({**RETRY, "attempt": n, "retry_delay_ms": d}) for n, d in enumerate(delays_ms, 1)]
-    script = tmp_path / "agent.py"
-    script.write_text(
+    script = (
         "import subprocess, sys, time\n"
         "subprocess.run(['bash', sys.argv[1], 'Bash'], stdin=subprocess.DEVNULL)\n"
         f"for line in {lines!r}:\n"
@@ -36,17 +34,8 @@ def run_agent(tmp_path, delays_ms: list[int], pause: float):
         "\"api_error_status\":529,\"result\":\"API Error: 529 Overloaded.\",\"num_turns\":1,"
         "\"total_cost_usd\":0,\"session_id\":\"s-1\"}', flush=True)\n"
         "sys.exit(1)\n")
-    hb = tmp_path / "hb" / "Builder.json"
-    hb.parent.mkdir(mode=0o700, exist_ok=True)
-    from genesis.health.heartbeat import hook_script
-
-    env = {**os.environ, "GENESIS_RUN_ID": "run-api", "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder"}
-    run = AgentRun((sys.executable, str(script), str(hook_script())), tmp_path, env, tmp_path / "agent.log", hb,
-                   "run-api", raw_log=tmp_path / "agent.jsonl", reader=StreamReader())
-    notes: list[str] = []
-    out = supervise(run, Limits(check_interval=0.2, stale_after=1.0, max_runtime=30.0, kill_grace=1.0,
-                                count_output=False), note=notes.append)
-    return out, notes, run
+    return supervised(tmp_path, script, run_id="run-api", name="agent.py", args=(str(hook_script()),),
+                      raw_log=tmp_path / "agent.jsonl", reader=StreamReader(), count_output=False)
 
 
 @pytest.mark.fault(41)
@@ -67,7 +56,7 @@ def test_an_agent_retrying_the_api_for_longer_than_the_window_is_not_killed(tmp_
 def test_silence_past_the_announced_delay_is_stuck_again(tmp_path):
     # The CLI said it would retry in 0.2 s, then fell silent for good: stuck one window later.
     out, _, _ = run_agent(tmp_path, [200], pause=60)
-    assert out.status == "stale", out
+    assert out.status == "stuck", out
     assert out.api_retries == 1
 
 
@@ -75,18 +64,14 @@ def test_silence_past_the_announced_delay_is_stuck_again(tmp_path):
 def test_a_cli_that_keeps_retrying_a_refused_login_is_ended_without_waiting_out_its_retries(tmp_path):
     # Claude Code retries a 401 for minutes with its default retries; three refusals in a row
     # are enough to know no retry will help (a token refresh had its chance).
-    script = tmp_path / "agent.py"
     refused = [json.dumps({**RETRY, "attempt": n, "retry_delay_ms": 60000, "error_status": 401,
                            "error": "authentication_failed"}) for n in (1, 2, 3)]
-    script.write_text("import time\n"
-                      f"for line in {refused!r}:\n"
-                      "    print(line, flush=True)\n"
-                      "time.sleep(120)\n")
-    hb = tmp_path / "hb" / "Builder.json"
-    hb.parent.mkdir(mode=0o700)
-    run = AgentRun((sys.executable, str(script)), tmp_path, {**os.environ, "GENESIS_RUN_ID": "run-api"},
-                   tmp_path / "agent.log", hb, "run-api", raw_log=tmp_path / "agent.jsonl", reader=StreamReader())
-    out = supervise(run, Limits(check_interval=0.2, stale_after=30.0, max_runtime=60.0, kill_grace=1.0))
+    script = ("import time\n"
+              f"for line in {refused!r}:\n"
+              "    print(line, flush=True)\n"
+              "time.sleep(120)\n")
+    out, _, _ = supervised(tmp_path, script, run_id="run-api", name="agent.py", raw_log=tmp_path / "agent.jsonl",
+                           reader=StreamReader(), stale_after=30.0, max_runtime=60.0)
     assert out.status == "api_fatal", out
     assert out.kill is not None and out.kill.survivors == ()
     err = out.ending.api_error
@@ -98,22 +83,17 @@ def test_a_cli_retrying_into_a_usage_limit_hours_away_is_ended_and_the_limit_wai
     # aider retries a rate limit for two minutes whatever its reset; one that resets in an hour
     # ends the run at aider's first retry, and the phase ends as a limit (the loop then waits).
     from genesis.agents.aider import AiderReader
-    from genesis.loop.orchestrate import how_it_ended
+    from genesis.loop.ending import how_it_ended
 
     said = ["litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit reached. Please try again in 1h.",
             "The API provider has rate limited you. Try again later or check your quotas.",
             "Retrying in 0.2 seconds..."]
-    script = tmp_path / "agent.py"
-    script.write_text("import time\n"
-                      f"for line in {said!r}:\n"
-                      "    print(line, flush=True)\n"
-                      "time.sleep(120)\n")
-    hb = tmp_path / "hb" / "Builder.json"
-    hb.parent.mkdir(mode=0o700)
-    run = AgentRun((sys.executable, str(script)), tmp_path, {**os.environ, "GENESIS_RUN_ID": "run-api"},
-                   tmp_path / "agent.log", hb, "run-api", reader=AiderReader())
-    out = supervise(run, Limits(check_interval=0.2, stale_after=30.0, max_runtime=60.0, kill_grace=1.0,
-                                hookless=True, tool_silent=30.0))
+    script = ("import time\n"
+              f"for line in {said!r}:\n"
+              "    print(line, flush=True)\n"
+              "time.sleep(120)\n")
+    out, _, _ = supervised(tmp_path, script, run_id="run-api", name="agent.py", reader=AiderReader(),
+                           stale_after=30.0, max_runtime=60.0, hookless=True, tool_silent=30.0)
     assert out.status == "api_fatal" and out.kill is not None and out.kill.survivors == (), out
     assert out.ending.limit.kind == "rate_limit" and out.ending.api_error is None
     assert how_it_ended(out) == "limit"

@@ -15,33 +15,24 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import alive, free_port, listening, wait_for
 from helpers import paths
+from helpers.agent import watcher_spec
+from helpers.procs import alive, free_port, listening
+from helpers.waits import wait_for
 
-from genesis.health.heartbeat import hook_script, read_heartbeat
+from genesis.health.heartbeat import read_heartbeat
 from genesis.procs.proctree import marked
-from genesis.watch import supervisor
-from genesis.watch.supervisor import disk_full
+from genesis.watch import heartdir
+from genesis.watch.heartdir import disk_full
 
 SPAWN = str(paths.SPAWN)
 LINUX_ONLY = pytest.mark.skipif(not hasattr(signal, "sigtimedwait"),
                                 reason="only Linux tells a signal's sender (sigtimedwait)")
 
 
-def spec(tmp_path: Path, script: str, run_id: str = "run-o", hb_dir: Path | None = None, **limits) -> Path:
+def spec(tmp_path: Path, script: str, run_id: str = "run-o", **kw) -> Path:
     """An agent script and the watcher's spec; returns the spec file."""
-    (tmp_path / "agent.sh").write_text(script)
-    hb = (hb_dir or tmp_path / "hb") / "Builder.json"
-    hb.parent.mkdir(mode=0o700, exist_ok=True)
-    env = {**os.environ, "GENESIS_RUN_ID": run_id, "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder",
-           "HOOK": str(hook_script()), "SPAWN": SPAWN, "PY": sys.executable, "HB": str(hb)}
-    lim = {"check_interval": 0.2, "stale_after": 1.0, "max_runtime": 60.0, "kill_grace": 1.0,
-           "count_output": True, **limits}
-    path = tmp_path / "spec.json"
-    path.write_text(json.dumps({"argv": ["bash", str(tmp_path / "agent.sh")], "cwd": str(tmp_path), "env": env,
-                                "log": str(tmp_path / "agent.log"), "heartbeat": str(hb), "run_id": run_id,
-                                "limits": lim, "out": str(tmp_path / "outcome.json")}))
-    return path
+    return watcher_spec(tmp_path, script, run_id=run_id, max_runtime=60.0, **kw)
 
 
 def watcher(procs, spec_file: Path, prefix: tuple[str, ...] = ()) -> subprocess.Popen:
@@ -68,12 +59,8 @@ def test_stop_signals_from_the_agents_own_tree_are_ignored_and_named(tmp_path, p
               '"$PY" "$SPAWN" detach "$PWD/d.pid" /bin/sh -c "kill -INT $PPID; sleep 5"; sleep 0.3\n'
               'pkill -TERM -f "spawn.py supervise $SPEC"; sleep 0.3\n'           # a short-lived pkill
               '"$HOOK" Bash </dev/null; echo "still here"\n')
-    spec_file = spec(tmp_path, script, stale_after=10.0)
-    os.environ["SPEC"] = str(spec_file)
-    try:
-        out = outcome(watcher(procs, spec_file), spec_file)
-    finally:
-        del os.environ["SPEC"]
+    spec_file = spec(tmp_path, script, env={"SPEC": str(tmp_path / "spec.json")}, stale_after=10.0)
+    out = outcome(watcher(procs, spec_file), spec_file)
     assert (out["status"], out["returncode"]) == ("exited", 0)
     assert "still here" in (tmp_path / "agent.log").read_text()
     ignored = [n for n in out["notes"] if n.startswith("signal ") and ": ignored (" in n]
@@ -150,7 +137,7 @@ def test_a_watcher_stopped_longer_than_the_window_does_not_kill_a_healthy_agent_
     first_beat(tmp_path / "hb" / "Builder.json")
     os.killpg(proc.pid, signal.SIGSTOP)  # the watcher's group; the agent is in a session of its own
     try:
-        time.sleep(3.0)
+        time.sleep(3.0)  # the pause under test: three staleness windows of real time
     finally:
         os.killpg(proc.pid, signal.SIGCONT)
     out = outcome(proc, spec_file)
@@ -169,7 +156,7 @@ def test_disk_full_reads_free_space_and_errors(tmp_path, monkeypatch):
     def no_room(_path):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(supervisor.os, "statvfs", no_room)
+    monkeypatch.setattr(heartdir.os, "statvfs", no_room)
     assert disk_full(tmp_path) is True
 
 

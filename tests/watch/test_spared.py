@@ -7,12 +7,12 @@ import os
 import sys
 from pathlib import Path
 
-from conftest import alive, wait_for
+from helpers.agent import supervised
+from helpers.procs import alive
+from helpers.waits import wait_for
 
 import genesis.procs.proctree
-from genesis.health.heartbeat import hook_script
 from genesis.procs.proctree import adopted, identify, spare
-from genesis.watch.supervisor import AgentRun, Limits, supervise
 
 RUN = "run-spared"
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -65,16 +65,8 @@ def test_the_end_of_phase_sweep_leaves_a_spared_process_and_ends_an_unspared_one
             spare(started["spared"])
             go.touch()
 
-    hb = tmp_path / "hb" / "Builder.json"
-    hb.parent.mkdir(mode=0o700)
-    env = {**os.environ, "GENESIS_RUN_ID": RUN, "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder",
-           "HOOK": str(hook_script())}
-    script = tmp_path / "agent.sh"
-    script.write_text(f'"$HOOK" Bash </dev/null\nwhile [ ! -e "{go}" ]; do sleep 0.05; done\nexit 0\n')
-    run = AgentRun(("bash", str(script)), tmp_path, env, tmp_path / "agent.log", hb, RUN, on_check=on_check)
-    notes: list[str] = []
-    out = supervise(run, Limits(check_interval=0.2, stale_after=30.0, max_runtime=60.0, kill_grace=1.0),
-                    note=notes.append)
+    agent = f'"$HOOK" Bash </dev/null\nwhile [ ! -e "{go}" ]; do sleep 0.05; done\nexit 0\n'
+    out, notes, _ = supervised(tmp_path, agent, run_id=RUN, on_check=on_check, stale_after=30.0, max_runtime=60.0)
 
     assert (out.status, out.returncode) == ("exited", 0)
     assert alive(started["spared"])

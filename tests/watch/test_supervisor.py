@@ -9,32 +9,26 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import alive, wait_for
 from helpers import paths
+from helpers.agent import supervised
+from helpers.procs import alive
+from helpers.waits import wait_for
 
 from genesis import exitcodes
-from genesis.health.heartbeat import hook_script, read_heartbeat
+from genesis.health.heartbeat import read_heartbeat
 from genesis.procs import cgroups
 from genesis.procs.proctree import marked
 from genesis.watch.agentlog import tail
 from genesis.watch.cmdline import prompt_problem
-from genesis.watch.supervisor import AgentRun, Limits, clear_planted, supervise
+from genesis.watch.heartdir import clear_planted
+from genesis.watch.supervisor import AgentRun, Limits, supervise
 
 SPAWN = str(paths.SPAWN)
 
 
-def agent(tmp_path, script: str, run_id="run-1", **limits) -> tuple:
-    (tmp_path / "agent.sh").write_text(script)
-    hb = tmp_path / "hb" / "Builder.json"
-    hb.parent.mkdir(mode=0o700, exist_ok=True)
-    env = {**os.environ, "GENESIS_RUN_ID": run_id, "GENESIS_HEARTBEAT_FILE": str(hb),
-           "GENESIS_AGENT": "Builder", "HOOK": str(hook_script()), "SPAWN": SPAWN, "PY": sys.executable}
-    run = AgentRun(("bash", str(tmp_path / "agent.sh")), tmp_path, env, tmp_path / "agent.log", hb, run_id,
-                   prompt="the prompt")
-    lim = Limits(**{"check_interval": 0.2, "stale_after": 1.0, "max_runtime": 30.0, "kill_grace": 1.0,
-                    "count_output": True, **limits})
-    notes: list[str] = []
-    return supervise(run, lim, note=notes.append), notes, run
+def agent(tmp_path, script: str, **kw):
+    """The script as the Builder of run-1, given a prompt: (outcome, notes, run)."""
+    return supervised(tmp_path, script, run_id="run-1", prompt="the prompt", **kw)
 
 
 def test_an_agent_that_finishes_keeps_its_status_and_its_output_goes_to_the_log(tmp_path):
@@ -53,7 +47,7 @@ def test_a_silent_hang_is_stuck_and_the_whole_tree_dies_including_a_setsid_child
               '"$HOOK" Bash </dev/null\n'
               'exec "$PY" -c "import time; time.sleep(600)"\n')
     out, _, _ = agent(tmp_path, script, count_output=False)
-    assert out.status == "stale" and out.exit_code == exitcodes.AGENT_STALE
+    assert out.status == "stuck" and out.exit_code == exitcodes.AGENT_STALE
     assert 1.0 < out.idle <= 1.0 + 0.2 + 1.5  # window + one poll, with room for a loaded machine
     assert "no heartbeat" in out.detail
     daemon = int((tmp_path / "daemon.pid").read_text())
@@ -80,7 +74,7 @@ def test_output_counts_as_life_for_agents_without_hooks(tmp_path):
 def test_an_agent_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     script = 'trap "" TERM\n"$PY" "$SPAWN" stubborn &\nwhile true; do sleep 0.1; done\n'
     out, _, _ = agent(tmp_path, script, count_output=False, kill_grace=0.5)
-    assert out.status == "stale"
+    assert out.status == "stuck"
     assert out.kill.killed >= 2 and out.kill.survivors == ()
     assert marked({"GENESIS_RUN_ID": "run-1"}) == []
 
@@ -88,7 +82,7 @@ def test_an_agent_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
 def test_a_heartbeat_of_another_run_does_not_count(tmp_path):
     script = 'while true; do GENESIS_RUN_ID=other "$HOOK" Bash </dev/null; sleep 0.1; done\n'
     out, _, _ = agent(tmp_path, script, count_output=False)
-    assert out.status == "stale"
+    assert out.status == "stuck"
 
 
 def test_a_missing_agent_command_is_reported_not_raised(tmp_path):
@@ -113,11 +107,10 @@ def run_prompt(tmp_path, monkeypatch, prompt: str, prompt_stdin: bool, env_extra
     temp = tmp_path / "tmp"
     temp.mkdir(exist_ok=True)
     monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the stdin copy of a prompt is made
-    (tmp_path / "agent.sh").write_text(RECORDER)
-    env = {**os.environ, "TMPDIR": str(temp), **(env_extra or {})}
-    run = AgentRun(("bash", str(tmp_path / "agent.sh"), "--flag"), tmp_path, env, tmp_path / "agent.log",
-                   tmp_path / "hb.json", "run-p", prompt=prompt, prompt_stdin=prompt_stdin)
-    return supervise(run, Limits(0.2, 30.0, 60.0, 0.5)), run
+    out, _, run = supervised(tmp_path, RECORDER, run_id="run-p", args=("--flag",),
+                             env={"TMPDIR": str(temp), **(env_extra or {})}, prompt=prompt, prompt_stdin=prompt_stdin,
+                             stale_after=30.0, max_runtime=60.0, kill_grace=0.5)
+    return out, run
 
 
 def test_a_prompt_that_fits_is_the_last_argument(tmp_path, monkeypatch):
@@ -298,17 +291,8 @@ def test_the_log_folder_deleted_mid_phase_comes_back_whole(tmp_path):
               'for _ in $(seq 1 100); do [ -f "$LOGDIR/agent.log" ] && break; sleep 0.05; done\n'
               '[ -f "$LOGDIR/agent.log" ] && echo "the log is back mid-phase"\n')
     logdir = tmp_path / "logs" / "run-1"
-    os.environ["LOGDIR"] = str(logdir)
-    try:
-        (tmp_path / "agent.sh").write_text(script)
-        hb = tmp_path / "hb" / "Builder.json"
-        hb.parent.mkdir()
-        run = AgentRun(("bash", str(tmp_path / "agent.sh")), tmp_path, dict(os.environ), logdir / "agent.log", hb,
-                       "run-1")
-        notes: list[str] = []
-        out = supervise(run, Limits(0.1, 30.0, 30.0, 1.0), note=notes.append)
-    finally:
-        del os.environ["LOGDIR"]
+    out, notes, run = supervised(tmp_path, script, run_id="run-1", log=logdir / "agent.log",
+                                 env={"LOGDIR": str(logdir)}, check_interval=0.1, stale_after=30.0)
     assert out.status == "exited" and out.returncode == 0
     text = run.log.read_text()
     assert text.startswith("=== genesis: ") and "starting: bash" in text.splitlines()[0]
@@ -347,12 +331,12 @@ def test_output_written_to_a_log_path_holding_a_symlink_replaces_the_link_not_it
 # --- output alone is a sign of life only up to a bound ---------------------------------------
 
 @pytest.mark.fault(34)
-def test_a_hung_agent_with_a_chatty_child_is_stale_once_output_alone_no_longer_counts(tmp_path):
+def test_a_hung_agent_with_a_chatty_child_is_stuck_once_output_alone_no_longer_counts(tmp_path):
     script = ('"$HOOK" Bash </dev/null\n'
               '(while true; do echo "tick"; sleep 0.3; done) &\n'
               'exec "$PY" -c "import time; time.sleep(600)"\n')
     out, _, _ = agent(tmp_path, script, stale_after=1.0, check_interval=0.2)
-    assert out.status == "stale"
+    assert out.status == "stuck"
     assert "its output alone no longer counts" in out.detail
     assert out.duration < 2 * 1.0 + 0.2 + 3.0  # two windows and a check, room for a loaded machine
     assert out.kill.survivors == () and marked({"GENESIS_RUN_ID": "run-1"}) == []
@@ -373,13 +357,9 @@ def test_something_planted_at_the_heartbeat_path_is_removed_and_named_at_the_kil
     victim = tmp_path / "victim.json"
     victim.write_text('{"epoch": 1}')
     script = PLANT[kind] + '\nexec "$PY" -c "import time; time.sleep(600)"\n'
-    os.environ["VICTIM"] = str(victim)
-    try:
-        out, notes, run = agent(tmp_path, f'HB="$GENESIS_HEARTBEAT_FILE"\n{script}', count_output=False)
-    finally:
-        del os.environ["VICTIM"]
+    out, notes, run = agent(tmp_path, script, env={"VICTIM": str(victim)}, count_output=False)
     article = "a FIFO" if kind == "FIFO" else f"a {kind}"
-    assert out.status == "stale"
+    assert out.status == "stuck"
     assert out.detail.endswith(f"; {article} was planted at the heartbeat path and removed")
     assert f"{article} was planted at the heartbeat path and removed" in notes
     assert not os.path.lexists(run.heartbeat)
@@ -445,11 +425,9 @@ def test_without_cgroup_kill_every_pid_in_the_group_is_killed(tmp_path, monkeypa
 
 def test_no_cgroup_v2_is_no_error_just_a_debug_note(tmp_path, monkeypatch):
     monkeypatch.setattr(cgroups, "own_cgroup", lambda: (None, "", "no cgroup v2 hierarchy (cgroup v1 only)"))
-    (tmp_path / "agent.sh").write_text("echo fine\n")
     debug: list[str] = []
-    run = AgentRun(("bash", str(tmp_path / "agent.sh")), tmp_path, dict(os.environ), tmp_path / "a.log",
-                   tmp_path / "hb.json", "run-d")
-    out = supervise(run, Limits(0.2, 5.0, 10.0, 0.5), debug=debug.append)
+    out, _, _ = supervised(tmp_path, "echo fine\n", run_id="run-d", debug=debug.append, stale_after=5.0,
+                           max_runtime=10.0, kill_grace=0.5)
     assert out.status == "exited" and out.returncode == 0
     assert debug == ["the agent runs without a cgroup of its own: no cgroup v2 hierarchy (cgroup v1 only)"]
 
@@ -461,7 +439,7 @@ def test_without_sigtimedwait_the_watcher_sleeps_on_the_agents_exit_as_before(tm
     out, _, _ = agent(tmp_path, '"$HOOK" Edit </dev/null; echo done\n')
     assert out.status == "exited" and out.returncode == 0
     out, _, _ = agent(tmp_path, 'exec "$PY" -c "import time; time.sleep(600)"\n', count_output=False)
-    assert out.status == "stale" and out.kill.survivors == ()
+    assert out.status == "stuck" and out.kill.survivors == ()
 
 
 def test_groups_the_agent_made_below_its_own_are_killed_and_removed_too(tmp_path):

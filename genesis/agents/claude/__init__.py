@@ -6,8 +6,17 @@ import time
 from typing import TYPE_CHECKING
 
 from genesis.agents.base import Adapter, Ending, OutputReader, TextReader
+from genesis.agents.claude.hookcheck import self_test
+from genesis.agents.claude.messages import classify
+from genesis.agents.claude.settings import CLAUDE_HOOKS
+from genesis.agents.claude.stream import StreamReader
 
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Mapping
+
+    from genesis.agents.hook.selftest import HookCheck
+    from genesis.agents.hook.spec import HookSpec
     from genesis.phases import Phase
 
 __all__ = ["ClaudeCode", "ClaudeTextReader", "output_format"]
@@ -35,8 +44,6 @@ class ClaudeTextReader(TextReader):
         self.now = now
 
     def ending(self, returncode: int | None) -> Ending:
-        from genesis.agents.claude.messages import classify
-
         if returncode in (0, None) or not self.last:
             return super().ending(returncode)
         found = classify(self.last, self.now())
@@ -49,6 +56,14 @@ class ClaudeCode(Adapter):
     version = "2.1.329"
     prompt_on_stdin = True       # `claude -p` reads its prompt from stdin when none is given
     hook_required = True         # without the hook a healthy Claude Code looks stuck
+
+    @property
+    def hooks(self) -> "HookSpec":
+        return CLAUDE_HOOKS
+
+    def hook_check(self, project: "Path", env: "Mapping[str, str]", heartbeat: "Path") -> "HookCheck":
+        """Every settings scope Claude Code reads, and its switches."""
+        return self_test(project, env, heartbeat)
 
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
         """Structured output unless the user chose a format; the phase's turn and budget caps."""
@@ -72,8 +87,6 @@ class ClaudeCode(Adapter):
 
     def reader(self, argv: tuple[str, ...], clock=None) -> OutputReader:
         if self.structured(argv):
-            from genesis.agents.claude.stream import StreamReader
-
             return StreamReader(clock.mono) if clock is not None else StreamReader()
         return ClaudeTextReader(clock.wall if clock is not None else time.time)
 

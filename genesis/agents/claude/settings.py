@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from genesis.agents.hook.settingsfile import Change, SettingsError, read_settings
+from genesis.agents.hook.replace import SettingsError
+from genesis.agents.hook.settingsfile import Change, read_settings
 from genesis.agents.hook.spec import SCRIPT_NAME, GroupedHooks, HookSpec
 
 __all__ = ["SettingsError", "Change", "settings_path", "user_settings_dir", "managed_settings_dir", "hook_command",

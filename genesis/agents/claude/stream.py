@@ -14,9 +14,10 @@ import time
 from typing import Any, Callable
 
 from genesis.agents.base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
+from genesis.agents.claude.messages import classify
 from genesis.agents.output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number,
                                    one_line, paragraph, parse, text, turns)
-from genesis.watch.agentlog import sanitize
+from genesis.words import sanitize
 
 __all__ = ["StreamReader", "MAX_LINE_BYTES"]
 
@@ -186,7 +187,6 @@ class StreamReader(OutputReader):
 
     def _limit_from_words(self, source: dict[str, Any]) -> Limit:
         """A usage limit with no reset in the records: the CLI's sentence says when."""
-        from genesis.agents.claude.messages import classify
 
         said = self._said()
         found = classify(said, stamp(source.get("timestamp")) or self.wall()) if said else None

@@ -12,11 +12,14 @@ The hook goes into `$CODEX_HOME/hooks.json` and its trust into `$CODEX_HOME/conf
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from genesis.agents.base import Adapter, OutputReader, TextReader
 from genesis.agents.codex.hooks import CODEX_HOOKS
+from genesis.agents.codex.stream import CodexReader
+from genesis.agents.hook.selftest import BROKEN, spec_self_test
 
 if TYPE_CHECKING:
     from genesis.agents.hook.selftest import HookCheck
@@ -67,16 +70,11 @@ class Codex(Adapter):
 
     def reader(self, argv: tuple[str, ...], clock=None) -> OutputReader:
         if self.structured(argv):
-            from genesis.agents.codex.stream import CodexReader
-
             return CodexReader(clock.mono, clock.wall) if clock is not None else CodexReader()
         return TextReader()
 
     def hook_check(self, project: Path, env: Mapping[str, str], heartbeat: Path) -> "HookCheck | None":
         """The hook runs and beats, and Codex trusts it: an untrusted hook is skipped silently."""
-        from dataclasses import replace
-
-        from genesis.agents.hook.selftest import BROKEN, spec_self_test
 
         check = spec_self_test(CODEX_HOOKS, project, env, heartbeat)
         if not check.ok or check.path is None:

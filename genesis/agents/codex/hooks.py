@@ -28,7 +28,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-from genesis.agents.hook.settingsfile import UNTOUCHED, Change, SettingsError, read_owned, read_settings, write_owned
+from genesis.agents.hook.replace import UNTOUCHED, SettingsError, read_owned, write_owned
+from genesis.agents.hook.settingsfile import Change, read_settings
 from genesis.agents.hook.spec import SCRIPT_NAME, GroupedHooks, home_dir
 
 __all__ = ["CodexHooks", "CODEX_HOOKS", "config_dir", "trust_entries", "hook_hash", "hook_key", "trusted",

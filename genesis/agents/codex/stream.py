@@ -19,9 +19,10 @@ import time
 from typing import Any, Callable
 
 from genesis.agents.base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
+from genesis.agents.claude.messages import next_clock
 from genesis.agents.output import (ERROR_LINES, ERROR_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, one_line, paragraph,
                                    parse, text, turns)
-from genesis.watch.agentlog import sanitize
+from genesis.words import sanitize
 
 __all__ = ["CodexReader", "classify", "MAX_LINE_BYTES"]
 
@@ -126,7 +127,6 @@ def _raw_body(message: str) -> ApiError | None:
 
 def reset_time(when: str, now: float, tz: dt.tzinfo | None = None) -> float | None:
     """Epoch seconds of "3:13 PM" (the next such time) or "Nov 24th, 2026 3:13 PM", in `tz`."""
-    from genesis.agents.claude.messages import next_clock
 
     when = ORDINAL.sub(r"\1", " ".join(when.split()))
     for fmt in DATED:

@@ -25,7 +25,9 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from genesis.agents.hook.settingsfile import Change, SettingsError, open_for_edit, read_settings, same, save
+from genesis.agents.hook.jsonedit import same
+from genesis.agents.hook.replace import SettingsError
+from genesis.agents.hook.settingsfile import Change, open_for_edit, read_settings, save
 from genesis.agents.hook.spec import HOOK_TIMEOUT, SCRIPT_NAME, HookSpec, home_dir
 from genesis.store.layout import private_dir
 

@@ -26,7 +26,7 @@ from genesis.agents.base import MAX_RESULT_CHARS, ApiError, Ending, Limit, Outpu
 from genesis.agents.claude.stream import keyed_tool_line, retryable_status
 from genesis.agents.output import (ERROR_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, iso_time_ahead, number, one_line,
                                    paragraph, parse, text, turns)
-from genesis.watch.agentlog import sanitize
+from genesis.words import sanitize
 
 __all__ = ["CopilotJsonReader", "classify", "NO_CREDIT"]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from genesis.agents.base import Adapter, OutputReader, TextReader
+from genesis.agents.gemini.stream import GeminiStreamReader
 from genesis.agents.hook.spec import GroupedHooks, home_dir
 
 if TYPE_CHECKING:
@@ -95,7 +96,5 @@ class GeminiCli(Adapter):
 
     def reader(self, argv: tuple[str, ...], clock=None) -> OutputReader:
         if self.structured(argv):
-            from genesis.agents.gemini.stream import GeminiStreamReader
-
             return GeminiStreamReader(clock.mono, clock.wall) if clock is not None else GeminiStreamReader()
         return TextReader()

@@ -23,7 +23,7 @@ from genesis.agents.base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Ou
 from genesis.agents.gemini.errors import FATAL_AUTH_EXIT, classify
 from genesis.agents.output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number,
                                    one_line, paragraph, parse, text)
-from genesis.watch.agentlog import sanitize
+from genesis.words import sanitize
 
 __all__ = ["GeminiStreamReader", "MAX_ATTEMPTS"]
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from genesis.agents.hook.settingsfile import SettingsError, read_settings
+from genesis.agents.hook.replace import SettingsError
+from genesis.agents.hook.settingsfile import read_settings
 from genesis.agents.hook.spec import SCRIPT_NAME, self_test_session
 from genesis.health.heartbeat import read_heartbeat
 from genesis.store.atomicio import write_text

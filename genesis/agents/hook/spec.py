@@ -4,7 +4,7 @@ Every CLI runs the same script (genesis/data/genesis-heartbeat.sh) on its tool e
 differs is the file the hook goes in and its layout. `GroupedHooks` is the layout Claude
 Code made common, `{"hooks": {EVENT: [{"matcher": M, "hooks": [{"type": "command",
 "command": C, "timeout": 10}]}]}}`, used by Claude Code, Qwen Code, Gemini CLI and Codex;
-other layouts subclass `HookSpec` with the primitives of `settingsfile`.
+other layouts subclass `HookSpec` with the primitives of `settingsfile` and `replace`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from genesis.agents.hook.settingsfile import (Change, SettingsError, forget, install_record, open_for_edit,
-                                              read_settings, remember, same, save)
+from genesis.agents.hook.jsonedit import same
+from genesis.agents.hook.record import forget, install_record, remember
+from genesis.agents.hook.replace import SettingsError
+from genesis.agents.hook.settingsfile import Change, open_for_edit, read_settings, save
 from genesis.store.layout import private_dir
 
 __all__ = ["HookSpec", "GroupedHooks", "SCRIPT_NAME", "HOOK_TIMEOUT", "home_dir", "self_test_session"]
@@ -155,7 +157,8 @@ class GroupedHooks(HookSpec):
         target, old_text, st, data = open_for_edit(path, self._objects(), self.link_hint)
         new = copy.deepcopy(data)
         record = install_record(state_dir, path)
-        created = record.get("created", list(self._objects()))  # no record: an emptied object was ours
+        # no record: an emptied object was ours
+        created = list(self._objects()) if record.created is None else record.created
         removed_events = []
         for event, groups in list(new.get("hooks", {}).items()):
             kept = self._without_ours(groups)
@@ -167,7 +170,7 @@ class GroupedHooks(HookSpec):
                     del new["hooks"][event]
         if removed_events and not new["hooks"] and "hooks" in created:
             del new["hooks"]
-        ours = record.get("env", [])
+        ours = record.env
         removed_env = [k for k in ours if new.get("env", {}).get(k) == self.env_defaults.get(k)]
         for key in removed_env:
             del new["env"][key]

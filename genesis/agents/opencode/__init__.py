@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from genesis.agents.base import Adapter, OutputReader, TextReader
 from genesis.agents.opencode.plugin import OPENCODE_HOOKS
+from genesis.agents.opencode.stream import OpenCodeReader
 
 if TYPE_CHECKING:
     from genesis.phases import Phase
@@ -62,8 +63,6 @@ class OpenCode(Adapter):
 
     def reader(self, argv: tuple[str, ...], clock=None) -> OutputReader:
         if self.structured(argv):
-            from genesis.agents.opencode.stream import OpenCodeReader
-
             return OpenCodeReader(clock.wall, clock.mono) if clock is not None else OpenCodeReader()
         return TextReader()
 

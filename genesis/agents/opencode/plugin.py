@@ -29,7 +29,8 @@ import shlex
 from pathlib import Path
 from typing import Mapping
 
-from genesis.agents.hook.settingsfile import UNTOUCHED, Change, SettingsError, read_owned, write_owned
+from genesis.agents.hook.replace import UNTOUCHED, SettingsError, read_owned, write_owned
+from genesis.agents.hook.settingsfile import Change
 from genesis.agents.hook.spec import HookSpec, home_dir
 
 __all__ = ["OpenCodePlugin", "OPENCODE_HOOKS", "config_dir", "render", "FILE_NAME", "EVENTS"]

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from genesis.agents.base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
 from genesis.agents.output import (ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number, one_line,
                                    paragraph, parse, text)
-from genesis.watch.agentlog import sanitize
+from genesis.words import sanitize
 
 __all__ = ["OpenCodeReader", "classify", "MAX_LINE_BYTES"]
 

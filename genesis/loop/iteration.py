@@ -1,0 +1,109 @@
+"""The iteration's steps: its baseline at the start; at its end, progress measured, the breaker
+moved, and whether the work is done."""
+
+from __future__ import annotations
+
+import time
+
+from genesis import exitcodes
+from genesis.config import load_snapshot
+from genesis.loop import breaker
+from genesis.loop.completion import is_done
+from genesis.loop.guard import breaker_store, guard_config, heal, mirror_breaker
+from genesis.loop.step import Step, StepFailed
+from genesis.loop.waiting import plan_cooldown
+from genesis.repo.gitcmd import GitFailed
+from genesis.repo.progress import Fingerprint, fingerprint
+from genesis.store.atomicio import CorruptFile, read_json, write_json
+
+__all__ = ["iteration_start", "iteration_finish"]
+
+
+def _measure(step: Step) -> Fingerprint:
+    """The repository's fingerprint; a git command that overran its bound is tried once more,
+    then the loop is stopped with the reason (never a silent hang)."""
+    try:
+        return fingerprint(step.cfg.project, step.layout.ignored())
+    except GitFailed as exc:
+        step.say(f"measuring progress failed ({exc}); trying once more", "warn")
+        step.event("step_retry", what="fingerprint", why=str(exc)[:300])
+    try:
+        return fingerprint(step.cfg.project, step.layout.ignored())
+    except GitFailed as exc:
+        raise StepFailed(exitcodes.STEP_TIMEOUT, f"measuring progress failed twice: {exc}") from None
+
+
+def iteration_start(step: Step, iteration: int) -> None:
+    heal(step)
+    snap = load_snapshot(step.layout.config_snapshot, step.run_id)
+    if snap is not None:
+        guard_config(step, str(snap.get("conf_digest", "")))
+    fp = _measure(step)
+    write_json(step.layout.baseline_file, {"iteration": iteration, "run_id": step.run_id, **fp.to_json()})
+    step.say(f"--- iteration {iteration} ---", "head")
+    step.event("iteration_start", iteration=iteration)
+
+
+def iteration_finish(step: Step, iteration: int) -> int:
+    """Measure progress, move the breaker, see whether the work is done.
+
+    OK: go on; WORK_DONE: the work is finished (the loop ends with 0); WAIT: the OPEN
+    breaker cools down, then a trial iteration; BREAKER_OPEN: stop. An iteration that sat
+    out a usage limit or an outage and made no progress is not counted against the breaker.
+    """
+    cfg, lay = step.cfg, step.layout
+    now_fp = _measure(step)
+    try:
+        base = Fingerprint.from_json(read_json(lay.baseline_file))
+    except CorruptFile:
+        base = None
+    if base is None:
+        step.say("no usable baseline for this iteration; counting it as progress", "warn")
+    progressed = base is None or base != now_fp
+    how = ("" if not progressed or base is None else
+           "new commits" if base.head != now_fp.head else "uncommitted changes")
+    mine = step.events(iteration=iteration)
+    waited = any(e.get("event") == "wait_start" and e.get("kind") in ("limit", "outage") for e in mine)
+    store = breaker_store(lay)
+    if progressed or not waited:
+        state, warning = store.update(
+            lambda s: breaker.record(s, iteration, progressed, time.time(), cfg.cb_warning, cfg.cb_stop,
+                                     now_fp.to_json()))
+        if warning:
+            step.say(warning, "warn")
+    else:
+        state, _ = store.load()
+    mirror_breaker(lay, state)
+    step.event("iteration_end", iteration=iteration, progress=progressed, breaker=state.state,
+               no_progress=state.no_progress_count, waited=waited)
+    ended = [e for e in mine if e.get("event") == "phase_end"]
+    done, why = is_done(cfg.done_when, cfg.project, [p.name for p in cfg.phases],
+                        [e.get("phase") for e in ended if e.get("ending") == "finished"],
+                        any(e.get("said_done") for e in ended), iteration)
+    if done:
+        step.say(f"iteration {iteration}: done: {why}; the loop ends here", "ok")
+        step.event("work_done", iteration=iteration, why=why)
+        return exitcodes.WORK_DONE
+    if progressed:
+        step.say(f"iteration {iteration}: progress ({how}); breaker {state.state}", "ok")
+        return exitcodes.OK
+    if waited:
+        step.say(f"iteration {iteration}: no progress, but it waited out a usage limit or an API outage: "
+                 f"not counted; breaker {state.state}", "info")
+        return exitcodes.OK
+    count = f"{state.no_progress_count} iteration(s) in a row without progress"
+    if state.state == breaker.OPEN:
+        cooldown = breaker.cooldown_seconds(state, cfg.cb_cooldown, cfg.cb_max_trials) if cfg.cb_cooldown else None
+        if cooldown is not None:
+            step.say(f"iteration {iteration}: no progress; breaker OPEN after {count}", "error")
+            return plan_cooldown(step, cooldown, iteration, time.time())
+        trials = f" and {state.trials} trial iteration(s)" if state.trials else ""
+        step.say(f"iteration {iteration}: no progress; breaker OPEN after {count}{trials}: stopping the loop. "
+                 f"Reset with `genesis breaker reset` or make a change and restart", "error")
+        return exitcodes.BREAKER_OPEN
+    if state.state == breaker.HALF_OPEN:
+        step.say(f"iteration {iteration}: no progress; breaker HALF_OPEN ({count}; stops at "
+                 f"{cfg.cb_stop})", "warn")
+    else:
+        step.say(f"iteration {iteration}: no progress ({count}); breaker {state.state}", "info")
+    return exitcodes.OK

@@ -1,0 +1,200 @@
+"""The phase step: one agent run under watch, from its trigger to what its ending calls for.
+
+`genesis run-phase` runs it in a process of its own: the watcher's machinery is loaded only
+here, by the one step that watches.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from genesis import exitcodes
+from genesis.agents import adapter_of
+from genesis.agents.base import Adapter
+from genesis.config import read_prompt
+from genesis.health.toollog import tool_log_path
+from genesis.loop import ceilings, recovery, waiting
+from genesis.loop.ending import commit_message, describe, how_it_ended, reported, said_done
+from genesis.loop.guard import heal
+from genesis.loop.phasewatch import health_keeper, incident_keeper, judge_of, on_check
+from genesis.loop.reap import reap
+from genesis.loop.step import Step, agent_env
+from genesis.phases import Phase, should_run
+from genesis.procs.markers import markers_for
+from genesis.repo import phasework
+from genesis.repo.autocommit import commit
+from genesis.store.atomicio import CorruptFile, read_json
+from genesis.store.layout import Layout
+from genesis.watch.supervisor import AgentRun, Limits, Outcome, supervise
+
+__all__ = ["run_phase", "phase_lost", "WATCHER_DEATHS_MAX"]
+
+WATCHER_DEATHS_MAX = 3  # watchers lost to signals in one run before the loop stops
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one run of a phase's agent is: its command, its adapter, and where it writes."""
+    base: tuple[str, ...]          # the agent command before the adapter's flags (a retry may use the fallback)
+    number: int                    # retries of this phase in this iteration so far
+    adapter: Adapter
+    argv: tuple[str, ...]
+    log: Path
+    raw_log: Path | None
+    heartbeat: Path
+    env: dict[str, str]
+    prompt: str
+
+
+def run_phase(step: Step, phase: Phase, iteration: int) -> int:
+    """If the night's ceilings allow and the phase's trigger says so now: reap, run the agent
+    under watch, reap, auto-commit; then act on how it ended (a usage limit or an API outage
+    plans a wait and a retry, an error retrying cannot fix stops the loop).
+
+    The trigger is checked here, just before the phase, so that it sees what the phases
+    before it in this iteration did. Returns the phase's exit code.
+    """
+    code = _not_now(step, phase, iteration)
+    if code is not None:
+        return code
+    attempt = _prepare(step, phase, iteration)
+    step.say(f"{phase.name}: agent started (log {step.rel(attempt.log)})", "head")
+    started = time.time()
+    work = phasework.before(step.cfg.project)
+    step.event("phase_start", iteration=iteration, phase=phase.name, log=str(attempt.log), epoch=started,
+               attempt=attempt.number)
+    outcome = _watch(step, phase, iteration, attempt)
+    ending = how_it_ended(outcome)
+    detail = describe(step, phase, outcome, attempt.log, ending)
+    step.event("phase_end", iteration=iteration, phase=phase.name, pid=outcome.pid, status=outcome.status,
+               returncode=outcome.returncode, duration=round(outcome.duration, 2),
+               killed=(outcome.kill.targets if outcome.kill else 0),
+               sigkilled=(outcome.kill.killed if outcome.kill else 0), swept=outcome.swept, detail=detail,
+               ending=ending, started=started, api_retries=outcome.api_retries, attempt=attempt.number,
+               would_kill=list(outcome.would_kill[-3:]),
+               said_done=said_done(step.cfg.done_when, outcome), **reported(outcome))
+    reap(step, "after " + phase.name)
+    _commit(step, phase, iteration, outcome)
+    step.event("phase_work", iteration=iteration, phase=phase.name, **phasework.after(step.cfg.project, work))
+    return _act_on(step, phase, iteration, outcome, ending, detail, attempt.base)
+
+
+def _not_now(step: Step, phase: Phase, iteration: int) -> int | None:
+    """The exit code when the phase does not run now (a ceiling, its trigger, a known usage
+    limit), else None."""
+    ceiling = ceilings.reached(step, time.time())
+    if ceiling is not None:
+        code, why = ceiling
+        step.say(f"{why}: stopping before {phase.name}", "warn")
+        step.event("ceiling", iteration=iteration, phase=phase.name, why=why, code=code)
+        return code
+    due, why = should_run(phase, iteration, step.cfg.project)
+    if not due:
+        step.say(f"{phase.name}: skipped ({why})", "info")
+        step.event("phase_skip", iteration=iteration, phase=phase.name, why=why)
+        return exitcodes.PHASE_SKIPPED
+    known = waiting.known_limit(step, time.time())
+    if known is not None:
+        return waiting.plan_limit(step, known, phase.name, iteration, time.time(), known=True)
+    return None
+
+
+def _prepare(step: Step, phase: Phase, iteration: int) -> Attempt:
+    """Genesis's own places repaired, an earlier run's beats gone, leftovers reaped; the run's command."""
+    cfg, lay = step.cfg, step.layout
+    heal(step, phase.name, iteration)
+    hb = lay.heartbeat_file(phase.name)
+    for stale in (hb, tool_log_path(hb)):  # an earlier run's heartbeat and tool calls must not count for this one
+        try:
+            os.unlink(stale)
+        except FileNotFoundError:
+            pass
+    reap(step, "before " + phase.name)
+    base = recovery.retry_command(step, iteration, phase.name) or cfg.agent_cmd
+    adapter = adapter_of(cfg, base)
+    argv = adapter.command(base, phase)
+    suffix = adapter.raw_suffix(argv)
+    return Attempt(base, recovery.retries_so_far(step, iteration, phase.name), adapter, argv,
+                   lay.agent_log(step.run_id, iteration, phase.name),
+                   lay.agent_log(step.run_id, iteration, phase.name, suffix) if suffix else None, hb,
+                   agent_env(step, phase.name, iteration), read_prompt(phase.prompt_file))
+
+
+def _watch(step: Step, phase: Phase, iteration: int, attempt: Attempt) -> Outcome:
+    """The agent run under watch, to its end."""
+    cfg, hb = step.cfg, attempt.heartbeat
+    run = AgentRun(attempt.argv, cfg.project, attempt.env, attempt.log, hb, step.run_id,
+                   prompt=attempt.prompt, prompt_stdin=attempt.adapter.prompt_on_stdin,
+                   on_check=lambda: on_check(step, hb), raw_log=attempt.raw_log,
+                   reader=attempt.adapter.reader(attempt.argv), on_health=health_keeper(step, phase),
+                   on_incident=incident_keeper(step, phase, iteration, hb, attempt.log), judge=judge_of(step, hb),
+                   phase=phase.name, iteration=iteration)
+    limits = Limits(cfg.check_interval, cfg.stale_after, cfg.max_runtime, cfg.kill_grace, cfg.count_output,
+                    log_max_bytes=cfg.log_max_bytes, tool_silent=cfg.tool_silent or None,
+                    tool_busy_max=cfg.tool_busy_max, enforce=cfg.health_enforce,
+                    hookless=attempt.adapter.hooks is None)
+    return supervise(run, limits, note=lambda msg: step.say(f"{phase.name}: {msg}", "warn"))
+
+
+def _commit(step: Step, phase: Phase, iteration: int, outcome: Outcome) -> None:
+    """The phase's work committed as the agent's, unless auto-commit is off or it never ran."""
+    cfg, lay = step.cfg, step.layout
+    if not cfg.auto_commit or outcome.status in ("interrupted", "not_started"):
+        return
+    result = commit(cfg.project, commit_message(phase.name, iteration, step.run_id, outcome),
+                    lay.ignored(), cfg.auto_push, keep_out=_user_files(lay),
+                    markers=markers_for(cfg.project, step.run_id), run_hooks=cfg.git_hooks)
+    if result.committed:
+        step.say(f"{phase.name}: committed {result.sha}" + (" and pushed" if result.pushed else ""), "info")
+    if result.error:
+        step.say(f"{phase.name}: {result.error}", "warn")
+
+
+def _user_files(lay: Layout) -> list[str]:
+    """The files the user had uncommitted at the start: never committed as the agent's."""
+    try:
+        data = read_json(lay.user_files, limit=16 << 20)
+    except CorruptFile:
+        return []
+    return [p for p in data if isinstance(p, str)] if isinstance(data, list) else []
+
+
+def _act_on(step: Step, phase: Phase, iteration: int, outcome: Outcome, ending: str, detail: str,
+            base: tuple[str, ...]) -> int:
+    """The phase's exit code: a stuck or wedged phase is retried within its budget, a limit or an
+    outage is waited out, an error retrying cannot fix stops the loop."""
+    end = outcome.ending
+    if ending in ("stuck", "wedged"):
+        code = recovery.after_stall(step, phase.name, iteration, ending, detail, base)
+        return outcome.exit_code if code is None else code
+    if ending == "limit":
+        return waiting.plan_limit(step, end.limit, phase.name, iteration, time.time())
+    if ending == "outage":
+        return waiting.plan_outage(step, end.api_error, phase.name, iteration, time.time())
+    if ending == "fatal":
+        err = end.api_error
+        step.say(f"{phase.name}: the agent reported an error that retrying cannot fix: {err.message} "
+                 f"({err.code}{f', HTTP {err.status}' if err.status else ''}). Fix it, then restart the loop", "error")
+        return exitcodes.AGENT_FATAL
+    return outcome.exit_code
+
+
+def phase_lost(step: Step, phase: str, iteration: int, status: int) -> int:
+    """A watcher that died (SIGKILL, or a signal the loop did not send) is a failed phase, not
+    the end of the night: its run is reaped by identity and the loop goes on, up to
+    WATCHER_DEATHS_MAX times a run. Returns OK, or WATCHER_LOST when the bound is spent."""
+    signal_no = status - 128 if status > 128 else 0
+    how = f"died of signal {signal_no}" if signal_no else f"exited with status {status}"
+    step.say(f"{phase}: the watcher {how}; the phase counts as failed and its processes are ended", "error")
+    found = reap(step, f"after the watcher of {phase} died")
+    step.event("phase_end", iteration=iteration, phase=phase, pid=None, status="watcher_lost", returncode=status,
+               duration=0, killed=len(found.leftovers), sigkilled=0, detail=f"the watcher {how}")
+    deaths = sum(1 for e in step.events(kinds=("phase_end",))
+                 if e.get("event") == "phase_end" and e.get("status") == "watcher_lost")
+    if deaths >= WATCHER_DEATHS_MAX:
+        step.say(f"the watcher died {deaths} times in this run; stopping rather than running unsupervised", "error")
+        return exitcodes.WATCHER_LOST
+    return exitcodes.OK

@@ -1,0 +1,43 @@
+"""Real processes and ports: is it alive, is anyone listening, a port nobody uses."""
+
+from __future__ import annotations
+
+import socket
+
+import psutil
+
+__all__ = ["alive", "free_port", "listening", "carries", "LISTEN"]
+
+# A listener as `python -c LISTEN PORT`: listens on 127.0.0.1:PORT, then sleeps.
+LISTEN = ("import socket, sys, time\n"
+          "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+          "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen()\n"
+          "time.sleep(600)\n")
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie has ended: only its exit status is left)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def carries(pid: int, markers: dict[str, str]) -> bool:
+    """Whether the process's environment holds every KEY=VALUE of `markers`."""
+    try:
+        env = psutil.Process(pid).environ()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return all(env.get(k) == v for k, v in markers.items())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
