@@ -3,7 +3,8 @@
 # iteration, and keep the loop healthy while nobody watches.
 #
 # Usage: ./start-multi-agent-loop.sh [--project DIR] [--agent-cmd CMD] [--max-iterations N]
-#                                    [--set KEY=VALUE]... [--allow-dirty] [--demo] [--help]
+#                                    [--set KEY=VALUE]... [--allow-dirty] [--allow-detached]
+#                                    [--demo] [--help]
 #
 # This script only sequences steps, handles signals and never dies silently; every
 # decision about time, JSON, git or processes is a `genesis` subcommand. A step prints on
@@ -28,12 +29,19 @@ readonly EXIT_INTERRUPTED_HUP=129 EXIT_INTERRUPTED_INT=130 EXIT_INTERRUPTED_TERM
 readonly EXIT_AGENT_FAILED=10 EXIT_PHASE_SKIPPED=11 EXIT_AGENT_STALE=124 EXIT_AGENT_OVERTIME=125
 readonly EXIT_WAIT=12 EXIT_WORK_DONE=13
 
+# The terminal or a `| tee` may go away mid-night (closed, killed, logged out of): that costs
+# the output, never the night. A write to a lost reader fails (EPIPE) instead of killing the
+# loop, and every write of this script is best effort (see emit). Agents start with SIGPIPE's
+# default back (Python's subprocess restores it).
+trap '' PIPE
+
 GENESIS_HOME="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly GENESIS_HOME
 
 project="."
 demo=0
 allow_dirty=()
+allow_detached=()
 overrides=()
 genesis_cmd=()
 run_id=""
@@ -41,17 +49,22 @@ child=""
 finishing=0
 console_log=""
 last_step=""
+counting_down=0
 max_iterations="" pause_seconds="" stop_flag="" phases="" lock_file="" rc2=0
 
-err() { printf 'genesis: error: %s\n' "$*" >&2; }
-# A status line on stderr, and a copy in the run's console log once there is one.
-say() {
-  local line
-  printf -v line '[genesis %s] %s' "$(date +%H:%M:%S)" "$*"
-  printf '%s\n' "${line}" >&2
-  if [[ -n ${console_log} ]]; then
-    { printf '%s\n' "${line}" >>"${console_log}"; } 2>/dev/null || true
+# A line for the user: into the run's console log first (once there is one; never through a
+# symlink planted there), then on stderr if it is still there. A write error is dropped.
+emit() {
+  if [[ -n ${console_log} && ! -L ${console_log} ]]; then
+    { printf '%s\n' "$1" >>"${console_log}"; } 2>/dev/null || true
   fi
+  printf '%s\n' "$1" >&2 2>/dev/null || true
+}
+err() { emit "genesis: error: $*"; }
+say() {
+  local stamp
+  stamp="$(date +%H:%M:%S)"
+  emit "[genesis ${stamp}] $*"
 }
 
 usage() {
@@ -60,7 +73,7 @@ usage() {
 
 # The genesis CLI from this checkout's virtualenv, created on first use.
 bootstrap() {
-  local venv="${GENESIS_HOME}/.venv" python
+  local venv="${GENESIS_HOME}/.venv" python log failed=""
   if [[ -n ${GENESIS_BIN:-} ]]; then
     genesis_cmd=("${GENESIS_BIN}")
     return
@@ -75,9 +88,37 @@ bootstrap() {
     exit "${EXIT_USAGE}"
   fi
   say "first run: creating ${venv} and installing Genesis into it from PyPI (once)"
-  "${python}" -m venv "${venv}"
-  "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check -e "${GENESIS_HOME}"
+  log="$(mktemp "${TMPDIR:-/tmp}/genesis-install.XXXXXX")"
+  "${python}" -m venv "${venv}" >"${log}" 2>&1 || failed="${python} -m venv ${venv}"
+  if [[ -z ${failed} ]]; then
+    "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check -e "${GENESIS_HOME}" >>"${log}" 2>&1 \
+      || failed="pip install -e ${GENESIS_HOME}"
+  fi
+  if [[ -n ${failed} ]]; then
+    install_failed "${failed}" "${log}" "${python}" "${venv}"
+  fi
+  rm -f "${log}"
   genesis_cmd=("${venv}/bin/genesis")
+}
+
+# A first run that could not install Genesis (offline, no venv module): what failed, in
+# its own last words, and how to go on. A usage error: nothing ran yet.
+install_failed() {
+  local failed="$1" log="$2" python="$3" venv="$4" line by_hand
+  printf -v by_hand '%q -m venv %q && %q -m pip install -e %q' "${python}" "${venv}" "${venv}/bin/python" \
+    "${GENESIS_HOME}"
+  err "first run: could not install Genesis into ${venv}: '${failed}' failed. Its last lines:"
+  { grep -E '^[[:space:]]*ERROR:' "${log}" || tail -n 5 "${log}"; } | sed 's/^[[:space:]]*//' | awk '!seen[$0]++' |
+    tail -n 5 | cut -c 1-300 | while IFS= read -r line; do emit "    ${line}"; done
+  if [[ ${failed} == pip* ]]; then
+    err "pip needs the package index (PyPI) once, for Genesis's dependencies: connect to the network, or point" \
+      "PIP_INDEX_URL at an index you can reach, then run the same command again. Or install it yourself:" \
+      "${by_hand} (its full output: ${log})"
+  else
+    err "python3 cannot create a virtualenv here: install its venv module (e.g. apt-get install python3-venv)," \
+      "then run the same command again (the full output: ${log})"
+  fi
+  exit "${EXIT_USAGE}"
 }
 
 g() { "${genesis_cmd[@]}" --project "${project}" ${overrides[@]+"${overrides[@]}"} "$@"; }
@@ -104,14 +145,16 @@ finish_loop() {
   exit "${code}"
 }
 
-# Stops the running step, if any: only a pid bash still lists as its own running job,
-# never a pid that may have been recycled since.
+# Stops the running step, if any, with the signal the loop got (SIGTERM by default): a phase's
+# watcher and a wait record it as the reason; then SIGTERM, which ends any other step. Only a
+# pid bash still lists as its own running job, never a pid that may have been recycled since.
 stop_child() {
+  local sig="${1:-TERM}" pid
   [[ -n ${child} ]] || return 0
-  local pid
   for pid in $(jobs -pr); do
     if [[ ${pid} == "${child}" ]]; then
-      kill -TERM "${child}" 2>/dev/null || true
+      kill -s "${sig}" "${child}" 2>/dev/null || true
+      [[ ${sig} == TERM ]] || kill -s TERM "${child}" 2>/dev/null || true
       break
     fi
   done
@@ -122,8 +165,13 @@ stop_child() {
 on_signal() {
   local name="$1" code="$2"
   trap '' HUP INT TERM
+  # A wait's countdown holds the terminal's last line: the wait ends first (ending that line),
+  # so that what follows starts a line of its own.
+  if ((counting_down)); then
+    stop_child "${name}"
+  fi
   say "received SIG${name}: stopping the agent and cleaning up"
-  stop_child
+  stop_child "${name}"
   finish_loop "${code}" "interrupted by SIG${name}"
 }
 
@@ -197,7 +245,9 @@ after_step() {
 # stop flag ends it early, and then the loop.
 sit_out() {
   local rc=0
+  counting_down=1
   step wait --run-id "${run_id}" || rc=$?
+  counting_down=0
   after_step "${rc}" "${LINENO}"
   stop_requested "${stop_flag}" && finish_loop "${EXIT_OK}" "stop flag ${stop_flag} says false"
   return 0
@@ -259,17 +309,48 @@ run_loop() {
   done
 }
 
+# Refuses an option without its value, or with a value of the wrong form: a usage error
+# (exit 2), said before anything runs. Usage: needs OPTION WHAT PATTERN [VALUE].
+needs() {
+  local option="$1" what="$2" pattern="$3"
+  if (($# < 4)) || [[ -z ${4//[[:space:]]/} ]]; then
+    err "${option} needs ${what} (see --help)"
+  elif [[ $4 == --* && $4 != *[[:space:]=]* ]]; then
+    err "${option} needs ${what}, not the option '$4' (see --help)"
+  elif [[ ! $4 =~ ${pattern} ]]; then
+    err "${option} needs ${what}, not '$4' (see --help)"
+  else
+    return 0
+  fi
+  exit "${EXIT_USAGE}"
+}
+
 main() {
+  local quoted
   while (($# > 0)); do
+    case "$1" in  # --option=value reads as --option value
+      --project=* | --agent-cmd=* | --max-iterations=* | --set=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+    esac
     case "$1" in
-      --project) project="${2:?--project needs a directory}"; shift 2 ;;
-      --agent-cmd) overrides+=(--set "GENESIS_AGENT_CMD=${2:?--agent-cmd needs a command}"); shift 2 ;;
-      --max-iterations) overrides+=(--set "GENESIS_MAX_ITERATIONS=${2:?--max-iterations needs a number}"); shift 2 ;;
-      --set) overrides+=(--set "${2:?--set needs KEY=VALUE}"); shift 2 ;;
+      --project) needs "$1" "a directory, the git project to work on" '.' "${@:2:1}"; project="$2"; shift 2 ;;
+      --agent-cmd) needs "$1" "the agent's command line, e.g. --agent-cmd 'claude -p'" '.' "${@:2:1}"
+        overrides+=(--set "GENESIS_AGENT_CMD=$2"); shift 2 ;;
+      --max-iterations) needs "$1" "a whole number, e.g. --max-iterations 40 (0: no limit)" '^[0-9]+$' "${@:2:1}"
+        overrides+=(--set "GENESIS_MAX_ITERATIONS=$2"); shift 2 ;;
+      --set) needs "$1" "KEY=VALUE, e.g. --set AUTO_PUSH=true" '^[A-Za-z_][A-Za-z0-9_]*=' "${@:2:1}"
+        overrides+=(--set "$2"); shift 2 ;;
       --allow-dirty) allow_dirty=(--allow-dirty); shift ;;
+      --allow-detached) allow_detached=(--allow-detached); shift ;;
       --demo) demo=1; shift ;;
       -h | --help) usage; exit "${EXIT_OK}" ;;
-      *) err "unknown argument '$1' (see --help)"; exit "${EXIT_USAGE}" ;;
+      *)
+        if [[ $1 != -* && -d $1 ]]; then
+          printf -v quoted '%q' "$1"
+          err "unknown argument '$1': to run the loop on that project, use --project ${quoted}"
+        else
+          err "unknown argument '$1' (see --help)"
+        fi
+        exit "${EXIT_USAGE}" ;;
     esac
   done
   bootstrap
@@ -289,7 +370,8 @@ main() {
   # The loop keeps this descriptor open for its whole life; preflight flock()s it, and the
   # kernel lets go when the loop and its steps are gone. Agents never inherit it.
   exec 9>>"${lock_file}"
-  g preflight --loop-pid "$$" --lock-fd 9 --run-id "${run_id}" ${allow_dirty[@]+"${allow_dirty[@]}"} || exit $?
+  g preflight --loop-pid "$$" --lock-fd 9 --run-id "${run_id}" ${allow_dirty[@]+"${allow_dirty[@]}"} \
+    ${allow_detached[@]+"${allow_detached[@]}"} || exit $?
   trap 'on_signal HUP "${EXIT_INTERRUPTED_HUP}"' HUP
   trap 'on_signal INT "${EXIT_INTERRUPTED_INT}"' INT
   trap 'on_signal TERM "${EXIT_INTERRUPTED_TERM}"' TERM

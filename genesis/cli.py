@@ -20,9 +20,10 @@ import click
 
 from genesis import __version__, exitcodes
 from genesis.agents.hook.settingsfile import SettingsError
-from genesis.config import Config, ConfigError, default_layout, effective, layout_for, resolve
-from genesis.console import say
+from genesis.config import Config, ConfigError, advice, default_layout, effective, layout_for, resolve
+from genesis.console import say, survive_lost_output
 from genesis.health.heartbeat import default_heartbeat_file, hook_script, read_heartbeat
+from genesis.hints import hint
 from genesis.loop import breaker
 from genesis.loop.breaker import BreakerLocked
 from genesis.loop.step import Step, StepFailed
@@ -114,6 +115,11 @@ def _parse_set(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 def cli(ctx: click.Context, project: Path, overrides: dict[str, str]) -> None:
     """Genesis: a self-healing supervisor for overnight coding-agent loops."""
     ctx.obj = Context(project, overrides)
+    step = cli.get_command(ctx, ctx.invoked_subcommand) if ctx.invoked_subcommand else None
+    if step is not None and step.hidden:
+        # A loop's step: a closed terminal or a killed `| tee` costs its output, never the step
+        # (a command for people ends when its reader goes, as `| head` expects).
+        survive_lost_output()
 
 
 pass_ctx = click.pass_obj
@@ -136,15 +142,17 @@ iteration_opt = click.option("--iteration", type=click.IntRange(min=1), required
 @click.option("--loop-pid", type=int, required=True)
 @click.option("--lock-fd", type=int, required=True, help="The loop's descriptor open on its lock file.")
 @click.option("--allow-dirty", is_flag=True, help="Commit the user's uncommitted changes first, as theirs.")
+@click.option("--allow-detached", is_flag=True, help="Start on a detached HEAD (commits on no branch).")
 @run_id_opt
 @pass_ctx
 @guarded
-def preflight(obj: Context, loop_pid: int, lock_fd: int, run_id: str, allow_dirty: bool) -> None:
+def preflight(obj: Context, loop_pid: int, lock_fd: int, run_id: str, allow_dirty: bool,
+              allow_detached: bool) -> None:
     """Validate, lock the project for the loop's life, snapshot the settings, check the hook
     and the breaker (before the first iteration)."""
     from genesis.loop.preflight import preflight as run
 
-    run(obj.step(run_id), loop_pid, lock_fd, allow_dirty)
+    run(obj.step(run_id), loop_pid, lock_fd, allow_dirty, allow_detached)
 
 
 @cli.command("loop-settings", hidden=True)
@@ -256,8 +264,10 @@ def reap(obj: Context, dry_run: bool) -> None:
     step = obj.step("manual", console_copy=False)
     holder = current_holder(step.layout.loop_lock, step.layout.loop_record)
     if holder is not None and not dry_run:
-        raise Fail(f"a loop (pid {holder.pid}) is running on this project and reaps by itself; "
-                   f"use --dry-run to look, or stop the loop first", exitcodes.LOCKED)
+        project = step.cfg.project
+        raise Fail(f"a loop (pid {holder.pid}) is running on {project} and reaps by itself; look with "
+                   f"`{hint(project, 'reap', '--dry-run')}`, or stop the loop first (`{hint(project, 'stop')}`)",
+                   exitcodes.LOCKED)
     found = run(step, "by hand", dry_run=dry_run)
     if not dry_run:
         if not found.leftovers:
@@ -280,13 +290,17 @@ def reap(obj: Context, dry_run: bool) -> None:
 @guarded
 def stop(obj: Context) -> None:
     """Ask the running loop to stop after the current phase (writes false to the stop flag)."""
+    from genesis.status.loops import running_loops
     from genesis.store.looplock import current_holder
 
     cfg = obj.config()
     layout = layout_for(cfg)
     holder = current_holder(layout.loop_lock, layout.loop_record)
     if holder is None:
-        raise Fail(f"no Genesis loop is running on {cfg.project}; nothing to stop", exitcodes.NOT_RUNNING)
+        others = [lp.project for lp in running_loops() if lp.project != cfg.project]
+        raise Fail(f"no Genesis loop is running on {cfg.project}; nothing to stop"
+                   + "".join(f"; a loop runs on {p}: `{hint(p, 'stop')}` stops it" for p in others),
+                   exitcodes.NOT_RUNNING)
     cfg.stop_flag.parent.mkdir(parents=True, exist_ok=True)
     write_text(cfg.stop_flag, "false\n")
     click.echo(f"wrote false to {cfg.stop_flag}; the loop (pid {holder.pid}, run {holder.run_id}) stops "
@@ -317,7 +331,8 @@ def breaker_reset(obj: Context) -> None:
     """Reset the breaker to CLOSED (the same as deleting its file)."""
     path = obj.bare_layout().breaker_file
     existed = breaker.BreakerStore(path).reset()
-    click.echo(f"removed {path}: the breaker is CLOSED" if existed else "no breaker file: already CLOSED")
+    click.echo(f"removed {path}: the breaker is CLOSED" if existed else
+               f"no breaker file in {obj.bare_layout().project}: already CLOSED")
 
 
 @cli.group("heartbeat")
@@ -404,9 +419,12 @@ def _state_dir() -> Path:
 @guarded
 def hook_install(obj: Context, scope: str, agent: str | None) -> None:
     """Merge the heartbeat hook into the CLI's settings (for Claude Code, with the Bash timeout env defaults)."""
+    from genesis.loop.guard import forget_removal
+
     adapter, path = _hooked(obj, agent, scope)
     hooks = adapter.hooks
     change = hooks.install(path, hooks.command_for(hook_script()), _state_dir())
+    forget_removal(path, _layouts_here(obj))
     if scope == "local":
         ignore_local_settings(obj.project.resolve())
     if not change.added_events and not change.added_env:
@@ -434,13 +452,25 @@ def ignore_local_settings(project: Path) -> None:
         pass  # not a git project: nothing to keep it out of
 
 
+def _layouts_here(obj: Context) -> list[Layout]:
+    """The layout of --project (or the repository around the working directory), if it is one."""
+    try:
+        return [obj.bare_layout()]
+    except (NotARepository, GitFailed, UnsafeDir, OSError):
+        return []
+
+
 @hook_group.command("uninstall")
 @scope_opt
 @agent_opt
 @pass_ctx
 @guarded
 def hook_uninstall(obj: Context, scope: str, agent: str | None) -> None:
-    """Remove what `hook install` added, and nothing else."""
+    """Remove what `hook install` added, and nothing else. A running loop that used it is told
+    to respect that: it does not put the hook back (and stops, if its agent needs it)."""
+    from genesis.loop.guard import respect_removal
+    from genesis.status.loops import running_layouts
+
     adapter, path = _hooked(obj, agent, scope)
     change = adapter.hooks.uninstall(path, _state_dir())
     if not change.added_events and not change.added_env:
@@ -450,6 +480,8 @@ def hook_uninstall(obj: Context, scope: str, agent: str | None) -> None:
                + (f" (and env {', '.join(change.added_env)})" if change.added_env else ""))
     if change.backup:
         click.echo(f"  previous file kept as {change.backup}")
+    for told in respect_removal(path, _layouts_here(obj) + running_layouts(), time.time()):
+        click.echo(f"  {told}")
 
 
 @hook_group.command("status")
@@ -503,7 +535,7 @@ def _claude_copies(project: Path, check) -> None:
             continue
         copies = [c for c in check.copies if c.path == path]
         state = ("working" if any(c.ok for c in copies) else f"broken: {copies[0].detail}" if copies
-                 else f"no PostToolUse hook; run: genesis hook install --scope {scope}")
+                 else f"no PostToolUse hook; run: {hint(project, 'hook', 'install', '--scope', scope)}")
         note = "" if installed_events(path, command) else " (points to another copy)"
         click.echo(f"{scope}: installed in {path} for {', '.join(events_)}{note}: {state}")
 
@@ -518,11 +550,14 @@ def config_group() -> None:
 @pass_ctx
 @guarded
 def config_show(obj: Context, explain: bool) -> None:
-    """Print every effective setting and where it came from."""
-    rows = effective(obj.config())
+    """Print every effective setting and where it came from (and, on stderr, what looks mistaken)."""
+    cfg = obj.config()
+    rows = effective(cfg)
     width = max(len(row[0]) for row in rows)
     for key, value, source, what in rows:
         click.echo(f"{key:<{width}}  {value}  [{source}]" + (f"  # {what}" if explain else ""))
+    for doubt in advice(cfg, os.environ):
+        click.echo(f"genesis: warning: {doubt}", err=True)
 
 
 @cli.command()
@@ -575,6 +610,74 @@ def demo_init(directory: Path) -> None:
     init_project(directory)
 
 
+def _configured_cli(obj: Context) -> str:
+    """The CLI this project's loop runs (claude when its configuration cannot be read)."""
+    from genesis.agents import adapter_of
+
+    try:
+        return adapter_of(obj.config()).name
+    except (ConfigError, NotARepository, UnsafeDir, OSError):
+        return "claude"
+
+
+@cli.group("limit", invoke_without_command=True)
+@click.pass_context
+@guarded
+def limit_group(ctx: click.Context) -> None:
+    """The usage limits remembered for this project, each for an agent CLI and account: the loop
+    does not call that CLI with that account again before the reset."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from genesis.loop.limits import clear_command, lines_of, read
+
+    layout = ctx.obj.bare_layout()
+    entries, warning = read(layout, _configured_cli(ctx.obj))
+    if warning:
+        click.echo(f"genesis: warning: {warning}", err=True)
+    if not entries:
+        click.echo(f"no usage limit remembered for {layout.project}: every agent CLI and account runs")
+        return
+    now = time.time()
+    for entry in entries:
+        for line in lines_of(entry, now):
+            click.echo(line)
+    click.echo(f"forget one with: {clear_command(layout.project, entries[-1].account.cli)} (or --all)")
+
+
+@limit_group.command("clear")
+@click.option("--agent", "agent", type=click.Choice(_agent_names() + ["generic"]), default=None,
+              help="Forget this CLI's limits (every account of it); default: the configured CLI.")
+@click.option("--all", "everything", is_flag=True, help="Forget every remembered limit.")
+@pass_ctx
+@guarded
+def limit_clear(obj: Context, agent: str | None, everything: bool) -> None:
+    """Forget remembered usage limits: the next start calls that agent again (a limit that is
+    still there is met once more, and remembered again)."""
+    from genesis.loop.limits import forget, read, when
+    from genesis.store.looplock import current_holder
+
+    if agent and everything:
+        raise Fail("--agent and --all: give one of them", exitcodes.USAGE)
+    layout, configured = obj.bare_layout(), _configured_cli(obj)
+    cli_name = None if everything else agent or configured
+    gone, warning = forget(layout, configured, cli_name)
+    if warning:
+        click.echo(f"genesis: warning: {warning}", err=True)
+    if not gone:
+        left = sorted({e.account.cli for e in read(layout, configured)[0]})
+        others = f"; remembered for {', '.join(left)}: use --agent {left[0]} or --all" if left else ""
+        click.echo(f"no usage limit remembered for {cli_name or 'any agent CLI'}: nothing to forget{others}")
+        return
+    for entry in gone:
+        click.echo(f"forgot the usage limit of {entry.account.cli} ({entry.account.describe()}): "
+                   f"{entry.limit.kind or 'usage limit'}, resetting {when(entry.resets_at)}")
+    click.echo("the next start calls the agent again")
+    holder = current_holder(layout.loop_lock, layout.loop_record)
+    if holder is not None:
+        click.echo(f"a loop is running on {layout.project} (pid {holder.pid}): a wait it is sitting out goes on; "
+                   f"end it with `{hint(layout.project, 'stop')}` and start again to run now")
+
+
 @cli.group("incidents", invoke_without_command=True)
 @click.pass_context
 @guarded
@@ -602,10 +705,12 @@ def incidents_show(obj: Context, incident_id: str) -> None:
     """Print one incident (its id from `genesis incidents`); exit 1 if there is no such incident."""
     from genesis.health.incidents import UnknownIncident, read_incident
 
+    layout = obj.bare_layout()
     try:
-        text = read_incident(obj.bare_layout().state_dir / "incidents", incident_id)
+        text = read_incident(layout.state_dir / "incidents", incident_id)
     except UnknownIncident as exc:
-        raise Fail(str(exc), exitcodes.ERROR) from None
+        raise Fail(f"{exc} in {layout.project}; `{hint(layout.project, 'incidents')}` lists its incidents",
+                   exitcodes.ERROR) from None
     click.echo(text, nl=False)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import shlex
@@ -15,12 +16,14 @@ from genesis.alerts.settings import KNOBS as ALERT_KNOBS
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.settings import parse as parse_alerts
 from genesis.health.doomloop import DoomLimits
+from genesis.hints import hint
 from genesis.phases import BUILTIN_PROMPTS, NAME_RE, DoneRule, Phase, Trigger, parse_done_rule, parse_trigger
 from genesis.store.atomicio import CorruptFile, TooLarge, quarantine, read_bytes, read_json
 from genesis.store.layout import Layout, state_dir_of
 
-__all__ = ["load_snapshot", "ConfigError", "Config", "Knob", "KNOBS", "CONFIG_FILE", "MAX_CONFIG_BYTES", "MAX_VALUE_CHARS",
-           "MAX_PROMPT_BYTES", "read_prompt", "resolve", "layout_for", "default_layout"]
+__all__ = ["load_snapshot", "ConfigError", "Config", "Knob", "KNOBS", "CONFIG_FILE", "MAX_CONFIG_BYTES",
+           "MAX_VALUE_CHARS", "MAX_PROMPT_BYTES", "advice", "closest", "read_prompt", "resolve", "layout_for",
+           "default_layout"]
 
 CONFIG_FILE = "orchestrator/genesis.conf"
 RANKS = {"default": 0, "file": 1, "env": 2, "flag": 3}
@@ -43,10 +46,11 @@ class Knob:
     help: str
 
 
+# The shipped workflow on TASKS.md, read with the one grammar of repo/tasks.py.
 DEFAULT_TRIGGERS = {
     "Builder": "always",
-    "Criticizer": r"when:grep -qs '^- \[?\]' TASKS.md",
-    "Planner": r"when:[ $((GENESIS_ITERATION % 5)) -eq 0 ] || ! grep -qs '^- \[ \]' TASKS.md",
+    "Criticizer": "tasks:review",
+    "Planner": "any:every:5,tasks:none-open",
 }
 
 KNOBS: tuple[Knob, ...] = (
@@ -122,7 +126,22 @@ KNOBS: tuple[Knob, ...] = (
          "the loop stops when this file says false (relative to the project)"),
 )
 KNOB_NAMES = {k.name for k in KNOBS}
-PHASE_KEY_RE = re.compile(r"^PHASE_([A-Za-z][A-Za-z0-9_]*)_(TRIGGER|PROMPT|MAX_TURNS|MAX_BUDGET_USD)$")
+PHASE_SUFFIXES = ("TRIGGER", "PROMPT", "MAX_TURNS", "MAX_BUDGET_USD")
+PHASE_KEY_RE = re.compile(r"^PHASE_([A-Za-z][A-Za-z0-9_]*)_(" + "|".join(PHASE_SUFFIXES) + ")$")
+# A variable in the environment with a knob's prefix, close to a knob's name but none, is
+# most likely a misspelt knob (read nowhere, so silently ignored without this warning).
+KNOB_PREFIXES = ("GENESIS_", "HEARTBEAT_", "CB_", "REAP_", "PHASE_", "AUTO_", "AGENT_", "TOOL_", "DOOM_",
+                 "ITERATION_", "KILL_")
+# Variables Genesis itself sets or reads that are no settings (markers, the hook's, the script's).
+NOT_SETTINGS = frozenset({"GENESIS_AGENT", "GENESIS_ITERATION", "GENESIS_PHASE", "GENESIS_RUN_ID",
+                          "GENESIS_PROJECT_DIR", "GENESIS_HEARTBEAT_FILE", "GENESIS_STATE_DIR", "GENESIS_HOOK_ATOMIC",
+                          "GENESIS_BIN", "GENESIS_HOME", "GENESIS_ALERT_SEVERITY", "GENESIS_ALERT_TEXT",
+                          "GENESIS_SIM_SCRIPT", "GENESIS_SIM_PORT"})
+CLOSE = 0.8                  # difflib's ratio for "most likely meant"
+MAX_ADVICE = 10              # warnings said at one start, at most
+# $NAME or ${NAME...}: what a shell would expand and genesis.conf does not.
+PATH_VARIABLES = frozenset({"HOME", "USER", "LOGNAME", "PWD", "TMPDIR"})
+VARIABLE_RE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|([A-Za-z_][A-Za-z0-9_]*))")
 DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d)$")
 MAX_TRIALS = 20
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -185,6 +204,18 @@ def is_genesis_key(key: str) -> bool:
     return key in KNOB_NAMES or PHASE_KEY_RE.match(key) is not None
 
 
+def closest(key: str, phases: tuple[str, ...] = ()) -> str | None:
+    """The knob (or setting of one of the phases) a misspelt key most likely meant, if any is close."""
+    names = sorted(KNOB_NAMES) + [f"PHASE_{p}_{suffix}" for p in phases for suffix in PHASE_SUFFIXES]
+    found = difflib.get_close_matches(key, names, n=1, cutoff=CLOSE)
+    return found[0] if found else None
+
+
+def _meant(key: str, phases: tuple[str, ...] = ()) -> str:
+    near = closest(key, phases)
+    return f"; did you mean {near}?" if near else ""
+
+
 def parse_file(path: Path) -> dict[str, str]:
     """KEY=VALUE lines, # comments, optional shell-style quotes; never executed."""
     values: dict[str, str] = {}
@@ -220,8 +251,8 @@ def parse_file(path: Path) -> dict[str, str]:
         key, sep, raw = line.partition("=")
         key = key.strip().removeprefix("export ").strip()
         if not sep or not is_genesis_key(key):
-            raise ConfigError(f"{path}:{n}: '{line[:60]}' is not KEY=VALUE with a known key "
-                              f"(see `genesis config show` for the keys)")
+            raise ConfigError(f"{path}:{n}: '{line[:60]}' is not KEY=VALUE with a known key"
+                              f"{_meant(key) if sep else ''} (the README's Configuration section lists the keys)")
         try:
             parts = shlex.split(raw, comments=True)
         except ValueError as exc:
@@ -237,7 +268,8 @@ def gather(project: Path, env: Mapping[str, str], flags: Mapping[str, str]) -> d
                            ("flag", flags)):
         for key, value in values.items():
             if not is_genesis_key(key):
-                raise ConfigError(f"unknown setting {key}; see `genesis config show`")
+                raise ConfigError(f"unknown setting {key}{_meant(key)}; `{hint(project, 'config', 'show')}` lists "
+                                  f"the settings")
             if len(value) > MAX_VALUE_CHARS:
                 where = "the environment" if source == "env" else "a --set flag" if source == "flag" else source
                 raise ConfigError(f"{key} from {where} is {len(value)} characters long, more than the "
@@ -534,6 +566,51 @@ def effective(cfg: Config) -> list[tuple[str, str, str, str]]:
     rows.append(("(max runtime)", f"{cfg.max_runtime:g}s", "derived", "from the _MINUTES or _SECONDS form"))
     rows.append(("(tool-silent window)", f"{cfg.tool_silent:g}s", "derived", "from the _MINUTES or _SECONDS form"))
     return rows
+
+
+def advice(cfg: Config, env: Mapping[str, str]) -> list[str]:
+    """What in the settings is most likely a mistake though valid: a misspelt knob in the
+    environment (ignored there, where a misspelt key in genesis.conf is refused), a phase
+    setting for no phase, a `$VARIABLE` in genesis.conf (never expanded)."""
+    phases = tuple(p.name for p in cfg.phases)
+    said = []
+    for key in sorted(env):
+        if key in NOT_SETTINGS or not key.startswith(KNOB_PREFIXES) or is_genesis_key(key):
+            continue
+        near = closest(key, phases)
+        if near:
+            said.append(f"{key} is set in the environment but is not a setting, so it is ignored; did you mean "
+                        f"{near}?")
+    for key, setting in sorted(cfg.settings.items()):
+        found = PHASE_KEY_RE.match(key)
+        # A setting of a phase left out of GENESIS_PHASES may be kept on purpose; one of a phase
+        # named almost like a listed one is a typo.
+        near = difflib.get_close_matches(found.group(1), phases, n=1, cutoff=CLOSE) if found else []
+        if found and found.group(1) not in phases and near:
+            said.append(f"{key} ({_source(setting.source)}) is for a phase named {found.group(1)}, which is not in "
+                        f"GENESIS_PHASES ({' '.join(phases)}), so it is ignored; did you mean "
+                        f"PHASE_{near[0]}_{found.group(2)}?")
+        if setting.source == "file" and key != "REAP_PATTERNS" and not setting.value.startswith("when:"):
+            names = [a or b for a, b in VARIABLE_RE.findall(setting.value)]
+            if names:
+                said.append(_unexpanded(key, setting.value, names, env))
+    return said[:MAX_ADVICE]
+
+
+def _source(source: str) -> str:
+    return {"file": CONFIG_FILE, "env": "the environment", "flag": "a --set flag"}.get(source, source)
+
+
+def _unexpanded(key: str, value: str, names: list[str], env: Mapping[str, str]) -> str:
+    shown = value if len(value) <= 200 else value[:199] + "\u2026"
+    told = f"{key}={shown!r} in {CONFIG_FILE} is used as written, ${names[0]} and all: genesis.conf is never " \
+           f"run by a shell, so nothing in it is expanded"
+    # Expanded here only where the result is a path: another variable may hold a secret.
+    if all(name in env and (name in PATH_VARIABLES or name.startswith("XDG_")) for name in names):
+        literal = VARIABLE_RE.sub(lambda m: env[m.group(1) or m.group(2)], value)
+        return f"{told}. Write the value itself: {key}={shlex.quote(literal)}"
+    return f"{told}. Write the value itself there, or set {key} in the environment or with --set, where your " \
+           f"shell expands it"
 
 
 def load_snapshot(path: Path, run_id: str) -> dict | None:

@@ -1,11 +1,15 @@
 """Concise status lines for people: on stderr, so stdout stays for what the loop reads.
 
 Colour only on a TTY and without NO_COLOR. Each line can also be appended to the run's
-console log, the per-run copy of what the terminal showed.
+console log, the per-run copy of what the terminal showed: it is written first, and the
+terminal's copy is best effort. A terminal closed or a `| tee` killed mid-night costs the
+output, never the night: a write that meets EPIPE or EIO points the stream at /dev/null
+from then on (a lost reader never comes back), and the step goes on.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
@@ -14,9 +18,15 @@ from typing import TextIO
 
 from genesis.words import sanitize
 
-__all__ = ["say"]
+__all__ = ["say", "progress", "end_line", "write", "survive_lost_output"]
 
 COLOURS = {"info": "", "ok": "\033[32m", "warn": "\033[33m", "error": "\033[31m", "head": "\033[1m"}
+# The reader is gone (a killed `tee`); the terminal closed (EIO), or revoked at a logout (ENXIO).
+LOST = frozenset({errno.EPIPE, errno.EIO, errno.ENXIO})
+
+# Streams whose last line is a progress line still open (a countdown, no newline yet): the
+# next line said on that stream ends it first. By id: one terminal line per stream.
+_OPEN: set[int] = set()
 
 
 def _colour(stream: TextIO) -> bool:
@@ -25,18 +35,98 @@ def _colour(stream: TextIO) -> bool:
 
 def say(message: str, kind: str = "info", stream: TextIO | None = None,
         copy_to: tuple[Path, ...] = ()) -> None:
-    """One status line, `[genesis HH:MM:SS] message`, on stderr (and appended to each copy_to).
-    A message may quote an agent (its last line, the tool it hung in): escape codes and bidi
-    controls are taken out of every line of it."""
+    """One status line, `[genesis HH:MM:SS] message`, appended to each copy_to, then on stderr
+    if it is still there. A message may quote an agent (its last line, the tool it hung in):
+    escape codes and bidi controls are taken out of every line of it."""
     message = "\n".join(sanitize(line, None) for line in message.split("\n"))
     stream = stream or sys.stderr
     prefix = time.strftime("[genesis %H:%M:%S]")
+    for path in copy_to:  # the record first: a terminal that went away must not cost it
+        _append(path, f"{prefix} {message}\n")
     colour = COLOURS.get(kind, "") if _colour(stream) else ""
     reset = "\033[0m" if colour else ""
-    stream.write(f"{prefix} {colour}{message}{reset}\n")
-    stream.flush()
-    for path in copy_to:
-        _append(path, f"{prefix} {message}\n")
+    end_line(stream)
+    write(stream, f"{prefix} {colour}{message}{reset}\n")
+
+
+def progress(message: str, stream: TextIO | None = None) -> None:
+    """Rewrite the terminal's current line with `[genesis HH:MM:SS] message` and leave it open
+    (a countdown); the next say, or end_line, ends it with a newline."""
+    stream = stream or sys.stderr
+    if write(stream, f"\r\033[K{time.strftime('[genesis %H:%M:%S]')} {message}"):
+        _OPEN.add(id(stream))
+
+
+def end_line(stream: TextIO | None = None) -> None:
+    """End an open progress line with a newline, so that what follows starts a line of its own."""
+    stream = stream or sys.stderr
+    if id(stream) in _OPEN:
+        _OPEN.discard(id(stream))
+        write(stream, "\n")
+
+
+def write(stream: TextIO, text: str) -> bool:
+    """Write and flush, best effort: False when the reader or the terminal is gone."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except OSError as exc:
+        if exc.errno not in LOST:
+            raise
+        _lose(stream)
+        return False
+    return True
+
+
+def _lose(stream: TextIO) -> None:
+    """Point the stream's descriptor at /dev/null: what is still buffered, and every later
+    write (a library's, the interpreter's flush at exit), goes nowhere instead of failing."""
+    _OPEN.discard(id(stream))
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
+class _Surviving:
+    """A text stream whose write and flush survive a lost reader or terminal (see write)."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            if exc.errno not in LOST:
+                raise
+            _lose(self._stream)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            if exc.errno not in LOST:
+                raise
+            _lose(self._stream)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def survive_lost_output() -> None:
+    """Make this process's stdout and stderr survive their reader or terminal going away, for
+    everything that writes to them (click.echo included)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _Surviving):
+            setattr(sys, name, _Surviving(stream))
 
 
 def _append(path: Path, line: str) -> None:

@@ -4,12 +4,13 @@ figures; and untrusted text (an agent's output, a reason it gave) made safe to s
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+import time
+from typing import Any, Iterable, Mapping
 
 from genesis.clock import parse_iso
 
 __all__ = ["LABELS", "WAIT_LABELS", "FORMER", "ending_label", "sanitize", "one_line", "duration", "epoch_of", "money",
-           "reported"]
+           "reported", "details"]
 
 # How a phase's end reads in every view: the watcher's status (exited, stuck, wedged, overtime,
 # api_fatal, interrupted, not_started), the loop's ending (finished, failed, limit, outage, fatal,
@@ -87,3 +88,44 @@ def reported(phases: Iterable[dict[str, Any]], key: str) -> list[float]:
 def money(usd: float) -> str:
     """Dollars to the cent, or to a hundredth of a cent below ten cents (a phase's cost often is)."""
     return f"${usd:.2f}" if usd >= 0.1 or usd == 0 else f"${usd:.4f}"
+
+
+# How an event's details read in words: times of day, lengths of time; the rest as it is.
+CLOCK_KEYS = frozenset({"started", "ended", "until", "since", "resets_at", "seen_at", "at"})
+LENGTH_KEYS = frozenset({"duration", "waited", "seconds"})
+
+
+def _value(key: str, value: Any, depth: int) -> str | None:
+    """One detail in words; None when it says nothing (unset, empty, a zero count)."""
+    if value is None or value is False or value in ("", [], {}):
+        return None
+    if isinstance(value, bool):
+        return "yes"
+    if isinstance(value, (int, float)):
+        if value == 0 and not key.endswith("code"):
+            return None
+        if key in CLOCK_KEYS and 0 < value < 1e11:
+            return time.strftime("%H:%M:%S", time.localtime(value))
+        if key in LENGTH_KEYS:
+            return duration(value)
+        if key.endswith("_usd"):
+            return money(value)
+        return f"{value:.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+    if isinstance(value, Mapping):
+        inner = details(value, None, depth + 1) if depth < 2 else ""
+        return f"({inner})" if inner else None
+    if isinstance(value, (list, tuple)):
+        return str(len(value))
+    return one_line(str(value), 120)
+
+
+def details(detail: Mapping[str, Any], width: int | None = 300, depth: int = 0) -> str:
+    """An event's details as words for a status line (`iteration 1, phase Builder, ending
+    finished, started 22:06:09`), never as a Python dict: what says nothing is left out,
+    lists are counted, text is made safe; at most width characters."""
+    parts = []
+    for key, value in detail.items():
+        said = _value(str(key), value, depth)
+        if said is not None:
+            parts.append(f"{str(key).replace('_', ' ')} {said}")
+    return _cut(", ".join(parts), width)

@@ -99,7 +99,7 @@ def test_report_of_an_unknown_run_exits_1_and_points_to_the_list(project):
         led.record("run-a", "loop_start")
     result = invoke(project, "report", "--run-id", "run-b")
     assert result.exit_code == 1
-    assert "no run 'run-b'" in result.output and "genesis report --list" in result.output
+    assert "no run 'run-b'" in result.output and f"--project {project.resolve()} report --list`" in result.output
     listed = invoke(project, "report", "--list")
     assert listed.exit_code == 0 and listed.output.startswith("run-a  started "), listed.output
     assert "no end recorded" in listed.output

@@ -6,8 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from genesis.cli import cli
-from genesis.config import (KNOBS, MAX_CONFIG_BYTES, MAX_PROMPT_BYTES, MAX_VALUE_CHARS, ConfigError, read_prompt,
-                            resolve)
+from genesis.config import (KNOBS, MAX_CONFIG_BYTES, MAX_PROMPT_BYTES, MAX_VALUE_CHARS, ConfigError, advice,
+                            closest, read_prompt, resolve)
 
 
 def conf(project, text):
@@ -263,3 +263,45 @@ def test_read_prompt_reads_text_and_refuses_what_is_not(tmp_path):
         read_prompt(fifo)
     with pytest.raises(ConfigError, match="cannot read the prompt file"):
         read_prompt(tmp_path / "missing.md")
+
+
+def test_closest_names_the_knob_a_misspelt_key_meant_and_nothing_far():
+    assert closest("GENESIS_MAX_ITERATONS") == "GENESIS_MAX_ITERATIONS"
+    assert closest("GENESIS_NOTIFY_COMMAND") == "GENESIS_NOTIFY_CMD"
+    assert closest("PHASE_Reviewer_PROMT", ("Builder", "Reviewer")) == "PHASE_Reviewer_PROMPT"
+    assert closest("GENESIS_FAULT_TALLY") is None and closest("AUTO_RELOAD_PROXY") is None
+
+
+def test_advice_on_the_environment_names_typos_and_spares_genesis_own_variables(project):
+    env = {"GENESIS_MAX_ITERATONS": "3", "GENESIS_ITERATION": "2", "GENESIS_PHASE": "Builder",
+           "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "r", "CB_WARNING_TRESHOLD": "2", "TOOL_HOME": "/x",
+           "PATH": "/bin"}
+    said = advice(resolve(project, env=env), env)
+    assert said == ["CB_WARNING_TRESHOLD is set in the environment but is not a setting, so it is ignored; did you "
+                    "mean CB_WARNING_THRESHOLD?",
+                    "GENESIS_MAX_ITERATONS is set in the environment but is not a setting, so it is ignored; did you "
+                    "mean GENESIS_MAX_ITERATIONS?"]
+    many = {f"GENESIS_MAX_ITERATION{c}": "1" for c in "ABCDEFGHIJKL"}
+    assert len(advice(resolve(project, env={}), many)) == 10
+
+
+def test_advice_on_genesis_conf_variables_and_phase_settings_for_no_phase(project):
+    conf(project, "GENESIS_LOG_DIR=${HOME}/logs\nREAP_PATTERNS='x$'\nPHASE_Planner_TRIGGER='when:test -n \"$X\"'\n"
+                  "PHASE_Reviewer_TRIGGER=never\nPHASE_Plannr_PROMPT=planner.md\n")
+    env = {"HOME": "/home/me", "GENESIS_PHASES": "Builder Planner"}
+    said = advice(resolve(project, env=env), env)
+    assert said == [
+        "GENESIS_LOG_DIR='${HOME}/logs' in orchestrator/genesis.conf is used as written, $HOME and all: genesis.conf "
+        "is never run by a shell, so nothing in it is expanded. Write the value itself: GENESIS_LOG_DIR=/home/me/logs",
+        "PHASE_Plannr_PROMPT (orchestrator/genesis.conf) is for a phase named Plannr, which is not in "
+        "GENESIS_PHASES (Builder Planner), so it is ignored; did you mean PHASE_Planner_PROMPT?"]
+    # Any other variable may hold a secret: it is named, never expanded into the console.
+    conf(project, "GENESIS_NOTIFY_CMD='notify --token $TOKEN'\n")
+    assert advice(resolve(project, env={}), {"TOKEN": "s3cret"}) == [
+        "GENESIS_NOTIFY_CMD='notify --token $TOKEN' in orchestrator/genesis.conf is used as written, $TOKEN and all: "
+        "genesis.conf is never run by a shell, so nothing in it is expanded. Write the value itself there, or set "
+        "GENESIS_NOTIFY_CMD in the environment or with --set, where your shell expands it"]
+    # A value from the environment went through the user's shell already: nothing to say.
+    conf(project, "")
+    assert advice(resolve(project, env={"GENESIS_LOG_DIR": "$weird", "GENESIS_PHASES": "Builder Reviewer",
+                                        "PHASE_Reviewer_PROMPT": "criticizer.md"}), {}) == []

@@ -8,6 +8,7 @@ import html
 import io
 import os
 import re
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -27,7 +28,7 @@ from genesis.status.screen import run_status
 from genesis.status.view import layout_of
 from genesis.store.atomicio import write_json
 from genesis.store.looplock import hold
-from genesis.words import LABELS, one_line, sanitize
+from genesis.words import LABELS, details, one_line, sanitize
 
 PACKAGE = Path(__file__).resolve().parents[1] / "genesis"
 NASTY = "\x1b[31mred\x1b[0m \u200eRLM\u2028next \u061c"
@@ -154,3 +155,18 @@ def test_console_lines_that_quote_an_agent_are_safe(tmp_path):
     say(f"Builder: stuck: the tool in flight: {NASTY}", "error", stream=out, copy_to=(copy,))
     assert_safe(out.getvalue())
     assert_safe(copy.read_text())
+
+
+def test_an_events_details_read_as_words_not_as_a_python_dict():
+    started = 1_700_000_000.25
+    said = details({"iteration": 1, "phase": "Builder", "returncode": 0, "killed": 0, "duration": 75.2,
+                    "started": started, "said_done": False, "num_turns": None, "would_kill": [], "cost_usd": 0.25,
+                    "commits": [{"sha": "b45aa55"}], "limit": {"kind": "five_hour", "resets_at": started},
+                    "detail": f"the agent said {NASTY}"})
+    clock = time.strftime("%H:%M:%S", time.localtime(started))
+    assert said == (f"iteration 1, phase Builder, returncode 0, duration 1m15s, started {clock}, cost usd $0.25, "
+                    f"commits 1, limit (kind five_hour, resets at {clock}), detail the agent said "
+                    f"{one_line('x ' + NASTY)[2:]}")
+    assert_safe(said)
+    assert len(details({"text": "y" * 1000})) == len("text ") + 120  # each text cut, then the whole line
+    assert len(details({f"text{n}": "y" * 200 for n in range(5)})) == 300

@@ -242,6 +242,8 @@ class Aider(Adapter):
     version = "0.86.2"
     hooks = None                 # no per-tool-call hook: its output is its sign of life
     hook_required = False
+    # No folder of its own: its keys come from the environment (or a .env aider reads itself).
+    key_vars = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY", "DEEPSEEK_API_KEY")
 
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
         """The unattended flags the command lacks, then `--message` (the prompt follows it)."""

@@ -3,6 +3,8 @@ for a plain text CLI (its output is its transcript, and nothing is read into it)
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,8 +18,8 @@ if TYPE_CHECKING:
     from genesis.agents.hook.spec import HookSpec
     from genesis.phases import Phase
 
-__all__ = ["Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
-           "MAX_RESULT_CHARS", "last_line"]
+__all__ = ["Account", "Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
+           "MAX_RESULT_CHARS", "last_line", "key_fingerprint"]
 
 MAX_RESULT_CHARS = 16 << 10  # the final result kept for the report and the completion phrase
 
@@ -28,6 +30,38 @@ class Limit:
     resets_at: float | None      # epoch seconds; None when the message names no time
     kind: str                    # "five_hour", "seven_day", "session", "extra_usage", ... ("" unknown)
     message: str                 # the agent's own words
+
+
+@dataclass(frozen=True)
+class Account:
+    """Whose usage a limit counts against: the CLI, its own folder (where its login lives) and
+    the API key its environment gives it, as a fingerprint (never the key). None: not known."""
+    cli: str
+    home: str | None             # the CLI's folder, absolute; "" when the CLI has none
+    key: str | None              # key_fingerprint(); "" when no key variable is set
+
+    def binds(self, other: "Account") -> bool:
+        """Whether a limit met by this account also holds for `other`: the same CLI, and the same
+        folder and key, or a part of this account that is not known."""
+        return (self.cli == other.cli and self.home in (None, other.home) and self.key in (None, other.key))
+
+    def describe(self) -> str:
+        """The account in words: its folder and its key's fingerprint."""
+        if self.home is None and self.key is None:
+            return "account unknown"
+        parts = [f"config {self.home}" if self.home else "no config folder" if self.home == "" else "",
+                 f"key {self.key}" if self.key else "no API key set" if self.key == "" else ""]
+        return "; ".join(p for p in parts if p)
+
+
+def key_fingerprint(env: "Mapping[str, str]", names: tuple[str, ...]) -> str:
+    """The variables of `names` set in env and a short hash of their values (it tells two keys
+    apart and gives nothing of either away); "" when none is set."""
+    found = [name for name in names if env.get(name)]
+    if not found:
+        return ""
+    digest = hashlib.sha256("\0".join(f"{name}={env[name]}" for name in found).encode()).hexdigest()[:12]
+    return f"{'+'.join(found)}#{digest}"
 
 
 @dataclass(frozen=True)
@@ -128,6 +162,8 @@ class Adapter:
     version = ""                 # the version the test suite drives
     prompt_on_stdin = False      # the CLI reads its prompt from stdin when none is given
     hook_required = False        # without a working hook, refuse to start (else warn)
+    home_var = ""                # the variable that moves the CLI's own folder (and its login) elsewhere
+    key_vars: tuple[str, ...] = ()   # the variables the CLI reads an API key or token from
 
     @property
     def hooks(self) -> "HookSpec | None":
@@ -139,6 +175,16 @@ class Adapter:
         if self.hooks is None:
             return None
         return spec_self_test(self.hooks, project, env, heartbeat)
+
+    def home(self, env: "Mapping[str, str]") -> "Path | None":
+        """The CLI's own folder, where its login lives; None: it has none."""
+        return None
+
+    def account(self, env: "Mapping[str, str]") -> Account:
+        """The account a run with this environment uses: a usage limit belongs to it."""
+        home = self.home(env)
+        return Account(self.name, os.path.abspath(home) if home is not None else "",
+                       key_fingerprint(env, self.key_vars))
 
     def environment(self) -> dict[str, str]:
         """Variables the CLI needs to run unattended; the loop sets each only where the user did not."""

@@ -210,6 +210,11 @@ class QwenCode(Adapter):
     version = "0.24.4"
     hook_required = True         # without the hook a healthy Qwen Code looks stuck
     hooks = QWEN_HOOKS
+    home_var = "QWEN_HOME"
+    key_vars = ("OPENAI_API_KEY", "DASHSCOPE_API_KEY")
+
+    def home(self, env: Mapping[str, str]) -> Path:
+        return config_dir(env)
 
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
         """Auto-approval and structured output unless the user chose otherwise; the turn cap.

@@ -8,16 +8,18 @@ the numbers go to the evidence. (The loop's end is the exception: it is always t
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import uuid
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from genesis.alerts.redact import redact
 from genesis.clock import iso
 from genesis.clock import parse_iso as epoch_of
+from genesis.hints import hint
 from genesis.words import LABELS, one_line
 
 __all__ = ["Ticket", "ticket_for", "SEVERITIES", "MAX_EVIDENCE", "MAX_CAUSE", "LIMIT_CAUSE", "OUTAGE_CAUSE",
@@ -131,9 +133,14 @@ def _num(value: object) -> float | None:
 # --- one builder per event kind: (severity, cause, reasoning, suggested action, evidence, steps, stall) ---
 
 Draft = tuple[str, str, str, str, str, int | None, float | None]
+Run = Callable[..., str]  # the command that does ARGS on the ticket's project, as the ticket says it
 
 
-def _health(e: Mapping[str, Any], name: str, where: str) -> Draft | None:
+def _command(project: str | Path, *args: str) -> str:
+    return f"`{hint(project, *args)}`"
+
+
+def _health(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft | None:
     cls, reason = e.get("classification"), str(e.get("reason", ""))
     steps, idle = _int(e.get("steps_since_success")), _num(e.get("idle"))
     stall = round(idle / 60, 1) if idle is not None else None
@@ -146,12 +153,12 @@ def _health(e: Mapping[str, Any], name: str, where: str) -> Draft | None:
     if cls == "wedged":
         return ("high", f"{name} wedged",
                 "the agent keeps calling tools and gets nowhere (a doom loop); the watcher ends the phase",
-                "read the phase's log and incident (`genesis incidents`); the task may be ambiguous or a tool "
+                f"read the phase's log and incident ({run('incidents')}); the task may be ambiguous or a tool "
                 "broken: fix it or reword the task in TASKS.md", evidence, steps, stall)
     return None
 
 
-def _incident(e: Mapping[str, Any], name: str, where: str) -> Draft:
+def _incident(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
     # The incident's id is text; read back from the ledger, "id" is the event's row number.
     kind, ident = str(e.get("kind", "stuck")), e.get("incident") or e.get("id")
     ident = ident if isinstance(ident, str) else ""
@@ -162,27 +169,27 @@ def _incident(e: Mapping[str, Any], name: str, where: str) -> Draft:
     evidence = f"incident {ident}: {where} ended as {state} ({why})" + (f": {e['reason']}" if e.get("reason") else "")
     return ("high", f"{name} {state}",
             f"the watcher is ending a stuck agent's whole process tree ({why}); its work in this phase is lost",
-            f"`genesis incidents show {ident}` says what it was doing" if ident else "read `genesis incidents`",
+            f"{run('incidents', 'show', ident)} says what it was doing" if ident else f"read {run('incidents')}",
             evidence, None, round(silent / 60, 1) if silent is not None else None)
 
 
-def _phase_failed(e: Mapping[str, Any], name: str, where: str) -> Draft:
+def _phase_failed(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
     kind, retries = str(e.get("kind", "stuck")), _int(e.get("retries"))
     return ("high", f"{name} failed for the iteration",
             "the phase got stuck again after its retries; the loop goes on without its work",
-            "read the phase's incidents (`genesis incidents`) and its log; fix what it waits on or the task",
+            f"read the phase's incidents ({run('incidents')}) and its log; fix what it waits on or the task",
             f"{where}: {LABELS.get(kind, kind)} after {retries} retries: {e.get('reason', '')}",
             retries + 1 if retries is not None else None, None)
 
 
-def _recovery_spent(e: Mapping[str, Any], name: str, where: str) -> Draft:
+def _recovery_spent(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
     return ("critical", "the night's recovery budget is spent",
             "stuck phases were retried so often that the loop only thrashes; it stops (exit 25)",
-            "read `genesis incidents` for what keeps getting stuck, fix it, then restart the loop",
+            f"read {run('incidents')} for what keeps getting stuck, fix it, then restart the loop",
             f"{where}: {e.get('retries')} retries of stuck phases in this run (GENESIS_MAX_RECOVERIES)", None, None)
 
 
-def _iteration_end(e: Mapping[str, Any], name: str, where: str) -> Draft | None:
+def _iteration_end(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft | None:
     state = e.get("breaker")
     evidence = (f"iteration {e.get('iteration')}: {e.get('no_progress')} iteration(s) in a row without a change to "
                 f"the repository; breaker {state}")
@@ -194,12 +201,12 @@ def _iteration_end(e: Mapping[str, Any], name: str, where: str) -> Draft | None:
         return ("critical", "breaker OPEN: the loop makes no progress",
                 "too many iterations in a row changed nothing; the loop stops (or cools down, with "
                 "CB_COOLDOWN_MINUTES)",
-                "fix the task list or the agent's setup, then `genesis breaker reset` and restart", evidence,
+                f"fix the task list or the agent's setup, then {run('breaker', 'reset')} and restart", evidence,
                 None, None)
     return None
 
 
-def _wait_start(e: Mapping[str, Any], name: str, where: str) -> Draft | None:
+def _wait_start(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft | None:
     kind, seconds = e.get("kind"), _num(e.get("seconds"))
     stall = round(seconds / 60, 1) if seconds is not None else None
     evidence = f"{where}: {e.get('reason', kind)}; waiting {seconds:.0f}s" if seconds is not None else \
@@ -215,7 +222,7 @@ def _wait_start(e: Mapping[str, Any], name: str, where: str) -> Draft | None:
     return None
 
 
-def _disk_full(e: Mapping[str, Any], name: str, where: str) -> Draft:
+def _disk_full(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
     return ("critical", "disk full", "there is no room left to write the loop's state or the agent's work; "
             "the loop stops cleanly (exit 6)", "free space on that disk, then restart the loop",
             f"no room at {e.get('path')}" + "".join(f", {text}" for text in (
@@ -223,7 +230,7 @@ def _disk_full(e: Mapping[str, Any], name: str, where: str) -> Draft:
                 f"{e['needed']} needed" if _int(e.get("needed")) is not None else "") if text), None, None)
 
 
-def _loop_end(e: Mapping[str, Any], name: str, where: str) -> Draft:
+def _loop_end(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
     code, reason = e.get("exit_code"), str(e.get("reason", "")) or "no reason given"
     if code == 0:
         severity, why = "low", "the loop ended normally"
@@ -232,8 +239,8 @@ def _loop_end(e: Mapping[str, Any], name: str, where: str) -> Draft:
     else:
         severity, why = "high", "the loop stopped with an error"
     return (severity, _cut(f"loop ended: {reason}", MAX_CAUSE), f"{why} (exit {code})",
-            "read `genesis report` for the night" if code == 0 else
-            "read `genesis report`; fix what stopped it, then restart the loop",
+            f"read {run('report')} for the night" if code == 0 else
+            f"read {run('report')}; fix what stopped it, then restart the loop",
             f"exit {code}: {reason}", None, None)
 
 
@@ -254,7 +261,7 @@ def ticket_for(event: Mapping[str, Any], project: str | Path,
     phase = event.get("phase") if isinstance(event.get("phase"), str) and event.get("phase") else None
     where = " ".join(filter(None, [phase or "", f"(iteration {iteration})" if iteration is not None else ""])) \
         or "the loop"
-    draft = build(event, phase or "the loop", where)
+    draft = build(event, phase or "the loop", where, functools.partial(_command, project))
     if draft is None:
         return None
     severity, cause, reasoning, action, evidence, steps, stall = draft

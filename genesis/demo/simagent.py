@@ -9,8 +9,8 @@ each Bash tool command in its own session, and on SIGTERM ends the tool's sessio
 What it does in a phase comes from --script: comma-separated rules ITER:PHASE=ACTIONS,
 first match wins, ITER a number or *, PHASE a name or *, ACTIONS joined by +:
   work    write a file and commit it         edit    change a file, no commit
-  build   take the first open task in TASKS.md (`- [ ]`), write a file for it, mark it
-          `- [?]` and commit                 review  mark every `- [?]` task `- [x]`, commit
+  build   take the first open task in TASKS.md (`[ ]`, any list form), write a file for
+          it, mark it `[?]` and commit       review  mark every `[?]` task `[x]`, commit
   server  start `python -m server.main` on --port in the background and leave it
   hang    a Bash call that hangs silently    idle    look around, change nothing
   fail    a Bash call that exits 3           exit:N  end with status N
@@ -32,6 +32,8 @@ import time
 import urllib.parse
 import uuid
 from pathlib import Path
+
+from genesis.repo.tasks import DONE, OPEN, REVIEW, marked, parse
 
 SETTINGS = (Path.home() / ".claude" / "settings.json", Path(".claude/settings.json"),
             Path(".claude/settings.local.json"))
@@ -131,22 +133,23 @@ class Agent:
 
     def build(self, phase: str, iteration: int) -> None:
         lines = self._tasks()
-        n = next((i for i, line in enumerate(lines) if line.startswith("- [ ] ")), None)
-        if n is None:
+        task = next((t for t in parse("".join(lines)).items if t.state == OPEN), None)
+        if task is None:
             return
-        title = lines[n][len("- [ ] "):].strip()
-        slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "task"
-        self.write(f"work/{slug}.txt", f"{title}: built by the {phase} in iteration {iteration}\n")
-        lines[n] = "- [?] " + lines[n][len("- [ ] "):]
+        slug = re.sub(r"[^a-z0-9]+", "-", task.text.lower()).strip("-") or "task"
+        self.write(f"work/{slug}.txt", f"{task.text}: built by the {phase} in iteration {iteration}\n")
+        lines[task.line - 1] = marked(lines[task.line - 1], REVIEW) or lines[task.line - 1]
         self.write("TASKS.md", "".join(lines))
         self.bash(f"git add -A && git commit -qm 'build: {slug}'")
 
     def review(self) -> None:
         lines = self._tasks()
-        if not any(line.startswith("- [?] ") for line in lines):
+        built = [t.line - 1 for t in parse("".join(lines)).items if t.state == REVIEW]
+        if not built:
             return
-        self.write("TASKS.md", "".join("- [x] " + line[6:] if line.startswith("- [?] ") else line
-                                       for line in lines))
+        for n in built:
+            lines[n] = marked(lines[n], DONE) or lines[n]
+        self.write("TASKS.md", "".join(lines))
         self.bash("git commit -qam 'verified the built tasks'")
 
     def _on_term(self, signum, _frame) -> None:

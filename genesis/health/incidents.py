@@ -116,12 +116,12 @@ def list_incidents(directory: Path) -> list[dict]:
 def read_incident(directory: Path, ident: str) -> str:
     """The readable text of one incident; UnknownIncident for an unknown or malformed id."""
     if not ID_RE.match(ident or ""):
-        raise UnknownIncident(f"{ident!r} is not an incident id (see `genesis incidents`)")
+        raise UnknownIncident(f"{ident!r} is not an incident id")
     directory = Path(directory)
     if not _checked(directory):
         raise UnknownIncident(f"no incident {ident}: none has been recorded")
     try:
         data = read_bytes(directory / f"{ident}.txt", MAX_FILE)
     except FileNotFoundError:
-        raise UnknownIncident(f"no incident {ident} (see `genesis incidents`)") from None
+        raise UnknownIncident(f"no incident {ident}") from None
     return data.decode("utf-8", "replace")

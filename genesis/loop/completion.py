@@ -1,9 +1,10 @@
 """When the work is done: the loop ends itself with exit 0 instead of idling into the breaker.
 
 The rule (GENESIS_DONE_WHEN) is checked at the end of each iteration:
-- `tasks` (default): TASKS.md lists no open `- [ ]` and no `- [?]` awaiting review, after a
-  Planner pass in the same iteration that added nothing (with no Planner phase configured,
-  the task list alone decides). No TASKS.md: never done by this rule.
+- `tasks` (default): TASKS.md lists no open task (`[ ]`) and none awaiting review (`[?]`), in
+  the grammar of repo/tasks.py, after a Planner pass in the same iteration that added nothing
+  (with no Planner phase configured, the task list alone decides). No TASKS.md: never done
+  by this rule.
 - `when:COMMAND`: a bash command run in the project; exit 0 means done.
 - `phrase:TEXT`: an agent's final result in this iteration contains TEXT (its final result
   only: text it echoed from files or tools never counts).
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from genesis.phases import DoneRule
-from genesis.repo.tasks import TASKS_FILE, open_tasks
+from genesis.repo.tasks import DONE, OPEN, REVIEW, TASKS_FILE, read_tasks
 
 __all__ = ["is_done", "PLANNER", "CHECK_TIMEOUT"]
 
@@ -49,10 +50,12 @@ def is_done(rule: DoneRule, project: Path, phases: Iterable[str], ran: Iterable[
         return done.returncode == 0, f"the completion check `{rule.text}` exited {done.returncode}"
     if PLANNER in phases and PLANNER not in ran:
         return False, "no Planner pass this iteration"
-    left = open_tasks(project)
-    if left is None:
+    tasks = read_tasks(project)
+    if tasks is None:
         return False, f"no {TASKS_FILE}"
-    if left:
-        return False, f"{left} task(s) open or awaiting review in {TASKS_FILE}"
+    if tasks.count(OPEN) or tasks.count(REVIEW):
+        return False, f"{tasks.count(OPEN)} task(s) open and {tasks.count(REVIEW)} awaiting review in {TASKS_FILE}"
     after = "after a Planner pass that added nothing" if PLANNER in phases else "at the end of an iteration"
+    if not tasks.count(DONE):
+        return True, f"{TASKS_FILE} lists no task ({after})"
     return True, f"every task in {TASKS_FILE} is done ({after})"

@@ -5,6 +5,10 @@ the middle of a night. None of that may switch its supervision off: folders are 
 and made private again, the hook is reinstalled where Genesis found it working, the
 breaker file is restored from the state the loop holds, and a config edit is reported
 and waits for the next start. Every repair is said and recorded, never a refusal.
+
+Only what vanished without the user's word is put back: the user's own `genesis hook
+uninstall` (not one run by the loop's agent) is noted in the loop's state and respected;
+a loop whose agent cannot be supervised without the hook then stops cleanly (exit 2).
 """
 
 from __future__ import annotations
@@ -12,23 +16,31 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from genesis.agents import adapter_of
+from genesis import exitcodes
+from genesis.agents import adapter_named, adapter_of
+from genesis.agents.base import Adapter
+from genesis.agents.hook.removal import clear_removal, note_removal, removal_of, same_file
 from genesis.agents.hook.settingsfile import SettingsError
-from genesis.config import CONFIG_FILE, MAX_CONFIG_BYTES
+from genesis.config import CONFIG_FILE, MAX_CONFIG_BYTES, ConfigError, from_snapshot, load_snapshot
 from genesis.health.heartbeat import default_heartbeat_file, hook_script
+from genesis.hints import hint
 from genesis.loop.breaker import BreakerState, BreakerStore
-from genesis.loop.step import Step, agent_env
+from genesis.loop.step import Step, StepFailed, agent_env
+from genesis.procs.markers import markers_for
+from genesis.procs.proctree import descends_from
 from genesis.store.atomicio import CorruptFile, check_room, read_bytes, read_json, write_json, write_text
 from genesis.store.layout import Layout, heal_dir
+from genesis.store.looplock import Holder, current_holder
 
 if TYPE_CHECKING:
     from genesis.agents.claude.hookcheck import HookCheck
 
 __all__ = ["heal", "breaker_store", "mirror_breaker", "guard_breaker", "guard_hook", "guard_config",
-           "record_hook", "config_digest"]
+           "record_hook", "config_digest", "HookRemoved", "respect_removal", "forget_removal", "reinstall_hint"]
 
 
 CONSOLE_MAX = 64 << 20  # a night's status lines are far fewer
@@ -135,21 +147,41 @@ def _hook_check(step: Step, phase: str, iteration: int) -> "HookCheck | None":
                                            step.layout.heartbeat_file(phase))
 
 
-def guard_hook(step: Step, phase: str, iteration: int) -> None:
-    """The same self-test as at start; a hook that went missing is reinstalled where it was."""
-
-    lay = step.layout
+def _kept_hook(lay: Layout) -> dict | None:
+    """Where the running loop keeps the hook working ({"scope", "path"}), or None."""
     try:
         where = read_json(lay.hook_record)
-    except CorruptFile:
-        where = None
-    if not isinstance(where, dict) or not isinstance(where.get("path"), str):
+    except (CorruptFile, OSError):
+        return None
+    return where if isinstance(where, dict) and isinstance(where.get("path"), str) else None
+
+
+class HookRemoved(StepFailed):
+    """The user removed the hook the loop's agent needs: the loop stops (said and recorded)."""
+
+
+def guard_hook(step: Step, phase: str, iteration: int) -> None:
+    """The same self-test as at start; a hook that went missing is reinstalled where it was,
+    unless the user removed it (HookRemoved when the agent cannot do without it)."""
+
+    lay = step.layout
+    where = _kept_hook(lay)
+    if where is None:
         return  # no hook worked at start (the start said so once): nothing to keep working
     check = _hook_check(step, phase, iteration)
-    hooks = adapter_of(step.cfg).hooks
-    if check is None or check.ok or hooks is None:
-        return
+    adapter = adapter_of(step.cfg)
+    hooks = adapter.hooks
     path = Path(where["path"])
+    if check is not None and check.ok:
+        if check.path is not None and same_file(check.path, path):
+            clear_removal(lay.hook_removal)  # the user put it back
+        return
+    if check is None or hooks is None:
+        return
+    removed = removal_of(lay.hook_removal, path)
+    if removed is not None:
+        _respect(step, adapter, phase, path, str(where.get("scope", "")), removed.at)
+        return
     user_dir = default_heartbeat_file({k: v for k, v in os.environ.items()
                                        if k != "GENESIS_HEARTBEAT_FILE"}).parent
     try:
@@ -163,6 +195,92 @@ def guard_hook(step: Step, phase: str, iteration: int) -> None:
     _repaired(step, f"the heartbeat hook stopped working ({check.detail}); reinstalled it in {path}"
                     + ("" if again is not None and again.ok else
                        f", but it still does not work: {again.detail if again else 'no check'}"))
+
+
+def _respect(step: Step, adapter: Adapter, phase: str, path: Path, scope: str, at: float) -> None:
+    """The user removed the hook from path at `at`: never put back. Without it the agent
+    looks stuck: stop the loop (HookRemoved); else go on, told once."""
+    when = time.strftime("%H:%M:%S", time.localtime(at))
+    again = reinstall_hint(step.cfg.project, adapter, scope)
+    step.event("hook_removed", path=str(path), removed_at=at, phase=phase)
+    if not adapter.hook_required:
+        step.say(f"the heartbeat hook was removed from {path} at {when} by your `hook uninstall`: the loop does "
+                 f"not put it back, and goes on without it ({adapter.name}'s output and processes are its signs of "
+                 f"life). To have it again: `{again}`", "warn")
+        try:
+            os.unlink(step.layout.hook_record)  # said once: nothing to keep working any more
+        except FileNotFoundError:
+            pass
+        return
+    why = (f"the heartbeat hook was removed from {path} at {when} by your `hook uninstall`, while the loop ran: "
+           f"the loop does not undo your removal, and without the hook every {adapter.name} agent would look "
+           f"stuck, so it stops before {phase} (exit {exitcodes.USAGE}). To run the loop again, put the hook back "
+           f"with `{again}` and restart it")
+    step.say(why, "error")
+    step.event("stop_reason", reason=f"the heartbeat hook was removed by the user's `hook uninstall` ({path}); "
+                                     f"put it back with `{again}` and restart", code=exitcodes.USAGE)
+    raise HookRemoved(exitcodes.USAGE, why)
+
+
+def reinstall_hint(project: Path, adapter: Adapter, scope: str) -> str:
+    """The command that puts the hook back where it was (the scope matters to Claude Code only)."""
+    if adapter.name in ("claude", "generic"):
+        return hint(project, "hook", "install", *(("--scope", scope) if scope in ("project", "local") else ()))
+    return hint(project, "hook", "install", "--agent", adapter.name)
+
+
+def respect_removal(path: Path, layouts: list[Layout], now: float) -> list[str]:
+    """The user removed the hook from path: note it in each running loop that keeps the hook
+    working there (its repair then respects it), and say what each will do. A removal run
+    by a loop's own agent is not the user's: that loop puts the hook back as ever."""
+    said, seen = [], set()
+    for lay in layouts:
+        holder = current_holder(lay.loop_lock, lay.loop_record)
+        where = _kept_hook(lay) if holder is not None else None
+        if holder is None or where is None or not same_file(where["path"], path) or lay.state_dir in seen:
+            continue
+        seen.add(lay.state_dir)
+        loop = f"the loop running on {lay.project} (pid {holder.pid}, run {holder.run_id})"
+        if _from_inside(lay, holder):
+            said.append(f"{loop} started this command (an agent's): it puts the hook back before its next phase")
+            continue
+        note_removal(lay.hook_removal, path, now)
+        adapter = _adapter_of_run(lay, holder.run_id)
+        again = reinstall_hint(lay.project, adapter, str(where.get("scope", "")))
+        if adapter.hook_required:
+            said.append(f"{loop} used this hook: it will not put it back, and stops cleanly before its next phase "
+                        f"(exit {exitcodes.USAGE}), since every {adapter.name} agent would look stuck without it. "
+                        f"To keep it running, put the hook back now: `{again}`")
+        else:
+            said.append(f"{loop} used this hook: it will not put it back, and goes on without it "
+                        f"({adapter.name}'s output and processes are its signs of life)")
+    return said
+
+
+def forget_removal(path: Path, layouts: list[Layout]) -> None:
+    """The user put the hook back at path: no loop keeps an earlier removal of it."""
+    for lay in layouts:
+        if removal_of(lay.hook_removal, path) is not None:
+            clear_removal(lay.hook_removal)
+
+
+def _from_inside(lay: Layout, holder: Holder) -> bool:
+    """Whether this process belongs to that loop: it carries the run's markers, or descends
+    from the loop's own process."""
+    markers = markers_for(lay.project, holder.run_id)
+    if all(os.environ.get(k) == v for k, v in markers.items()):
+        return True
+    return holder.pid > 1 and holder.alive() and descends_from(os.getpid(), holder.pid)
+
+
+def _adapter_of_run(lay: Layout, run_id: str) -> Adapter:
+    """The running loop's agent adapter, from the settings its run started with (Claude Code's
+    when they cannot be read: the one whose hook is required)."""
+    snap = load_snapshot(lay.config_snapshot, run_id)
+    try:
+        return adapter_of(from_snapshot(lay.project, (snap or {}).get("settings")))
+    except (ConfigError, OSError):
+        return adapter_named("claude")
 
 
 # --- the configuration: read once at start --------------------------------------------

@@ -7,9 +7,11 @@ import time
 
 from genesis import exitcodes
 from genesis.config import load_snapshot
+from genesis.hints import hint
 from genesis.loop import breaker
 from genesis.loop.completion import is_done
 from genesis.loop.guard import breaker_store, guard_config, heal, mirror_breaker
+from genesis.loop.startfail import START_FAILURES, spares_breaker
 from genesis.loop.step import Step, StepFailed
 from genesis.loop.waiting import plan_cooldown
 from genesis.repo.gitcmd import GitFailed
@@ -49,7 +51,9 @@ def iteration_finish(step: Step, iteration: int) -> int:
 
     OK: go on; WORK_DONE: the work is finished (the loop ends with 0); WAIT: the OPEN
     breaker cools down, then a trial iteration; BREAKER_OPEN: stop. An iteration that sat
-    out a usage limit or an outage and made no progress is not counted against the breaker.
+    out a usage limit or an outage and made no progress is not counted against the breaker,
+    nor one whose agent failed to start (startfail.py: a broken command stops the loop as a
+    configuration error instead).
     """
     cfg, lay = step.cfg, step.layout
     now_fp = _measure(step)
@@ -64,8 +68,9 @@ def iteration_finish(step: Step, iteration: int) -> int:
            "new commits" if base.head != now_fp.head else "uncommitted changes")
     mine = step.events(iteration=iteration)
     waited = any(e.get("event") == "wait_start" and e.get("kind") in ("limit", "outage") for e in mine)
+    unstarted = None if progressed else spares_breaker(step, iteration)
     store = breaker_store(lay)
-    if progressed or not waited:
+    if progressed or not (waited or unstarted):
         state, warning = store.update(
             lambda s: breaker.record(s, iteration, progressed, time.time(), cfg.cb_warning, cfg.cb_stop,
                                      now_fp.to_json()))
@@ -75,7 +80,7 @@ def iteration_finish(step: Step, iteration: int) -> int:
         state, _ = store.load()
     mirror_breaker(lay, state)
     step.event("iteration_end", iteration=iteration, progress=progressed, breaker=state.state,
-               no_progress=state.no_progress_count, waited=waited)
+               no_progress=state.no_progress_count, waited=waited, unstarted=unstarted is not None)
     ended = [e for e in mine if e.get("event") == "phase_end"]
     done, why = is_done(cfg.done_when, cfg.project, [p.name for p in cfg.phases],
                         [e.get("phase") for e in ended if e.get("ending") == "finished"],
@@ -91,6 +96,11 @@ def iteration_finish(step: Step, iteration: int) -> int:
         step.say(f"iteration {iteration}: no progress, but it waited out a usage limit or an API outage: "
                  f"not counted; breaker {state.state}", "info")
         return exitcodes.OK
+    if unstarted is not None:
+        step.say(f"iteration {iteration}: no progress, but its agent failed to start ({unstarted.same} time(s) in "
+                 f"a row with the same words; {START_FAILURES} stop the loop as a configuration error): not "
+                 f"counted; breaker {state.state}", "warn")
+        return exitcodes.OK
     count = f"{state.no_progress_count} iteration(s) in a row without progress"
     if state.state == breaker.OPEN:
         cooldown = breaker.cooldown_seconds(state, cfg.cb_cooldown, cfg.cb_max_trials) if cfg.cb_cooldown else None
@@ -99,7 +109,7 @@ def iteration_finish(step: Step, iteration: int) -> int:
             return plan_cooldown(step, cooldown, iteration, time.time())
         trials = f" and {state.trials} trial iteration(s)" if state.trials else ""
         step.say(f"iteration {iteration}: no progress; breaker OPEN after {count}{trials}: stopping the loop. "
-                 f"Reset with `genesis breaker reset` or make a change and restart", "error")
+                 f"Reset with `{hint(step.cfg.project, 'breaker', 'reset')}` or make a change and restart", "error")
         return exitcodes.BREAKER_OPEN
     if state.state == breaker.HALF_OPEN:
         step.say(f"iteration {iteration}: no progress; breaker HALF_OPEN ({count}; stops at "

@@ -16,9 +16,9 @@ from genesis.agents import adapter_of
 from genesis.agents.base import Adapter
 from genesis.config import read_prompt
 from genesis.health.toollog import tool_log_path
-from genesis.loop import ceilings, recovery, waiting
+from genesis.loop import ceilings, recovery, startfail, waiting
 from genesis.loop.ending import commit_message, describe, how_it_ended, reported, said_done
-from genesis.loop.guard import heal
+from genesis.loop.guard import HookRemoved, heal
 from genesis.loop.phasewatch import health_keeper, incident_keeper, judge_of, on_check
 from genesis.loop.reap import reap
 from genesis.loop.step import Step, agent_env
@@ -26,8 +26,7 @@ from genesis.phases import Phase, should_run
 from genesis.procs.markers import markers_for
 from genesis.repo import phasework
 from genesis.repo.autocommit import commit
-from genesis.store.atomicio import CorruptFile, read_json
-from genesis.store.layout import Layout
+from genesis.repo.ownership import remember, user_files
 from genesis.watch.supervisor import AgentRun, Limits, Outcome, supervise
 
 __all__ = ["run_phase", "phase_lost", "WATCHER_DEATHS_MAX"]
@@ -60,10 +59,14 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     code = _not_now(step, phase, iteration)
     if code is not None:
         return code
-    attempt = _prepare(step, phase, iteration)
+    try:
+        attempt = _prepare(step, phase, iteration)
+    except HookRemoved as exc:
+        return exc.code  # the guard said why and recorded it
     step.say(f"{phase.name}: agent started (log {step.rel(attempt.log)})", "head")
     started = time.time()
     work = phasework.before(step.cfg.project)
+    _note_leftovers(step, f"when {phase.name} started, iteration {iteration}")
     step.event("phase_start", iteration=iteration, phase=phase.name, log=str(attempt.log), epoch=started,
                attempt=attempt.number)
     outcome = _watch(step, phase, iteration, attempt)
@@ -78,8 +81,9 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
                said_done=said_done(step.cfg.done_when, outcome), **reported(outcome))
     reap(step, "after " + phase.name)
     _commit(step, phase, iteration, outcome)
+    _note_leftovers(step, f"after {phase.name}, iteration {iteration}")
     step.event("phase_work", iteration=iteration, phase=phase.name, **phasework.after(step.cfg.project, work))
-    return _act_on(step, phase, iteration, outcome, ending, detail, attempt.base)
+    return _act_on(step, phase, iteration, outcome, ending, detail, attempt)
 
 
 def _not_now(step: Step, phase: Phase, iteration: int) -> int | None:
@@ -96,9 +100,11 @@ def _not_now(step: Step, phase: Phase, iteration: int) -> int | None:
         step.say(f"{phase.name}: skipped ({why})", "info")
         step.event("phase_skip", iteration=iteration, phase=phase.name, why=why)
         return exitcodes.PHASE_SKIPPED
-    known = waiting.known_limit(step, time.time())
+    base = recovery.retry_command(step, iteration, phase.name) or step.cfg.agent_cmd
+    who = waiting.whose(step, base, agent_env(step, phase.name, iteration))
+    known = waiting.known_limit(step, time.time(), who)
     if known is not None:
-        return waiting.plan_limit(step, known, phase.name, iteration, time.time(), known=True)
+        return waiting.plan_limit(step, known.limit, phase.name, iteration, time.time(), known=known, who=who)
     return None
 
 
@@ -139,13 +145,24 @@ def _watch(step: Step, phase: Phase, iteration: int, attempt: Attempt) -> Outcom
     return supervise(run, limits, note=lambda msg: step.say(f"{phase.name}: {msg}", "warn"))
 
 
+def _note_leftovers(step: Step, when: str) -> None:
+    """Record what the work tree holds uncommitted, but the user's files: if the run ends
+    before it is committed, the next start knows it as the agent's (repo/ownership.py)."""
+    lay = step.layout
+    problem = remember(step.cfg.project, lay.leftovers_file, step.run_id, when, user_files(lay.user_files),
+                       time.time(), markers=markers_for(step.cfg.project, step.run_id))
+    if problem:
+        step.say(problem, "warn")
+
+
 def _commit(step: Step, phase: Phase, iteration: int, outcome: Outcome) -> None:
-    """The phase's work committed as the agent's, unless auto-commit is off or it never ran."""
+    """The phase's work committed as the agent's, an interrupted phase's too (labelled so),
+    unless auto-commit is off or the agent never ran."""
     cfg, lay = step.cfg, step.layout
-    if not cfg.auto_commit or outcome.status in ("interrupted", "not_started"):
+    if not cfg.auto_commit or outcome.status == "not_started":
         return
     result = commit(cfg.project, commit_message(phase.name, iteration, step.run_id, outcome),
-                    lay.ignored(), cfg.auto_push, keep_out=_user_files(lay),
+                    lay.ignored(), cfg.auto_push, keep_out=user_files(lay.user_files),
                     markers=markers_for(cfg.project, step.run_id), run_hooks=cfg.git_hooks)
     if result.committed:
         step.say(f"{phase.name}: committed {result.sha}" + (" and pushed" if result.pushed else ""), "info")
@@ -153,25 +170,21 @@ def _commit(step: Step, phase: Phase, iteration: int, outcome: Outcome) -> None:
         step.say(f"{phase.name}: {result.error}", "warn")
 
 
-def _user_files(lay: Layout) -> list[str]:
-    """The files the user had uncommitted at the start: never committed as the agent's."""
-    try:
-        data = read_json(lay.user_files, limit=16 << 20)
-    except CorruptFile:
-        return []
-    return [p for p in data if isinstance(p, str)] if isinstance(data, list) else []
-
-
 def _act_on(step: Step, phase: Phase, iteration: int, outcome: Outcome, ending: str, detail: str,
-            base: tuple[str, ...]) -> int:
+            attempt: Attempt) -> int:
     """The phase's exit code: a stuck or wedged phase is retried within its budget, a limit or an
-    outage is waited out, an error retrying cannot fix stops the loop."""
+    outage is waited out, an error retrying cannot fix stops the loop, and so does an agent
+    that keeps failing to start."""
     end = outcome.ending
     if ending in ("stuck", "wedged"):
-        code = recovery.after_stall(step, phase.name, iteration, ending, detail, base)
+        code = recovery.after_stall(step, phase.name, iteration, ending, detail, attempt.base)
+        return outcome.exit_code if code is None else code
+    if ending in ("failed", "not_started"):
+        code = startfail.stop_if_it_cannot_start(step, phase.name, attempt.base, attempt.log)
         return outcome.exit_code if code is None else code
     if ending == "limit":
-        return waiting.plan_limit(step, end.limit, phase.name, iteration, time.time())
+        return waiting.plan_limit(step, end.limit, phase.name, iteration, time.time(),
+                                  who=(attempt.adapter, attempt.adapter.account(attempt.env)))
     if ending == "outage":
         return waiting.plan_outage(step, end.api_error, phase.name, iteration, time.time())
     if ending == "fatal":

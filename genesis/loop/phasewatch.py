@@ -12,6 +12,7 @@ from genesis.health.classify import Snapshot, Tracker
 from genesis.health.doomloop import DOOM_LOOP, judge
 from genesis.health.incidents import write
 from genesis.health.toollog import describe, in_flight, pairs, read_tail, rotate, tool_log_path
+from genesis.hints import hint
 from genesis.loop.guard import guard_breaker
 from genesis.loop.step import Step
 from genesis.phases import Phase
@@ -40,7 +41,8 @@ def incident_keeper(step: Step, phase: Phase, iteration: int, heartbeat: Path, l
                       tool_in_flight=flying, tool_calls=calls[-20:], transcript=tail(log, 40),
                       project=step.cfg.project, now=time.time(), git_timeout=2.0)
         path = write(inc, step.layout.incidents_dir)
-        step.say(f"{phase.name}: incident recorded: `genesis incidents show {path.stem}`", "info")
+        step.say(f"{phase.name}: incident recorded: `{hint(step.cfg.project, 'incidents', 'show', path.stem)}`",
+                 "info")
         last_beat = beat.get("epoch") if isinstance(beat, dict) else None
         silent = round(time.time() - last_beat, 2) if isinstance(last_beat, (int, float)) else None
         step.event("incident", iteration=iteration, phase=phase.name, id=path.stem, kind=kind, reason=reason[:500],

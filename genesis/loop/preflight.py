@@ -1,8 +1,9 @@
 """Before the first agent runs: everything that can be known to fail is refused, with what to do.
 
 The agent command and its prompts, the heartbeat hook (run as Claude Code would run it),
-the user's uncommitted work, the one-loop-per-project lock, the breaker; and the settings
-the run will keep all night are snapshotted here.
+the repository's state (an operation in progress, a detached HEAD), the user's uncommitted
+work (told from what Genesis's last run left), the one-loop-per-project lock, the breaker;
+and the settings the run will keep all night are snapshotted here.
 """
 
 from __future__ import annotations
@@ -12,16 +13,22 @@ import shlex
 import shutil
 import time
 from pathlib import Path
+from typing import Mapping
 
 from genesis import exitcodes
 from genesis.agents import adapter_of
-from genesis.config import Config, read_prompt, snapshot
+from genesis.agents.hook.removal import clear_removal
+from genesis.config import Config, advice, read_prompt, snapshot
+from genesis.hints import hint
 from genesis.loop import breaker
 from genesis.loop.guard import breaker_store, config_digest, mirror_breaker, record_hook
 from genesis.loop.step import Step, StepFailed, agent_env, is_claude, reads_prompt_from_stdin
 from genesis.procs.markers import markers_for
 from genesis.repo.autocommit import commit, user_changes
+from genesis.repo.gitcmd import GitFailed
+from genesis.repo.ownership import Leftovers, leftovers_in, recall
 from genesis.repo.progress import fingerprint
+from genesis.repo.state import OPERATION_NAMES, repo_state, way_out
 from genesis.repo.worktree import open_repo
 from genesis.store.atomicio import CorruptFile, read_bytes, write_json, write_text
 from genesis.store.layout import ensure_git_excludes, heal_dir
@@ -29,14 +36,18 @@ from genesis.store.looplock import Locked, acquire, release
 from genesis.watch.cmdline import prompt_problem
 from genesis.words import duration
 
-__all__ = ["preflight", "agent_problem"]
+__all__ = ["preflight", "agent_problem", "root_problem", "skipped_permissions", "BYPASS_FLAGS"]
+
+# Claude Code's flags that skip its permission checks, which it refuses as root outside a sandbox.
+BYPASS_FLAGS = ("--dangerously-skip-permissions", "--allow-dangerously-skip-permissions")
 
 
-def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False) -> None:
+def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False,
+              allow_detached: bool = False) -> None:
     """Everything checked before the first agent runs; StepFailed says why not."""
     cfg, lay, say = step.cfg, step.layout, step.say
     open_repo(cfg.project)
-    problem = agent_problem(cfg) or _options_problem(cfg) or _prompt_problem(cfg)
+    problem = agent_problem(cfg) or root_problem(cfg) or _options_problem(cfg) or _prompt_problem(cfg)
     if problem:
         raise StepFailed(exitcodes.USAGE, problem)
     for folder in (lay.state_dir, lay.heartbeat_dir):
@@ -47,10 +58,11 @@ def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False
     lay.console_copy(step.run_id).parent.mkdir(mode=0o700, exist_ok=True)
     ensure_git_excludes(lay)
     try:
-        acquire(lay.loop_lock, lay.loop_record, lock_fd, loop_pid, step.run_id)
+        acquire(lay.loop_lock, lay.loop_record, lock_fd, loop_pid, step.run_id, project=cfg.project)
     except Locked as exc:
         raise StepFailed(exitcodes.LOCKED, str(exc)) from None
     try:
+        _check_repo_state(step, allow_detached)
         _check_user_changes(step, allow_dirty)
         _snapshot(step)
         _check_hook(step)
@@ -61,13 +73,10 @@ def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False
     if read_flag(lay.stop_flag) == "false":
         write_text(lay.stop_flag, "true\n")
         say(f"stop flag {step.rel(lay.stop_flag)} said false (an earlier stop); set it back to true")
-    if is_claude(cfg):
-        if "--bare" in cfg.agent_cmd:
-            say("claude --bare skips the settings hooks, so no heartbeat will arrive; drop --bare", "warn")
-        if os.geteuid() == 0 and "--dangerously-skip-permissions" in cfg.agent_cmd \
-                and os.environ.get("IS_SANDBOX") != "1":
-            say("as root, Claude Code refuses --dangerously-skip-permissions unless IS_SANDBOX=1 is set "
-                "(in a sandbox or container); every phase would fail at once", "warn")
+    if is_claude(cfg) and "--bare" in cfg.agent_cmd:
+        say("claude --bare skips the settings hooks, so no heartbeat will arrive; drop --bare", "warn")
+    for doubt in advice(cfg, os.environ):
+        say(doubt, "warn")
     say(f"project {cfg.project} (run {step.run_id})", "head")
 
     say(f"agent: {shlex.join(adapter_of(cfg).command(cfg.agent_cmd))}")
@@ -117,7 +126,7 @@ def _start_breaker(step: Step) -> breaker.BreakerState:
             raise StepFailed(exitcodes.BREAKER_OPEN,
                              f"circuit breaker is OPEN since {state.opened_at} ({state.no_progress_count} "
                              f"iterations without progress). Make a change in the project and restart, or "
-                             f"reset it: genesis breaker reset (or rm {lay.breaker_file})")
+                             f"reset it: {hint(cfg.project, 'breaker', 'reset')} (or rm {lay.breaker_file})")
     breaker_store(lay).update(lambda _old: state)
     mirror_breaker(lay, state)
     return state
@@ -142,6 +151,33 @@ def agent_problem(cfg: Config) -> str | None:
     return None
 
 
+def skipped_permissions(argv: tuple[str, ...]) -> str | None:
+    """The flag of a Claude Code command that skips its permission checks, or None."""
+    for i, arg in enumerate(argv):
+        if arg in BYPASS_FLAGS or arg == "--permission-mode=bypassPermissions":
+            return arg
+        if arg == "--permission-mode" and argv[i + 1:i + 2] == ("bypassPermissions",):
+            return "--permission-mode bypassPermissions"
+    return None
+
+
+def root_problem(cfg: Config, euid: int | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """Why the loop cannot start as it is configured, or None: Claude Code run as root refuses to
+    skip its permission checks unless IS_SANDBOX=1, so every phase would fail in a second."""
+    euid = os.geteuid() if euid is None else euid
+    env = os.environ if env is None else env
+    if euid != 0 or env.get("IS_SANDBOX") == "1":
+        return None
+    for argv in (cfg.agent_cmd, cfg.fallback_agent_cmd):
+        flag = skipped_permissions(argv) if argv and adapter_of(cfg, argv).name == "claude" else None
+        if flag:
+            now = f" (it is {env['IS_SANDBOX']!r}; only 1 counts)" if "IS_SANDBOX" in env else ""
+            return (f"running as root, and Claude Code refuses {flag} as root unless IS_SANDBOX=1 is set{now}: "
+                    f"every phase would fail at once. Run the loop as another user, or, only in a sandbox or "
+                    f"container, run `export IS_SANDBOX=1` and start the loop again")
+    return None
+
+
 def _options_problem(cfg: Config) -> str | None:
     adapter = adapter_of(cfg)
     return next((why for phase in cfg.phases if (why := adapter.options_problem(cfg.agent_cmd, phase))), None)
@@ -156,40 +192,108 @@ def _prompt_problem(cfg: Config) -> str | None:
     return None
 
 
-def _check_user_changes(step: Step, allow_dirty: bool) -> None:
-    """Never commit the user's work as the agent's.
-
-    Changed tracked files refuse the start (the agent would work on top of them and
-    auto-commit would take them); with --allow-dirty they are committed first, on their
-    own, labelled as the user's. Untracked files are left out of every auto-commit.
-    """
-    lay = step.layout
+def _check_repo_state(step: Step, allow_detached: bool) -> None:
+    """Never start inside a half-done merge, rebase, cherry-pick, revert, bisect or `git am`
+    (the night's commits would land in it), nor on a detached HEAD unless asked to."""
+    project = step.cfg.project
     try:
-        found = user_changes(step.cfg.project, markers=markers_for(step.cfg.project, step.run_id))
+        state = repo_state(project)
+    except GitFailed as exc:
+        raise StepFailed(exitcodes.USAGE, f"cannot tell the repository's state ({exc}); check `git status` "
+                         f"there") from None
+    if state.operations:
+        what = " and ".join(OPERATION_NAMES[op] for op in state.operations)
+        ways = "; ".join(f"{op}: {way_out(op, project)}" for op in state.operations)
+        raise StepFailed(exitcodes.USAGE,
+                         f"{what} {'is' if len(state.operations) == 1 else 'are'} in progress in {project}: the "
+                         f"night's commits would land in the middle of it. Finish it or give it up first ({ways}), "
+                         f"then start again (--allow-dirty does not change this)")
+    if not state.detached:
+        return
+    where = f"at {state.head}" if state.head else "at no commit"
+    keep = f"git -C {shlex.quote(str(project))} switch -c genesis-night"
+    if not allow_detached:
+        raise StepFailed(exitcodes.USAGE,
+                         f"HEAD is detached ({where}, on no branch): the night's commits would belong to no branch "
+                         f"and be easy to lose. Put it on a branch first ({keep}, or `git switch` to an existing "
+                         f"one), or start with --allow-detached to commit on the detached HEAD anyway")
+    step.say(f"HEAD is detached ({where}, on no branch) and --allow-detached was given: the night's commits "
+             f"belong to no branch; keep them afterwards with {keep}", "warn")
+    step.event("detached_head", head=state.head)
+
+
+def _check_user_changes(step: Step, allow_dirty: bool) -> None:
+    """Never commit the user's work as the agent's, nor the agent's as the user's.
+
+    A change that is exactly what Genesis's last run left uncommitted (its record) is the
+    agent's: committed now as that run's work (unless auto-commit is off). Files with
+    unresolved conflicts refuse the start, whatever the flags. Other changed tracked files
+    refuse it too (the agent would work on top of them and auto-commit would take them);
+    with --allow-dirty they are committed first, on their own, labelled as the user's.
+    The user's untracked files are left out of every auto-commit. A refusal changes nothing.
+    """
+    cfg, lay = step.cfg, step.layout
+    markers = markers_for(cfg.project, step.run_id)
+    try:
+        found = user_changes(cfg.project, markers=markers)
+        earlier = recall(lay.leftovers_file)
+        agents = leftovers_in(earlier, cfg.project, found.changed + found.untracked) if earlier else ()
     except RuntimeError as exc:
         raise StepFailed(exitcodes.USAGE, f"cannot tell whether the project has uncommitted work ({exc}); "
                          f"check `git status` there") from None
-    if found.changed:
-        listing = _listing(found.changed)
-        if not allow_dirty:
-            raise StepFailed(exitcodes.USAGE,
-                             f"the project has uncommitted changes of yours: {listing}. Auto-commit would "
-                             f"take them as the agent's work. Commit or stash them first, or start with "
-                             f"--allow-dirty to have Genesis commit them now, separately, as yours")
-        result = commit(step.cfg.project, f"Uncommitted changes present before Genesis run {step.run_id} "
+    if found.unmerged:
+        raise StepFailed(exitcodes.USAGE,
+                         f"the project has files with unresolved conflicts: {_listing(found.unmerged)}. Committing "
+                         f"them would record the conflict markers, so Genesis never does, even with --allow-dirty. "
+                         f"Resolve them and `git add` them (`git -C {shlex.quote(str(cfg.project))} status` lists "
+                         f"them), then start again")
+    left = set(agents)
+    changed = tuple(p for p in found.changed if p not in left)
+    untracked = tuple(p for p in found.untracked if p not in left)
+    if changed and not allow_dirty:
+        also = (f" ({len(agents)} other uncommitted file(s) are the agent's work left by Genesis run "
+                f"{earlier.run_id}, not yours: they are not in the way)") if agents else ""
+        raise StepFailed(exitcodes.USAGE,
+                         f"the project has uncommitted changes of yours: {_listing(changed)}{also}. Auto-commit "
+                         f"would take them as the agent's work. Commit or stash them first, or start with "
+                         f"--allow-dirty to have Genesis commit them now, separately, as yours")
+    if agents:
+        _adopt_leftovers(step, earlier, agents)
+    if changed:
+        result = commit(cfg.project, f"Uncommitted changes present before Genesis run {step.run_id} "
                         f"(committed on the user's behalf by --allow-dirty)", lay.ignored(), push=False,
-                        keep_out=list(found.untracked), tracked_only=True,
-                        markers=markers_for(step.cfg.project, step.run_id), run_hooks=step.cfg.git_hooks)
+                        only=changed, markers=markers, run_hooks=cfg.git_hooks)
         if result.error or not result.committed:
             raise StepFailed(exitcodes.USAGE, f"--allow-dirty: could not commit your changes "
                              f"({result.error or 'nothing was staged'}); commit or stash them yourself")
         step.say(f"--allow-dirty: committed your uncommitted changes on their own as {result.sha} "
-                 f"({listing}); the agents' commits come after it", "warn")
-        step.event("user_changes_committed", sha=result.sha, paths=list(found.changed[:100]))
-    write_json(lay.user_files, list(found.untracked))
-    if found.untracked:
-        step.say(f"{len(found.untracked)} untracked file(s) of yours are left out of every auto-commit: "
-                 f"{_listing(found.untracked)}", "info")
+                 f"({_listing(changed)}); the agents' commits come after it", "warn")
+        step.event("user_changes_committed", sha=result.sha, paths=list(changed[:100]))
+    write_json(lay.user_files, list(untracked))
+    if untracked:
+        step.say(f"{len(untracked)} untracked file(s) of yours are left out of every auto-commit: "
+                 f"{_listing(untracked)}", "info")
+
+
+def _adopt_leftovers(step: Step, earlier: Leftovers, paths: tuple[str, ...]) -> None:
+    """The agent's work an earlier run left uncommitted, committed as that run's (or left to
+    the first auto-commit), never as the user's."""
+    cfg, lay = step.cfg, step.layout
+    listing = _listing(paths)
+    whose = f"the agent's work that Genesis run {earlier.run_id} left uncommitted ({earlier.when or 'at its end'})"
+    if not cfg.auto_commit:
+        step.say(f"{len(paths)} uncommitted file(s) are {whose}, not yours: {listing}; AUTO_COMMIT is off, so "
+                 f"they stay uncommitted", "info")
+        return
+    result = commit(cfg.project, f"genesis: work left uncommitted by run {earlier.run_id} "
+                    f"({earlier.when or 'at its end'}) [run {step.run_id}]", lay.ignored(), push=False,
+                    only=paths, markers=markers_for(cfg.project, step.run_id), run_hooks=cfg.git_hooks)
+    if result.committed:
+        step.say(f"committed {whose} as {result.sha}: {listing}", "info")
+        step.event("leftovers_committed", sha=result.sha, run=earlier.run_id, paths=list(paths[:100]))
+    else:
+        step.say(f"{len(paths)} uncommitted file(s) are {whose}: {listing}; they could not be committed now "
+                 f"({result.error or 'nothing was staged'}), so the first auto-commit takes them", "warn")
 
 
 def _listing(paths: tuple[str, ...], most: int = 10) -> str:
@@ -204,6 +308,7 @@ def _check_hook(step: Step) -> None:
     cfg = step.cfg
     phase = cfg.phases[0]
     heartbeat = step.layout.heartbeat_file(phase.name)
+    clear_removal(step.layout.hook_removal)  # an earlier run's: this run checks the hook for itself
     adapter = adapter_of(cfg)
     check = adapter.hook_check(cfg.project, agent_env(step, phase.name, 0), heartbeat)
     if check is None:
@@ -221,7 +326,7 @@ def _check_hook(step: Step) -> None:
     if adapter.hook_required:
         raise StepFailed(exitcodes.USAGE, f"the heartbeat hook does not work ({check.state}): {check.detail}. "
                          f"Without it every {adapter.name} agent looks stuck; fix it, then check with "
-                         f"`genesis hook status --agent {adapter.name}`")
+                         f"`{hint(cfg.project, 'hook', 'status', '--agent', adapter.name)}`")
     step.say(f"no working heartbeat hook ({check.state}): {check.detail}. The agent's output still counts "
              f"as a sign of life", "warn")
 

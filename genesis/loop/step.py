@@ -15,6 +15,7 @@ from genesis.loop.raising import raise_ticket
 from genesis.procs.markers import markers_for
 from genesis.store.atomicio import DiskFull
 from genesis.store.layout import Layout, state_dir_of
+from genesis.words import details
 
 __all__ = ["Step", "StepFailed", "agent_env", "is_claude", "reads_prompt_from_stdin", "ledger_of"]
 
@@ -59,7 +60,7 @@ class Step:
         try:
             ledger_of(self.layout).record(self.run_id, kind, **detail)
         except (DiskFull, LedgerError) as exc:
-            self.say(f"not recorded in the ledger: {kind} {str(detail)[:500]} ({exc})", "error")
+            self.say(f"not recorded in the ledger: {kind.replace('_', ' ')} ({details(detail)}): {exc}", "error")
             if isinstance(exc, DiskFull):
                 raise_ticket(self, "disk_full", {"path": str(exc.path), "free": exc.free, "needed": exc.need})
         raise_ticket(self, kind, detail)

@@ -1,7 +1,8 @@
 """Waits the loop sits out instead of burning the night on them.
 
 - A usage limit: until its reset plus a margin, then the same phase again. A limit already
-  known is waited for before any agent runs, so at most one invocation meets it.
+  known for the CLI and account about to run is waited for before its agent runs, so at
+  most one invocation meets it (loop/limits.py remembers them, per CLI and account).
 - An API outage (or a transient API error): exponential backoff with jitter, then the same
   phase again, until the outage has lasted GENESIS_MAX_OUTAGE_MINUTES.
 - A breaker's cooldown (opt-in): then one trial iteration.
@@ -13,6 +14,7 @@ ended by Ctrl-C or `genesis stop`, and records it. None of it counts as no progr
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import sys
@@ -21,19 +23,28 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable
 
 from genesis import exitcodes
-from genesis.agents.base import Limit
+from genesis.agents import adapter_of
+from genesis.agents.base import Account, Adapter, Limit
 from genesis.clock import Clock, SystemClock
-from genesis.loop import breaker
+from genesis.console import end_line, progress
+from genesis.hints import hint
+from genesis.loop import breaker, limits
 from genesis.loop.guard import breaker_store, mirror_breaker
+from genesis.loop.limits import Remembered
 from genesis.store.atomicio import CorruptFile, read_json, write_json
-from genesis.words import WAIT_LABELS, duration
+from genesis.watch.waits import STOP_SIGNALS, honoured
+from genesis.words import WAIT_LABELS, duration, sanitize
 
 if TYPE_CHECKING:
-    from genesis.agents.base import ApiError, Limit
+    from typing import Mapping
+
+    from genesis.agents.base import ApiError
     from genesis.loop.step import Step
 
-__all__ = ["Pending", "plan", "backoff", "known_limit", "plan_limit", "plan_outage", "plan_cooldown", "sit_out",
-           "UNKNOWN_RESET", "JITTER"]
+__all__ = ["Pending", "Who", "plan", "backoff", "whose", "known_limit", "plan_limit", "plan_outage", "plan_cooldown",
+           "sit_out", "UNKNOWN_RESET", "JITTER"]
+
+Who = tuple[Adapter, Account]  # the CLI a phase runs, and the account it runs with
 
 JITTER = 0.2             # a backoff delay is up to this fraction shorter than the schedule
 UNKNOWN_RESET = 3600.0   # a limit that names no reset time: wait an hour (within the max wait)
@@ -74,9 +85,9 @@ def _clock_time(epoch: float) -> str:
 
 
 def _when(epoch: float) -> str:
-    """A reset time a user can act on: local time with its zone, and UTC."""
-    local = time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(epoch))
-    return f"{local} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(epoch))})"
+    """A reset time a user can act on: local time with its zone, and UTC only when the local
+    zone is another (never "20:22 UTC (20:22 UTC)")."""
+    return limits.when(epoch)
 
 
 # --- planning ---------------------------------------------------------------------------
@@ -86,44 +97,68 @@ def plan(step: "Step", pending: Pending) -> int:
     return exitcodes.WAIT
 
 
-def known_limit(step: "Step", now: float) -> "Limit | None":
-    """The usage limit met last (by any run of this project) if its reset is still ahead."""
-
-    try:
-        data = read_json(step.layout.limit_file)
-    except CorruptFile:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("resets_at"), (int, float)):
-        return None
-    if data["resets_at"] + step.cfg.limit_margin <= now:
-        return None
-    return Limit(float(data["resets_at"]), str(data.get("kind", "")), str(data.get("message", "")))
+def whose(step: "Step", argv: tuple[str, ...] | None = None, env: "Mapping[str, str] | None" = None) -> Who:
+    """The adapter of the command a phase runs (the configured one unless argv says) and the
+    account its environment (the loop's unless env says) gives it."""
+    adapter = adapter_of(step.cfg, argv)
+    return adapter, adapter.account({**adapter.environment(), **os.environ} if env is None else env)
 
 
-def plan_limit(step: "Step", limit: "Limit", phase: str, iteration: int, now: float, known: bool = False) -> int:
-    """Wait for the reset (plus the margin) and retry the phase; a reset beyond
-    GENESIS_MAX_LIMIT_WAIT stops the loop, saying when to restart. `known`: met earlier, so
-    the agent was not called this time."""
+def known_limit(step: "Step", now: float, who: Who | None = None) -> Remembered | None:
+    """The usage limit remembered for this CLI and account (by any run of this project), if its
+    reset (plus the margin) is still ahead."""
+    _adapter, account = who or whose(step)
+    entries, warning = limits.read(step.layout, adapter_of(step.cfg).name, now)
+    if warning:
+        step.say(warning, "warn")
+    return limits.binding(entries, account, now, step.cfg.limit_margin)
+
+
+def _whom(account: Account) -> str:
+    """The CLI and its account, as a limit's message names them."""
+    if account.home is None and account.key is None:
+        return f"{account.cli} (account unknown: remembered by an older Genesis)"
+    return f"{account.cli} ({account.describe()})"
+
+
+def plan_limit(step: "Step", limit: "Limit", phase: str, iteration: int, now: float,
+               known: Remembered | None = None, who: Who | None = None) -> int:
+    """Remember the limit for the CLI and account that met it (unless it is `known`, remembered
+    earlier: the agent was not called), wait for the reset plus the margin and retry the phase;
+    a reset beyond GENESIS_MAX_LIMIT_WAIT stops the loop, saying when to restart and how to
+    run another account or CLI now."""
     cfg, say = step.cfg, step.say
+    adapter, account = who or whose(step)
     resets_at, kind, message = limit.resets_at, limit.kind, limit.message
-    guessed = resets_at is None
-    if guessed:
+    if known is not None:
+        account = known.account
+    elif resets_at is None:
         resets_at = now + UNKNOWN_RESET
         say(f"{phase}: the usage limit names no reset time; assuming {duration(UNKNOWN_RESET)}", "warn")
-    if not known:
-        write_json(step.layout.limit_file, {"resets_at": resets_at, "kind": kind, "message": message,
-                                            "guessed": guessed, "seen_at": now})
-    what = f"usage limit{f' ({kind})' if kind else ''}"
+    if known is None:
+        met = Remembered(account, Limit(resets_at, kind, message), limit.resets_at is None, now)
+        warning = limits.remember(step.layout, adapter_of(cfg).name, met, now, cfg.limit_margin)
+        if warning:
+            say(warning, "warn")
+    limit_of = f"usage limit{f' ({kind})' if kind else ''} of {account.cli}"
+    what = f"usage limit{f' ({kind})' if kind else ''} of {_whom(account)}"
+    said = sanitize(message)
     if resets_at - now > cfg.max_limit_wait:
-        say(f"{phase}: {what}: {message!r}. It resets at {_when(resets_at)}, later than GENESIS_MAX_LIMIT_WAIT "
-            f"({duration(cfg.max_limit_wait)}): stopping. Restart the loop after {_when(resets_at)}", "error")
-        step.event("limit_stop", phase=phase, iteration=iteration, resets_at=resets_at, kind=kind, message=message)
+        how = f", met {limits.when(known.seen_at)} and remembered, so the agent is not called" if known else ""
+        say(f"{phase}: {what}{how}: {said!r}. It resets at {_when(resets_at)}, later than GENESIS_MAX_LIMIT_WAIT "
+            f"({duration(cfg.max_limit_wait)}): stopping. Restart the loop after {_when(resets_at)}; or now, "
+            f"with another account ({limits.another_account(adapter) or 'another login'}) or another CLI "
+            f"(GENESIS_AGENT_CLI); or, if the limit has gone sooner, forget it: "
+            f"{limits.clear_command(cfg.project, account.cli)}", "error")
+        step.event("limit_stop", phase=phase, iteration=iteration, resets_at=resets_at, kind=kind, message=message,
+                   cli=account.cli, account=account.describe(), known=known is not None)
         return exitcodes.USAGE_LIMIT
     until = resets_at + cfg.limit_margin
-    how = "already known, so the agent is not called" if known else f"the agent said {message!r}"
+    how = (f"already known, so the agent is not called; `{limits.clear_command(cfg.project, account.cli)}` "
+           f"forgets it" if known else f"the agent said {said!r}")
     say(f"{phase}: {what} until {_clock_time(resets_at)} ({how}); the phase runs again at {_clock_time(until)}",
         "warn")
-    return plan(step, Pending(step.run_id, "limit", until, f"{what}, resets {_when(resets_at)}", phase,
+    return plan(step, Pending(step.run_id, "limit", until, f"{limit_of}, resets {_when(resets_at)}", phase,
                                iteration))
 
 
@@ -180,6 +215,10 @@ class _Stopped(Exception):
 
 
 def _raise(signum: int, _frame: object) -> None:
+    # The first signal ends the wait; one right behind it (the loop forwards what it got, a
+    # closed terminal sends more) must not escape the clause that records the wait's end.
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     raise _Stopped(signum)
 
 
@@ -209,14 +248,14 @@ def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | Non
     # came, later ones are ignored while the wait's end is recorded, then the step exits).
     # They are in place before the wait is recorded as begun: a signal that comes once the
     # wait shows in the ledger always ends it with its end recorded.
-    old = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    old = {s: signal.signal(s, _raise) for s in honoured()}
     tty = sys.stderr.isatty()
     next_line = start_mono + PROGRESS_EVERY
     try:
         step.event("wait_start", kind=pending.kind, until=pending.until, seconds=round(left, 1),
                    phase=pending.phase, iteration=pending.iteration, attempt=pending.attempt, reason=pending.reason)
         say(f"{label}: waiting {duration(left)}, until {_clock_time(pending.until)} ({pending.reason}); Ctrl-C or "
-            f"`genesis stop` ends the wait", "warn")
+            f"`{hint(step.cfg.project, 'stop')}` ends the wait", "warn")
         while True:
             remaining = pending.until - clock.wall()  # wall clock: a reset is a time of day, suspend or not
             if remaining <= 0:
@@ -225,22 +264,16 @@ def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | Non
                 how = "stopped"
                 say(f"{label}: the stop flag says false: the wait ends and the loop stops", "warn")
                 break
-            if tty:
-                sys.stderr.write(f"\r\033[K[genesis {time.strftime('%H:%M:%S')}] {label}: {duration(remaining)} "
-                                 f"left (until {_clock_time(pending.until)})")
-                sys.stderr.flush()
+            if tty:  # one line, rewritten in place; any other line said ends it first
+                progress(f"{label}: {duration(remaining)} left (until {_clock_time(pending.until)})")
             elif clock.mono() >= next_line:
                 next_line += PROGRESS_EVERY
                 say(f"{label}: {duration(remaining)} left, until {_clock_time(pending.until)}", "info")
             sleep(min(TTY_TICK, remaining))
     except _Stopped as exc:
-        for sig in old:
-            signal.signal(sig, signal.SIG_IGN)
         how, code = "interrupted", 128 + exc.signum
     finally:
-        if tty:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
+        end_line()  # the countdown keeps its last state, on a line of its own
         if code == exitcodes.OK:
             for sig, handler in old.items():
                 signal.signal(sig, handler)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from genesis.repo.gitcmd import GIT_TIMEOUT, GitFailed, GitRun, NotARepository, command_name, run_git
 
-__all__ = ["Fingerprint", "NotARepository", "fingerprint", "check_work_tree", "measuring_config"]
+__all__ = ["Fingerprint", "NotARepository", "fingerprint", "check_work_tree", "measuring_config", "file_digest"]
 
 HASH_LIMIT = 8 << 20       # untracked files larger than this are compared by size and mtime
 CHUNK = 1 << 16
@@ -110,25 +110,27 @@ def fingerprint(project: Path, excluded: list[str], timeout: float = GIT_TIMEOUT
     listing = git(["ls-files", "--others", "--exclude-standard", "-z", *specs]).stdout
     for rel in sorted(u for u in listing.split(b"\0") if u):
         h.update(rel + b"\0")
-        h.update(_file_digest(Path(project) / os.fsdecode(rel)))
+        h.update(file_digest(Path(project) / os.fsdecode(rel)))
     return Fingerprint(head, h.hexdigest())
 
 
-def _file_digest(path: Path) -> bytes:
+def file_digest(path: Path, limit: int = HASH_LIMIT) -> bytes:
+    """A file's content hash, never following a link or waiting on a FIFO; one larger than
+    limit is known by its size and modification time."""
     try:
         st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode):
             return b"link:" + os.fsencode(os.readlink(path))
         if not stat.S_ISREG(st.st_mode):
             return f"special:{stat.S_IFMT(st.st_mode)}".encode()
-        if st.st_size > HASH_LIMIT:
+        if st.st_size > limit:
             return f"big:{st.st_size}:{st.st_mtime_ns}".encode()
         # O_NONBLOCK and the check below: a file swapped for a FIFO is never waited on.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
         with os.fdopen(fd, "rb") as fh:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return b"unreadable"
-            h, left = hashlib.sha256(), HASH_LIMIT  # a file growing meanwhile is read no further
+            h, left = hashlib.sha256(), limit  # a file growing meanwhile is read no further
             while left > 0 and (chunk := fh.read(min(CHUNK, left))):
                 h.update(chunk)
                 left -= len(chunk)

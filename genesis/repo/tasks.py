@@ -1,41 +1,98 @@
-"""The project's task list, TASKS.md: its items read within a bound, open or ticked.
+"""The project's task list, TASKS.md: one grammar for every reader, read within a bound.
 
-One grammar for every reader: a list item (`-` or `*`) whose box is `[ ]` (open), `[?]`
-(done, awaiting review) or `[x]`/`[X]` (done).
+A task is a Markdown list item, bulleted (`-`, `*`, `+`) or numbered (`1.`, `1)`), at any
+indentation, whose first thing is a box: `[ ]` open, `[?]` done and awaiting review,
+`[x]` or `[X]` done. Anything else is not a task, and neither is an item inside a fenced
+code block (an example of the format is not work to do).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from genesis.store.atomicio import CorruptFile, TooLarge, read_bytes
 
-__all__ = ["TASKS_FILE", "MAX_TASKS_BYTES", "open_tasks", "done_tasks"]
+__all__ = ["TASKS_FILE", "MAX_TASKS_BYTES", "OPEN", "REVIEW", "DONE", "Task", "Tasks", "parse", "read_tasks",
+           "done_tasks", "marked"]
 
 TASKS_FILE = "TASKS.md"
 MAX_TASKS_BYTES = 4 << 20
 MAX_ITEM_CHARS = 300
-OPEN_RE = re.compile(rb"^\s*[-*] \[[ ?]\]", re.M)
-DONE_RE = re.compile(r"^\s*[-*] \[[xX]\]\s*(.+?)\s*$", re.M)
+OPEN, REVIEW, DONE = "open", "review", "done"
+STATES = {" ": OPEN, "?": REVIEW, "x": DONE, "X": DONE}
+BOXES = {OPEN: " ", REVIEW: "?", DONE: "x"}
+# The marker, the box, then a space or the line's end (`- [x]y` is not a task in Markdown either).
+ITEM_RE = re.compile(r"^[ \t]*(?:[-*+]|[0-9]{1,9}[.)])[ \t]+\[([ xX?])\](?=[ \t]|$)[ \t]*(.*?)[ \t]*$")
+FENCE_RE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
 
 
-def _read(project: Path) -> bytes | None:
+@dataclass(frozen=True)
+class Task:
+    state: str      # OPEN, REVIEW or DONE
+    text: str       # what follows the box, cut to MAX_ITEM_CHARS
+    line: int       # its line in the file, from 1
+
+
+@dataclass(frozen=True)
+class Tasks:
+    items: tuple[Task, ...]
+
+    def count(self, state: str) -> int:
+        return sum(1 for t in self.items if t.state == state)
+
+    def texts(self, state: str) -> frozenset[str]:
+        return frozenset(t.text for t in self.items if t.state == state and t.text)
+
+    def summary(self) -> str:
+        """`2 open, 1 awaiting review, 5 done`, for a status line."""
+        return f"{self.count(OPEN)} open, {self.count(REVIEW)} awaiting review, {self.count(DONE)} done"
+
+
+def _item(line: str) -> tuple[str, str] | None:
+    found = ITEM_RE.match(line)
+    return (STATES[found.group(1)], found.group(2)) if found else None
+
+
+def parse(text: str) -> Tasks:
+    """Every task of a TASKS.md text, in order."""
+    items, fence = [], ""
+    for n, line in enumerate(text.splitlines(), 1):
+        opened = FENCE_RE.match(line)
+        if opened:
+            mark = opened.group(1)
+            if not fence:
+                fence = mark
+            elif mark[0] == fence[0] and len(mark) >= len(fence):
+                fence = ""
+            continue
+        if fence:
+            continue
+        item = _item(line)
+        if item is not None:
+            items.append(Task(item[0], item[1][:MAX_ITEM_CHARS], n))
+    return Tasks(tuple(items))
+
+
+def read_tasks(project: Path) -> Tasks | None:
+    """The project's tasks; None without a readable TASKS.md (missing, too large, not a file)."""
     try:
-        return read_bytes(project / TASKS_FILE, MAX_TASKS_BYTES, follow_symlinks=True)
+        data = read_bytes(project / TASKS_FILE, MAX_TASKS_BYTES, follow_symlinks=True)
     except (OSError, CorruptFile, TooLarge):
         return None
-
-
-def open_tasks(project: Path) -> int | None:
-    """How many tasks of TASKS.md are open or await review; None without a readable TASKS.md."""
-    data = _read(project)
-    return None if data is None else len(OPEN_RE.findall(data))
+    return parse(data.decode("utf-8", "replace"))
 
 
 def done_tasks(project: Path) -> frozenset[str]:
-    """The ticked items of TASKS.md (their text, cut); none without a readable TASKS.md."""
-    data = _read(project)
-    if data is None:
-        return frozenset()
-    return frozenset(m.group(1)[:MAX_ITEM_CHARS] for m in DONE_RE.finditer(data.decode("utf-8", "replace")))
+    """The text of each done task (`[x]`); none without a readable TASKS.md."""
+    tasks = read_tasks(project)
+    return frozenset() if tasks is None else tasks.texts(DONE)
+
+
+def marked(line: str, state: str) -> str | None:
+    """The line with its task's box set to state; None if the line is not a task."""
+    found = ITEM_RE.match(line.rstrip("\r\n"))
+    if not found:
+        return None
+    return line[:found.start(1)] + BOXES[state] + line[found.end(1):]

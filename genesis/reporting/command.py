@@ -63,7 +63,7 @@ def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: 
             if not chosen:
                 raise UnknownRun(f"no Genesis run started since {time.strftime('%Y-%m-%d %H:%M', time.localtime(after))}")
         else:
-            chosen = [pick_run(led, run_id)]
+            chosen = [pick_run(led, run_id, project=layout.project)]
         nights = [night(led, rid, running=holder is not None and holder.run_id == rid,
                         incidents_dir=layout.incidents_dir, now=now) for rid in chosen]
         if html_file is not None:  # first: a page that cannot be written is said before any report

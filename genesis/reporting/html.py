@@ -11,6 +11,7 @@ import html
 import re
 import time
 
+from genesis.hints import hint
 from genesis.reporting.model import Night, PhaseRow
 from genesis.reporting.text import (between, clock, ending_line, iteration_cells, kpi_rows, label, lasted, outcome,
                                     phase_name, phase_names, stamp, summary_line, wait_span, where)
@@ -296,14 +297,14 @@ def _iterations(night: Night) -> str:
     return _table(headers, rows, numeric=(0, last - 5, last - 2, last - 1))
 
 
-def _forensics(text: str, incident_id: str) -> str:
+def _forensics(text: str, incident_id: str, project: str) -> str:
     if not text:
         return '<p class="muted">no forensics: the incident\'s file is gone</p>'
     text = "\n".join(sanitize(line, None) for line in text.split("\n"))
     cut = ""
     if len(text) > FORENSICS_LIMIT:
         cut = (f'<p class="muted cut">cut: {len(text) - FORENSICS_LIMIT:,} more characters; '
-               f'<code>genesis incidents show {_e(incident_id)}</code> prints it all</p>')
+               f'<code>{_e(hint(project, "incidents", "show", incident_id))}</code> prints it all</p>')
         text = text[:FORENSICS_LIMIT]
     return f"<pre>{_e(text)}</pre>{cut}"
 
@@ -376,8 +377,8 @@ def render_html(night: Night, now: float | None = None) -> str:
         blocks = [f'<details class="incident-record" id="incident-{_e(i.id)}"><summary><code>{_e(i.id)}</code> · '
                   f'{_e(clock(i.at))} · {_e(where(i.iteration, i.phase))} · '
                   f'<strong>{_e(ending_label(i.kind))}</strong>: {_line(i.reason)}</summary>'
-                  f'<p class="muted">in full: <code>genesis incidents show {_e(i.id)}</code></p>'
-                  f'{_forensics(i.forensics, i.id)}</details>' for i in night.incidents]
+                  f'<p class="muted">in full: <code>{_e(hint(night.project, "incidents", "show", i.id))}</code></p>'
+                  f'{_forensics(i.forensics, i.id, night.project)}</details>' for i in night.incidents]
         parts.append(_section("incidents", f"Incidents ({len(night.incidents)})", "\n".join(blocks)))
     if night.breaker_changes:
         rows = [[_e(clock(b.at)), _e(where(b.iteration, None) or "-"), _e(f"{b.before} → {b.after}"),

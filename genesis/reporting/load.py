@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis.health.incidents import UnknownIncident, read_incident
+from genesis.hints import hint
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.reporting import kpis
 from genesis.reporting.model import (AlertRow, BreakerChange, CommitRow, IncidentRow, IterationRow, Night, PhaseRow,
@@ -47,15 +48,17 @@ def run_events(layout: Layout, run_id: str, ledger: Ledger | None = None) -> lis
         return []
 
 
-def pick_run(led: Ledger, run_id: str | None, since: float | None = None) -> str:
-    """run_id if the ledger knows it, else the latest run (started at or after since)."""
+def pick_run(led: Ledger, run_id: str | None, since: float | None = None, project: Path | None = None) -> str:
+    """run_id if the ledger knows it, else the latest run (started at or after since); an
+    unknown run_id's error names the command that lists project's runs."""
     runs = led.runs(since)
     if not runs:
         raise UnknownRun(f"no Genesis run recorded in {led.path}" + (" since then" if since is not None else ""))
     if run_id is None:
         return runs[-1].run_id
     if run_id not in {r.run_id for r in led.runs()}:
-        raise UnknownRun(f"no run {run_id!r} in {led.path}; `genesis report --list` lists the runs")
+        listing = f"; `{hint(project, 'report', '--list')}` lists the runs" if project is not None else ""
+        raise UnknownRun(f"no run {run_id!r} in {led.path}{listing}")
     return run_id
 
 

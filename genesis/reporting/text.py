@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 
+from genesis.hints import hint
 from genesis.reporting.model import IterationRow, Kpis, Night, PhaseRow, WaitRow
 from genesis.words import LABELS, WAIT_LABELS, duration, ending_label, money, one_line, sanitize
 
@@ -195,13 +196,13 @@ def render_text(night: Night, width: int = 100) -> str:
 
     def section(title: str) -> None:
         console.print()
-        console.print(title)
+        console.print(title, soft_wrap=True)  # never broken inside the command a title may name
 
     # One line whatever the path's length: the line a user (or a script) looks for.
     console.print(f"Genesis run {night.run_id} · {one_line(night.project)}", soft_wrap=True)
     console.print(ending_line(night))
     if night.reason and not night.running:
-        console.print(one_line(night.reason))
+        console.print(one_line(night.reason), soft_wrap=True)  # one line: it may name a command to run
     console.print(summary_line(night))
     console.print()
     console.print(_iteration_table(night))
@@ -233,7 +234,8 @@ def render_text(night: Night, width: int = 100) -> str:
                                ": ".join(x for x in (where(w.iteration, w.phase), one_line(w.reason)) if x)]
                               for w in night.waits]))
     if night.incidents:
-        section(f"incidents ({len(night.incidents)}; `genesis incidents show ID` prints one in full)")
+        section(f"incidents ({len(night.incidents)}; `{hint(night.project, 'incidents', 'show', 'ID')}` prints one "
+                f"in full)")
         for i in night.incidents:
             console.print("  ".join(x for x in (i.id, clock(i.at), where(i.iteration, i.phase), ending_label(i.kind))
                                     if x))

@@ -21,10 +21,10 @@ import psutil
 
 from genesis.repo.gitcmd import GitFailed, NotARepository
 from genesis.status.view import Phase, Wait, build, layout_of
-from genesis.store.layout import state_dir_of
+from genesis.store.layout import Layout, state_dir_of
 from genesis.store.looplock import current_holder
 
-__all__ = ["Loop", "Scanner", "running_loops", "LOOP_SCRIPT", "MARKER", "SCAN_BUDGET"]
+__all__ = ["Loop", "Scanner", "running_loops", "running_layouts", "LOOP_SCRIPT", "MARKER", "SCAN_BUDGET"]
 
 LOOP_SCRIPT = "start-multi-agent-loop.sh"
 MARKER = "GENESIS_PROJECT_DIR"     # see markers_for(): every agent of a loop carries it
@@ -83,6 +83,17 @@ class Scanner:
 
 def running_loops(budget: float = SCAN_BUDGET) -> list[Loop]:
     return Scanner(budget).scan()
+
+
+def running_layouts(budget: float = SCAN_BUDGET) -> list[Layout]:
+    """Where the state of each loop running on this machine lives."""
+    found = []
+    for loop in running_loops(budget):
+        try:
+            found.append(layout_of(loop.project))
+        except (NotARepository, GitFailed, OSError):
+            continue  # gone since the scan
+    return found
 
 
 def _clues(deadline: float, clock: Callable[[], float]) -> Iterator[tuple[str, Path]]:

@@ -27,6 +27,7 @@ from rich.text import Text
 
 from genesis import exitcodes
 from genesis.health.heartbeat import BEFORE_TOOL, tool_event
+from genesis.hints import hint
 from genesis.repo.gitcmd import NotARepository
 from genesis.status.loops import Loop, Scanner
 from genesis.status.view import RECENT, Status, Totals, Wait, build, layout_of
@@ -94,6 +95,9 @@ class _View:
 
     def read(self, scan: bool = True) -> Frame:
         status = build(self.layout, now=self.clock(), recent=self.recent) if self.layout is not None else None
+        # A project whose loop is not running may not be the one the user meant (a status run
+        # from another folder): the loops that do run are looked for too.
+        scan = scan or (status is not None and not status.running)
         return Frame(status, tuple(self.scanner.scan(now=self.clock())) if scan else None)
 
     def draw(self, frame: Frame, watching: bool = False) -> RenderableType:
@@ -187,12 +191,13 @@ def _plain(console: Console, view: _View, interval: float) -> int:
 
 
 def _print(console: Console, renderable: RenderableType) -> None:
-    """Print; to a file or a pipe without the padding that ends table cells (plain lines)."""
+    """Print; to a file or a pipe without the padding that ends table cells (plain lines). Soft
+    wrap: a command shown whole stays one line, to be copied as it is (tables still fold)."""
     if console.is_terminal:
-        console.print(renderable)
+        console.print(renderable, soft_wrap=True)
         return
     with console.capture() as captured:
-        console.print(renderable)
+        console.print(renderable, soft_wrap=True)
     console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
@@ -241,7 +246,9 @@ def render(frame: Frame, now: float, mine: Path | None = None, listing: bool = F
         parts += _detail(frame.status, now)
     loops = frame.loops
     others = [lp for lp in loops or () if lp.project != mine]
-    if loops is not None and (listing or (watching and others)):
+    idle = frame.status is not None and not frame.status.running
+    never = idle and frame.status.last_run is None  # no loop ever ran here: which one did the user mean?
+    if loops is not None and (listing or never or (others and (watching or idle))):
         parts.append(Rule(Text(f"loops running on this machine: {len(loops)}"), style="dim", align="left"))
         parts.append(_loop_table(loops, now, mine) if loops else Text("no Genesis loop is running on this machine"))
     if watching:
@@ -269,6 +276,8 @@ def _detail(st: Status, now: float) -> list[RenderableType]:
     if st.wait is not None:
         grid.add_row("Wait", _wait(st.wait, now))
     grid.add_row("Breaker", _breaker(st, now))
+    if st.tasks:
+        grid.add_row("Tasks", Text(f"{st.tasks} (TASKS.md)"))
     if st.today is not None:
         grid.add_row("Today", _today(st.today))
     if st.note and (st.running or st.last_run is not None):  # else "Last run" says it
@@ -379,7 +388,8 @@ def _today(t: Totals) -> Text:
 
 
 def _loop_table(loops: Sequence[Loop], now: float, mine: Path | None) -> Group:
-    """One line each, cut at the terminal's edge: the project's name first, its path last."""
+    """One line each, cut at the terminal's edge: the project's name first, its path last; under
+    each other project's line, whole, the command that shows it."""
     names = [_safe(lp.project.name, 30) for lp in loops]
     width = max(len(n) for n in names)
     lines = []
@@ -389,6 +399,9 @@ def _loop_table(loops: Sequence[Loop], now: float, mine: Path | None) -> Group:
                              f"  pid {lp.pid or '?'}{up}  ", _doing(lp, now), "  ",
                              (_safe(_home(lp.project), 300), "dim"), no_wrap=True, overflow="ellipsis")
         lines.append(line)
+        if lp.project != mine:
+            lines.append(Text(f"    {_safe(hint(lp.project, 'status'), 600)}", style="dim", no_wrap=True,
+                              overflow="ignore"))
     return Group(*lines)
 
 

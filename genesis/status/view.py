@@ -11,13 +11,15 @@ from __future__ import annotations
 import math
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from genesis.config import default_layout as layout_of  # status reads only what never moves
+from genesis.hints import hint
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.breaker import BreakerState, retry_time
+from genesis.repo.tasks import read_tasks
 from genesis.store.atomicio import CorruptFile, read_json
 from genesis.store.layout import Layout
 from genesis.store.looplock import Holder, current_holder
@@ -134,6 +136,7 @@ class Status:
     today: Totals | None         # None: no ledger to count from
     last_run: LastRun | None     # the run shown (running or not); None when no run is recorded
     note: str = ""               # why something is missing: no run yet, a ledger that cannot be read
+    tasks: str = ""              # TASKS.md's tasks counted by state ("" without a readable TASKS.md)
 
 
 def midnight(now: float) -> float:
@@ -149,6 +152,11 @@ def build(layout: Layout, now: float | None = None, recent: int = RECENT, clock:
           holder: Any = _ASK) -> Status:
     """The status of layout's project at `now`. `holder`: the loop's lock holder when the
     caller has just asked the lock (None: no loop runs); by default the lock is asked here."""
+    tasks = read_tasks(layout.project)
+    return replace(_build(layout, now, recent, clock, holder), tasks=tasks.summary() if tasks is not None else "")
+
+
+def _build(layout: Layout, now: float | None, recent: int, clock: Callable[[], float], holder: Any) -> Status:
     now = clock() if now is None else now
     if holder is _ASK:
         holder = current_holder(layout.loop_lock, layout.loop_record)
@@ -203,8 +211,8 @@ def _from_ledger(layout: Layout, led: Ledger, holder: Holder | None, breaker: Br
             beat = _beat(layout, run_id, phase)
             health = _health(layout, run_id, phase)
         wait = _wait(layout, run_id)
-    lines = tuple(Line(e["epoch"], e["event"], describe(e)) for e in led.events(run_id, limit=recent, newest=True)
-                  ) if run_id and recent > 0 else ()
+    lines = tuple(Line(e["epoch"], e["event"], describe(e, layout.project))
+                  for e in led.events(run_id, limit=recent, newest=True)) if run_id and recent > 0 else ()
     pid = holder.pid if holder is not None else run.pid if run else None
     started = run.started if run else epoch_of(holder.started_at) if holder else None
     return Status(layout.project, now, holder is not None, run_id, pid, started, iteration, phase, beat, health,
@@ -310,9 +318,9 @@ def _where(e: dict[str, Any]) -> str:
     return " ".join(x for x in (f"iteration {it}" if isinstance(it, int) else "", str(phase) if phase else "") if x)
 
 
-def describe(e: dict[str, Any]) -> str:
+def describe(e: dict[str, Any], project: Path | None = None) -> str:
     """One event in a few words (the ledger's text is the loop's, or an agent's: the renderer
-    makes it safe to show)."""
+    makes it safe to show); project's, to name the command that shows more."""
     kind, where = e.get("event", "?"), _where(e)
     if kind == "loop_start":
         return f"loop started (pid {e.get('pid', '?')})"
@@ -348,8 +356,10 @@ def describe(e: dict[str, Any]) -> str:
             + (f": {e['reason']}" if e.get("reason") else "")
     if kind == "incident":
         ident = e.get("id") if isinstance(e.get("id"), str) else None
-        show = f"`genesis incidents show {ident}`" if ident else "`genesis incidents`"
-        return f"{where} incident recorded ({e.get('kind', '?')}): see {show}"
+        what = f"{where} incident recorded ({e.get('kind', '?')})"
+        if project is None:
+            return what + (f": {ident}" if ident else "")
+        return what + f": see `{hint(project, 'incidents', 'show', ident) if ident else hint(project, 'incidents')}`"
     if kind == "retry":
         return f"{where} to run again (retry {e.get('count', '?')}): {e.get('reason', '')}"
     if kind == "wait_start":
@@ -366,4 +376,8 @@ def describe(e: dict[str, Any]) -> str:
         return f"ended {_count(e.get('pids'))} leftover process(es) {e.get('when', '')}".rstrip()
     if kind == "tamper":
         return f"repaired: {e.get('what', '')}"
+    if kind == "stop_reason":
+        return f"stopping: {e.get('reason', '')}"
+    if kind == "hook_removed":
+        return f"the heartbeat hook was removed by the user from {e.get('path', '?')}: not put back"
     return f"{where}: {str(kind).replace('_', ' ')}" if where else str(kind).replace("_", " ")

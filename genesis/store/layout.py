@@ -97,6 +97,12 @@ class Layout:
         return self.state_dir / "user-untracked.json"
 
     @property
+    def leftovers_file(self) -> Path:
+        """What the last run held uncommitted that was not the user's, per path with its
+        content's digest: at the next start, those changes are the agent's (repo/ownership.py)."""
+        return self.state_dir / "leftovers.json"
+
+    @property
     def config_snapshot(self) -> Path:
         """The settings the running loop started with; edits to genesis.conf wait for the next start."""
         return self.state_dir / "config.json"
@@ -110,6 +116,11 @@ class Layout:
     def hook_record(self) -> Path:
         """Where the heartbeat hook was found working at start, to reinstall it there if it goes."""
         return self.state_dir / "hook.json"
+
+    @property
+    def hook_removal(self) -> Path:
+        """The user's `genesis hook uninstall` while the loop ran: respected, never undone."""
+        return self.state_dir / "hook-removed.json"
 
     def health_file(self, phase: str) -> Path:
         """The running phase's health snapshot, rewritten at every check."""
@@ -127,8 +138,13 @@ class Layout:
 
     @property
     def limit_file(self) -> Path:
-        """The usage limit met last and its reset: no agent is started again before it."""
+        """The usage limits met, each with its CLI, account and reset: that account's agent is
+        not started again before it (see loop/limits.py)."""
         return self.state_dir / "limit.json"
+
+    @property
+    def limit_lock(self) -> Path:
+        return self.state_dir / "limit.lock"
 
     @property
     def ledger_file(self) -> Path:

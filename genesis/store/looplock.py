@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from genesis.hints import hint
 from genesis.procs.proctree import identify
 from genesis.store.atomicio import CorruptFile, finite, read_json, write_json
 
@@ -42,10 +43,11 @@ class Holder:
 
 
 class Locked(RuntimeError):
-    def __init__(self, holder: Holder, path: Path):
+    def __init__(self, holder: Holder, path: Path, project: Path | None = None):
         if holder.pid and holder.alive():
+            stop = f"`{hint(project, 'stop')}` or " if project is not None else ""
             who = (f"pid {holder.pid} (run {holder.run_id}, started {holder.started_at} on {holder.host}); "
-                   f"stop it first (`genesis stop` or kill {holder.pid})")
+                   f"stop it first ({stop}kill {holder.pid})")
         elif holder.pid:
             who = (f"a step of the loop pid {holder.pid} (run {holder.run_id}), which is gone: its last phase "
                    f"is still being ended; try again in a moment")
@@ -83,8 +85,9 @@ PROBE_RETRIES = 5    # tries past a probe's momentary shared lock before a start
 PROBE_PAUSE = 0.02   # seconds between them
 
 
-def acquire(lock: Path, record: Path, fd: int, pid: int, run_id: str) -> Holder:
-    """Lock the loop's descriptor `fd` (open on `lock`) for good; Locked if another loop has it."""
+def acquire(lock: Path, record: Path, fd: int, pid: int, run_id: str, project: Path | None = None) -> Holder:
+    """Lock the loop's descriptor `fd` (open on `lock`) for good; Locked (naming how to stop the
+    other loop of project) if another loop has it."""
     if not _same_file(fd, lock):
         raise ValueError(f"descriptor {fd} is not the lock file {lock}")
     for attempt in range(PROBE_RETRIES + 1):
@@ -95,7 +98,7 @@ def acquire(lock: Path, record: Path, fd: int, pid: int, run_id: str) -> Holder:
             # current_holder() (a `genesis status --watch`, every second) holds a shared lock
             # for an instant to ask the kernel: that is not a loop. A loop holds it for good.
             if attempt == PROBE_RETRIES:
-                raise Locked(_read(record) or _unknown(), lock) from None
+                raise Locked(_read(record) or _unknown(), lock, project) from None
             time.sleep(PROBE_PAUSE)
 
     ident = identify(pid)

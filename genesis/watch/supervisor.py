@@ -35,7 +35,7 @@ from genesis.watch.agentlog import MIN_LOG_BYTES, AgentLog, OutputPump, Transcri
 from genesis.watch.cmdline import header_line, misfit, prompt_problem, too_big
 from genesis.watch.decide import End, Judgement, Observation, Rules, Verdict, begin, decide, this_runs
 from genesis.watch.heartdir import clear_planted, disk_full
-from genesis.watch.waits import STOP_SIGNALS, ExitWait, SignalWait
+from genesis.watch.waits import STOP_SIGNALS, ExitWait, SignalWait, honoured
 
 __all__ = ["AgentRun", "Limits", "Outcome", "Interrupted", "supervise"]
 
@@ -128,7 +128,8 @@ def supervise(run: AgentRun, limits: Limits, clock: Clock | None = None,
               note: Callable[[str], None] = lambda _msg: None,
               debug: Callable[[str], None] = lambda _msg: None) -> Outcome:
     """Run the agent to its end, or kill its whole tree when stuck, wedged, over time or interrupted;
-    either way end what it left behind. `note` gets what the user should hear, `debug` the rest."""
+    either way end what it left behind. `note` gets what the user should hear, `debug` the rest.
+    Interrupted, it returns with the stop signals ignored: the caller records the end, then exits."""
     return _Watcher(run, limits, clock or SystemClock(), note, debug).run()
 
 
@@ -149,6 +150,7 @@ class _Watcher:
         self.waiter: SignalWait | ExitWait | None = None
         self.found: dict[int, tuple[str, str]] = {}   # pid: (command line, why it is the agent's)
         self.late: list[tuple[int, int | None]] = []  # stop signals that came during the clean-up
+        self.stops = honoured()                # under nohup, a hangup is not a stop
 
     def run(self) -> Outcome:
         become_subreaper()
@@ -162,13 +164,18 @@ class _Watcher:
                            hookless=lim.hookless, enforce=lim.enforce, heartbeat_dir=str(run.heartbeat.parent),
                            phase=run.phase, iteration=run.iteration)
         self.state = begin(self.rules)  # what the decision carries from one check to the next
-        old = {s: signal.signal(s, _raise_once) for s in STOP_SIGNALS}
+        old = {s: signal.signal(s, _raise_once) for s in self.stops}
+        outcome: Outcome | None = None
         try:
-            return self._run()
+            outcome = self._run()
+            return outcome
         finally:
             self._close()
+            # Interrupted, the signals right behind the first (the loop forwards what it got, a
+            # closed terminal sends more) must not cut short the recording of the phase's end.
+            stopped = outcome is not None and outcome.status == "interrupted"
             for sig, handler in old.items():
-                signal.signal(sig, handler)
+                signal.signal(sig, signal.SIG_IGN if stopped else handler)
             if self.waiter is not None:
                 self.waiter.close()  # after the handlers: nothing is left pending by now
 
@@ -269,7 +276,7 @@ class _Watcher:
             due = min(next_check, deadline)
             if now < due:
                 got = self.waiter.wait(due - now)
-                if got is not None and got.si_signo in STOP_SIGNALS:
+                if got is not None and got.si_signo in self.stops:
                     stop = self._stop_signal(got)
                     if stop is not None:
                         return stop
@@ -389,7 +396,7 @@ class _Watcher:
         """A stop signal that came during the clean-up, from outside the agent's tree."""
         found = None
         for info in self.waiter.drain() if self.waiter else []:
-            if info.si_signo not in STOP_SIGNALS:
+            if info.si_signo not in self.stops:
                 continue
             ours, who = self._sender(info)
             if ours:
@@ -404,7 +411,7 @@ class _Watcher:
     def _end(self, end: End) -> Outcome:
         """Kill the tree unless the agent exited, sweep what is left, finish the log."""
         status, detail, signum, sender = end.status, end.detail, end.signum, end.sender
-        for sig in STOP_SIGNALS:  # from here a stop is recorded, never raised into the clean-up
+        for sig in self.stops:  # from here a stop is recorded, never raised into the clean-up
             signal.signal(sig, self._late_signal)
         kill, pid = None, self.proc.pid if self.proc else None
         if status in ("stuck", "overtime", "wedged") and self.run_.on_incident is not None:

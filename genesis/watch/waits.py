@@ -7,10 +7,17 @@ import select
 import signal
 import subprocess
 
-__all__ = ["STOP_SIGNALS", "SignalWait", "ExitWait", "ExitWatch"]
+__all__ = ["STOP_SIGNALS", "honoured", "SignalWait", "ExitWait", "ExitWatch"]
 
 # The user's stop: Ctrl-C, SIGTERM, or the terminal or SSH session closing (SIGHUP).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def honoured() -> tuple[signal.Signals, ...]:
+    """The stop signals this process acts on: a SIGHUP ignored when it starts (the loop runs
+    under nohup) stays ignored, as the user asked, so the terminal may go and the night go on."""
+    # SIGINT cannot tell the same: bash starts every background step with it ignored.
+    return tuple(s for s in STOP_SIGNALS if not (s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN))
 
 
 class SignalWait:

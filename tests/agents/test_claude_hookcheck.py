@@ -17,6 +17,7 @@ from genesis.agents.claude.hookcheck import BROKEN, MALFORMED, NOT_INSTALLED, WO
 from genesis.agents.claude.settings import hook_command, install
 from genesis.cli import cli
 from genesis.health.heartbeat import hook_script, read_heartbeat
+from genesis.hints import hint
 
 NOW = 1_800_000_000.0
 
@@ -73,7 +74,8 @@ class Box:
 def test_nothing_installed_is_not_installed_and_says_how_to_install(box):
     check = box.check()
     assert check.state == NOT_INSTALLED and not check.ok
-    assert "genesis hook install" in check.detail and str(box.settings("user")) in check.detail
+    assert f"run: {hint(box.project, 'hook', 'install', '--scope', 'local')} (for this project alone" in check.detail
+    assert str(box.settings("user")) in check.detail
     assert (check.scope, check.path, check.command) == (None, None, None)
 
 
@@ -127,7 +129,7 @@ def test_a_hook_whose_script_was_moved_away_is_broken_and_says_so(box):
     check = box.check()
     assert check.state == BROKEN and check.scope == "project"
     assert f"its script {moved} is missing" in check.detail
-    assert "genesis hook install --scope project" in check.detail
+    assert hint(box.project, "hook", "install", "--scope", "project") in check.detail
 
 
 def test_a_script_run_directly_that_is_not_executable_is_broken(box):
@@ -325,7 +327,8 @@ def test_status_with_a_malformed_settings_file_exits_2(box):
 
 def test_status_not_installed_exits_1(box):
     done = status(box.project)
-    assert done.exit_code == 1 and "not installed" in done.output and "genesis hook install" in done.output
+    assert done.exit_code == 1 and "not installed" in done.output
+    assert f"--project {box.project.resolve()} hook install --scope local" in done.output
 
 
 def test_status_leaves_no_test_heartbeat_or_temp_dir_behind(box, tmp_path, monkeypatch):

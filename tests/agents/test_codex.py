@@ -31,6 +31,7 @@ from genesis.agents.codex.hooks import hook_hash, trust_entries
 from genesis.agents.codex.stream import CodexReader, classify
 from genesis.agents.hook.settingsfile import SettingsError
 from genesis.agents.hook.spec import self_test_session
+from genesis.hints import hint
 from genesis.phases import Phase, Trigger
 
 FIXTURES = paths.FIXTURES / "codex"
@@ -388,7 +389,7 @@ def test_the_self_test_says_broken_when_codex_would_skip_the_hook_as_untrusted(t
     config.write_text(config.read_text().replace("trusted_hash", "# trusted_hash"))
     check = Codex().hook_check(project, env, state / "Builder.json")
     assert check.state == "broken" and "Codex skips it" in check.detail
-    assert "genesis hook install --agent codex" in check.detail
+    assert hint(project, "hook", "install", "--agent", "codex") in check.detail
 
 
 @pytest.mark.parametrize("fixture, event, tool", [("pre_tool_use-1.json", "PreToolUse", "Bash"),

@@ -20,6 +20,7 @@ from genesis.agents.opencode import OpenCode
 from genesis.agents.opencode.plugin import EVENTS, OPENCODE_HOOKS, config_dir, render
 from genesis.agents.opencode.stream import OpenCodeReader, classify, retry_after
 from genesis.health.heartbeat import hook_script, tool_event
+from genesis.hints import hint
 from genesis.phases import Phase, Trigger
 
 FIXTURES = paths.FIXTURES / "opencode"
@@ -114,7 +115,7 @@ def test_an_edited_plugin_fails_the_self_test_until_it_is_installed_again(tmp_pa
     OPENCODE_HOOKS.install(path, COMMAND, tmp_path / "state")
     path.write_text(path.read_text().replace("async ({ event }) => {", "async ({ event }) => {{"))  # no longer loads
     check = spec_self_test(OPENCODE_HOOKS, project, os.environ, heartbeat)
-    assert check.state == NOT_INSTALLED and "genesis hook install --agent opencode" in check.detail
+    assert check.state == NOT_INSTALLED and hint(project, "hook", "install", "--agent", "opencode") in check.detail
     assert OPENCODE_HOOKS.installed_events(path, COMMAND) == sorted(EVENTS)  # still ours: uninstall takes it
 
 
@@ -136,7 +137,7 @@ def test_the_self_test_plays_what_the_plugin_writes_through_the_installed_comman
     heartbeat.parent.mkdir(mode=0o700)
     env = {**os.environ, "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "run-opencode-check"}
     check = spec_self_test(OPENCODE_HOOKS, project, env, heartbeat)
-    assert check.state == NOT_INSTALLED and "genesis hook install --agent opencode" in check.detail
+    assert check.state == NOT_INSTALLED and hint(project, "hook", "install", "--agent", "opencode") in check.detail
     OPENCODE_HOOKS.install(OPENCODE_HOOKS.path(env), COMMAND, tmp_path / "state")
     check = spec_self_test(OPENCODE_HOOKS, project, env, heartbeat)
     assert check.state == WORKING, check.detail

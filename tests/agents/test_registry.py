@@ -15,6 +15,7 @@ from genesis.agents.hook.spec import GroupedHooks
 from genesis.config import ConfigError, resolve
 from genesis.health.heartbeat import hook_script, read_heartbeat
 from genesis.health.toollog import in_flight, pairs, read_tail
+from genesis.hints import hint
 
 
 @pytest.mark.parametrize("name", sorted(ADAPTERS))
@@ -68,7 +69,7 @@ def test_the_self_test_runs_the_installed_hook_and_names_what_is_wrong(tmp_path,
     heartbeat.parent.mkdir(mode=0o700)
     env = {**os.environ, "GENESIS_AGENT": "Builder", "GENESIS_RUN_ID": "run-registry"}
     check = spec_self_test(spec, project, env, heartbeat)
-    assert check.state == NOT_INSTALLED and "genesis hook install --agent mycli" in check.detail
+    assert check.state == NOT_INSTALLED and hint(project, "hook", "install", "--agent", "mycli") in check.detail
 
     path = spec.path(env)
     path.parent.mkdir()

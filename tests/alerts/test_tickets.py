@@ -4,12 +4,15 @@ is checked, the JSON round-trips, and no secret survives into a ticket's text.""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from dataclasses import replace
 
 import pytest
 
 from genesis.alerts.redact import MARK, redact
 from genesis.alerts.tickets import LIMIT_CAUSE, OUTAGE_CAUSE, Ticket, ticket_for
+from genesis.hints import hint
 
 AT = "2026-11-21T03:14:00Z"
 KEY = "sk-ant-api03-Zx9_kQ7-vB2mN4pL8rT1yW6uE3oI5aS0dF"
@@ -54,11 +57,28 @@ def test_an_incident_is_high_and_shares_the_health_tickets_cause():
         t = make("incident", iteration=2, phase="Criticizer", id="20261121T031400-Criticizer", kind=kind,
                  reason="no heartbeat for 900.0s", silent_for=912.0)
         assert (t.severity, t.cause, t.stall_minutes) == ("high", cause, 15.2)
-        assert "genesis incidents show 20261121T031400-Criticizer" in t.suggested_action
+        assert t.suggested_action.startswith(
+            f"`{hint('/home/me/src/myapp', 'incidents', 'show', '20261121T031400-Criticizer')}` says")
         assert "no heartbeat for 900.0s" in t.evidence
     # read back from the ledger, "id" is the event's row number: no incident id is made up from it
-    t = ticket_for({**event("incident", iteration=2, phase="Criticizer", kind="stuck"), "id": 41}, "p")
-    assert t.suggested_action == "read `genesis incidents`" and "41" not in t.evidence
+    t = ticket_for({**event("incident", iteration=2, phase="Criticizer", kind="stuck"), "id": 41}, "/p")
+    assert t.suggested_action == f"read `{hint('/p', 'incidents')}`" and "41" not in t.evidence
+
+
+@pytest.mark.fault(65)
+def test_every_command_a_ticket_suggests_acts_on_the_ticket_s_project():
+    tickets = [make("health", iteration=1, phase="Builder", classification="wedged", stall_score=1.0, reason="x"),
+               make("incident", iteration=2, phase="Builder", id="20261121T031400Z-Builder-i1", kind="stuck"),
+               make("phase_failed", iteration=2, phase="Builder", kind="stuck", retries=1, reason="x"),
+               make("recovery_spent", iteration=2, phase="Builder", retries=8),
+               make("iteration_end", iteration=7, progress=False, breaker="OPEN", no_progress=5, waited=False),
+               make("loop_end", reason="done", exit_code=0), make("loop_end", reason="breaker", exit_code=3)]
+    for t in tickets:
+        commands = re.findall(r"`([^`]*)`", t.suggested_action)
+        assert commands, t.suggested_action
+        for command in commands:
+            words = shlex.split(command)
+            assert words[words.index("--project") + 1] == "/home/me/src/myapp", command
 
 
 def test_phase_failed_is_high_and_recovery_spent_is_critical():

@@ -109,7 +109,7 @@ print(sum((p["port"], p["pid"]) == (int(sys.argv[2]), int(sys.argv[3]))
   run -3 "${LOOP}" --project "${PROJECT}" --max-iterations 5
   run -3 "${LOOP}" --project "${PROJECT}" --max-iterations 5
   assert_output --partial "circuit breaker is OPEN"
-  assert_output --partial "genesis breaker reset"
+  assert_output --regexp "reset it: [^ ]*genesis --project [^ ]*/project breaker reset"
   refute_output --partial -- "--- iteration 1 ---"
   rm "${PROJECT}/orchestrator/.circuit_breaker.json"
   run -3 "${LOOP}" --project "${PROJECT}" --max-iterations 5
@@ -148,7 +148,7 @@ AGENT
   fast_loop_env
   PATH="${BATS_TEST_TMPDIR}/bin:${PATH}" run -2 "${LOOP}" --project "${PROJECT}" --agent-cmd "claude -p" --max-iterations 1
   assert_output --partial "the heartbeat hook does not work (not_installed)"
-  assert_output --partial "genesis hook status"
+  assert_output --regexp "[^ ]*genesis --project [^ ]*/project hook status --agent claude"
   # Installed, but its script was moved away: broken, and refused too.
   mkdir "${BATS_TEST_TMPDIR}/moved"
   cp "${REPO_ROOT}/genesis/data/genesis-heartbeat.sh" "${BATS_TEST_TMPDIR}/moved/"

@@ -131,10 +131,12 @@ def test_the_readmes_real_use_steps_run_literally(claude, fast_stub, hermetic, t
 
     out = done.stdout
     assert done.returncode == 0, out  # the last step, the report, succeeded
-    # 1. The hook went into ~/.claude/settings.json and `hook status` says so.
-    settings = hermetic / ".claude" / "settings.json"
+    # 1. The hook went into the project's .claude/settings.local.json (the user's own Claude
+    # Code sessions untouched) and `hook status` says so.
+    settings = myapp / ".claude" / "settings.local.json"
     assert_hook_installed(settings)
-    assert f"user: installed in {settings}" in out
+    assert f"local: installed in {settings}" in out
+    assert not (hermetic / ".claude" / "settings.json").exists()
     assert "hook is not installed" not in out
     # 2-3. The loop ran the default phases on the task list: the Builder moved the task to
     # [?] in its commit, the Criticizer verified it, the Planner found nothing open, and the

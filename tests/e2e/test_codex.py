@@ -112,10 +112,11 @@ def test_a_usage_limit_beyond_the_longest_wait_stops_the_loop_with_its_reset(e2e
     e2e.env["GENESIS_MAX_LIMIT_WAIT"] = "30m"
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == exitcodes.USAGE_LIMIT, done.stdout
-    assert "Builder: usage limit: 'You’ve hit your usage limit. Upgrade to Pro" in done.stdout
+    assert "Builder: usage limit of codex (config " in done.stdout  # the CLI and the account it belongs to
+    assert "): 'You’ve hit your usage limit. Upgrade to Pro" in done.stdout
     assert "later than GENESIS_MAX_LIMIT_WAIT" in done.stdout
-    limit = json.loads((state_of(e2e.project) / "limit.json").read_text())
-    assert limit["resets_at"] == minute(resets) and not limit["guessed"]
+    limit = json.loads((state_of(e2e.project) / "limit.json").read_text())["limits"][0]
+    assert limit["resets_at"] == minute(resets) and not limit["guessed"] and limit["cli"] == "codex"
     assert [r["status"] for r in stub.requests if r["path"].endswith("/responses")] == [429]  # no retry
     assert e2e.leftovers() == []
 
@@ -126,7 +127,7 @@ def test_a_usage_limit_that_resets_now_is_waited_out_and_the_phase_runs_again(e2
     e2e.env["GENESIS_LIMIT_MARGIN_SECONDS"] = "0"
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == 0, done.stdout
-    assert "Builder: usage limit until" in done.stdout
+    assert "Builder: usage limit of codex (config " in done.stdout and ") until " in done.stdout
     assert "the agent said 'You’ve hit your usage limit" in done.stdout
     assert "Builder: finished" in done.stdout
     assert (e2e.project / "hello.txt").read_text() == "hello from the agent\n"

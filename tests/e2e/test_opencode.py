@@ -139,7 +139,7 @@ def test_a_rate_limit_that_outlasts_opencodes_retries_is_waited_out_and_the_phas
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == 0, done.stdout
     assert "the agent retries by itself (attempt 1 of 5" in done.stdout, done.stdout
-    assert "Builder: usage limit (rate_limit) until" in done.stdout
+    assert "Builder: usage limit (rate_limit) of opencode (config " in done.stdout and ") until " in done.stdout
     assert "the agent said 'Rate limit reached for stub-model" in done.stdout
     assert "Builder: finished" in done.stdout
     assert (e2e.project / "hello.txt").read_text() == "hello from the agent\n"
@@ -162,9 +162,10 @@ def test_a_limit_an_hour_away_ends_opencodes_wait_and_the_loop_stops_with_its_re
     asked = time.time()
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == exitcodes.USAGE_LIMIT, done.stdout
-    assert "Builder: usage limit (rate_limit): 'Rate limit reached for stub-model" in done.stdout
+    assert "Builder: usage limit (rate_limit) of opencode (config " in done.stdout
+    assert "): 'Rate limit reached for stub-model" in done.stdout
     assert "later than GENESIS_MAX_LIMIT_WAIT" in done.stdout
-    limit = json.loads((state_of(e2e.project) / "limit.json").read_text())
+    limit = json.loads((state_of(e2e.project) / "limit.json").read_text())["limits"][0]
     assert asked + 3600 <= limit["resets_at"] <= time.time() + 3600 and not limit["guessed"]
     ended = [(e["phase"], e["status"], e.get("ending")) for e in events_of(e2e.project) if e["event"] == "phase_end"]
     assert ended == [("Builder", "api_fatal", "limit")], ended

@@ -102,10 +102,12 @@ def test_a_quota_that_resets_after_the_longest_wait_stops_the_loop_with_its_rese
     e2e.env["GENESIS_MAX_LIMIT_WAIT"] = "30m"
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == exitcodes.USAGE_LIMIT, done.stdout
-    assert "Builder: usage limit (quota): 'Quota exhausted: Quota exceeded for this API key" in done.stdout
+    assert "Builder: usage limit (quota) of qwen (config " in done.stdout
+    assert "; key OPENAI_API_KEY#" in done.stdout and "sk-stub" not in done.stdout  # a fingerprint, never the key
+    assert "): 'Quota exhausted: Quota exceeded for this API key" in done.stdout
     assert "later than GENESIS_MAX_LIMIT_WAIT" in done.stdout
-    limit = json.loads((state_of(e2e.project) / "limit.json").read_text())
-    assert limit["resets_at"] == resets and not limit["guessed"]
+    limit = json.loads((state_of(e2e.project) / "limit.json").read_text())["limits"][0]
+    assert limit["resets_at"] == resets and not limit["guessed"] and limit["cli"] == "qwen"
     # Qwen gives up at once on a quota that names its reset (after its HTTP client's own quick tries).
     assert {r["status"] for r in stub.requests if r["path"].endswith("/chat/completions")} == {429}
     assert e2e.leftovers() == []

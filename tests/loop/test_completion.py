@@ -8,7 +8,7 @@ import pytest
 
 from genesis.loop.completion import is_done
 from genesis.phases import DoneRule, parse_done_rule
-from genesis.repo.tasks import open_tasks
+from genesis.repo.tasks import read_tasks
 
 PHASES = ["Builder", "Criticizer", "Planner"]
 
@@ -36,7 +36,7 @@ def test_tasks_are_done_only_after_a_planner_pass_with_nothing_open(tmp_path):
     assert not is_done(DoneRule("tasks"), tmp_path, PHASES, ["Builder", "Criticizer"], False, 6)[0]
     tasks(tmp_path, "x", "?")
     assert is_done(DoneRule("tasks"), tmp_path, PHASES, PHASES, False, 6) == \
-        (False, "1 task(s) open or awaiting review in TASKS.md")
+        (False, "0 task(s) open and 1 awaiting review in TASKS.md")
     tasks(tmp_path, "x", " ")  # what a Planner pass that added a task leaves
     assert not is_done(DoneRule("tasks"), tmp_path, PHASES, PHASES, False, 6)[0]
 
@@ -48,7 +48,7 @@ def test_without_a_planner_phase_the_task_list_alone_decides(tmp_path):
 
 def test_no_task_list_is_never_done_by_the_tasks_rule(tmp_path):
     assert is_done(DoneRule("tasks"), tmp_path, PHASES, PHASES, False, 1) == (False, "no TASKS.md")
-    assert open_tasks(tmp_path) is None
+    assert read_tasks(tmp_path) is None
 
 
 def test_a_phrase_counts_only_as_the_agents_said_it(tmp_path):

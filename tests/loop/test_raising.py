@@ -109,7 +109,7 @@ def test_a_full_disk_raises_a_disk_full_ticket_besides_the_events_own(project, m
     disk = tickets[0]
     assert disk.cause == "disk full" and disk.run_id == RUN
     assert str(step.layout.ledger_file) in disk.evidence and "1024 bytes free, 4096 needed" in disk.evidence
-    assert [kind for kind, msg in said if msg.startswith("not recorded in the ledger: iteration_end")] == ["error"]
+    assert [kind for kind, msg in said if msg.startswith("not recorded in the ledger: iteration end")] == ["error"]
 
 
 def test_a_full_disk_under_an_event_that_raises_nothing_still_raises_the_disk_full_ticket(project, monkeypatch):

@@ -78,7 +78,7 @@ def test_a_limit_is_waited_to_its_reset_plus_the_margin_then_known(step):
     assert (pending["kind"], pending["until"], pending["phase"], pending["iteration"]) == \
         ("limit", NOW + 3600 + 60, "Builder", 2)
     # Until the reset (and its margin) has passed, the limit is known: no agent is started.
-    assert known_limit(step, NOW + 3600 + 59) == limit
+    assert known_limit(step, NOW + 3600 + 59).limit == limit
     assert known_limit(step, NOW + 3600 + 60) is None
 
 

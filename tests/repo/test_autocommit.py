@@ -11,6 +11,7 @@ import sys
 import psutil
 import pytest
 from helpers.git import git
+from helpers.gitstates import conflicted_merge, stash_pop_conflict
 from helpers.procs import LISTEN, alive, free_port, listening
 from helpers.waits import wait_for
 
@@ -144,3 +145,41 @@ def test_a_failing_commit_says_why(project):
     result = commit(project, "work", [], push=False, run_hooks=True)
     assert not result.committed and result.error == "git commit failed: refused by the pre-commit hook"
     assert commit(project, "work", [], push=False).committed  # hooks off by default
+
+
+@pytest.mark.fault(58)
+@pytest.mark.parametrize("make", [conflicted_merge, stash_pop_conflict])
+def test_files_with_unresolved_conflicts_are_never_committed(project, make):
+    make(project)
+    merging = (project / ".git" / "MERGE_HEAD").exists()
+    head = git(project, "rev-parse", "HEAD")
+    (project / "agent.py").write_text("x = 1\n")
+    result = commit(project, "genesis: Builder, iteration 1 (finished)", [], push=False)
+    assert not result.committed
+    assert result.error.startswith("not committed: 1 file(s) have unresolved conflicts (f.txt), and committing "
+                                   "would record the conflict markers; resolve them and `git add` them")
+    assert git(project, "rev-parse", "HEAD") == head
+    assert (project / ".git" / "MERGE_HEAD").exists() == merging  # a merge is not concluded either
+    assert "UU f.txt" in git(project, "status", "--porcelain")
+    assert not commit(project, "work", [], push=False, only=["agent.py"]).committed
+
+
+def test_only_commits_those_paths_and_leaves_what_else_is_staged_staged(project):
+    (project / "gone.txt").write_text("x\n")
+    git(project, "add", "gone.txt")
+    git(project, "commit", "-qm", "to delete")
+    (project / "README.md").write_text("the agent's\n")
+    (project / "new.py").write_text("y = 1\n")
+    (project / "gone.txt").unlink()
+    (project / "staged.txt").write_text("the user's, staged\n")
+    git(project, "add", "staged.txt")
+    (project / "orchestrator" / "logs").mkdir(parents=True)
+    (project / "orchestrator" / "logs" / "x.log").write_text("log\n")
+    result = commit(project, "leftovers", ["/orchestrator/logs/"], push=False,
+                    only=["README.md", "new.py", "gone.txt", "orchestrator/logs/x.log"])
+    assert result.committed and not result.error
+    assert sorted(git(project, "show", "--format=", "--name-only", "HEAD").split()) == \
+        ["README.md", "gone.txt", "new.py"]
+    assert git(project, "status", "--porcelain", "--untracked-files=all").splitlines() == \
+        ["A  staged.txt", "?? orchestrator/logs/x.log"]
+    assert not commit(project, "again", [], push=False, only=["README.md"]).committed  # nothing left there

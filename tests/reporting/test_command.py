@@ -99,7 +99,7 @@ def test_run_id_picks_another_run_and_an_unknown_one_is_an_error(project):
     assert older.stdout.splitlines()[0] == header("run-a", project)
     unknown = invoke(project, "--run-id", "run-c")
     assert unknown.exit_code == 1
-    assert "run-c" in unknown.stderr and "genesis report --list" in unknown.stderr
+    assert "run-c" in unknown.stderr and f"--project {project.resolve()} report --list`" in unknown.stderr
     malformed = invoke(project, "--run-id", "../run-a")
     assert malformed.exit_code == 2 and "a run id is" in malformed.stderr
 

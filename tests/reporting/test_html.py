@@ -191,7 +191,7 @@ def test_incident_forensics_are_in_details_escaped_and_capped():
     doc = parse(render_html(typical_night()))
     details = section(doc, "incidents").one("details")
     assert details.one("pre").text() == "process tree:\n  1234 claude\n    1240 pytest -x  <- no output for 600s\n"
-    assert "genesis incidents show inc-0001" in details.words()
+    assert f"--project {typical_night().project} incidents show inc-0001" in details.words()
     huge = "</pre><script>alert(1)</script>" + "x" * 100_000
     night = dataclasses.replace(typical_night(), incidents=(IncidentRow("inc-9", at(32), 1, "Criticizer", "stuck", "r",
                                                                         forensics=huge),))
@@ -199,8 +199,8 @@ def test_incident_forensics_are_in_details_escaped_and_capped():
     assert "<script" not in page
     details = section(parse(page), "incidents").one("details")
     assert details.one("pre").text() == huge[:FORENSICS_LIMIT]
-    assert f"cut: {len(huge) - FORENSICS_LIMIT:,} more characters; genesis incidents show inc-9 prints it all" in \
-        details.words()
+    assert f"cut: {len(huge) - FORENSICS_LIMIT:,} more characters; " in details.words()
+    assert f"--project {night.project} incidents show inc-9 prints it all" in details.words()
 
 
 def test_the_tables_match_the_text_report():

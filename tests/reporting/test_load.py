@@ -349,8 +349,8 @@ def test_pick_run_takes_the_latest_or_the_one_named(tmp_path):
         assert pick_run(led, "first") == "first"
         assert pick_run(led, "first", since=at(30)) == "first"  # a named run is taken whenever it started
         assert pick_run(led, None, since=at(-10)) == "second"
-        with pytest.raises(UnknownRun, match="genesis report --list"):
-            pick_run(led, "third")
+        with pytest.raises(UnknownRun, match=f"`.* --project {tmp_path} report --list` lists the runs"):
+            pick_run(led, "third", project=tmp_path)
         with pytest.raises(UnknownRun, match="since then"):
             pick_run(led, None, since=at(120))
 

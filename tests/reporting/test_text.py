@@ -103,7 +103,7 @@ def test_tasks_commits_costs_waits_incidents_breaker_alerts():
     assert "usage limit" in waits and "02:08-05:13 (3h05m)" in waits
     assert "iteration 2 Builder: You've hit your 5-hour limit" in waits
     incidents = section(text, "incidents (1")
-    assert "genesis incidents show ID" in incidents
+    assert f"--project {typical_night().project} incidents show ID` prints one in full" in incidents
     assert "inc-0001 02:02 iteration 1 Criticizer stuck no heartbeat for 600s" in flat(incidents)
     assert "CLOSED -> HALF_OPEN (2 iterations without progress)" in section(text, "breaker changes")
     alerts = section(text, "alerts (1)")

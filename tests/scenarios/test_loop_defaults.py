@@ -75,7 +75,7 @@ def test_default_triggers_are_checked_just_before_each_phase(tasks_project):
     run_id = events_of(project)[0]["run_id"]
     planned = [s for s in subjects if s.startswith("genesis: Planner")]
     assert planned == [f"genesis: Planner, iteration {n} (finished) [run {run_id}]" for n in (5, 6)]
-    assert "Planner: skipped (its condition exited 1)" in done.stderr
+    assert "Planner: skipped (every 5 iterations; 5 task(s) open in TASKS.md)" in done.stderr
 
 
 def test_every_step_prints_on_stdout_only_what_the_loop_reads(tasks_project):

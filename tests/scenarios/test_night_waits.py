@@ -92,7 +92,7 @@ def test_a_limit_is_waited_for_and_genesis_stop_ends_the_wait_and_the_loop(night
     assert calls.read_text().splitlines() == ["Builder"]  # one call met the limit; none after it
     ended = of(project, "phase_end")[0]
     assert (ended["ending"], ended["limit"]["kind"]) == ("limit", "five_hour")
-    assert "usage limit (five_hour)" in out and "`genesis stop` ends the wait" in out
+    assert "usage limit (five_hour)" in out and f"--project {project.resolve()} stop` ends the wait" in out
     wait = of(project, "wait_start")[0]
     assert (wait["kind"], wait["phase"]) == ("limit", "Builder")
     assert wait["until"] == pytest.approx(ended["limit"]["resets_at"] + 60)

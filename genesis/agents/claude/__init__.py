@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from genesis.agents.base import Adapter, Ending, OutputReader, TextReader
 from genesis.agents.claude.hookcheck import self_test
 from genesis.agents.claude.messages import classify
-from genesis.agents.claude.settings import CLAUDE_HOOKS
+from genesis.agents.claude.settings import CLAUDE_HOOKS, user_settings_dir
 from genesis.agents.claude.stream import StreamReader
 
 if TYPE_CHECKING:
@@ -56,10 +56,15 @@ class ClaudeCode(Adapter):
     version = "2.1.329"
     prompt_on_stdin = True       # `claude -p` reads its prompt from stdin when none is given
     hook_required = True         # without the hook a healthy Claude Code looks stuck
+    home_var = "CLAUDE_CONFIG_DIR"
+    key_vars = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
 
     @property
     def hooks(self) -> "HookSpec":
         return CLAUDE_HOOKS
+
+    def home(self, env: "Mapping[str, str]") -> "Path":
+        return user_settings_dir(env)
 
     def hook_check(self, project: "Path", env: "Mapping[str, str]", heartbeat: "Path") -> "HookCheck":
         """Every settings scope Claude Code reads, and its switches."""

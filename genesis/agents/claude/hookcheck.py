@@ -21,6 +21,7 @@ from genesis.agents.claude.settings import (SCOPES, SCRIPT_NAME, SettingsError, 
                                             read_settings, settings_path)
 from genesis.agents.hook.selftest import (BROKEN, MALFORMED, NOT_INSTALLED, WORKING, HookCheck, HookCopy, Run, run_hook,
                                           why_not)
+from genesis.hints import hint
 
 __all__ = ["HookCheck", "HookCopy", "self_test", "WORKING", "NOT_INSTALLED", "BROKEN", "MALFORMED"]
 
@@ -134,8 +135,9 @@ def _claude_env(project: Path) -> Callable[[str], Mapping[str, str]]:
                             "CLAUDE_CODE_SESSION_ID": session}
 
 
-def _fix(scope: str) -> str:
-    return f"run: genesis hook install --scope {scope}" if scope != "managed" else "ask your administrator"
+def _fix(scope: str, project: Path) -> str:
+    return f"run: {hint(project, 'hook', 'install', '--scope', scope)}" if scope != "managed" else \
+        "ask your administrator"
 
 
 def self_test(project: Path, env: Mapping[str, str], heartbeat: Path, home: Path | None = None,
@@ -157,7 +159,7 @@ def self_test(project: Path, env: Mapping[str, str], heartbeat: Path, home: Path
         run = runs[command]
         only = "" if matcher in ("*", "") else f" (only for tools matching {matcher!r})"
         detail = (f"ran in {run.ms:.0f} ms and its heartbeat landed{only}" if run.landed
-                  else why_not(run, command, _fix(source.scope), heartbeat, timeout))
+                  else why_not(run, command, _fix(source.scope, project), heartbeat, timeout))
         copies.append(HookCopy(source.scope, source.path, command, run.landed, detail))
     return _verdict(copies, malformed, project, env, home)
 
@@ -184,5 +186,6 @@ def _verdict(copies: list[HookCopy], malformed: list[tuple[Path, str]], project:
     if not copies:
         files = ", ".join(str(settings_path(s, project, home, env)) for s in SCOPES)
         return HookCheck(NOT_INSTALLED, f"not installed: no {EVENT} hook runs {SCRIPT_NAME} in {files}; "
-                         f"run: genesis hook install", None, None, None)
+                         f"run: {hint(project, 'hook', 'install', '--scope', 'local')} (for this project "
+                         f"alone; without --scope, for every Claude Code session of yours)", None, None, None)
     return HookCheck(BROKEN, f"broken: {bad}", scope, path, command, tuple(copies))

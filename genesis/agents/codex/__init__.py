@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from genesis.agents.base import Adapter, OutputReader, TextReader
-from genesis.agents.codex.hooks import CODEX_HOOKS
+from genesis.agents.codex.hooks import CODEX_HOOKS, config_dir
 from genesis.agents.codex.stream import CodexReader
 from genesis.agents.hook.selftest import BROKEN, spec_self_test
+from genesis.hints import hint
 
 if TYPE_CHECKING:
     from genesis.agents.hook.selftest import HookCheck
@@ -47,6 +48,11 @@ class Codex(Adapter):
     prompt_on_stdin = True       # with no prompt after `--`, `codex exec` reads it from stdin
     hook_required = True         # without the hook a healthy Codex looks stuck
     hooks = CODEX_HOOKS
+    home_var = "CODEX_HOME"
+    key_vars = ("CODEX_API_KEY", "OPENAI_API_KEY")
+
+    def home(self, env: Mapping[str, str]) -> Path:
+        return config_dir(env)
 
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
         argv = tuple(argv)
@@ -85,6 +91,6 @@ class Codex(Adapter):
         return replace(check, state=BROKEN,
                        detail=f"broken: the hook in {check.path} runs, but Codex skips it: its trust in "
                               f"{CODEX_HOOKS.config(check.path)} is missing or for another version of it "
-                              f"({', '.join(missing)}); run: genesis hook install --agent codex, or trust it "
-                              f"in codex's /hooks")
+                              f"({', '.join(missing)}); run: {hint(project, 'hook', 'install', '--agent', 'codex')}, "
+                              f"or trust it in codex's /hooks")
 

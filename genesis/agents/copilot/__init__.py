@@ -15,10 +15,13 @@ import time
 from typing import TYPE_CHECKING
 
 from genesis.agents.base import MAX_RESULT_CHARS, Adapter, Ending, OutputReader, TextReader
-from genesis.agents.copilot.hooks import COPILOT_HOOKS
+from genesis.agents.copilot.hooks import COPILOT_HOOKS, config_dir
 from genesis.agents.copilot.stream import CopilotJsonReader, classify
 
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Mapping
+
     from genesis.phases import Phase
 
 __all__ = ["CopilotCli", "CopilotTextReader", "text_error", "option"]
@@ -98,6 +101,11 @@ class CopilotCli(Adapter):
     version = "1.0.102"
     hook_required = True         # without the hook a healthy Copilot CLI looks stuck
     hooks = COPILOT_HOOKS
+    home_var = "COPILOT_HOME"
+    key_vars = ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_PROVIDER_API_KEY")
+
+    def home(self, env: "Mapping[str, str]") -> "Path":
+        return config_dir(env)
 
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
         """Auto-approval and JSON output unless the user chose otherwise, then `-p`: the prompt

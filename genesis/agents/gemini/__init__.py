@@ -73,6 +73,11 @@ class GeminiCli(Adapter):
     version = "0.61.0"
     hook_required = True         # without the hook a healthy Gemini CLI looks stuck
     hooks = GEMINI_HOOKS
+    home_var = "GEMINI_CLI_HOME"
+    key_vars = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+
+    def home(self, env: Mapping[str, str]) -> Path:
+        return config_dir(env)
 
     def environment(self) -> dict[str, str]:
         return {"GEMINI_CLI_TRUST_WORKSPACE": "true"}

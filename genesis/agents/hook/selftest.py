@@ -24,6 +24,7 @@ from genesis.agents.hook.replace import SettingsError
 from genesis.agents.hook.settingsfile import read_settings
 from genesis.agents.hook.spec import SCRIPT_NAME, self_test_session
 from genesis.health.heartbeat import read_heartbeat
+from genesis.hints import hint
 from genesis.store.atomicio import write_text
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ def spec_self_test(spec: "HookSpec", project: Path, env: Mapping[str, str], hear
     """The self-test for a CLI with one hook file: find our hook there, run it, look for the beat."""
     project, heartbeat = Path(project).resolve(), Path(heartbeat)
     path = spec.path(env)
-    fix = f"run: genesis hook install --agent {spec.cli}"
+    fix = f"run: {hint(project, 'hook', 'install', '--agent', spec.cli)}"
     try:
         read_settings(path) if path.suffix == ".json" else None
     except SettingsError as exc:

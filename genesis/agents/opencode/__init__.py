@@ -9,9 +9,11 @@ and its provider are the user's (opencode.json, or `-m provider/model`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
 
 from genesis.agents.base import Adapter, OutputReader, TextReader
+from genesis.agents.hook.spec import home_dir
 from genesis.agents.opencode.plugin import OPENCODE_HOOKS
 from genesis.agents.opencode.stream import OpenCodeReader
 
@@ -40,6 +42,12 @@ class OpenCode(Adapter):
     prompt_on_stdin = True       # `opencode run` reads its message from stdin when given none
     hook_required = True         # without the plugin a healthy opencode looks stuck
     hooks = OPENCODE_HOOKS
+    home_var = "XDG_DATA_HOME"   # its logins are in $XDG_DATA_HOME/opencode/auth.json
+    key_vars = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY")
+
+    def home(self, env: Mapping[str, str]) -> Path:
+        base = Path(env["XDG_DATA_HOME"]) if env.get("XDG_DATA_HOME") else home_dir(env) / ".local" / "share"
+        return base / "opencode"
 
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
         """`run`, JSON events and every permission approved unless the user chose otherwise;

@@ -1,0 +1,98 @@
+"""The one TASKS.md grammar: every list form, every box, what is not a task, and the bounds."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from genesis.repo.tasks import DONE, MAX_TASKS_BYTES, OPEN, REVIEW, Task, done_tasks, marked, parse, read_tasks
+
+
+@pytest.mark.fault(69)
+@pytest.mark.parametrize("line, state, text", [
+    ("- [ ] a dash", OPEN, "a dash"),
+    ("* [ ] a star", OPEN, "a star"),
+    ("+ [ ] a plus", OPEN, "a plus"),
+    ("1. [ ] numbered", OPEN, "numbered"),
+    ("12) [ ] numbered with a parenthesis", OPEN, "numbered with a parenthesis"),
+    ("- [?] built, awaiting review", REVIEW, "built, awaiting review"),
+    ("* [?] a star awaiting review", REVIEW, "a star awaiting review"),
+    ("3. [?] a number awaiting review", REVIEW, "a number awaiting review"),
+    ("- [x] done", DONE, "done"),
+    ("- [X] done, upper case", DONE, "done, upper case"),
+    ("+ [x] a plus, done", DONE, "a plus, done"),
+    ("  - [ ] indented two", OPEN, "indented two"),
+    ("        * [?] indented eight", REVIEW, "indented eight"),
+    ("\t1. [x] after a tab", DONE, "after a tab"),
+    ("-   [ ]   wide   spacing  ", OPEN, "wide   spacing"),
+    ("- [ ]", OPEN, ""),
+])
+def test_every_item_form_is_a_task(line, state, text):
+    assert parse(f"# Tasks\n\n{line}\n").items == (Task(state, text, 3),)
+
+
+@pytest.mark.parametrize("line", [
+    "[ ] a box without a list marker",
+    "-[ ] no space after the marker",
+    "- [x]done with no space after the box",
+    "- [-] a box Genesis does not know",
+    "- [ x] a box with two characters",
+    "- plain item",
+    "1.[ ] no space after the number",
+    "a. [ ] a letter is no number",
+    "> - [ ] a quote",
+    "- text then [ ] a box",
+])
+def test_what_is_not_a_task(line):
+    assert parse(f"{line}\n").items == ()
+
+
+def test_counts_texts_and_a_summary_over_a_mixed_list():
+    tasks = parse("# Tasks\n- [x] one\n* [?] two\n1. [ ] three\n   + [ ] three, part a\n2) [X] four\n")
+    assert (tasks.count(OPEN), tasks.count(REVIEW), tasks.count(DONE)) == (2, 1, 2)
+    assert tasks.texts(DONE) == {"one", "four"}
+    assert [t.line for t in tasks.items] == [2, 3, 4, 5, 6]
+    assert tasks.summary() == "2 open, 1 awaiting review, 2 done"
+
+
+def test_items_in_a_fenced_code_block_are_examples_not_tasks():
+    text = ("# Tasks\nFormat:\n```markdown\n- [ ] an example\n```\n- [ ] real\n"
+            "~~~~\n* [?] another example\n```\nstill inside the tilde fence\n~~~~\n1. [x] real too\n")
+    assert [(t.state, t.text) for t in parse(text).items] == [(OPEN, "real"), (DONE, "real too")]
+
+
+def test_windows_line_endings_and_a_long_item():
+    tasks = parse("- [ ] crlf\r\n- [x] " + "y" * 1000 + "\r\n")
+    assert [t.text for t in tasks.items] == ["crlf", "y" * 300]
+
+
+def test_read_tasks_is_none_without_a_readable_file(tmp_path):
+    assert read_tasks(tmp_path) is None and done_tasks(tmp_path) == frozenset()
+    (tmp_path / "TASKS.md").mkdir()
+    assert read_tasks(tmp_path) is None
+    (tmp_path / "TASKS.md").rmdir()
+    os.mkfifo(tmp_path / "TASKS.md")  # never waited on
+    assert read_tasks(tmp_path) is None
+
+
+def test_a_task_list_over_the_bound_is_not_read(tmp_path):
+    with open(tmp_path / "TASKS.md", "wb") as fh:
+        fh.truncate(MAX_TASKS_BYTES + 1)
+    assert read_tasks(tmp_path) is None
+
+
+def test_read_tasks_and_done_tasks(tmp_path):
+    (tmp_path / "TASKS.md").write_bytes(b"* [x] shipped\n1. [ ] next \xff\n")
+    assert read_tasks(tmp_path).summary() == "1 open, 0 awaiting review, 1 done"
+    assert done_tasks(tmp_path) == {"shipped"}
+
+
+@pytest.mark.parametrize("line, state, new", [
+    ("- [ ] a\n", REVIEW, "- [?] a\n"),
+    ("  12) [?] b\r\n", DONE, "  12) [x] b\r\n"),
+    ("* [X] c", OPEN, "* [ ] c"),
+    ("plain\n", DONE, None),
+])
+def test_marked_sets_a_box_and_keeps_the_rest_of_the_line(line, state, new):
+    assert marked(line, state) == new

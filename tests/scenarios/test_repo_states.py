@@ -1,0 +1,264 @@
+"""The edges of a night in the repository, through the real loop script: a phase interrupted
+in a real terminal (Ctrl-C, the terminal closed) or by SIGTERM has its partial work committed
+as the agent's; what a run could not commit is the agent's at the next start, never the
+user's; and a half-done merge, a paused rebase or a detached HEAD is refused by name."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers.agent import script
+from helpers.git import git
+from helpers.gitstates import conflicted_merge, detached, paused_rebase
+from helpers.loop import LOOP, loop_env, run_loop
+from helpers.procs import alive
+from helpers.state import events_of
+from helpers.waits import wait_for
+
+# Edits a tracked file, deletes one, adds one, then works on (sleeps) until it is stopped.
+INTERRUPTED = r"""#!/usr/bin/env bash
+echo "the agent's edit" >>README.md
+rm -f old.txt
+echo "half done" >agent-work.txt
+echo $$ >"$AGENT_MARK"
+exec sleep 300
+"""
+QUICK = "#!/bin/sh\necho \"work of $GENESIS_RUN_ID\" >>quick.txt\n"
+FAST = dict(GENESIS_PHASES="Builder", HEARTBEAT_STALE_SECONDS="120", HEARTBEAT_COUNT_OUTPUT="true")
+INTERRUPTED_SUBJECT = "genesis: Builder, iteration 1 (ended: interrupted, killed; partial work) [run "
+
+
+@pytest.fixture
+def night(project: Path, tmp_path: Path):
+    """The project with a file the agent deletes and a note of the user's; the agents' scripts."""
+    git(project, "config", "user.name", "Agent")
+    git(project, "config", "user.email", "agent@example.invalid")
+    (project / "old.txt").write_text("old\n")
+    git(project, "add", "old.txt")
+    git(project, "commit", "-qm", "a file the agent deletes")
+    (project / "notes.txt").write_text("the user's own notes, never committed\n")
+    return {"interrupted": script(tmp_path / "interrupted.sh", INTERRUPTED),
+            "quick": script(tmp_path / "quick.sh", QUICK), "mark": tmp_path / "agent.pid"}
+
+
+def subjects(project: Path) -> list[str]:
+    return git(project, "log", "--format=%s").splitlines()
+
+
+def files_of(project: Path, rev: str = "HEAD") -> list[str]:
+    return sorted(git(project, "show", "--format=", "--name-only", rev).split())
+
+
+def loop_end(project: Path) -> dict | None:
+    return next((e for e in events_of(project) if e["event"] == "loop_end"), None)
+
+
+def assert_interrupted_work_committed(project: Path) -> None:
+    assert subjects(project)[0].startswith(INTERRUPTED_SUBJECT)
+    assert files_of(project) == ["README.md", "agent-work.txt", "old.txt"]
+    assert git(project, "status", "--porcelain", "--untracked-files=all").strip() == "?? notes.txt"
+
+
+def assert_restart_is_clean(project: Path, quick: Path) -> None:
+    """A restart is not refused (nothing is "yours" but the notes), and goes on as usual."""
+    done = run_loop(project, "--agent-cmd", str(quick), "--max-iterations", "1", env=loop_env(**FAST))
+    assert done.returncode == 0, done.stderr
+    assert "uncommitted changes of yours" not in done.stderr
+    assert "untracked file(s) of yours are left out of every auto-commit: notes.txt\n" in done.stderr
+    assert subjects(project)[0].startswith("genesis: Builder, iteration 1 (finished)")
+    assert "notes.txt" not in git(project, "log", "--format=", "--name-only")
+
+
+class Terminal:
+    """A tmux server of the test's own (its own socket) running one command in one pane."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.socket = f"genesis-repo-{uuid.uuid4().hex[:12]}"
+        self.env = {k: v for k, v in env.items() if k != "TMUX"}
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True,
+                              timeout=10, env=self.env).stdout
+
+    def run(self, command: str) -> None:
+        self("new-session", "-d", "-s", "night", "-x", "160", "-y", "40", command)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10, env=self.env)
+
+
+@pytest.fixture
+def terminal():
+    made: list[Terminal] = []
+
+    def make(env: dict[str, str]) -> Terminal:
+        made.append(Terminal(env))
+        return made[-1]
+
+    yield make
+    for term in made:
+        term.close()
+
+
+def in_terminal(terminal, project: Path, night: dict, tmp_path: Path, **extra: str) -> tuple[Terminal, Path]:
+    """The loop started in a real terminal as a user types it, its output to a file; the
+    file its exit status is written to when it ends."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    rc = tmp_path / "rc"
+    env = loop_env(AGENT_MARK=str(night["mark"]), **FAST, **extra)
+    term = terminal(env)
+    line = shlex.join(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(night["interrupted"]),
+                       "--max-iterations", "1"])
+    term.run(f"{line} >{shlex.quote(str(tmp_path / 'night.log'))} 2>&1; echo $? >{shlex.quote(str(rc))}")
+    wait_for(lambda: night["mark"].exists() and night["mark"].read_text().strip(), timeout=60,
+             what="the agent to start its work")
+    return term, rc
+
+
+@pytest.mark.fault(56)
+def test_ctrl_c_in_the_terminal_mid_phase_commits_the_work_as_the_agents_labelled_interrupted(
+        project, night, terminal, tmp_path):
+    term, rc = in_terminal(terminal, project, night, tmp_path)
+    term("send-keys", "-t", "night", "C-c")
+    wait_for(lambda: rc.exists() and rc.read_text().strip(), timeout=60, what="the loop to end")
+    assert rc.read_text().strip() == "130", (tmp_path / "night.log").read_text()
+    assert_interrupted_work_committed(project)
+    assert loop_end(project)["exit_code"] == 130
+    assert not alive(int(night["mark"].read_text()))
+    assert_restart_is_clean(project, night["quick"])
+
+
+@pytest.mark.fault(56)
+def test_the_terminal_closed_while_the_interrupted_work_is_being_committed_does_not_cut_it_short(
+        project, night, terminal, tmp_path):
+    committing = tmp_path / "committing"
+    # A slow commit: the repository's own pre-commit hook, run because asked.
+    script(project / ".git" / "hooks" / "pre-commit", f"#!/bin/sh\ntouch {shlex.quote(str(committing))}\nsleep 2\n")
+    term, _ = in_terminal(terminal, project, night, tmp_path, GENESIS_GIT_HOOKS="true")
+    term("send-keys", "-t", "night", "C-c")
+    wait_for(committing.exists, timeout=60, what="the commit to be under way")
+    term("kill-server")  # and then the terminal goes: SIGHUP to the loop and its step
+    wait_for(lambda: loop_end(project) is not None, timeout=60, what="the loop to record its end")
+    assert loop_end(project)["exit_code"] == 130
+    assert_interrupted_work_committed(project)
+    work = [e for e in events_of(project) if e["event"] == "phase_work"]
+    assert [c["subject"] for c in work[0]["commits"]] == [subjects(project)[0]]
+    log = (tmp_path / "night.log").read_text()
+    assert "Builder: committed " in log and "could not record" not in log
+
+
+@pytest.mark.fault(56)
+def test_a_closed_terminal_mid_phase_commits_the_work_as_the_agents(project, night, terminal, tmp_path):
+    term, _ = in_terminal(terminal, project, night, tmp_path)
+    term("kill-server")  # the terminal goes: SIGHUP to what runs in it
+    wait_for(lambda: loop_end(project) is not None, timeout=60, what="the loop to record its end")
+    assert loop_end(project)["exit_code"] == 129
+    assert_interrupted_work_committed(project)
+    assert_restart_is_clean(project, night["quick"])
+
+
+@pytest.mark.fault(56)
+def test_sigterm_to_the_loop_mid_phase_commits_the_work_as_the_agents(project, night, procs):
+    loop = procs(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(night["interrupted"]),
+                  "--max-iterations", "1"], env=loop_env(AGENT_MARK=str(night["mark"]), **FAST),
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: night["mark"].exists() and night["mark"].read_text().strip(), timeout=60, what="the agent")
+    loop.send_signal(signal.SIGTERM)
+    assert loop.wait(timeout=60) == 143
+    assert_interrupted_work_committed(project)
+    assert_restart_is_clean(project, night["quick"])
+
+
+@pytest.mark.fault(57)
+@pytest.mark.parametrize("why", ["auto-commit off", "a commit that failed"])
+def test_work_a_night_left_uncommitted_is_the_agents_at_the_next_start(project, night, why):
+    if why == "auto-commit off":
+        first = loop_env(AUTO_COMMIT="false", **FAST)
+    else:  # the repository's own pre-commit hook, run because asked, refuses every commit
+        hook = project / ".git" / "hooks" / "pre-commit"
+        script(hook, "#!/bin/sh\necho 'lint failed' >&2\nexit 1\n")
+        first = loop_env(GENESIS_GIT_HOOKS="true", **FAST)
+    done = run_loop(project, "--agent-cmd", str(night["quick"]), "--max-iterations", "1", env=first)
+    assert done.returncode == 0, done.stderr
+    assert why == "auto-commit off" or "Builder: git commit failed: lint failed" in done.stderr
+    assert subjects(project)[0] == "a file the agent deletes"
+    (project / "mine.txt").write_text("the user's, made in the morning\n")
+    done = run_loop(project, "--agent-cmd", str(night["quick"]), "--max-iterations", "1", env=loop_env(**FAST))
+    assert done.returncode == 0, done.stderr
+    first = subjects(project)[1]
+    assert first.startswith("genesis: work left uncommitted by run ")
+    assert "(at its end: reached GENESIS_MAX_ITERATIONS=1) [run " in first
+    assert files_of(project, "HEAD~1") == ["quick.txt"]
+    assert "untracked file(s) of yours are left out of every auto-commit: mine.txt, notes.txt" in done.stderr
+    assert not [line for line in done.stderr.splitlines() if "of yours" in line and "quick.txt" in line]
+
+
+@pytest.mark.fault(57)
+def test_work_of_a_loop_killed_with_its_watcher_is_the_agents_at_the_next_start(project, night, procs):
+    both = script(night["quick"].parent / "two.sh", r"""#!/usr/bin/env bash
+if [ "$GENESIS_AGENT" = Builder ]; then echo "built" >built.txt; exit 0; fi
+echo $$ >"$AGENT_MARK"
+exec sleep 300
+""")
+    env = loop_env(AGENT_MARK=str(night["mark"]), AUTO_COMMIT="false", GENESIS_PHASES="Builder Planner",
+                   PHASE_Planner_TRIGGER="always", HEARTBEAT_STALE_SECONDS="120", HEARTBEAT_COUNT_OUTPUT="true")
+    loop = procs(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(both), "--max-iterations", "1"],
+                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_for(lambda: night["mark"].exists() and night["mark"].read_text().strip(), timeout=60, what="the Planner")
+    os.killpg(loop.pid, signal.SIGKILL)  # the loop and its watcher, with no chance to clean up
+    os.kill(int(night["mark"].read_text()), signal.SIGKILL)  # the agent, in a session of its own
+    loop.wait(timeout=10)
+    assert loop_end(project) is None
+    done = run_loop(project, "--agent-cmd", str(night["quick"]), "--max-iterations", "1", env=loop_env(**FAST))
+    assert done.returncode == 0, done.stderr
+    assert "(when Planner started, iteration 1) [run " in subjects(project)[1]
+    assert files_of(project, "HEAD~1") == ["built.txt"]
+
+
+@pytest.mark.fault(58)
+def test_a_merge_with_conflicts_is_refused_even_with_allow_dirty_and_nothing_is_committed(project, night):
+    conflicted_merge(project)
+    head = git(project, "rev-parse", "HEAD")
+    done = run_loop(project, "--agent-cmd", str(night["quick"]), "--max-iterations", "1", "--allow-dirty",
+                    env=loop_env(**FAST))
+    assert done.returncode == 2
+    assert f"a merge is in progress in {project}" in done.stderr
+    assert f"git -C {shlex.quote(str(project))} merge --abort" in done.stderr
+    assert git(project, "rev-parse", "HEAD") == head
+    assert (project / ".git" / "MERGE_HEAD").exists() and "UU f.txt" in git(project, "status", "--porcelain")
+    assert not (project / "quick.txt").exists()
+
+
+@pytest.mark.fault(59)
+def test_a_paused_rebase_is_refused_and_nothing_lands_in_it(project, night):
+    paused_rebase(project)
+    head = git(project, "rev-parse", "HEAD")
+    done = run_loop(project, "--agent-cmd", str(night["quick"]), "--max-iterations", "1", env=loop_env(**FAST))
+    assert done.returncode == 2
+    assert f"a rebase is in progress in {project}" in done.stderr
+    assert f"git -C {shlex.quote(str(project))} rebase --continue" in done.stderr
+    assert git(project, "rev-parse", "HEAD") == head and not (project / "quick.txt").exists()
+
+
+@pytest.mark.fault(60)
+def test_a_detached_head_is_refused_then_allowed_with_allow_detached(project, night):
+    sha = detached(project)
+    done = run_loop(project, "--agent-cmd", str(night["quick"]), "--max-iterations", "1", env=loop_env(**FAST))
+    assert done.returncode == 2
+    assert f"HEAD is detached (at {sha}, on no branch)" in done.stderr
+    assert "switch -c genesis-night" in done.stderr and "--allow-detached" in done.stderr
+    assert git(project, "rev-parse", "--short", "HEAD").strip() == sha
+    done = run_loop(project, "--agent-cmd", str(night["quick"]), "--max-iterations", "1", "--allow-detached",
+                    env=loop_env(**FAST))
+    assert done.returncode == 0, done.stderr
+    assert "--allow-detached was given: the night's commits belong to no branch" in done.stderr
+    assert subjects(project)[0].startswith("genesis: Builder, iteration 1 (finished)")
+    assert git(project, "rev-parse", "--short", "HEAD~1").strip() == sha
