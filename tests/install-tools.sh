@@ -42,12 +42,17 @@ case "${1:-}" in
     ;;
 esac
 
-# Each in its own folder: npm prunes what a later `npm install --no-save` did not name.
+# Each in its own folder: npm prunes what a later `npm install --no-save` did not name. A
+# package's install script may start its CLI, which writes its config and cache folders: those
+# are pointed into .tools/, never at the user's (XDG_*, the CLIs' own variables).
 npm_into() {
-  local dir="$1"
+  local dir="$1" home="${PWD}/.tools/install-home"
   shift
-  mkdir -p "${dir}"
-  (cd "${dir}" && npm install --no-save --no-audit --no-fund --no-update-notifier --loglevel=error "$@")
+  mkdir -p "${dir}" "${home}"
+  (cd "${dir}" && env -u OPENCODE_CONFIG_DIR -u OPENCODE_CONFIG -u COPILOT_HOME -u CODEX_HOME -u QWEN_HOME \
+    -u GEMINI_CLI_HOME -u CLAUDE_CONFIG_DIR XDG_CONFIG_HOME="${home}/config" XDG_DATA_HOME="${home}/data" \
+    XDG_STATE_HOME="${home}/state" XDG_CACHE_HOME="${home}/cache" \
+    npm install --no-save --no-audit --no-fund --no-update-notifier --loglevel=error "$@")
 }
 
 mkdir -p .tools
