@@ -4,7 +4,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 from click.testing import CliRunner
 from helpers import paths

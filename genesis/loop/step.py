@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Callable
 
 from genesis.agents import adapter_of
-from genesis.config import KNOBS, Config
+from genesis.config import Config
 from genesis.ledger.legacy import import_events
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.raising import raise_ticket
 from genesis.procs.markers import markers_for
 from genesis.store.atomicio import DiskFull
-from genesis.store.layout import Layout, state_dir_of
+from genesis.store.layout import Layout
 from genesis.words import details
 
 __all__ = ["Step", "StepFailed", "agent_env", "is_claude", "reads_prompt_from_stdin", "ledger_of"]

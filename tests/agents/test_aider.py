@@ -6,7 +6,6 @@ of the Chat Completions API answering with each provider error.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from helpers import paths

@@ -7,7 +7,6 @@ import calendar
 import json
 import re
 import time
-from pathlib import Path
 
 import pytest
 from helpers import paths

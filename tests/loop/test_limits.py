@@ -16,33 +16,16 @@ import pytest
 from genesis import exitcodes
 from genesis.agents import adapter_named
 from genesis.agents.base import Account, Limit, key_fingerprint
-from genesis.config import layout_for, resolve
 from genesis.hints import hint
 from genesis.loop import limits
 from genesis.loop.limits import Remembered
 from genesis.loop.step import Step
 from genesis.loop.waiting import known_limit, plan_limit, whose
-from genesis.store.layout import private_dir
 
 RUN = "run-limits"
 NOW = 1_800_000_000.0
 WEEKLY = Limit(NOW + 3 * 86400, "seven_day", "You've hit your weekly limit · resets Nov 25, 10:28pm (UTC)")
 SHORT = Limit(NOW + 3600, "five_hour", "You've hit your 5-hour limit · resets 5:13am (UTC)")
-
-
-@pytest.fixture
-def said() -> list[tuple[str, str]]:
-    return []
-
-
-@pytest.fixture
-def step(project: Path, said):
-    cfg = resolve(project, env={})
-    lay = layout_for(cfg)
-    private_dir(lay.state_dir)
-    made = Step(cfg, lay, RUN, lambda msg, kind="info": said.append((kind, msg)))
-    made.event("loop_start")
-    return made
 
 
 def claude_with(**env: str):

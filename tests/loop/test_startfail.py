@@ -11,31 +11,15 @@ from pathlib import Path
 import pytest
 
 from genesis import exitcodes
-from genesis.config import layout_for, resolve
+from genesis.config import resolve
 from genesis.loop.preflight import root_problem
 from genesis.loop.startfail import QUICK, START_FAILURES, Streak, failed_to_start, spares_breaker, \
     stop_if_it_cannot_start, streak
 from genesis.loop.step import Step
-from genesis.store.layout import private_dir
 
 RUN = "run-startfail"
 ROOT = "the agent exited with status 1; its last line: --dangerously-skip-permissions cannot be used with root/sudo " \
        "privileges for security reasons"
-
-
-@pytest.fixture
-def said() -> list[tuple[str, str]]:
-    return []
-
-
-@pytest.fixture
-def step(project: Path, said):
-    cfg = resolve(project, env={})
-    lay = layout_for(cfg)
-    private_dir(lay.state_dir)
-    made = Step(cfg, lay, RUN, lambda msg, kind="info": said.append((kind, msg)))
-    made.event("loop_start")
-    return made
 
 
 def end(step: Step, iteration: int, detail: str = ROOT, duration: float = 0.4, status: str = "exited",

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from genesis import exitcodes
 from genesis.agents.base import ApiError, Limit
-from genesis.config import layout_for, resolve
 from genesis.loop import breaker
 from genesis.loop.step import Step
 from genesis.loop.waiting import JITTER, backoff, known_limit, plan_cooldown, plan_limit, plan_outage, sit_out
-from genesis.store.layout import private_dir
 
 RUN = "run-1"
 NOW = 1_800_000_000.0
@@ -40,21 +37,6 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.t += seconds
-
-
-@pytest.fixture
-def said() -> list[tuple[str, str]]:
-    return []
-
-
-@pytest.fixture
-def step(project: Path, said):
-    cfg = resolve(project, env={})
-    lay = layout_for(cfg)
-    private_dir(lay.state_dir)
-    made = Step(cfg, lay, RUN, lambda msg, kind="info": said.append((kind, msg)))
-    made.event("loop_start")
-    return made
 
 
 def with_cfg(step: Step, **changes) -> Step:

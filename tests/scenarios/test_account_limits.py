@@ -16,11 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.agent import script
-from helpers.git import git
-from helpers.loop import GENESIS, LOOP, loop_env
+from helpers.loop import GENESIS, LOOP
 from helpers.state import events_of, state_of
-from scenarios.test_night_waits import FAKE_CLAUDE, FIXTURES
+from helpers.fakeclaude import replay
 
 SIM = f"{sys.executable} -m genesis.demo.simagent --script *:*=work"
 
@@ -28,21 +26,8 @@ SIM = f"{sys.executable} -m genesis.demo.simagent --script *:*=work"
 @pytest.fixture
 def night(project: Path, tmp_path: Path):
     """A project with the hook installed, the stand-in `claude` first on PATH, and its calls."""
-    git(project, "config", "user.name", "Agent")
-    git(project, "config", "user.email", "agent@example.invalid")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    script(bin_dir / "claude", FAKE_CLAUDE.format(python=sys.executable))
-    subprocess.run(GENESIS + ["--project", str(project), "hook", "install", "--scope", "local"], check=True,
-                   capture_output=True)
-    calls = tmp_path / "calls.txt"
-    calls.write_text("")
-
-    def env(stream: str, **extra: str) -> dict[str, str]:
-        return loop_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", FAKE_STREAM=str(FIXTURES / stream),
-                        FAKE_CALLS=str(calls), **extra)
-
-    return project, env, lambda: calls.read_text().splitlines()
+    replaying = replay(project, tmp_path)
+    return project, replaying.env, replaying.called
 
 
 def run(project: Path, env: dict, *args: str) -> subprocess.CompletedProcess:

@@ -13,53 +13,20 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import paths
-from helpers.agent import script
-from helpers.git import git
-from helpers.loop import GENESIS, LOOP, loop_env
+from helpers.loop import GENESIS, LOOP
 from helpers.state import events_of, state_of
+from helpers.fakeclaude import replay
 from helpers.waits import wait_for
-
-FIXTURES = paths.FIXTURES / "claude"
-
-# Replays a recorded stream-json run: the reset moved to now + FAKE_RESET_IN, the exit
-# status of the run it came from, each call counted.
-FAKE_CLAUDE = r'''#!{python}
-import json, os, re, sys, time
-with open(os.environ["FAKE_CALLS"], "a") as fh:
-    fh.write(os.environ.get("GENESIS_AGENT", "?") + "\n")
-text = open(os.environ["FAKE_STREAM"]).read()
-if "FAKE_RESET_IN" in os.environ:
-    reset = int(time.time() + float(os.environ["FAKE_RESET_IN"]))
-    text = re.sub(r'"resetsAt":\d+', f'"resetsAt":{{reset}}', text)
-time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
-sys.stdout.write(text)
-last = json.loads(text.strip().splitlines()[-1])
-sys.exit(1 if last.get("is_error") else 0)
-'''
 
 
 @pytest.fixture
 def night(project: Path, tmp_path: Path):
-    git(project, "config", "user.name", "Agent")
-    git(project, "config", "user.email", "agent@example.invalid")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    script(bin_dir / "claude", FAKE_CLAUDE.format(python=sys.executable))
-    subprocess.run(GENESIS + ["--project", str(project), "hook", "install", "--scope", "local"], check=True,
-                   capture_output=True)
-    calls = tmp_path / "calls.txt"
-    calls.write_text("")
-
-    def env(stream: str, **extra: str) -> dict[str, str]:
-        return loop_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", FAKE_STREAM=str(FIXTURES / stream),
-                        FAKE_CALLS=str(calls), **extra)
-
-    return project, env, calls
+    """A project replaying recorded runs through a stand-in `claude`: (project, env, calls file)."""
+    replaying = replay(project, tmp_path)
+    return project, replaying.env, replaying.calls
 
 
 def events(project: Path) -> list[dict]:

@@ -17,7 +17,7 @@ import pytest
 from helpers import paths
 from helpers.agent import script
 from helpers.git import git
-from helpers.loop import GENESIS, LOOP, loop_env, run_loop
+from helpers.loop import GENESIS, loop_env, run_loop
 
 AGENT = "#!/usr/bin/env bash\necho \"$GENESIS_AGENT was here\" >>notes.txt\n"
 

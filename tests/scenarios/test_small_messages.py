@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 from helpers.agent import script
-from helpers.git import git
 from helpers.loop import GENESIS, LOOP, loop_env
-from scenarios.test_night_waits import FAKE_CLAUDE, FIXTURES
+from helpers.fakeclaude import FAKE_CLAUDE, FIXTURES
 
 STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d"
 

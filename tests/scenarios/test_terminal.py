@@ -12,19 +12,18 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers import paths
 from helpers.agent import script
 from helpers.git import git
 from helpers.loop import GENESIS, LOOP, loop_env
 from helpers.receiver import Receiver
 from helpers.state import events_of
+from helpers.fakeclaude import replay
 from helpers.waits import wait_for
 
 from genesis.ledger.store import LedgerError
@@ -50,16 +49,6 @@ else
 fi
 echo "$code" >"$CODE_FILE"
 """
-
-# A stand-in `claude`: replays a recorded stream-json run that met a 5-hour limit, the reset
-# moved to ten minutes from now.
-FAKE_CLAUDE = r'''#!{python}
-import json, os, re, sys, time
-text = open(os.environ["FAKE_STREAM"]).read()
-text = re.sub(r'"resetsAt":\d+', '"resetsAt":%d' % (time.time() + 600), text)
-sys.stdout.write(text)
-sys.exit(1 if json.loads(text.strip().splitlines()[-1]).get("is_error") else 0)
-'''
 
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -339,15 +328,7 @@ def test_the_countdown_line_is_ended_before_the_next_message(project, tmp_path, 
     """The wait's countdown rewrites one terminal line in place; the next message, the wait's
     own (the stop flag) or the loop's (Ctrl-C), used to be printed on the end of that line,
     or the countdown erased under it. Now the line keeps its last state and is ended first."""
-    git(project, "config", "user.name", "Agent")
-    git(project, "config", "user.email", "agent@example.invalid")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    script(bin_dir / "claude", FAKE_CLAUDE.format(python=sys.executable))
-    subprocess.run(GENESIS + ["--project", str(project), "hook", "install", "--scope", "local"], check=True,
-                   capture_output=True)
-    env = loop_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                   FAKE_STREAM=str(paths.FIXTURES / "claude" / "limit_five_hour.jsonl"))
+    env = replay(project, tmp_path).env("limit_five_hour.jsonl", FAKE_RESET_IN="600")
     term = terminal(env)
     term.type(f"bash {shlex.quote(str(LOOP))} --project {shlex.quote(str(project))} --max-iterations 1; "
               f"echo \"loop exit $?\"")
