@@ -113,10 +113,15 @@ def run() -> list[Row]:
     delays = [w["until"] - (e["started"] + e["duration"]) for e, w in zip(failed, waits)]
     waited = ", ".join(f"{d:.1f}" for d in delays) or "none"
     fits = len(delays) == len(planned) and all(0.8 * p - 0.01 <= d <= p + 1.0 for d, p in zip(delays, planned))
+    # An attempt: an agent run that sent a request inside the window (the last one may have
+    # outlived it, its CLI's own retry served after the window's end).
+    runs = [(e["started"], e["started"] + e["duration"]) for e in evs
+            if e["event"] == "phase_end" and isinstance(e.get("started"), (int, float))]
+    attempts = sum(1 for start, end in runs if any(start <= r["at"] <= end for r in in_outage))
     rows.append(Row("night: requests during an API outage", "req", (float(len(in_outage)),),
-                    target="2 per attempt", met=bool(waits) and fits and len(in_outage) <= 2 * len(waits),
-                    note=f"window {OUTAGE_SECONDS:g} s, {where('outage')}; backoff {waited} s for schedule "
-                         + ", ".join(f"{p:g}" for p in planned)))
+                    target="2 per attempt", met=bool(waits) and fits and len(in_outage) <= 2 * attempts,
+                    note=f"window {OUTAGE_SECONDS:g} s, {where('outage')}, {attempts} attempts; backoff {waited} s "
+                         f"for schedule " + ", ".join(f"{p:g}" for p in planned)))
 
     ends = [e for e in evs if e["event"] == "iteration_end"]
     last_progress = max((e["iteration"] for e in ends if e["progress"]), default=0)
