@@ -10,7 +10,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from helpers.gitstates import conflicted_merge, detached, paused_rebase
 from helpers.loop import LOOP, loop_env, run_loop
 from helpers.procs import alive
 from helpers.state import events_of
+from helpers.tmux import Terminal
 from helpers.waits import wait_for
 
 # Edits a tracked file, deletes one, adds one, then works on (sleeps) until it is stopped.
@@ -76,37 +76,6 @@ def assert_restart_is_clean(project: Path, quick: Path) -> None:
     assert "notes.txt" not in git(project, "log", "--format=", "--name-only")
 
 
-class Terminal:
-    """A tmux server of the test's own (its own socket) running one command in one pane."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.socket = f"genesis-repo-{uuid.uuid4().hex[:12]}"
-        self.env = {k: v for k, v in env.items() if k != "TMUX"}
-
-    def __call__(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True,
-                              timeout=10, env=self.env).stdout
-
-    def run(self, command: str) -> None:
-        self("new-session", "-d", "-s", "night", "-x", "160", "-y", "40", command)
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10, env=self.env)
-
-
-@pytest.fixture
-def terminal():
-    made: list[Terminal] = []
-
-    def make(env: dict[str, str]) -> Terminal:
-        made.append(Terminal(env))
-        return made[-1]
-
-    yield make
-    for term in made:
-        term.close()
-
-
 def in_terminal(terminal, project: Path, night: dict, tmp_path: Path, **extra: str) -> tuple[Terminal, Path]:
     """The loop started in a real terminal as a user types it, its output to a file; the
     file its exit status is written to when it ends."""
@@ -114,10 +83,9 @@ def in_terminal(terminal, project: Path, night: dict, tmp_path: Path, **extra: s
         pytest.skip("tmux is not installed")
     rc = tmp_path / "rc"
     env = loop_env(AGENT_MARK=str(night["mark"]), **FAST, **extra)
-    term = terminal(env)
     line = shlex.join(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(night["interrupted"]),
                        "--max-iterations", "1"])
-    term.run(f"{line} >{shlex.quote(str(tmp_path / 'night.log'))} 2>&1; echo $? >{shlex.quote(str(rc))}")
+    term = terminal(env, f"{line} >{shlex.quote(str(tmp_path / 'night.log'))} 2>&1; echo $? >{shlex.quote(str(rc))}")
     wait_for(lambda: night["mark"].exists() and night["mark"].read_text().strip(), timeout=60,
              what="the agent to start its work")
     return term, rc
@@ -127,7 +95,7 @@ def in_terminal(terminal, project: Path, night: dict, tmp_path: Path, **extra: s
 def test_ctrl_c_in_the_terminal_mid_phase_commits_the_work_as_the_agents_labelled_interrupted(
         project, night, terminal, tmp_path):
     term, rc = in_terminal(terminal, project, night, tmp_path)
-    term("send-keys", "-t", "night", "C-c")
+    term("send-keys", "-t", "w", "C-c")
     wait_for(lambda: rc.exists() and rc.read_text().strip(), timeout=60, what="the loop to end")
     assert rc.read_text().strip() == "130", (tmp_path / "night.log").read_text()
     assert_interrupted_work_committed(project)
@@ -143,7 +111,7 @@ def test_the_terminal_closed_while_the_interrupted_work_is_being_committed_does_
     # A slow commit: the repository's own pre-commit hook, run because asked.
     script(project / ".git" / "hooks" / "pre-commit", f"#!/bin/sh\ntouch {shlex.quote(str(committing))}\nsleep 2\n")
     term, _ = in_terminal(terminal, project, night, tmp_path, GENESIS_GIT_HOOKS="true")
-    term("send-keys", "-t", "night", "C-c")
+    term("send-keys", "-t", "w", "C-c")
     wait_for(committing.exists, timeout=60, what="the commit to be under way")
     term("kill-server")  # and then the terminal goes: SIGHUP to the loop and its step
     wait_for(lambda: loop_end(project) is not None, timeout=60, what="the loop to record its end")

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import psutil
@@ -51,55 +50,6 @@ echo "$code" >"$CODE_FILE"
 """
 
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-
-
-class Terminal:
-    """A real terminal: a tmux server of the test's own holding one pane, an interactive bash
-    in it, as a user's terminal window would (tmux -L: its own socket)."""
-
-    def __init__(self, env: dict[str, str], command: str = "bash --norc --noprofile -i") -> None:
-        self.socket = f"genesis-terminal-{uuid.uuid4().hex[:12]}"
-        self.env = env
-        self("new-session", "-d", "-s", "w", "-x", "200", "-y", "50", command)
-
-    def __call__(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True,
-                              timeout=10, env=self.env).stdout
-
-    def type(self, line: str) -> None:
-        """Type a command line and press Enter."""
-        self("send-keys", "-t", "w", "-l", line)
-        self("send-keys", "-t", "w", "Enter")
-
-    def screen(self) -> str:
-        """Everything the pane showed (its history too), wrapped lines joined."""
-        return self("capture-pane", "-p", "-J", "-S", "-500", "-t", "w")
-
-    def until(self, predicate, what: str, timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            screen = self.screen()
-            if predicate(screen):
-                return screen
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; the screen:\n{screen}")
-            time.sleep(0.1)
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10)
-
-
-@pytest.fixture
-def terminal():
-    opened: list[Terminal] = []
-
-    def open_(env: dict[str, str]) -> Terminal:
-        opened.append(Terminal(env))
-        return opened[-1]
-
-    yield open_
-    for term in opened:
-        term.close()
 
 
 @pytest.fixture
