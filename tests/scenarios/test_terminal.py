@@ -211,17 +211,23 @@ def test_under_nohup_a_closed_terminal_costs_only_the_output(night, terminal, tm
     assert f"Genesis run {end['run_id']}" not in (tmp_path / "night.log").read_text()
 
 
+def slow_loop(project: Path, agent: Path, out: Path) -> subprocess.Popen:
+    """One iteration of the loop in the background, its own process group, its agent working
+    for a minute, its output into out."""
+    with open(out, "w") as sink:
+        return subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(agent),
+                                 "--max-iterations", "1"],
+                                env=loop_env(AGENT_SECONDS="60", HEARTBEAT_STALE_SECONDS="120"), stdout=sink,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
 @pytest.mark.fault(54)
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGINT], ids=["SIGHUP", "SIGINT"])
 def test_the_interrupted_phase_names_the_signal_the_loop_got(night, tmp_path, sig):
     """`kill -HUP <the loop's pid>` (the loop alone): the phase used to say "interrupted by
     SIGTERM", the signal the loop sent its watcher, not the one it got."""
     project, agent, _run, _code = night
-    with open(tmp_path / "out.txt", "w") as out:
-        loop = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(agent),
-                                 "--max-iterations", "1"],
-                                env=loop_env(AGENT_SECONDS="60", HEARTBEAT_STALE_SECONDS="120"), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    loop = slow_loop(project, agent, tmp_path / "out.txt")
     try:
         wait_for(lambda: running(project, "Builder"), timeout=60, what="the first phase's agent at work")
         os.kill(loop.pid, sig)
@@ -243,11 +249,7 @@ def test_a_phase_whose_step_died_before_recording_its_end_ends_with_the_loop(nig
     killed, while the loop stops on SIGTERM): the loop's end records it, with the loop's reason,
     instead of leaving the phase `running` in the ledger."""
     project, agent, _run, _code = night
-    with open(tmp_path / "out.txt", "w") as out:
-        loop = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(agent),
-                                 "--max-iterations", "1"],
-                                env=loop_env(AGENT_SECONDS="60", HEARTBEAT_STALE_SECONDS="120"), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    loop = slow_loop(project, agent, tmp_path / "out.txt")
     try:
         wait_for(lambda: running(project, "Builder"), timeout=60, what="the first phase's agent at work")
         (step,) = [p for p in psutil.Process(loop.pid).children() if "run-phase" in p.cmdline()]
