@@ -4,7 +4,7 @@
 #
 # Usage: ./start-multi-agent-loop.sh [--project DIR] [--agent-cmd CMD] [--max-iterations N]
 #                                    [--set KEY=VALUE]... [--allow-dirty] [--allow-detached]
-#                                    [--demo] [--help]
+#                                    [--trust] [--demo] [--help]
 #
 # This script only sequences steps, handles signals and never dies silently; every
 # decision about time, JSON, git or processes is a `genesis` subcommand. A step prints on
@@ -14,7 +14,10 @@
 # on the project, 6 disk full, 7 the watcher died too often, 8 a step overran its bound
 # twice, 20 a usage limit resets beyond GENESIS_MAX_LIMIT_WAIT, 21 an API outage outlasted
 # GENESIS_MAX_OUTAGE_MINUTES, 22 an agent error retrying cannot fix, 23 the runtime
-# ceiling, 24 the cost ceiling, 25 stuck phases retried too often (thrashing),
+# ceiling, 24 the cost ceiling, 25 stuck phases retried too often (thrashing), 26 Genesis's
+# own state was taken from under the loop, 27 a phase rewrote history or left its branch, 28 a command
+# genesis.conf names is new or changed since the last start (approve it: --trust),
+# 29 the box GENESIS_SANDBOX names cannot run here,
 # 129/130/143 SIGHUP/SIGINT/SIGTERM.
 set -euo pipefail
 set -o errtrace  # the ERR trap also fires inside functions, so no failure goes unreported
@@ -23,7 +26,9 @@ set -o errtrace  # the ERR trap also fires inside functions, so no failure goes 
 # it. Nothing below this block spells a code as a number.
 readonly EXIT_OK=0 EXIT_ERROR=1 EXIT_USAGE=2 EXIT_BREAKER_OPEN=3 EXIT_DISK_FULL=6 EXIT_WATCHER_LOST=7
 readonly EXIT_STEP_TIMEOUT=8 EXIT_USAGE_LIMIT=20 EXIT_API_OUTAGE=21 EXIT_AGENT_FATAL=22 EXIT_MAX_RUNTIME=23
-readonly EXIT_MAX_COST=24 EXIT_RECOVERY_SPENT=25
+readonly EXIT_MAX_COST=24 EXIT_RECOVERY_SPENT=25 EXIT_STATE_LOST=26 EXIT_UNTRUSTED_COMMAND=28
+readonly EXIT_HISTORY_REWRITTEN=27
+readonly EXIT_SANDBOX_UNAVAILABLE=29
 readonly EXIT_INTERRUPTED_HUP=129 EXIT_INTERRUPTED_INT=130 EXIT_INTERRUPTED_TERM=143
 # Only steps end with these, never the loop: a phase ended and the loop goes on; a wait; the work is done.
 readonly EXIT_AGENT_FAILED=10 EXIT_PHASE_SKIPPED=11 EXIT_AGENT_STALE=124 EXIT_AGENT_OVERTIME=125
@@ -42,6 +47,7 @@ project="."
 demo=0
 allow_dirty=()
 allow_detached=()
+trust=()
 overrides=()
 genesis_cmd=()
 run_id=""
@@ -78,7 +84,7 @@ bootstrap() {
     genesis_cmd=("${GENESIS_BIN}")
     return
   fi
-  if [[ -x ${venv}/bin/genesis ]] && "${venv}/bin/python" -c 'import genesis, click, psutil, git' 2>/dev/null; then
+  if [[ -x ${venv}/bin/genesis ]] && "${venv}/bin/python" -c 'import genesis, click, psutil, git, detect_secrets' 2>/dev/null; then
     genesis_cmd=("${venv}/bin/genesis")
     return
   fi
@@ -189,12 +195,29 @@ on_error() {
 # A simple command, not g: bash then execs genesis itself, so $child is genesis's pid.
 step() {
   local rc=0
+  keep_lock
   last_step="genesis $*"
   "${genesis_cmd[@]}" --project "${project}" ${overrides[@]+"${overrides[@]}"} "$@" &
   child=$!
   wait "${child}" || rc=$?
   child=""
   return "${rc}"
+}
+
+# An agent may delete or swap Genesis's state folder mid-run: the flock this loop holds is then
+# on a file nobody can open any more, and a second loop would be let in. Before each step (a
+# test builtin, no process): fd 9 is still the lock file, else the folder is healed and the run's
+# settings put back from fd 8 (open on the snapshot), and the lock taken anew; if another loop
+# has it by then, this one stops (exit 26) so that the two never interleave.
+keep_lock() {
+  local rc=0
+  [[ -n ${lock_file} && ! /dev/fd/9 -ef ${lock_file} ]] || return 0
+  last_step="genesis relock"
+  g relock --run-id "${run_id}" --loop-pid "$$" --snapshot-fd 8 || rc=$?
+  ((rc == EXIT_OK)) || after_step "${rc}" "${LINENO}"
+  exec 9>>"${lock_file}"
+  g relock --run-id "${run_id}" --loop-pid "$$" --snapshot-fd 8 --lock-fd 9 || rc=$?
+  ((rc == EXIT_OK)) || after_step "${rc}" "${LINENO}"
 }
 
 pause() {
@@ -217,6 +240,11 @@ read_settings() {
     IFS= read -r phases
     IFS= read -r lock_file
   } <<<"${settings}"
+  # One value a line, each checked by loop-settings; a shifted line is still never opened.
+  if [[ ${lock_file} != /* || ${console_log} != /* || ! ${max_iterations} =~ ^[0-9]+$ ]]; then
+    err "genesis loop-settings gave lines the loop cannot use (a value holding a line break?)"
+    exit "${EXIT_USAGE}"
+  fi
 }
 
 # After a step that failed: a documented reason stops the loop cleanly (the step said the
@@ -235,6 +263,10 @@ after_step() {
     "${EXIT_MAX_COST}") finish_loop "${rc}" "the cost ceiling GENESIS_MAX_COST_USD was reached" ;;
     "${EXIT_RECOVERY_SPENT}")
       finish_loop "${rc}" "stuck phases were retried GENESIS_MAX_RECOVERIES times: the loop only thrashes" ;;
+    "${EXIT_STATE_LOST}") finish_loop "${rc}" "Genesis's own state was taken from under the loop: ${last_step}" ;;
+    "${EXIT_SANDBOX_UNAVAILABLE}") finish_loop "${rc}" "the box GENESIS_SANDBOX names cannot run here any more" ;;
+    "${EXIT_HISTORY_REWRITTEN}") finish_loop "${rc}" \
+      "a phase rewrote or deleted history, or left its branch (GENESIS_ALLOW_HISTORY_REWRITE=false)" ;;
     "${EXIT_INTERRUPTED_HUP}" | "${EXIT_INTERRUPTED_INT}" | "${EXIT_INTERRUPTED_TERM}")
       finish_loop "${rc}" "interrupted" ;;
     *) on_error "${rc}" "${line}" "${last_step}" ;;
@@ -278,7 +310,8 @@ run_loop() {
           "${EXIT_AGENT_OVERTIME}") ;;  # finished, failed, skipped, stuck or over time: go on
         "${EXIT_ERROR}" | "${EXIT_USAGE}" | "${EXIT_DISK_FULL}" | "${EXIT_STEP_TIMEOUT}" | \
           "${EXIT_USAGE_LIMIT}" | "${EXIT_API_OUTAGE}" | "${EXIT_AGENT_FATAL}" | "${EXIT_MAX_RUNTIME}" | \
-          "${EXIT_MAX_COST}" | "${EXIT_RECOVERY_SPENT}")
+          "${EXIT_MAX_COST}" | "${EXIT_RECOVERY_SPENT}" | "${EXIT_STATE_LOST}" | "${EXIT_HISTORY_REWRITTEN}" | \
+          "${EXIT_SANDBOX_UNAVAILABLE}")
           after_step "${rc}" "${LINENO}" ;;
         *)
           # The watcher died of a signal this loop did not send (the user's reaches the
@@ -326,7 +359,7 @@ needs() {
 }
 
 main() {
-  local quoted
+  local quoted rc=0
   while (($# > 0)); do
     case "$1" in  # --option=value reads as --option value
       --project=* | --agent-cmd=* | --max-iterations=* | --set=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
@@ -341,6 +374,7 @@ main() {
         overrides+=(--set "$2"); shift 2 ;;
       --allow-dirty) allow_dirty=(--allow-dirty); shift ;;
       --allow-detached) allow_detached=(--allow-detached); shift ;;
+      --trust) trust=(--trust); shift ;;
       --demo) demo=1; shift ;;
       -h | --help) usage; exit "${EXIT_OK}" ;;
       *)
@@ -371,7 +405,19 @@ main() {
   # kernel lets go when the loop and its steps are gone. Agents never inherit it.
   exec 9>>"${lock_file}"
   g preflight --loop-pid "$$" --lock-fd 9 --run-id "${run_id}" ${allow_dirty[@]+"${allow_dirty[@]}"} \
-    ${allow_detached[@]+"${allow_detached[@]}"} || exit $?
+    ${allow_detached[@]+"${allow_detached[@]}"} ${trust[@]+"${trust[@]}"} || {
+    rc=$?
+    ((rc != EXIT_UNTRUSTED_COMMAND)) || say "run the same command with --trust to approve them and start"
+    exit "${rc}"
+  }
+  # The run's settings snapshot (Layout.config_snapshot, beside the lock), held open: if the
+  # state folder is deleted, keep_lock puts it back from here, never from genesis.conf.
+  exec 8<"${lock_file%/*}/config.json"
+  # The loop's companion (genesis/watch/companion.py): this script cannot see its own SIGKILL or
+  # SIGSTOP, so a process of Genesis's outside the agent's tree, in its own session, records,
+  # reaps and tells them. It holds neither the lock (9) nor the snapshot (8); it exits with the loop.
+  "${genesis_cmd[@]}" --project "${project}" ${overrides[@]+"${overrides[@]}"} companion --loop-pid "$$" \
+    --run-id "${run_id}" </dev/null >/dev/null 2>&1 8<&- 9>&- &
   trap 'on_signal HUP "${EXIT_INTERRUPTED_HUP}"' HUP
   trap 'on_signal INT "${EXIT_INTERRUPTED_INT}"' INT
   trap 'on_signal TERM "${EXIT_INTERRUPTED_TERM}"' TERM

@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import box_cost  # noqa: E402
 import busy  # noqa: E402
 import detection  # noqa: E402
 import hook_cost  # noqa: E402
@@ -61,6 +62,7 @@ def main() -> int:
         ("8. a night with a usage limit and an outage (real Claude Code)", night.run),
         ("9. busy or stuck", lambda: busy.run(2 if quick else 3)),
         ("10. the ledger", lambda: ledger_cost.run(200 if quick else 500)),
+        ("11. the box", lambda: box_cost.run(10 if quick else 30, 60 if quick else 200)),
     ]
     only = next((a.split("=", 1)[1] if "=" in a else sys.argv[sys.argv.index(a) + 1]
                  for a in sys.argv[1:] if a.startswith("--only")), None)

@@ -27,7 +27,7 @@ from genesis.hints import hint
 from genesis.loop import breaker
 from genesis.loop.breaker import BreakerLocked
 from genesis.loop.step import Step, StepFailed
-from genesis.repo.gitcmd import GitFailed, NotARepository
+from genesis.repo.gitcmd import GitFailed, GitTimeout, NotARepository
 from genesis.store.atomicio import DiskFull, write_text
 from genesis.store.layout import Layout, UnsafeDir, private_dir, state_dir_of
 from genesis.words import FORMER, ending_label, sanitize
@@ -57,8 +57,10 @@ def guarded(fn):
             raise Fail(str(exc), exc.code) from None
         except DiskFull as exc:
             raise Fail(f"disk full: {exc}", exitcodes.DISK_FULL) from None
-        except (GitFailed, BreakerLocked) as exc:
+        except (GitTimeout, BreakerLocked) as exc:
             raise Fail(str(exc), exitcodes.STEP_TIMEOUT) from None
+        except GitFailed as exc:  # nothing timed out: git failed, and says why
+            raise Fail(f"git failed: {exc}", exitcodes.USAGE) from None
 
     return wrapper
 
@@ -71,23 +73,35 @@ class Context:
     def config(self) -> Config:
         return resolve(self.project, flags=self.overrides)
 
-    def step(self, run_id: str, console_copy: bool = True) -> Step:
-        """A loop step's context; its status lines also go to the run's console log."""
-        cfg = self.run_config(run_id)
+    def step(self, run_id: str, console_copy: bool = True, started: bool = True) -> Step:
+        """A loop step's context; its status lines also go to the run's console log. A step of
+        a started run (after preflight, before finish) stops it (STATE_LOST) when the run's
+        settings snapshot is gone or not its own, rather than read genesis.conf mid-run."""
+        cfg = self.run_config(run_id, started)
+        return self.step_of(cfg, run_id, console_copy, started)
+
+    @staticmethod
+    def step_of(cfg: Config, run_id: str, console_copy: bool = True, started: bool = True) -> Step:
         layout = layout_for(cfg)
         copies = (layout.console_log(run_id), layout.console_copy(run_id)) if console_copy else ()
-        return Step(cfg, layout, run_id, lambda msg, kind="info": say(msg, kind, copy_to=copies))
+        return Step(cfg, layout, run_id, lambda msg, kind="info": say(msg, kind, copy_to=copies), started)
 
-    def run_config(self, run_id: str) -> Config:
+    def run_config(self, run_id: str, started: bool = False) -> Config:
         """A running loop's step reads the settings its run started with (the snapshot),
         never the files again: an edit made during the night, even a broken one, waits for
         the next start. Anything else reads the live configuration."""
         from genesis.config import from_snapshot, load_snapshot
 
         project = self.project.resolve()
-        snap = load_snapshot(state_dir_of(project) / "config.json", run_id)
+        path = state_dir_of(project) / "config.json"
+        snap = load_snapshot(path, run_id)
         if snap is not None:
             return from_snapshot(project, snap.get("settings"))
+        if started:
+            raise StepFailed(exitcodes.STATE_LOST,
+                             f"the run's settings snapshot {path} is missing or not this run's: Genesis's state "
+                             f"was taken from under the loop. Stopping rather than reading genesis.conf mid-run "
+                             f"(an edit there waits for the next start)")
         return self.config()
 
     def bare_layout(self) -> Layout:
@@ -143,16 +157,17 @@ iteration_opt = click.option("--iteration", type=click.IntRange(min=1), required
 @click.option("--lock-fd", type=int, required=True, help="The loop's descriptor open on its lock file.")
 @click.option("--allow-dirty", is_flag=True, help="Commit the user's uncommitted changes first, as theirs.")
 @click.option("--allow-detached", is_flag=True, help="Start on a detached HEAD (commits on no branch).")
+@click.option("--trust", is_flag=True, help="Approve the commands genesis.conf names as they are now.")
 @run_id_opt
 @pass_ctx
 @guarded
 def preflight(obj: Context, loop_pid: int, lock_fd: int, run_id: str, allow_dirty: bool,
-              allow_detached: bool) -> None:
+              allow_detached: bool, trust: bool) -> None:
     """Validate, lock the project for the loop's life, snapshot the settings, check the hook
     and the breaker (before the first iteration)."""
     from genesis.loop.preflight import preflight as run
 
-    run(obj.step(run_id), loop_pid, lock_fd, allow_dirty, allow_detached)
+    run(obj.step(run_id, started=False), loop_pid, lock_fd, allow_dirty, allow_detached, trust)
 
 
 @cli.command("loop-settings", hidden=True)
@@ -165,9 +180,15 @@ def loop_settings(obj: Context, run_id: str) -> None:
     Creates the private state folder, where the lock file lives."""
     cfg = obj.config()
     layout = layout_for(cfg)
+    lines = {"max iterations": str(cfg.max_iterations), "pause": f"{cfg.pause:g}", "stop flag": str(cfg.stop_flag),
+             "console log": str(layout.console_log(run_id)), "phases": " ".join(p.name for p in cfg.phases),
+             "lock file": str(layout.loop_lock)}
+    for what, line in lines.items():  # one value a line: a line break in one would shift the others
+        if "\n" in line or "\r" in line or "\0" in line:
+            raise Fail(f"the {what} ({line!r}) holds a line break or NUL: the loop reads one value a line; "
+                       f"move the project to a path without one", exitcodes.USAGE)
     private_dir(layout.state_dir)
-    click.echo(f"{cfg.max_iterations}\n{cfg.pause:g}\n{cfg.stop_flag}\n{layout.console_log(run_id)}\n"
-               + " ".join(p.name for p in cfg.phases) + f"\n{layout.loop_lock}")
+    click.echo("\n".join(lines.values()))
 
 
 @cli.command("run-phase", hidden=True)
@@ -246,7 +267,45 @@ def finish(obj: Context, run_id: str, reason: str, code: int) -> None:
     """Reap, let go of the lock, print the summary (when the loop stops for any reason)."""
     from genesis.loop.finish import finish as run
 
-    run(obj.step(run_id), reason, code)
+    run(obj.step(run_id, started=False), reason, code)
+
+
+@cli.command(hidden=True)
+@run_id_opt
+@click.option("--loop-pid", type=int, required=True)
+@click.option("--snapshot-fd", type=int, required=True, help="The loop's descriptor open on the run's settings.")
+@click.option("--lock-fd", type=int, help="The loop's descriptor newly open on the lock file: lock it.")
+@pass_ctx
+@guarded
+def relock(obj: Context, run_id: str, loop_pid: int, snapshot_fd: int, lock_fd: int | None) -> None:
+    """The state folder was taken from under the loop: make it again with the run's settings
+    (from snapshot_fd, never genesis.conf), then lock the lock file anew (exit 26: cannot)."""
+    from genesis.config import from_snapshot
+    from genesis.loop.relock import held_snapshot, lost, restore, take
+
+    snap = held_snapshot(snapshot_fd, run_id)
+    step = obj.step_of(from_snapshot(obj.project.resolve(), snap["settings"]), run_id)
+    if lock_fd is None:
+        found = restore(step.layout, snap, run_id)
+        if found:  # else the phase's watcher made it again already, and said so
+            lost(step, found, "loop")
+    else:
+        take(step, lock_fd, loop_pid)
+
+
+@cli.command(hidden=True)
+@click.option("--loop-pid", type=int, required=True, help="The loop to keep company (it holds the run's lock).")
+@run_id_opt
+@pass_ctx
+@guarded
+def companion(obj: Context, loop_pid: int, run_id: str) -> None:
+    """Watch the loop itself, from a session of its own: a loop killed or frozen by anyone is
+    recorded, reaped and told (started by the loop at its start; exits when the loop ends)."""
+    from genesis.loop.lostloop import keep_company
+
+    how = keep_company(obj.step(run_id), loop_pid)
+    if how not in ("ended", "lost"):
+        raise Fail(how, exitcodes.USAGE)
 
 
 # --- commands for people ----------------------------------------------------------------
@@ -261,7 +320,7 @@ def reap(obj: Context, dry_run: bool) -> None:
     from genesis.procs.reaper import live_tree
     from genesis.store.looplock import current_holder
 
-    step = obj.step("manual", console_copy=False)
+    step = obj.step("manual", console_copy=False, started=False)
     holder = current_holder(step.layout.loop_lock, step.layout.loop_record)
     if holder is not None and not dry_run:
         project = step.cfg.project
@@ -560,6 +619,27 @@ def config_show(obj: Context, explain: bool) -> None:
         click.echo(f"genesis: warning: {doubt}", err=True)
 
 
+@config_group.command("trust")
+@pass_ctx
+@guarded
+def config_trust(obj: Context) -> None:
+    """Show the commands orchestrator/genesis.conf names and approve them as they are now: the
+    loop runs no command from that file (an agent can write it) until you do."""
+    from genesis.trust import approve, judge
+
+    cfg = obj.config()
+    state_dir = layout_for(cfg).state_dir
+    private_dir(state_dir)
+    verdict = judge(cfg.settings, state_dir)
+    if not verdict.commands:
+        click.echo("orchestrator/genesis.conf names no command; nothing to approve")
+    for command in verdict.commands:
+        click.echo(f"{command.shown()}  [{command.state or ('new' if verdict.first_use else 'approved')}]")
+    approve(verdict.commands, state_dir)
+    if verdict.commands:
+        click.echo(f"approved {len(verdict.commands)} command(s); the next start runs them")
+
+
 @cli.command()
 @click.option("--watch", is_flag=True, help="A live view, redrawn every second; Ctrl-C quits.")
 @click.option("--all", "all_loops", is_flag=True, help="Also list the loops running on this machine.")
@@ -588,6 +668,9 @@ def status(ctx: click.Context, watch: bool, all_loops: bool, interval: float) ->
 def report(obj: Context, run_id: str | None, since: str | None, list_runs: bool, as_json: bool,
            html_file: Path | None) -> None:
     """The morning report of a loop run (default: the latest); exit 1 if there is no such run."""
+    import sqlite3
+
+    from genesis.ledger.store import LedgerError
     from genesis.reporting.command import PageNotWritten
     from genesis.reporting.command import report as run
 
@@ -597,6 +680,64 @@ def report(obj: Context, run_id: str | None, since: str | None, list_runs: bool,
     except ValueError as exc:
         raise Fail(str(exc), exitcodes.USAGE) from None
     except (LookupError, PageNotWritten) as exc:
+        raise Fail(str(exc), exitcodes.ERROR) from None
+    except (LedgerError, sqlite3.Error) as exc:  # a damaged ledger: a clear line, never a traceback
+        raise Fail(f"the ledger cannot be read: {exc}", exitcodes.ERROR) from None
+
+
+@cli.command()
+@click.option("--run", "run_id", callback=_run_id, help="The run whose safety refs or copy to use (default: the "
+              "latest that has one).")
+@click.option("--branch", help="Put this branch back where the run started it.")
+@click.option("--untracked", "put_back", is_flag=True, help="Put back the copied untracked and ignored files that "
+              "are missing (never overwrites a file).")
+@click.option("--yes", is_flag=True, help="With --branch: do it (without: print the git commands).")
+@pass_ctx
+@guarded
+def restore(obj: Context, run_id: str | None, branch: str | None, put_back: bool, yes: bool) -> None:
+    """What Genesis kept of your branches and untracked files, and putting them back (exit 1: nothing kept)."""
+    from genesis.repo.restoring import NothingKept, apply, latest_copy, listing, plan_branch
+    from genesis.repo.untracked import restore as put_files_back
+
+    if branch is not None and put_back:
+        raise Fail("--branch and --untracked: give one of them", exitcodes.USAGE)
+    layout = obj.bare_layout()
+    project = layout.project
+    try:
+        if branch is not None:
+            plan = plan_branch(project, branch, run_id)
+            if plan.current == plan.target:
+                click.echo(f"branch {branch} is already where run {plan.run_id} started it ({plan.target[:12]})")
+                return
+            if not yes:
+                click.echo(f"to put branch {branch} back at {plan.target[:12]} (where run {plan.run_id} started "
+                           f"it), run:")
+                for line in plan.commands:
+                    click.echo(f"  {line}")
+                again = hint(project, "restore", "--run", plan.run_id, "--branch", branch, "--yes")
+                click.echo(f"or have Genesis do it: `{again}`")
+                return
+            apply(plan)
+            click.echo(f"branch {branch} is back at {plan.target[:12]} (run {plan.run_id}'s start)"
+                       + (f"; its tip before, {plan.current[:12]}, is kept as {plan.keep_as}" if plan.current else ""))
+        elif put_back:
+            done = put_files_back(project, latest_copy(layout.untracked_copies, run_id))
+            for rel in done.restored:
+                click.echo(f"restored {rel}")
+            for rel, why in done.failed:
+                click.echo(f"not restored {rel}: {why}", err=True)
+            click.echo(f"{len(done.restored)} file(s) restored; {len(done.present)} already there (never overwritten)")
+            if done.failed:
+                raise Fail(f"{len(done.failed)} file(s) could not be restored", exitcodes.ERROR)
+        else:
+            lines = listing(project, layout.untracked_copies)
+            if not lines:
+                raise NothingKept(f"Genesis kept no safety ref or untracked copy in {project}")
+            for line in lines:
+                click.echo(line)
+            click.echo(f"put a branch back: `{hint(project, 'restore', '--branch', 'BRANCH')}`; the untracked files: "
+                       f"`{hint(project, 'restore', '--untracked')}`")
+    except NothingKept as exc:
         raise Fail(str(exc), exitcodes.ERROR) from None
 
 

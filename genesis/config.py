@@ -18,6 +18,8 @@ from genesis.alerts.settings import parse as parse_alerts
 from genesis.health.doomloop import DoomLimits
 from genesis.hints import hint
 from genesis.phases import BUILTIN_PROMPTS, NAME_RE, DoneRule, Phase, Trigger, parse_done_rule, parse_trigger
+from genesis.procs.memory import parse_size
+from genesis.sandbox.box import CHOICES as SANDBOX_CHOICES
 from genesis.store.atomicio import CorruptFile, TooLarge, quarantine, read_bytes, read_json
 from genesis.store.layout import Layout, state_dir_of
 
@@ -94,8 +96,20 @@ KNOBS: tuple[Knob, ...] = (
     Knob("CB_STOP_THRESHOLD", "5", "iterations without progress before OPEN (stop)"),
     Knob("AUTO_COMMIT", "true", "commit the project's changes after each phase"),
     Knob("AUTO_PUSH", "false", "push after each auto-commit"),
+    Knob("GENESIS_COMMIT_MAX_FILE_MB", "10", "auto-commit leaves out a file larger than this, as it leaves out "
+         "files that look like secrets (0: no size cap); what it leaves out stays in the work tree and is reported"),
+    Knob("GENESIS_SANDBOX", "auto", "the agent's box: auto (bubblewrap where it runs, else Landlock, else "
+         "Seatbelt on macOS, else none), bwrap, landlock, seatbelt (refused at start where it cannot run; exit 29) "
+         "or off (no box: the agent can edit Genesis's state and signal the loop)"),
+    Knob("GENESIS_AGENT_MEMORY_MAX", "", "a cap on the agent tree's memory (memory.max of its cgroup, where "
+         "writable), e.g. 8G; empty: none. The agent's tree is the OOM killer's first choice either way"),
     Knob("GENESIS_GIT_HOOKS", "false", "run the repository's git hooks in Genesis's own commits (an agent "
          "may have planted one)"),
+    Knob("GENESIS_ALLOW_HISTORY_REWRITE", "false", "true: a phase may rewrite or delete pre-run history, "
+         "switch branch or detach HEAD (it is still reported, and kept by safety refs); false: the loop stops "
+         "(exit 27)"),
+    Knob("GENESIS_UNTRACKED_COPY_MAX_MB", "100", "the user's untracked and ignored files are copied aside at "
+         "the start up to this many MB in all (20 MB per file at most; 0: no copy); see `genesis restore`"),
     Knob("AGENT_LOG_MAX_MB", "50", "an agent log's size cap per phase: its head and newest tail are kept"),
     Knob("REAP_SCOPE", "all", "all: reap every leftover of this loop's agents; matching: only "
          "REAP_PATTERNS and REAP_PORTS"),
@@ -145,6 +159,9 @@ VARIABLE_RE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|([A-Za-z_][A-Z
 DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d)$")
 MAX_TRIALS = 20
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# A newline, NUL or other control character in a value (a tab is spacing): meaningless in any
+# setting, and a newline in a path would shift the lines `genesis loop-settings` gives the loop.
+CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -197,7 +214,12 @@ class Config:
     cb_cooldown: float | None             # seconds; None: an OPEN breaker stops the loop
     cb_max_trials: int
     alerts: AlertSettings
+    sandbox: str                          # GENESIS_SANDBOX: auto, bwrap, landlock, seatbelt or off
+    agent_memory_max: int | None          # bytes; None: no cap
     settings: Mapping[str, Setting] = field(compare=False)  # what each value was, and where it came from
+    allow_history_rewrite: bool = False   # GENESIS_ALLOW_HISTORY_REWRITE
+    untracked_copy_max: int = 100 << 20   # bytes; GENESIS_UNTRACKED_COPY_MAX_MB
+    commit_max_file: int = 10 << 20       # bytes; GENESIS_COMMIT_MAX_FILE_MB (0: no cap)
 
 
 def is_genesis_key(key: str) -> bool:
@@ -256,7 +278,7 @@ def parse_file(path: Path) -> dict[str, str]:
         try:
             parts = shlex.split(raw, comments=True)
         except ValueError as exc:
-            raise ConfigError(f"{path}:{n}: {exc}; quote the value") from None
+            raise ConfigError(f"{path}:{n}: {key}: {exc}; quote the value, on one line") from None
         values[key] = " ".join(parts) if len(parts) != 1 else parts[0]
     return values
 
@@ -270,10 +292,15 @@ def gather(project: Path, env: Mapping[str, str], flags: Mapping[str, str]) -> d
             if not is_genesis_key(key):
                 raise ConfigError(f"unknown setting {key}{_meant(key)}; `{hint(project, 'config', 'show')}` lists "
                                   f"the settings")
+            where = "the environment" if source == "env" else "a --set flag" if source == "flag" else CONFIG_FILE
             if len(value) > MAX_VALUE_CHARS:
-                where = "the environment" if source == "env" else "a --set flag" if source == "flag" else source
                 raise ConfigError(f"{key} from {where} is {len(value)} characters long, more than the "
                                   f"{MAX_VALUE_CHARS} allowed; shorten it")
+            control = CONTROL_RE.search(value)
+            if control:
+                raise ConfigError(f"{key} from {where} holds a control character ({control.group()!r} at "
+                                  f"character {control.start() + 1}): no setting means one, and a newline would "
+                                  f"split the value in two; write the value on one line without it")
             merged[key] = Setting(value, source)
     return merged
 
@@ -456,8 +483,29 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
                      and get("CB_COOLDOWN_MINUTES") else None),
         cb_max_trials=trials,
         alerts=alerts,
+        sandbox=_sandbox(s),
+        agent_memory_max=_memory_max(s),
         settings=s,
+        allow_history_rewrite=boolean("GENESIS_ALLOW_HISTORY_REWRITE"),
+        untracked_copy_max=int(number("GENESIS_UNTRACKED_COPY_MAX_MB", 0) * (1 << 20)),
+        commit_max_file=int(number("GENESIS_COMMIT_MAX_FILE_MB", 0) * (1 << 20)),
     )
+
+
+def _sandbox(s: Mapping[str, Setting]) -> str:
+    value = s["GENESIS_SANDBOX"].value.strip().lower()
+    if value not in SANDBOX_CHOICES:
+        raise ConfigError(f"GENESIS_SANDBOX={s['GENESIS_SANDBOX'].value!r} ({s['GENESIS_SANDBOX'].source}): expected "
+                          f"{', '.join(SANDBOX_CHOICES[:-1])} or {SANDBOX_CHOICES[-1]}")
+    return value
+
+
+def _memory_max(s: Mapping[str, Setting]) -> int | None:
+    setting = s["GENESIS_AGENT_MEMORY_MAX"]
+    try:
+        return parse_size(setting.value)
+    except ValueError as exc:
+        raise ConfigError(f"GENESIS_AGENT_MEMORY_MAX: {exc} ({setting.source})") from None
 
 
 def _agent_cli(s: dict) -> str:

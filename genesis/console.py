@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from genesis.redact import redact
 from genesis.words import sanitize
 
 __all__ = ["say", "progress", "end_line", "write", "survive_lost_output"]
@@ -37,8 +38,8 @@ def say(message: str, kind: str = "info", stream: TextIO | None = None,
         copy_to: tuple[Path, ...] = ()) -> None:
     """One status line, `[genesis HH:MM:SS] message`, appended to each copy_to, then on stderr
     if it is still there. A message may quote an agent (its last line, the tool it hung in):
-    escape codes and bidi controls are taken out of every line of it."""
-    message = "\n".join(sanitize(line, None) for line in message.split("\n"))
+    escape codes and bidi controls are taken out of every line of it, and secrets (redact.py)."""
+    message = "\n".join(sanitize(line, None) for line in redact(message).split("\n"))
     stream = stream or sys.stderr
     prefix = time.strftime("[genesis %H:%M:%S]")
     for path in copy_to:  # the record first: a terminal that went away must not cost it

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from genesis.repo.tasks import OPEN, REVIEW, TASKS_FILE, read_tasks
+from genesis.procs.condition import run_condition
+from genesis.repo.tasks import OPEN, REVIEW, TASKS_FILE, not_a_file, read_tasks
 
 __all__ = ["Trigger", "Phase", "parse_trigger", "should_run", "DoneRule", "parse_done_rule", "BUILTIN_PROMPTS",
            "TRIGGER_TIMEOUT", "TASK_CONDITIONS"]
@@ -82,7 +82,7 @@ def parse_trigger(text: str) -> Trigger:
 def _tasks_due(condition: str, project: Path) -> tuple[bool, str]:
     tasks = read_tasks(project)
     if tasks is None:
-        return condition == "none-open", f"no readable {TASKS_FILE}"
+        return condition == "none-open", not_a_file(project) or f"no readable {TASKS_FILE}"
     count = tasks.count(REVIEW if condition == "review" else OPEN)
     what = "awaiting review" if condition == "review" else "open"
     due = count == 0 if condition == "none-open" else count > 0
@@ -108,17 +108,15 @@ def _due(trig: Trigger, name: str, iteration: int, project: Path, env: dict[str,
         answers = [_due(part, name, iteration, project, env) for part in trig.parts]
         due = [why for ok, why in answers if ok]
         return (True, due[0]) if due else (False, "; ".join(why for _ok, why in answers))
+    odd = not_a_file(project)
+    if odd:  # a condition reading the task list would wait on it for ever (until killed)
+        return False, f"its condition was not run: {odd}"
     run_env = dict(os.environ if env is None else env)
     run_env.update(GENESIS_ITERATION=str(iteration), GENESIS_PHASE=name)
-    try:
-        done = subprocess.run(
-            ["bash", "-c", trig.command], cwd=project, env=run_env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=TRIGGER_TIMEOUT,
-            start_new_session=True,
-        )
-    except subprocess.TimeoutExpired:
-        return False, f"condition timed out after {TRIGGER_TIMEOUT:.0f}s"
-    return done.returncode == 0, f"its condition exited {done.returncode}"
+    status = run_condition(trig.command, project, run_env, TRIGGER_TIMEOUT)
+    if status is None:
+        return False, f"condition timed out after {TRIGGER_TIMEOUT:.0f}s (it was killed with everything it started)"
+    return status == 0, f"its condition exited {status}"
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,9 @@ def hermetic(tmp_path, monkeypatch):
     for key in [k for k in os.environ if cleared(k)]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("HOME", str(home))
+    # The test's folder is its TMPDIR: the agent's box (GENESIS_SANDBOX) gives the agent a private
+    # /tmp with TMPDIR bound back in, so what a test shares with its agents there stays in reach.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setenv("GENESIS_NOTIFY_DESKTOP", "false")  # no pop-up per test loop on a developer's desktop
     return home
 

@@ -98,6 +98,7 @@ have_chromium() {
 debs=()
 if [[ -z "${GENESIS_CHROMIUM:-}" ]] && ! have_chromium >/dev/null; then debs+=(chromium-headless-shell); fi
 if ! command -v tmux >/dev/null; then debs+=(tmux); fi
+if ! command -v bwrap >/dev/null; then debs+=(bubblewrap); fi  # the agent's box (GENESIS_SANDBOX=auto)
 if ((${#debs[@]})) && command -v apt-get >/dev/null; then
   sudo=()
   if ((EUID != 0)); then sudo=(sudo -n); fi

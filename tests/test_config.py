@@ -63,6 +63,11 @@ READ = {
     "AUTO_COMMIT": (lambda c: c.auto_commit, yes),
     "AUTO_PUSH": (lambda c: c.auto_push, yes),
     "GENESIS_GIT_HOOKS": (lambda c: c.git_hooks, yes),
+    "GENESIS_SANDBOX": (lambda c: c.sandbox, str),
+    "GENESIS_AGENT_MEMORY_MAX": (lambda c: c.agent_memory_max, lambda d: None if not d else int(d)),
+    "GENESIS_ALLOW_HISTORY_REWRITE": (lambda c: c.allow_history_rewrite, yes),
+    "GENESIS_UNTRACKED_COPY_MAX_MB": (lambda c: c.untracked_copy_max, lambda t: int(t) << 20),
+    "GENESIS_COMMIT_MAX_FILE_MB": (lambda c: c.commit_max_file, lambda t: int(t) << 20),
     "AGENT_LOG_MAX_MB": (lambda c: c.log_max_bytes, lambda t: int(t) << 20),
     "REAP_SCOPE": (lambda c: c.reap_scope, str),
     "REAP_PATTERNS": (lambda c: c.reap_patterns, str),
@@ -305,3 +310,20 @@ def test_advice_on_genesis_conf_variables_and_phase_settings_for_no_phase(projec
     conf(project, "")
     assert advice(resolve(project, env={"GENESIS_LOG_DIR": "$weird", "GENESIS_PHASES": "Builder Reviewer",
                                         "PHASE_Reviewer_PROMPT": "criticizer.md"}), {}) == []
+
+
+@pytest.mark.parametrize("env, held", [({"GENESIS_SANDBOX": "Off"}, ("off", None)),
+                                       ({"GENESIS_SANDBOX": "bwrap", "GENESIS_AGENT_MEMORY_MAX": "8G"},
+                                        ("bwrap", 8 << 30))])
+def test_the_box_and_the_memory_cap(project, env, held):
+    cfg = resolve(project, env=env)
+    assert (cfg.sandbox, cfg.agent_memory_max) == held
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"GENESIS_SANDBOX": "docker"}, "expected auto, bwrap, landlock, seatbelt or off"),
+    ({"GENESIS_AGENT_MEMORY_MAX": "lots"}, "is not a size"),
+])
+def test_a_bad_box_or_memory_cap_is_refused(project, env, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve(project, env=env)

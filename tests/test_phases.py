@@ -3,6 +3,7 @@ TASKS.md item with the one grammar (no grep, no subprocess); an old `when:grep` 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,15 @@ def test_any_runs_when_one_part_would_and_says_which():
     assert should_run(both, 4, here) == (True, "every 2 iterations")
     none = phase("any:never,every:2")
     assert should_run(none, 3, here) == (False, "never; every 2 iterations")
+
+
+def test_a_fifo_at_tasks_md_is_named_and_no_condition_waits_on_it(project, tmp_path):
+    """A `when:grep ... TASKS.md` waited on the FIFO until its bound, and its grep was left behind."""
+    os.mkfifo(project / "TASKS.md")
+    ran = tmp_path / "ran"
+    assert should_run(phase(f"when:touch {ran}; grep -q x TASKS.md"), 1, project) == \
+        (False, "its condition was not run: TASKS.md is a FIFO, not a regular file")
+    assert should_run(phase("tasks:open"), 1, project) == (False, "TASKS.md is a FIFO, not a regular file")
+    assert is_done(DoneRule("when", f"touch {ran}"), project, ["Builder"], ["Builder"], False, 1) == \
+        (False, "the completion check was not run: TASKS.md is a FIFO, not a regular file")
+    assert not ran.exists()

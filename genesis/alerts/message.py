@@ -9,7 +9,7 @@ import base64
 from pathlib import PurePath
 from typing import Mapping
 
-from genesis.alerts.redact import redact
+from genesis.redact import redact
 from genesis.alerts.tickets import Ticket
 from genesis.words import one_line
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from genesis.alerts.redact import redact
+from genesis.redact import redact
 from genesis.clock import iso
 from genesis.clock import parse_iso as epoch_of
 from genesis.hints import hint
@@ -32,7 +32,7 @@ MAX_TEXT = 1000          # reasoning and suggested action
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 LIMIT_CAUSE = "usage limit: the loop waits for the reset"
 OUTAGE_CAUSE = "API outage: the loop backs off and retries"
-CRITICAL_EXITS = {3, 20, 21, 22, 23, 24, 25}   # breaker OPEN, and the night-without-waste stops
+CRITICAL_EXITS = {3, 20, 21, 22, 23, 24, 25, 27}   # breaker OPEN, and the night-without-waste stops
 
 
 @dataclass(frozen=True)
@@ -230,6 +230,28 @@ def _disk_full(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
                 f"{e['needed']} needed" if _int(e.get("needed")) is not None else "") if text), None, None)
 
 
+def _history_rewritten(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
+    changes = [c for c in e.get("changes") or [] if isinstance(c, dict)]
+    kinds = sorted({str(c.get("kind")) for c in changes})
+    told = "; ".join(f"{c.get('kind')} {c.get('branch') or 'HEAD'}"
+                     + (f" ({c.get('lost_count')} commit(s) off it)" if c.get("lost_count") else "")
+                     + f", kept by {c.get('ref')}" for c in changes)
+    allowed = bool(e.get("allowed"))
+    return ("medium" if allowed else "critical", f"{name} changed git history: {', '.join(kinds)}",
+            "a phase rewrote or deleted commits or a branch, or left its branch; "
+            + ("GENESIS_ALLOW_HISTORY_REWRITE=true lets the loop go on" if allowed else
+               "the loop stops (exit 27, GENESIS_ALLOW_HISTORY_REWRITE=false)"),
+            f"see what the safety refs keep and restore it: {run('restore')}", f"{where}: {told}", None, None)
+
+
+def _commit_failed(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
+    count = _int(e.get("in_a_row"))
+    return ("high", f"auto-commit failed {count} times in a row",
+            "the agents' work is not being committed: a kill now would lose it",
+            f"read git's words below and {run('report')}; fix the repository (`git status` there), the loop "
+            f"commits again at the next phase", f"{where}: {_cut(str(e.get('error', '')), 300)}", None, None)
+
+
 def _loop_end(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
     code, reason = e.get("exit_code"), str(e.get("reason", "")) or "no reason given"
     if code == 0:
@@ -244,9 +266,30 @@ def _loop_end(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
             f"exit {code}: {reason}", None, None)
 
 
+def _loop_frozen(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
+    pid = _int(e.get("pid"))
+    return ("critical", "the loop is frozen (stopped by a signal)",
+            "the loop's process is stopped (SIGSTOP, SIGTSTP or a debugger): no phase runs and nothing ends the "
+            "night until it is continued or stopped", f"continue it (kill -CONT {pid}) or stop it "
+            f"({run('stop')}, then kill -CONT {pid})", f"pid {pid} in state T (stopped)", None, None)
+
+
+def _agent_committed_secret(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
+    files = e.get("files") if isinstance(e.get("files"), list) else []
+    named = ", ".join(f"{f.get('path')} in {f.get('commit')}" for f in files[:5] if isinstance(f, dict))
+    return ("high", "the agent committed a file that looks like a secret",
+            "a key or credentials file in the repository's history can leak with the next push; Genesis never "
+            "rewrites the agent's commits, and does not push this phase's work",
+            "check the commits named; if the file holds a real secret, rotate it, then remove the file from the "
+            "history (git rm --cached, and rewrite the commits) before pushing",
+            f"{where}: {e.get('count')} file(s): {named}", None, None)
+
+
 BUILDERS = {"health": _health, "incident": _incident, "phase_failed": _phase_failed,
             "recovery_spent": _recovery_spent, "iteration_end": _iteration_end, "wait_start": _wait_start,
-            "disk_full": _disk_full, "loop_end": _loop_end}
+            "disk_full": _disk_full, "loop_end": _loop_end, "loop_frozen": _loop_frozen,
+            "history_rewritten": _history_rewritten, "agent_committed_secret": _agent_committed_secret,
+            "commit_failed": _commit_failed}
 
 
 def ticket_for(event: Mapping[str, Any], project: str | Path,

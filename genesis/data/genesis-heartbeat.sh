@@ -50,6 +50,15 @@ clean "${GENESIS_AGENT:-unknown}"; agent="${REPLY}"
 clean "${GENESIS_RUN_ID:-}"; run_id="${REPLY}"
 pid="${CLAUDE_PID:-${PPID}}"
 [[ ${pid} =~ ^[0-9]+$ ]] || pid="${PPID}"
+# Who ran the hook: its ancestors, nearest first, up to the CLI (note 7).
+ppids="${PPID}" up="${PPID}"
+for _ in 1 2 3; do
+  [[ ${up} != "${CLAUDE_PID:-}" && ${up} -gt 1 ]] || break
+  IFS= read -r stat <"/proc/${up}/stat" || break
+  stat="${stat##*) }"; stat="${stat#* }"; up="${stat%% *}"
+  [[ ${up} =~ ^[0-9]+$ ]] || break
+  ppids+=",${up}"
+done
 
 target="${GENESIS_HEARTBEAT_FILE:-}"
 if [[ -z ${target} ]]; then
@@ -76,14 +85,14 @@ else                             # bash 3.2 (stock macOS): two forks, still port
   stamp="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 fi
 
-printf -v json '{"agent":"%s","timestamp":"%s","epoch":%s,"tool":"%s","event":"%s","session_id":"%s","pid":%s,"run_id":"%s"}' \
-  "${agent}" "${stamp}" "${epoch}" "${tool}" "${event}" "${session}" "${pid}" "${run_id}"
+printf -v json '{"agent":"%s","timestamp":"%s","epoch":%s,"tool":"%s","event":"%s","session_id":"%s","pid":%s,"run_id":"%s","ppids":[%s]}' \
+  "${agent}" "${stamp}" "${epoch}" "${tool}" "${event}" "${session}" "${pid}" "${run_id}" "${ppids}"
 
 # The tool log (note 3), before the heartbeat; not for Genesis's own hook self-test.
 slow=""
 if [[ -n ${GENESIS_HEARTBEAT_FILE:-} && -n ${event}${tool} && ${session} != genesis-self-test.* ]]; then
   log="${target%.json}.tools.jsonl"
-  line="{\"t\":${epoch},\"e\":\"${event}\",\"tool\":\"${tool}\""
+  line="{\"t\":${epoch},\"e\":\"${event}\",\"tool\":\"${tool}\",\"pp\":[${ppids}]"
   t="${payload:$((${#payload} > 320 ? ${#payload} - 320 : 0))}"
   if [[ ${t} == *\"tool_use_id\"* ]]; then
     pre="${t%%\"tool_use_id\"*}"; t="${t:${#pre}+13:80}"; t="${t#*\"}"; clean "${t%%\"*}"
@@ -179,8 +188,8 @@ exit 0
 #
 # 3. The tool log. With $GENESIS_HEARTBEAT_FILE set, one line per event is appended to
 # the tool log beside it (Builder.json -> Builder.tools.jsonl):
-#   {"t":EPOCH,"e":EVENT,"tool":TOOL,"id":TOOL_USE_ID,"ok":BOOL,"ms":DURATION,"cmd":TEXT}
-# t is the heartbeat's epoch; ok only for post events (false for PostToolUseFailure); id,
+#   {"t":EPOCH,"e":EVENT,"tool":TOOL,"pp":[PPIDS],"id":TOOL_USE_ID,"ok":BOOL,"ms":DURATION,"cmd":TEXT}
+# t is the heartbeat's epoch, pp its ppids (note 7); ok only for post events (false for PostToolUseFailure); id,
 # ms and cmd only when the payload's first 4096 bytes hold them: Claude Code sends
 # tool_use_id and duration_ms last, after tool_input and tool_response, so they are
 # looked for in the payload's tail first. cmd is at most the first 160 bytes of the
@@ -222,3 +231,10 @@ exit 0
 # (toolName, sessionId) and no event name, so its hook command passes `--event NAME`;
 # an event in the payload wins. Genesis maps every CLI's names to Claude Code's when it
 # reads them (genesis.health.heartbeat.tool_event); the beat keeps the CLI's own.
+#
+# 7. Who ran the hook. "ppids" lists the hook's parent and its ancestors, nearest first,
+# up to the CLI's pid (CLAUDE_PID, where the CLI sets it) or 4 of them, read from /proc/PID/stat
+# with the read builtin (no fork; one read a level, none at all when the CLI ran the hook
+# itself; on macOS, with no /proc, only the parent). The watcher counts a beat as a sign of
+# life only when the CLI's own hook call wrote it, not a loop the agent runs below a tool
+# (genesis.health.beatorigin): an environment variable can forge CLAUDE_PID, not $PPID.

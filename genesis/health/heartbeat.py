@@ -41,6 +41,16 @@ class Heartbeat:
     session_id: str
     pid: int | None
     run_id: str
+    ppids: tuple[int, ...] = ()    # who ran the hook: its parent and ancestors, nearest first (() unknown)
+
+
+MAX_PPIDS = 16
+
+
+def _pids(value: object) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(p for p in value[:MAX_PPIDS] if isinstance(p, int) and not isinstance(p, bool) and p > 0)
 
 
 def read_heartbeat(path: Path) -> tuple[Heartbeat | None, str]:
@@ -72,6 +82,7 @@ def read_heartbeat(path: Path) -> tuple[Heartbeat | None, str]:
         session_id=str(data.get("session_id", "")),
         pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
         run_id=str(data.get("run_id", "")),
+        ppids=_pids(data.get("ppids")),
     ), ""
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from genesis.health.capture import Incident
 from genesis.health.incident_text import render, safe_line
+from genesis.redact import redact, redact_all
 from genesis.store.atomicio import CorruptFile, read_bytes, read_json, write_json, write_text
 from genesis.store.layout import UnsafeDir, private_dir
 
@@ -32,6 +33,7 @@ def write(incident: Incident, directory: Path, keep: int = MAX_INCIDENTS) -> Pat
     path. The id is claimed with O_EXCL, so two incidents in one second never collide.
     Only the newest `keep` incidents are kept."""
     directory = private_dir(Path(directory))
+    incident = redact_all(incident)  # its transcript and tool calls are the agent's words
     ident = _claim(directory, incident.base_id)
     write_text(directory / f"{ident}.txt", render(incident, ident), mode=0o600)
     target = directory / f"{ident}.json"
@@ -124,4 +126,4 @@ def read_incident(directory: Path, ident: str) -> str:
         data = read_bytes(directory / f"{ident}.txt", MAX_FILE)
     except FileNotFoundError:
         raise UnknownIncident(f"no incident {ident}") from None
-    return data.decode("utf-8", "replace")
+    return redact(data.decode("utf-8", "replace"))

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from genesis.health.heartbeat import AFTER_TOOL, BEFORE_TOOL, TOOL_FAILED, tool_event
 
-__all__ = ["ToolCall", "read_tail", "in_flight", "pairs", "rotate", "tool_log_path", "input_hash", "describe",
+__all__ = ["ToolCall", "read_tail", "read_head", "in_flight", "pairs", "rotate", "tool_log_path", "input_hash", "describe",
            "commands", "PRE", "POST", "FAILURE", "MAX_READ_BYTES", "ROTATE_CAP_BYTES"]
 
 PRE, POST, FAILURE = BEFORE_TOOL, AFTER_TOOL, TOOL_FAILED
@@ -44,6 +44,7 @@ class ToolCall:
     ok: bool | None = None   # post events only: False for PostToolUseFailure
     ms: int | None = None    # duration_ms, when given
     cmd: str = ""            # the first 160 bytes of the command, file_path or pattern
+    pp: tuple[int, ...] = ()  # who ran the hook: its parent and ancestors, nearest first (beatorigin)
 
 
 def tool_log_path(heartbeat_file: Path) -> Path:
@@ -86,7 +87,9 @@ def _parse(line: bytes) -> ToolCall | None:
     cmd = _decode_cmd(rec["cmd"]) if isinstance(rec.get("cmd"), str) else ""
     if event in POST_EVENTS and ok is None:
         ok = event == POST
-    return ToolCall(float(t), event, tool, ident, input_hash(tool, cmd), ok, ms, cmd)
+    pp = rec.get("pp") if isinstance(rec.get("pp"), list) else []
+    pp = tuple(p for p in pp[:16] if isinstance(p, int) and not isinstance(p, bool) and p > 0)
+    return ToolCall(float(t), event, tool, ident, input_hash(tool, cmd), ok, ms, cmd, pp)
 
 
 def _open_regular(path: Path, flags: int) -> int | None:
@@ -120,6 +123,18 @@ def read_tail(path: Path, most: int = 200, max_bytes: int = MAX_READ_BYTES) -> l
         lines = lines[1:]  # the window began inside a line
     calls = [c for c in (_parse(line) for line in lines if line.strip()) if c is not None]
     return calls[-most:] if most > 0 else []
+
+
+def read_head(path: Path, most: int = 4, max_bytes: int = 8192) -> list[ToolCall]:
+    """The first `most` events of the tool log (the phase's first hook calls), reading at most
+    max_bytes from its start; [] as read_tail gives it."""
+    fd = _open_regular(Path(path), os.O_RDONLY)
+    if fd is None:
+        return []
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(max_bytes)
+    lines = data.split(b"\n")[:-1]  # the last is unfinished, or empty
+    return [c for c in (_parse(line) for line in lines[:most] if line.strip()) if c is not None]
 
 
 def _matches(pre: ToolCall, post: ToolCall) -> bool:

@@ -57,17 +57,19 @@ def begin(stale_after: float, interval: float, started_mono: float, started_wall
 
 
 def check(w: Window, epoch: float | None, now_mono: float, now_wall: float, output_grew: bool = False,
-          hold: bool = False, busy_until: float | None = None) -> tuple[Window, Verdict]:
+          hold: bool = False, busy_until: float | None = None, own: float = 0.0) -> tuple[Window, Verdict]:
     """One check: the newest heartbeat epoch (None: none or unusable), the clocks, whether the
     agent's output grew since the last check, whether silence must not count now (`hold`: the
     disk is full, so no heartbeat can be written), and until when (monotonic) the agent said it
     waits on something outside it (`busy_until`: the CLI's own API retry and its announced
-    delay): silence counts only from then."""
+    delay): silence counts only from then. `own`: seconds of the gap since the previous check
+    the watcher spent in its own work (a write waiting on a ledger another program holds): a
+    slow watcher, not a paused one, so it never restarts the window."""
     notes: list[str] = []
     since_prev = max(0.0, now_mono - w.prev_mono)
     jump = (now_wall - w.prev_wall) - since_prev
     restart = ""
-    if since_prev > 2 * w.interval + PAUSE_SLACK:
+    if since_prev - max(own, 0.0) > 2 * w.interval + PAUSE_SLACK:
         restart = f"the watcher itself was paused for {since_prev:.0f}s; staleness window restarted"
     elif abs(jump) > w.interval:
         kind = "suspend or clock jump" if jump > 0 else "clock moved backwards"
@@ -125,7 +127,7 @@ class Watchdog:
         return self.window.last_beat
 
     def observe(self, epoch: float | None, now_mono: float, now_wall: float, output_grew: bool = False,
-                hold: bool = False, busy_until: float | None = None) -> Verdict:
+                hold: bool = False, busy_until: float | None = None, own: float = 0.0) -> Verdict:
         """One check, as check() makes it, remembered for the next."""
-        self.window, verdict = check(self.window, epoch, now_mono, now_wall, output_grew, hold, busy_until)
+        self.window, verdict = check(self.window, epoch, now_mono, now_wall, output_grew, hold, busy_until, own)
         return verdict

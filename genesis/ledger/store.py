@@ -10,6 +10,7 @@ reported as not recorded rather than the loop waiting on.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -17,22 +18,29 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 from genesis.clock import iso
 from genesis.ledger import tables
 from genesis.ledger.schema import MIGRATIONS, VERSION
+from genesis.redact import redact_all
 from genesis.store.atomicio import DiskFull, free_bytes, quarantine
 
-__all__ = ["Ledger", "LedgerError", "RunRecord", "BUSY_TIMEOUT", "MAX_DETAIL_CHARS", "iso"]
+__all__ = ["Ledger", "LedgerError", "RunRecord", "BUSY_TIMEOUT", "WATCH_TIMEOUT", "MAX_DETAIL_CHARS", "iso"]
 
 BUSY_TIMEOUT = 5.0          # seconds a write waits for another writer
+WATCH_TIMEOUT = 0.25        # seconds a write of the watcher's waits (see Ledger.waiting_at_most)
 READ_TIMEOUT = 1.0          # seconds a reader waits (only a checkpoint or a migration can hold it up)
 MAX_DETAIL_CHARS = 64 << 10  # an event's detail beyond this is cut: the ledger stays small
 
 
 class LedgerError(RuntimeError):
     """The ledger cannot be used; the message says why and what to do."""
+
+
+class Damaged(sqlite3.DatabaseError):
+    """A ledger SQLite opens, but without the tables of its schema."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,7 @@ class Ledger:
         self.conn = conn
         self.path = path
         self.clock = clock
+        self.reset_note: str | None = None  # a damaged ledger was kept aside on opening: to be said once
 
     @classmethod
     def open(cls, path: Path, *, readonly: bool = False, clock: Callable[[], float] = time.time) -> "Ledger":
@@ -70,19 +79,28 @@ class Ledger:
                 conn = _readable(conn, path)
             else:
                 _prepare(conn)
+            missing = _missing_tables(conn)
+            if missing:  # dropped by hand or by an agent: each write and read would fail
+                conn.close()
+                raise Damaged(f"the ledger lacks its tables {', '.join(missing)}")
         except sqlite3.DatabaseError as exc:
-            if readonly or not _not_a_database(exc):
+            if isinstance(exc, Damaged) and readonly:
+                raise LedgerError(f"the ledger {path} is damaged ({exc}); the loop's next start keeps it aside "
+                                  f"and starts a new one") from None
+            if readonly or not (isinstance(exc, Damaged) or _not_a_database(exc)):
                 raise _error(exc, path) from None
             kept = quarantine(path, clock())
-            for suffix in ("-wal", "-shm"):
+            for suffix in ("-wal", "-shm"):  # with the file they belong to: the WAL may hold its last events
                 try:
-                    os.unlink(f"{path}{suffix}")
+                    os.rename(f"{path}{suffix}", f"{kept}{suffix}")
                 except FileNotFoundError:
                     pass
             conn = _connect(path, readonly)
             _prepare(conn)
             ledger = cls(conn, path, clock)
             ledger.record("-", "ledger_reset", kept=str(kept), why=str(exc))
+            ledger.reset_note = (f"the ledger was damaged ({exc}): kept aside as {kept} (with its -wal and -shm) "
+                                 f"and a new one started; the runs before are in the kept file")
             return ledger
         return cls(conn, path, clock)
 
@@ -95,6 +113,19 @@ class Ledger:
     def close(self) -> None:
         self.conn.close()
 
+    @contextmanager
+    def waiting_at_most(self, seconds: float) -> Iterator["Ledger"]:
+        """Inside, a write waits at most `seconds` for another writer (then LedgerError): for
+        the watcher, whose judgement must never wait on a ledger another program holds."""
+        self.conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+        try:
+            yield self
+        finally:
+            try:
+                self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+            except sqlite3.Error:
+                pass  # closed inside (its file was taken): nothing to restore
+
     # -- writing ---------------------------------------------------------------------
 
     def record(self, run_id: str, kind: str, /, at: float | None = None, **detail: Any) -> int:
@@ -104,6 +135,7 @@ class Ledger:
         holds the ledger past BUSY_TIMEOUT raises LedgerError.
         """
         at = self.clock() if at is None else at
+        detail = redact_all(detail)  # an agent's words reach events: no secret is kept
         text = json.dumps(detail, default=str)
         if len(text) > MAX_DETAIL_CHARS:
             text = json.dumps({"cut": True, **{k: (v if len(json.dumps(v, default=str)) < 2000 else "(cut)")
@@ -257,6 +289,25 @@ def _migrate(conn: sqlite3.Connection) -> None:
     except BaseException:
         _rollback(conn)
         raise
+
+
+@functools.cache
+def _schema_tables() -> frozenset[str]:
+    """The tables a ledger of this schema has (built once, in memory)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        _migrate(conn)
+        return frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    finally:
+        conn.close()
+
+
+def _missing_tables(conn: sqlite3.Connection) -> list[str]:
+    """The schema's tables the ledger lacks (none of a ledger from before the schema versions)."""
+    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not have and conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+        return []
+    return sorted(_schema_tables() - have)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

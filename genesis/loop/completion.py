@@ -14,12 +14,12 @@ The rule (GENESIS_DONE_WHEN) is checked at the end of each iteration:
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from genesis.phases import DoneRule
-from genesis.repo.tasks import DONE, OPEN, REVIEW, TASKS_FILE, read_tasks
+from genesis.procs.condition import run_condition
+from genesis.repo.tasks import DONE, OPEN, REVIEW, TASKS_FILE, not_a_file, read_tasks
 
 __all__ = ["is_done", "PLANNER", "CHECK_TIMEOUT"]
 
@@ -28,11 +28,12 @@ CHECK_TIMEOUT = 60.0
 
 
 def is_done(rule: DoneRule, project: Path, phases: Iterable[str], ran: Iterable[str],
-            said_done: bool, iteration: int) -> tuple[bool, str]:
+            said_done: bool, iteration: int, env: Mapping[str, str] | None = None) -> tuple[bool, str]:
     """Whether the work is done at the end of an iteration, and why (for the console).
 
     phases: the configured phase names; ran: those that finished this iteration;
-    said_done: an agent's final result of this iteration held the completion phrase.
+    said_done: an agent's final result of this iteration held the completion phrase;
+    env: added to a `when:` command's environment (the run's markers).
     """
     phases, ran = list(phases), list(ran)
     if rule.kind == "never":
@@ -40,19 +41,19 @@ def is_done(rule: DoneRule, project: Path, phases: Iterable[str], ran: Iterable[
     if rule.kind == "phrase":
         return said_done, f"an agent's final result said {rule.text!r}"
     if rule.kind == "when":
-        env = {**os.environ, "GENESIS_ITERATION": str(iteration)}
-        try:
-            done = subprocess.run(["bash", "-c", rule.text], cwd=project, env=env, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=CHECK_TIMEOUT,
-                                  start_new_session=True)
-        except subprocess.TimeoutExpired:
-            return False, f"the completion check timed out after {CHECK_TIMEOUT:.0f}s"
-        return done.returncode == 0, f"the completion check `{rule.text}` exited {done.returncode}"
+        odd = not_a_file(project)
+        if odd:  # a check reading the task list would wait on it for ever (until killed)
+            return False, f"the completion check was not run: {odd}"
+        status = run_condition(rule.text, project, {**os.environ, **(env or {}), "GENESIS_ITERATION": str(iteration)},
+                               CHECK_TIMEOUT)
+        if status is None:
+            return False, f"the completion check timed out after {CHECK_TIMEOUT:.0f}s (killed with what it started)"
+        return status == 0, f"the completion check `{rule.text}` exited {status}"
     if PLANNER in phases and PLANNER not in ran:
         return False, "no Planner pass this iteration"
     tasks = read_tasks(project)
     if tasks is None:
-        return False, f"no {TASKS_FILE}"
+        return False, not_a_file(project) or f"no {TASKS_FILE}"
     if tasks.count(OPEN) or tasks.count(REVIEW):
         return False, f"{tasks.count(OPEN)} task(s) open and {tasks.count(REVIEW)} awaiting review in {TASKS_FILE}"
     after = "after a Planner pass that added nothing" if PLANNER in phases else "at the end of an iteration"

@@ -14,7 +14,8 @@ from genesis.loop.guard import breaker_store, guard_config, heal, mirror_breaker
 from genesis.loop.startfail import START_FAILURES, spares_breaker
 from genesis.loop.step import Step, StepFailed
 from genesis.loop.waiting import plan_cooldown
-from genesis.repo.gitcmd import GitFailed
+from genesis.procs.markers import markers_for
+from genesis.repo.gitcmd import GitFailed, GitTimeout
 from genesis.repo.progress import Fingerprint, fingerprint
 from genesis.store.atomicio import CorruptFile, read_json, write_json
 
@@ -31,8 +32,16 @@ def _measure(step: Step) -> Fingerprint:
         step.event("step_retry", what="fingerprint", why=str(exc)[:300])
     try:
         return fingerprint(step.cfg.project, step.layout.ignored())
+    except GitTimeout as exc:
+        code, reason = exitcodes.STEP_TIMEOUT, f"measuring progress overran its time bound twice: {exc}"
     except GitFailed as exc:
-        raise StepFailed(exitcodes.STEP_TIMEOUT, f"measuring progress failed twice: {exc}") from None
+        # Nothing timed out: git cannot read the repository (a corrupt index, a FIFO where a
+        # tracked file was), which another try does not mend. Said as it is, a usage error.
+        code, reason = exitcodes.USAGE, (f"git cannot read the project, so progress cannot be measured (tried "
+                                         f"twice): {exc}. Repair the repository (`git status` there says what "
+                                         f"git finds), then start again")
+    step.event("stop_reason", code=code, reason=reason[:1000])
+    raise StepFailed(code, reason)
 
 
 def iteration_start(step: Step, iteration: int) -> None:
@@ -67,6 +76,10 @@ def iteration_finish(step: Step, iteration: int) -> int:
     how = ("" if not progressed or base is None else
            "new commits" if base.head != now_fp.head else "uncommitted changes")
     mine = step.events(iteration=iteration)
+    if progressed and any(e.get("event") == "history_rewritten" for e in mine):
+        # Allowed (GENESIS_ALLOW_HISTORY_REWRITE=true), a rewrite changes HEAD but is no step forward.
+        progressed = False
+        step.say(f"iteration {iteration}: a phase rewrote history; that is not counted as progress", "warn")
     waited = any(e.get("event") == "wait_start" and e.get("kind") in ("limit", "outage") for e in mine)
     unstarted = None if progressed else spares_breaker(step, iteration)
     store = breaker_store(lay)
@@ -84,7 +97,7 @@ def iteration_finish(step: Step, iteration: int) -> int:
     ended = [e for e in mine if e.get("event") == "phase_end"]
     done, why = is_done(cfg.done_when, cfg.project, [p.name for p in cfg.phases],
                         [e.get("phase") for e in ended if e.get("ending") == "finished"],
-                        any(e.get("said_done") for e in ended), iteration)
+                        any(e.get("said_done") for e in ended), iteration, markers_for(cfg.project, step.run_id))
     if done:
         step.say(f"iteration {iteration}: done: {why}; the loop ends here", "ok")
         step.event("work_done", iteration=iteration, why=why)

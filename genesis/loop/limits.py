@@ -12,7 +12,9 @@ calling the agent.
 unknown account of the CLI that was configured when it was met (the ledger's run that met it
 says which; the CLI configured now when it cannot tell): it holds for every account of that
 CLI, and no other, until it resets or is cleared (`genesis limit clear`). A file that cannot
-be read is kept aside as `limit.json.corrupt-<UTC time>` and not trusted.
+be read is kept aside as `limit.json.corrupt-<UTC time>` and not trusted. An agent can write
+the file too: a limit counts only with the ledger's event of the run that remembered it, and
+one without (planted) is kept aside as `limit.json.unvouched-<UTC time>` (see vouched).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from genesis.store.atomicio import CorruptFile, finite, flock_within, quarantine
 from genesis.store.layout import Layout
 from genesis.words import duration, sanitize
 
-__all__ = ["Remembered", "VERSION", "LOCK_WAIT", "read", "binding", "remember", "forget", "when", "lines_of",
-           "another_account", "clear_command"]
+__all__ = ["Remembered", "VERSION", "LOCK_WAIT", "REMEMBERED", "read", "vouched", "set_aside_unvouched", "binding",
+           "remember", "forget", "when", "lines_of", "another_account", "clear_command"]
 
 VERSION = 2
 LOCK_WAIT = 10.0       # seconds to wait for the file's lock (held for milliseconds by its writers)
@@ -150,6 +152,48 @@ def _set_aside(path: Path, reason: str, now: float | None) -> str:
     except OSError as exc:
         return f"the remembered usage limits ({path}) {reason}, and could not be kept aside ({exc}); none is applied"
     return f"the remembered usage limits ({path}) {reason}: kept aside as {kept.name}; none is applied"
+
+
+LONGEST = 7 * 86400.0  # the longest real usage limit (a weekly one)...
+SLACK = 86400.0        # ...and a day more: a reset further away than both is never believed
+REMEMBERED = "limit_remembered"  # the event the run that met a limit records with it
+
+
+def vouched(layout: Layout, entries: list[Remembered], now: float) -> tuple[list[Remembered], list[Remembered], str]:
+    """(the entries a run recorded in the ledger as it remembered them, those no run did, why).
+
+    An agent can write limit.json: a limit counts only with the run event that recorded it
+    (`limit_remembered`: its CLI, account and reset; for an older Genesis's file, the phase that
+    ended on it), and a reset further than the longest real limit never counts."""
+    try:
+        with Ledger.open(layout.ledger_file, readonly=True) as ledger:
+            recorded = ledger.events(kinds=(REMEMBERED,))
+    except (LedgerError, OSError) as exc:
+        return [], [], f"the ledger cannot be read to tell which run remembered them ({exc})"
+    good, bad = [], []
+    for entry in entries:
+        acc = entry.account
+        legacy = acc.home is None and acc.key is None
+        ok = entry.resets_at <= now + LONGEST + SLACK and (
+            _met_by(layout, entry.seen_at) == acc.cli if legacy else any(
+                (e.get("cli"), e.get("home"), e.get("key")) == (acc.cli, acc.home, acc.key)
+                and isinstance(e.get("resets_at"), (int, float)) and abs(e["resets_at"] - entry.resets_at) < 1.0
+                for e in recorded))
+        (good if ok else bad).append(entry)
+    return good, bad, ""
+
+
+def set_aside_unvouched(layout: Layout, configured: str, bad: list[Remembered], now: float) -> Path | None:
+    """Take the limits no run recorded out of the file, into `limit.json.unvouched-<time>`."""
+    if not bad:
+        return None
+    aside = layout.limit_file.with_name(f"{layout.limit_file.name}.unvouched-"
+                                        f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}")
+    with _locked(layout):
+        entries, _warning = read(layout, configured, now)
+        write_json(aside, {"version": VERSION, "limits": [e.to_json() for e in bad]})
+        _write(layout, [e for e in entries if e not in bad])
+    return aside
 
 
 def binding(entries: list[Remembered], account: Account, now: float, margin: float) -> Remembered | None:

@@ -6,6 +6,7 @@ here, by the one step that watches.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -16,17 +17,26 @@ from genesis.agents import adapter_of
 from genesis.agents.base import Adapter
 from genesis.config import read_prompt
 from genesis.health.toollog import tool_log_path
-from genesis.loop import ceilings, recovery, startfail, waiting
+from genesis.ledger.store import WATCH_TIMEOUT, LedgerError
+from genesis.loop import ceilings, lostloop, recovery, startfail, waiting
 from genesis.loop.ending import commit_message, describe, how_it_ended, reported, said_done
+from genesis.loop.commitfail import commit_failed, lock_removed
 from genesis.loop.guard import HookRemoved, heal
+from genesis.loop.keptout import agent_committed, note_left_out, rules_of
 from genesis.loop.phasewatch import health_keeper, incident_keeper, judge_of, on_check
 from genesis.loop.reap import reap
-from genesis.loop.step import Step, agent_env
+from genesis.loop.relock import LockKeeper
+from genesis.loop.safekeeping import history_of, keep_at_phase, kept_after, orphaning, stop_for
+from genesis.loop.sandboxing import box_for
+from genesis.loop.step import Step, agent_env, ledger_of
 from genesis.phases import Phase, should_run
 from genesis.procs.markers import markers_for
 from genesis.repo import phasework
-from genesis.repo.autocommit import commit
+from genesis.repo.autocommit import CommitResult, commit
 from genesis.repo.ownership import remember, user_files
+from genesis.repo.signing import unsigned_for
+from genesis.sandbox.box import Box
+from genesis.store.atomicio import DiskFull
 from genesis.watch.supervisor import AgentRun, Limits, Outcome, supervise
 
 __all__ = ["run_phase", "phase_lost", "WATCHER_DEATHS_MAX"]
@@ -46,6 +56,7 @@ class Attempt:
     heartbeat: Path
     env: dict[str, str]
     prompt: str
+    box: Box | None = None         # the box the agent runs in (see loop/sandboxing.py)
 
 
 def run_phase(step: Step, phase: Phase, iteration: int) -> int:
@@ -66,6 +77,7 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     step.say(f"{phase.name}: agent started (log {step.rel(attempt.log)})", "head")
     started = time.time()
     work = phasework.before(step.cfg.project)
+    at_start = keep_at_phase(step, iteration, phase.name)
     _note_leftovers(step, f"when {phase.name} started, iteration {iteration}")
     step.event("phase_start", iteration=iteration, phase=phase.name, log=str(attempt.log), epoch=started,
                attempt=attempt.number)
@@ -80,9 +92,27 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
                would_kill=list(outcome.would_kill[-3:]),
                said_done=said_done(step.cfg.done_when, outcome), **reported(outcome))
     reap(step, "after " + phase.name)
-    _commit(step, phase, iteration, outcome)
+    rewrites = history_of(step, iteration, phase.name, at_start)
+    leaked = agent_committed(step, iteration, phase.name, work)  # a secret in the agent's own commits: not pushed
+    # After a rewrite that stops the loop, the work is committed (kept) but not pushed.
+    done = _commit(step, phase, iteration, outcome,
+                   push=(not rewrites or step.cfg.allow_history_rewrite) and not leaked,
+                   off_branch=orphaning(rewrites))
+    if orphaning(rewrites):
+        kept_after(step, iteration, phase.name)
     _note_leftovers(step, f"after {phase.name}, iteration {iteration}")
-    step.event("phase_work", iteration=iteration, phase=phase.name, **phasework.after(step.cfg.project, work))
+    since = phasework.since_refs(step.run_id, iteration, phase.name)
+    step.event("phase_work", iteration=iteration, phase=phase.name,
+               **phasework.after(step.cfg.project, work, since=since, orphaned=orphaning(rewrites),
+                                 own=done.sha if done is not None and done.committed else None))
+    if outcome.status == "interrupted" and outcome.detail.startswith("the agent sent "):
+        step.event("stop_reason", reason=outcome.detail, code=outcome.exit_code)  # the loop's end says so
+    if outcome.loop_lost:  # nobody is left to act on this phase's end: the night ends here
+        lostloop.settle(step, (), "the phase's watcher")
+        return outcome.exit_code
+    stopped = stop_for(step, iteration, phase.name, rewrites)
+    if stopped is not None:
+        return stopped
     return _act_on(step, phase, iteration, outcome, ending, detail, attempt)
 
 
@@ -95,7 +125,8 @@ def _not_now(step: Step, phase: Phase, iteration: int) -> int | None:
         step.say(f"{why}: stopping before {phase.name}", "warn")
         step.event("ceiling", iteration=iteration, phase=phase.name, why=why, code=code)
         return code
-    due, why = should_run(phase, iteration, step.cfg.project)
+    due, why = should_run(phase, iteration, step.cfg.project,
+                          {**os.environ, **markers_for(step.cfg.project, step.run_id)})
     if not due:
         step.say(f"{phase.name}: skipped ({why})", "info")
         step.event("phase_skip", iteration=iteration, phase=phase.name, why=why)
@@ -123,26 +154,39 @@ def _prepare(step: Step, phase: Phase, iteration: int) -> Attempt:
     adapter = adapter_of(cfg, base)
     argv = adapter.command(base, phase)
     suffix = adapter.raw_suffix(argv)
+    box = box_for(step, argv, agent_env(step, phase.name, iteration))  # a named box gone: exit 29 before the start
     return Attempt(base, recovery.retries_so_far(step, iteration, phase.name), adapter, argv,
                    lay.agent_log(step.run_id, iteration, phase.name),
                    lay.agent_log(step.run_id, iteration, phase.name, suffix) if suffix else None, hb,
-                   agent_env(step, phase.name, iteration), read_prompt(phase.prompt_file))
+                   agent_env(step, phase.name, iteration), read_prompt(phase.prompt_file), box=box)
 
 
 def _watch(step: Step, phase: Phase, iteration: int, attempt: Attempt) -> Outcome:
     """The agent run under watch, to its end."""
     cfg, hb = step.cfg, attempt.heartbeat
+    keeper = LockKeeper(step, os.getppid())  # this step's parent is the loop, whose lock it keeps
+
+    def check() -> None:
+        keeper.check()
+        on_check(step, hb)
+
     run = AgentRun(attempt.argv, cfg.project, attempt.env, attempt.log, hb, step.run_id,
                    prompt=attempt.prompt, prompt_stdin=attempt.adapter.prompt_on_stdin,
-                   on_check=lambda: on_check(step, hb), raw_log=attempt.raw_log,
+                   on_check=check, raw_log=attempt.raw_log,
                    reader=attempt.adapter.reader(attempt.argv), on_health=health_keeper(step, phase),
                    on_incident=incident_keeper(step, phase, iteration, hb, attempt.log), judge=judge_of(step, hb),
-                   phase=phase.name, iteration=iteration)
+                   phase=phase.name, iteration=iteration, box=attempt.box, memory_max=cfg.agent_memory_max,
+                   loop=lostloop.loop_of(step))
     limits = Limits(cfg.check_interval, cfg.stale_after, cfg.max_runtime, cfg.kill_grace, cfg.count_output,
                     log_max_bytes=cfg.log_max_bytes, tool_silent=cfg.tool_silent or None,
                     tool_busy_max=cfg.tool_busy_max, enforce=cfg.health_enforce,
                     hookless=attempt.adapter.hooks is None)
-    return supervise(run, limits, note=lambda msg: step.say(f"{phase.name}: {msg}", "warn"))
+    try:  # the watcher's writes never hold up its judgement: a held ledger costs events, said
+        writes = ledger_of(step.layout).waiting_at_most(WATCH_TIMEOUT)
+    except (DiskFull, LedgerError):
+        writes = contextlib.nullcontext()
+    with writes:
+        return supervise(run, limits, note=lambda msg: step.say(f"{phase.name}: {msg}", "warn"))
 
 
 def _note_leftovers(step: Step, when: str) -> None:
@@ -155,19 +199,29 @@ def _note_leftovers(step: Step, when: str) -> None:
         step.say(problem, "warn")
 
 
-def _commit(step: Step, phase: Phase, iteration: int, outcome: Outcome) -> None:
+def _commit(step: Step, phase: Phase, iteration: int, outcome: Outcome, push: bool = True,
+            off_branch: bool = False) -> CommitResult | None:
     """The phase's work committed as the agent's, an interrupted phase's too (labelled so),
-    unless auto-commit is off or the agent never ran."""
+    unless auto-commit is off or the agent never ran. Pushed only if asked and `push`, and
+    never from off the phase's branch (`off_branch`: switched or detached by the agent)."""
     cfg, lay = step.cfg, step.layout
     if not cfg.auto_commit or outcome.status == "not_started":
-        return
+        return None
     result = commit(cfg.project, commit_message(phase.name, iteration, step.run_id, outcome),
-                    lay.ignored(), cfg.auto_push, keep_out=user_files(lay.user_files),
-                    markers=markers_for(cfg.project, step.run_id), run_hooks=cfg.git_hooks)
-    if result.committed:
+                    lay.ignored(), cfg.auto_push and push and not off_branch, keep_out=user_files(lay.user_files),
+                    markers=markers_for(cfg.project, step.run_id), run_hooks=cfg.git_hooks, rules=rules_of(cfg),
+                    unsigned=unsigned_for(cfg.project, lay.state_dir, step.run_id),
+                    said=lambda removed: lock_removed(step, phase.name, iteration, removed))
+    note_left_out(step, result, phase.name, iteration, phase.name)
+    if result.committed and off_branch:
+        step.say(f"{phase.name}: committed {result.sha} off the phase's branch (the agent switched branch or "
+                 f"detached HEAD): orphaned work, kept by a safety ref", "warn")
+    elif result.committed:
         step.say(f"{phase.name}: committed {result.sha}" + (" and pushed" if result.pushed else ""), "info")
     if result.error:
-        step.say(f"{phase.name}: {result.error}", "warn")
+        count = commit_failed(step, phase.name, iteration, result.error)
+        step.say(f"{phase.name}: auto-commit failed ({count} in a row): {result.error}", "warn")
+    return result
 
 
 def _act_on(step: Step, phase: Phase, iteration: int, outcome: Outcome, ending: str, detail: str,

@@ -18,32 +18,39 @@ from typing import Mapping
 from genesis import exitcodes
 from genesis.agents import adapter_of
 from genesis.agents.hook.removal import clear_removal
-from genesis.config import Config, advice, read_prompt, snapshot
+from genesis.config import CONFIG_FILE, Config, advice, read_prompt, snapshot
 from genesis.hints import hint
 from genesis.loop import breaker
 from genesis.loop.guard import breaker_store, config_digest, mirror_breaker, record_hook
+from genesis.loop.keptout import note_left_out, rules_of
+from genesis.loop.safekeeping import keep_at_start
+from genesis.loop.sandboxing import announce, box_for
 from genesis.loop.step import Step, StepFailed, agent_env, is_claude, reads_prompt_from_stdin
 from genesis.procs.markers import markers_for
 from genesis.repo.autocommit import commit, user_changes
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.ownership import Leftovers, leftovers_in, recall
 from genesis.repo.progress import fingerprint
+from genesis.repo.signing import probe, save, signing_file, unsigned_for
 from genesis.repo.state import OPERATION_NAMES, repo_state, way_out
 from genesis.repo.worktree import open_repo
 from genesis.store.atomicio import CorruptFile, read_bytes, write_json, write_text
 from genesis.store.layout import ensure_git_excludes, heal_dir
 from genesis.store.looplock import Locked, acquire, release
+from genesis.trust import approve, judge
 from genesis.watch.cmdline import prompt_problem
 from genesis.words import duration
 
 __all__ = ["preflight", "agent_problem", "root_problem", "skipped_permissions", "BYPASS_FLAGS"]
+
+SNAPSHOT_PROMPTS_MAX = 256 << 10  # characters of prompts the settings snapshot also keeps
 
 # Claude Code's flags that skip its permission checks, which it refuses as root outside a sandbox.
 BYPASS_FLAGS = ("--dangerously-skip-permissions", "--allow-dangerously-skip-permissions")
 
 
 def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False,
-              allow_detached: bool = False) -> None:
+              allow_detached: bool = False, trust: bool = False) -> None:
     """Everything checked before the first agent runs; StepFailed says why not."""
     cfg, lay, say = step.cfg, step.layout, step.say
     open_repo(cfg.project)
@@ -62,10 +69,15 @@ def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False
     except Locked as exc:
         raise StepFailed(exitcodes.LOCKED, str(exc)) from None
     try:
+        _check_commands(step, trust)
+        _check_signing(step)
         _check_repo_state(step, allow_detached)
         _check_user_changes(step, allow_dirty)
+        keep_at_start(step)
         _snapshot(step)
         _check_hook(step)
+        # A named box that cannot run refuses the start (exit 29), before any agent runs.
+        box = box_for(step, adapter_of(cfg).command(cfg.agent_cmd), agent_env(step, cfg.phases[0].name, 1))
         state = _start_breaker(step)
     except BaseException:
         release(lay.loop_record, step.run_id)
@@ -91,8 +103,47 @@ def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False
         f"{duration(cfg.max_outage)}; done when: {cfg.done_when}; ceilings: "
         f"{', '.join(c for c in ceilings if c) or 'none'}")
     say(f"logs: {step.rel(lay.run_dir(step.run_id))}")
+    announce(step, box)
     step.event("loop_start", project=str(cfg.project), pid=loop_pid, agent=list(cfg.agent_cmd),
                phases=[p.name for p in cfg.phases])
+
+
+def _check_commands(step: Step, trust: bool) -> None:
+    """A command genesis.conf names runs only with the user's word (see genesis.trust): one
+    that is new or changed since the last start refuses it, shown as written, unless --trust."""
+    cfg, say = step.cfg, step.say
+    verdict = judge(cfg.settings, step.layout.state_dir)
+    if verdict.kept_aside:
+        say(f"the record of approved commands was unreadable and is kept aside as {verdict.kept_aside}; "
+            f"every command in {CONFIG_FILE} needs approval again", "warn")
+    if verdict.unapproved and not trust:
+        shown = "; ".join(f"{c.shown()} ({c.state} since the last approved start)" for c in verdict.unapproved)
+        raise StepFailed(exitcodes.UNTRUSTED_COMMAND,
+                         f"{CONFIG_FILE} names commands you have not approved: {shown}. Genesis runs no command "
+                         f"that file names until you do, since an agent can write it. If they are yours, approve "
+                         f"them with `{hint(cfg.project, 'config', 'trust')}` or start the loop with --trust; if "
+                         f"not, remove them from {CONFIG_FILE}")
+    if verdict.first_use and verdict.commands:
+        say(f"first start here: the commands {CONFIG_FILE} names are trusted as they are now (trust on first "
+            f"use): {'; '.join(c.shown() for c in verdict.commands)}. From now on a new or changed one "
+            f"refuses the start until you approve it (`{hint(cfg.project, 'config', 'trust')}` or --trust)",
+            "info")
+    elif verdict.unapproved:
+        say(f"--trust: approved {'; '.join(c.shown() for c in verdict.unapproved)}", "warn")
+    approve(verdict.commands, step.layout.state_dir)
+
+
+def _check_signing(step: Step) -> None:
+    """Signing that would wait on a prompt is found now, once and bounded, not at every commit."""
+    signing = probe(step.cfg.project)
+    save(signing_file(step.layout.state_dir), step.run_id, signing)
+    if signing.unsigned:
+        step.say(f"{signing.unsigned}: Genesis's own commits are made unsigned (commit.gpgsign=false for them "
+                 f"alone), each with a trailer 'Genesis-Unsigned: ...' saying why; sign them later if you must "
+                 f"(git rebase --exec 'git commit --amend --no-edit -S')", "warn")
+        step.event("signing_off", why=signing.unsigned)
+    elif signing.configured:
+        step.say("commit.gpgsign is on and signing works unattended: Genesis's commits are signed", "info")
 
 
 def _snapshot(step: Step) -> None:
@@ -101,12 +152,16 @@ def _snapshot(step: Step) -> None:
     cfg, lay = step.cfg, step.layout
     settings = snapshot(cfg)
     lay.prompts_dir.mkdir(mode=0o700, exist_ok=True)
+    prompts = {}  # in the snapshot too: a deleted state folder is made again from it (loop/relock.py)
     for phase in cfg.phases:
         copy = lay.prompts_dir / f"{phase.name}.md"
-        write_text(copy, read_prompt(phase.prompt_file))
+        prompts[copy.name] = read_prompt(phase.prompt_file)
+        write_text(copy, prompts[copy.name])
         key = f"PHASE_{phase.name}_PROMPT"
         settings[key] = [str(copy), settings.get(key, ["", "default"])[1]]
-    write_json(lay.config_snapshot, {"run_id": step.run_id, "settings": settings,
+    if sum(len(text) for text in prompts.values()) > SNAPSHOT_PROMPTS_MAX:
+        prompts = {}  # the snapshot stays well under what a state file may be; the copies are the prompts
+    write_json(lay.config_snapshot, {"run_id": step.run_id, "settings": settings, "prompts": prompts,
                                      "conf_digest": config_digest(cfg.project)})
 
 
@@ -262,10 +317,13 @@ def _check_user_changes(step: Step, allow_dirty: bool) -> None:
     if changed:
         result = commit(cfg.project, f"Uncommitted changes present before Genesis run {step.run_id} "
                         f"(committed on the user's behalf by --allow-dirty)", lay.ignored(), push=False,
-                        only=changed, markers=markers, run_hooks=cfg.git_hooks)
-        if result.error or not result.committed:
+                        only=changed, markers=markers, run_hooks=cfg.git_hooks, rules=rules_of(cfg),
+                        unsigned=unsigned_for(cfg.project, lay.state_dir, step.run_id))
+        note_left_out(step, result, "--allow-dirty")
+        if result.error or not (result.committed or result.left_out):
             raise StepFailed(exitcodes.USAGE, f"--allow-dirty: could not commit your changes "
                              f"({result.error or 'nothing was staged'}); commit or stash them yourself")
+    if changed and result.committed:
         step.say(f"--allow-dirty: committed your uncommitted changes on their own as {result.sha} "
                  f"({_listing(changed)}); the agents' commits come after it", "warn")
         step.event("user_changes_committed", sha=result.sha, paths=list(changed[:100]))
@@ -287,7 +345,9 @@ def _adopt_leftovers(step: Step, earlier: Leftovers, paths: tuple[str, ...]) -> 
         return
     result = commit(cfg.project, f"genesis: work left uncommitted by run {earlier.run_id} "
                     f"({earlier.when or 'at its end'}) [run {step.run_id}]", lay.ignored(), push=False,
-                    only=paths, markers=markers_for(cfg.project, step.run_id), run_hooks=cfg.git_hooks)
+                    only=paths, markers=markers_for(cfg.project, step.run_id), run_hooks=cfg.git_hooks,
+                    rules=rules_of(cfg), unsigned=unsigned_for(cfg.project, lay.state_dir, step.run_id))
+    note_left_out(step, result, f"the work Genesis run {earlier.run_id} left uncommitted")
     if result.committed:
         step.say(f"committed {whose} as {result.sha}: {listing}", "info")
         step.event("leftovers_committed", sha=result.sha, run=earlier.run_id, paths=list(paths[:100]))

@@ -22,7 +22,7 @@ __all__ = ["raise_ticket"]
 
 # For some kinds, only some values of one detail raise a ticket.
 ONLY_WHEN = {"health": ("classification", {"stuck", "wedged"}), "iteration_end": ("breaker", {"HALF_OPEN", "OPEN"}),
-             "wait_start": ("kind", {"limit", "outage"})}
+             "wait_start": ("kind", {"limit", "outage"}), "commit_failed": ("alert", {True})}
 
 
 def raise_ticket(step: "Step", kind: str, detail: dict[str, Any], at: float | None = None) -> None:

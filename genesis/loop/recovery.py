@@ -17,10 +17,12 @@ from __future__ import annotations
 import random
 import shlex
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from genesis import exitcodes
 from genesis.loop.waiting import Pending, plan
+from genesis.store.atomicio import CorruptFile, read_json, write_json
 
 if TYPE_CHECKING:
     from genesis.loop.step import Step
@@ -32,9 +34,33 @@ JITTER = 0.5         # a retry waits PHASE_RETRY_DELAY_SECONDS and up to half of
 
 
 def retries_so_far(step: "Step", iteration: int | None = None, phase: str | None = None) -> int:
-    """Retries recorded in this run (of one phase in one iteration, when both are given)."""
-    return sum(1 for e in step.events(kinds=("retry",))
-               if (iteration is None or (e.get("iteration"), e.get("phase")) == (iteration, phase)))
+    """Retries in this run (of one phase in one iteration, when both are given): the most of
+    what the ledger recorded and what the loop counted itself, so that a ledger that cannot be
+    read (its tables dropped, a new one started mid-run) never makes the budget endless."""
+    recorded = sum(1 for e in step.events(kinds=("retry",))
+                   if (iteration is None or (e.get("iteration"), e.get("phase")) == (iteration, phase)))
+    counted = sum(1 for it, ph in _counted(step) if iteration is None or (it, ph) == (iteration, phase))
+    return max(recorded, counted)
+
+
+def _count_file(step: "Step") -> Path:
+    return step.layout.state_dir / "recoveries.json"
+
+
+def _counted(step: "Step") -> list[tuple[int, str]]:
+    """The retries this run's loop counted (iteration, phase), apart from the ledger."""
+    try:
+        data = read_json(_count_file(step))
+    except CorruptFile:
+        return []
+    if not isinstance(data, dict) or data.get("run_id") != step.run_id or not isinstance(data.get("retries"), list):
+        return []
+    return [(r[0], r[1]) for r in data["retries"] if isinstance(r, list) and len(r) == 2]
+
+
+def _count(step: "Step", iteration: int, phase: str) -> None:
+    write_json(_count_file(step), {"run_id": step.run_id,
+                                   "retries": [list(r) for r in _counted(step)] + [[iteration, phase]]})
 
 
 def retry_command(step: "Step", iteration: int, phase: str) -> tuple[str, ...] | None:
@@ -68,6 +94,7 @@ def after_stall(step: "Step", phase: str, iteration: int, kind: str, reason: str
     new = cfg.fallback_agent_cmd or command
     delay = cfg.retry_delay * (1 + JITTER * rng())
     now = time.time() if now is None else now
+    _count(step, iteration, phase)
     step.event("retry", iteration=iteration, phase=phase, type=kind, count=mine + 1, reason=reason[:300],
                old_cmd=shlex.join(command), new_cmd=shlex.join(new), night=night + 1)
     say(f"{phase}: {kind}; retrying in {delay:.0f}s (retry {mine + 1} of {cfg.phase_retries}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import calendar
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -17,11 +19,12 @@ from genesis.store.atomicio import DiskFull
 from genesis.store.layout import Layout
 from genesis.words import details
 
-__all__ = ["Step", "StepFailed", "agent_env", "is_claude", "reads_prompt_from_stdin", "ledger_of"]
+__all__ = ["Step", "StepFailed", "agent_env", "is_claude", "reads_prompt_from_stdin", "ledger_of", "forget_ledger"]
 
 Say = Callable[[str, str], None]
 
 _LEDGERS: dict[Path, Ledger] = {}  # one writer connection per ledger for the life of a step's process
+_RESUMED: set[tuple[Path, str]] = set()  # (ledger, run) whose start this process found recorded, or recorded again
 
 
 def ledger_of(layout: Layout) -> Ledger:
@@ -35,6 +38,18 @@ def ledger_of(layout: Layout) -> Ledger:
             import_events(led, layout.legacy_events_file)
         _LEDGERS[path] = led
     return _LEDGERS[path]
+
+
+def forget_ledger(layout: Layout) -> None:
+    """Let go of this process's ledger of the layout (its file was deleted under it): the next
+    event opens the ledger at its path again."""
+    _RESUMED.difference_update({key for key in _RESUMED if key[0] == layout.ledger_file})
+    led = _LEDGERS.pop(layout.ledger_file, None)
+    if led is not None:
+        try:
+            led.close()
+        except Exception:  # noqa: BLE001 - closing a connection to a deleted file: nothing to keep
+            pass
 
 
 class StepFailed(Exception):
@@ -51,6 +66,7 @@ class Step:
     layout: Layout
     run_id: str
     say: Say
+    started: bool = False  # a step of a run preflight started: its start is in the ledger, or lost
 
     def event(self, kind: str, /, **detail) -> None:
         """Record an event in the ledger; when it cannot be (a full disk, a writer holding the
@@ -58,7 +74,7 @@ class Step:
         step goes on (on a full disk, to stop the loop cleanly at its next write)."""
 
         try:
-            ledger_of(self.layout).record(self.run_id, kind, **detail)
+            self._said(ledger_of(self.layout)).record(self.run_id, kind, **detail)
         except (DiskFull, LedgerError) as exc:
             self.say(f"not recorded in the ledger: {kind.replace('_', ' ')} ({details(detail)}): {exc}", "error")
             if isinstance(exc, DiskFull):
@@ -68,10 +84,37 @@ class Step:
     def events(self, kinds: tuple[str, ...] | None = None, iteration: int | None = None) -> list[dict]:
         """This run's events so far (of those kinds, in that iteration), oldest first."""
         try:
-            return ledger_of(self.layout).events(self.run_id, kinds=kinds, iteration=iteration)
+            return self._said(ledger_of(self.layout)).events(self.run_id, kinds=kinds, iteration=iteration)
         except LedgerError as exc:
             self.say(f"cannot read the ledger ({exc}); going on without this run's history", "warn")
             return []
+
+    def _said(self, led: Ledger) -> Ledger:
+        """The ledger, once its being kept aside and started anew (if it was) is said, and a
+        started run whose record went with the old one (damaged, or deleted with the state
+        folder) is started again in it: the rest of the night and its report are recorded."""
+        if led.reset_note:
+            note, led.reset_note = led.reset_note, None
+            self.say(note, "warn")
+        if self.started and (led.path, self.run_id) not in _RESUMED:
+            _RESUMED.add((led.path, self.run_id))
+            if not led.events(self.run_id, kinds=("loop_start",), limit=1):
+                self._start_again(led)
+        return led
+
+    def _start_again(self, led: Ledger) -> None:
+        try:  # at the run's real start (its id says when), which the runtime ceiling counts from
+            started = float(calendar.timegm(time.strptime(self.run_id.split("-")[0], "%Y%m%dT%H%M%SZ")))
+        except ValueError:
+            started = None
+        resets = [e for e in led.events("-", kinds=("ledger_reset",)) if started is None or e["epoch"] >= started]
+        why = (f"the ledger was damaged and kept aside as {resets[-1].get('kept')}" if resets
+               else "the ledger was deleted or replaced")
+        self.say(f"this run's record so far is not in the ledger ({why}); it goes on in the new one, and the console "
+                 f"log {self.rel(self.layout.console_log(self.run_id))} keeps what went before", "warn")
+        cfg = self.cfg
+        led.record(self.run_id, "loop_start", at=started, project=str(cfg.project), pid=os.getppid(),
+                   agent=list(cfg.agent_cmd), phases=[p.name for p in cfg.phases], again=why)
 
     def rel(self, path: Path) -> str:
         try:

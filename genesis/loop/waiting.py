@@ -108,9 +108,20 @@ def known_limit(step: "Step", now: float, who: Who | None = None) -> Remembered 
     """The usage limit remembered for this CLI and account (by any run of this project), if its
     reset (plus the margin) is still ahead."""
     _adapter, account = who or whose(step)
-    entries, warning = limits.read(step.layout, adapter_of(step.cfg).name, now)
+    configured = adapter_of(step.cfg).name
+    entries, warning = limits.read(step.layout, configured, now)
     if warning:
         step.say(warning, "warn")
+    entries, planted, unread = limits.vouched(step.layout, entries, now)
+    if unread:
+        step.say(f"no remembered usage limit is applied: {unread}", "warn")
+    if planted:
+        aside = limits.set_aside_unvouched(step.layout, configured, planted, now)
+        shown = "; ".join(f"{e.account.cli}, resets {limits.when(e.resets_at)}" for e in planted)
+        step.say(f"remembered usage limits no run of Genesis recorded (written by someone else, or a reset further "
+                 f"than any real limit), so not applied: {shown}; kept aside as {aside.name if aside else '-'}",
+                 "warn")
+        step.event("limit_unvouched", limits=[e.to_json() for e in planted], kept=str(aside))
     return limits.binding(entries, account, now, step.cfg.limit_margin)
 
 
@@ -140,6 +151,8 @@ def plan_limit(step: "Step", limit: "Limit", phase: str, iteration: int, now: fl
         warning = limits.remember(step.layout, adapter_of(cfg).name, met, now, cfg.limit_margin)
         if warning:
             say(warning, "warn")
+        step.event(limits.REMEMBERED, phase=phase, iteration=iteration, cli=account.cli, home=account.home,
+                   key=account.key, resets_at=resets_at, kind=kind)
     limit_of = f"usage limit{f' ({kind})' if kind else ''} of {account.cli}"
     what = f"usage limit{f' ({kind})' if kind else ''} of {_whom(account)}"
     said = sanitize(message)

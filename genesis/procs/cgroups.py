@@ -61,6 +61,18 @@ class AgentGroup:
                 continue
         return found
 
+    def evict(self, pids: Iterable[int]) -> list[int]:
+        """Move processes out of the group into its parent (the watcher's group), so that the
+        group's kill spares them; returns those that could not be moved (still inside)."""
+        stuck = []
+        for pid in pids:
+            try:
+                (self.path.parent / "cgroup.procs").write_text(str(pid))
+            except OSError as exc:
+                if exc.errno != errno.ESRCH:  # ESRCH: it has exited meanwhile
+                    stuck.append(pid)
+        return stuck
+
     def _folders(self) -> list[Path]:
         """The group's folder and those below it, deepest first (the order rmdir needs)."""
         return [Path(top) for top, _dirs, _files in os.walk(self.path, topdown=False)]

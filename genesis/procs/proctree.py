@@ -68,8 +68,8 @@ def descendants(root: ProcId) -> list[ProcId]:
     return found
 
 
-def marked(markers: dict[str, str], uid: int | None = None) -> list[ProcId]:
-    """Processes of this user whose environment carries any of the KEY=VALUE markers.
+def marked(markers: dict[str, str], uid: int | None = None, every: bool = False) -> list[ProcId]:
+    """Processes of this user whose environment carries any (or, with every, all) of the KEY=VALUE markers.
 
     The loop puts the markers into the agent's environment; every process the agent
     starts inherits them, even one that moved to its own session or was orphaned, so a
@@ -83,7 +83,7 @@ def marked(markers: dict[str, str], uid: int | None = None) -> list[ProcId]:
             if uids is None or uids.real != uid:
                 continue
             env = proc.environ()
-            if any(env.get(k) == v for k, v in markers.items()):
+            if (all if every else any)(env.get(k) == v for k, v in markers.items()):
                 found.append(ProcId(proc.pid, proc.create_time()))
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             continue

@@ -8,18 +8,21 @@ markers, so the reaper can find it. Every git call is bounded (see progress.run_
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
+from genesis.repo.commitfilter import MB, LeftOut, Rules, by_content, by_name_and_size, exclusions
 from genesis.repo.gitcmd import GitFailed, GitRun, run_git
+from genesis.repo.indexlock import clear_stale
 
-__all__ = ["CommitResult", "UserChanges", "commit", "user_changes"]
+__all__ = ["CommitResult", "UserChanges", "commit", "user_changes", "LeftOut", "Rules", "DEFAULT_RULES"]
 
 GIT_TIMEOUT = 120
 NO_MARKERS: Mapping[str, str] = MappingProxyType({})
 UNMERGED = frozenset({b"DD", b"AU", b"UD", b"UA", b"DU", b"AA", b"UU"})  # git status's conflict codes
+DEFAULT_RULES = Rules(10 * MB)  # what every commit leaves out unless told otherwise (commitfilter.py)
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class CommitResult:
     sha: str = ""
     pushed: bool | None = None     # None: not asked to push
     error: str = ""
+    left_out: tuple[LeftOut, ...] = ()  # secrets and huge files kept out of it (commitfilter.py)
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,16 @@ class _Git:
     markers: Mapping[str, str]
     run_hooks: bool
     timeout: float
+    unsigned: str = ""     # why Genesis's commits are not signed (signing would prompt); "": as configured
 
     def __call__(self, *args: str, identity: bool = False, stdin: bytes | None = None,
-                 literal: bool = False, env: Mapping[str, str] | None = None) -> GitRun:
-        config = [("core.fsmonitor", "false")]
+                 literal: bool = False, env: Mapping[str, str] | None = None,
+                 config: Sequence[tuple[str, str]] = ()) -> GitRun:
+        config = [("core.fsmonitor", "false"), *config]
         if not self.run_hooks:
             config.append(("core.hooksPath", os.devnull))  # no hook is found under /dev/null
+        if self.unsigned:
+            config.append(("commit.gpgsign", "false"))  # signing would wait on a prompt (repo/signing.py)
         if identity:
             config += [("user.name", "Genesis"), ("user.email", "genesis@localhost")]
         extra = {**self.markers, **(env or {})}
@@ -72,7 +80,9 @@ def _unstage(git: _Git, paths: Sequence[str]) -> None:
 def commit(project: Path, message: str, excluded: list[str], push: bool,
            keep_out: Sequence[str] = (), tracked_only: bool = False,
            markers: Mapping[str, str] = NO_MARKERS, run_hooks: bool = False,
-           timeout: float = GIT_TIMEOUT, only: Sequence[str] | None = None) -> CommitResult:
+           timeout: float = GIT_TIMEOUT, only: Sequence[str] | None = None,
+           rules: Rules = DEFAULT_RULES, unsigned: str = "",
+           said: Callable[[str], None] | None = None) -> CommitResult:
     """Stage everything but Genesis's files and `keep_out` and commit it; nothing to commit
     is not an error.
 
@@ -83,12 +93,21 @@ def commit(project: Path, message: str, excluded: list[str], push: bool,
     environment; `run_hooks` lets the repository's hooks run; `timeout` bounds each git
     command (one that runs over is killed with its process group and reported in error).
     `only` commits just those paths, whatever else is staged (which stays staged).
+    A file that looks like a secret, or is over the size cap, is never committed (`rules`,
+    see commitfilter.py): it stays in the work tree and the result names it in left_out.
 
     Nothing is committed while files have unresolved conflicts: staging them would record
     the conflict markers (and conclude a merge); the error says so.
+
+    `unsigned`: the commit is made unsigned, with a `Genesis-Unsigned:` trailer saying why.
+    A stale index.lock is removed first and `said` (repo/indexlock.py); a held one is waited
+    for within a bound, then named in the error.
     """
-    git = _Git(Path(project), markers, run_hooks, timeout)
+    git = _Git(Path(project), markers, run_hooks, timeout, unsigned)
     try:
+        held = _free_index(git, said)
+        if held:
+            return CommitResult(False, error=held)
         conflicted = _unmerged(git)
         if conflicted:
             return CommitResult(False, error=f"not committed: {len(conflicted)} file(s) have unresolved conflicts "
@@ -98,33 +117,50 @@ def commit(project: Path, message: str, excluded: list[str], push: bool,
         if only is not None:
             left_out = set(keep_out)
             return _commit_only(git, message, [p for p in only if p not in left_out and not _genesis_file(p, excluded)],
-                                push)
-        added = git("add", "-u" if tracked_only else "-A", "--", ".")
+                                push, rules)
+        left = by_name_and_size(git, git.project, rules, tracked_only=tracked_only, skip=keep_out)
+        added = git("add", "-u" if tracked_only else "-A", "--", ".", *exclusions(left))
         if added.returncode != 0:
-            return CommitResult(False, error=f"git add failed: {_why(added)}")
-        _unstage(git, [p.lstrip("/").rstrip("/*") for p in excluded] + list(keep_out))
+            return CommitResult(False, error=f"git add failed: {_why(added)}", left_out=tuple(left))
+        _unstage(git, [p.lstrip("/").rstrip("/*") for p in excluded] + list(keep_out) + [item.path for item in left])
+        content = by_content(git, rules)
+        _unstage(git, [item.path for item in content])
+        left += content
         if git("diff", "--cached", "--quiet").returncode == 0:
-            return CommitResult(False)
-        return _conclude(git, push, ["-m", message])
+            return CommitResult(False, left_out=tuple(left))
+        return replace(_conclude(git, push, ["-m", message]), left_out=tuple(left))
     except GitFailed as exc:  # GitTimeout too: it says which command and what was done
         return CommitResult(False, error=str(exc))
     except OSError as exc:
         return CommitResult(False, error=f"cannot run git in {project}: {exc}")
 
 
-def _commit_only(git: _Git, message: str, paths: Sequence[str], push: bool) -> CommitResult:
-    """Commit the work tree's content of paths alone: what else is staged stays staged, uncommitted."""
+def _commit_only(git: _Git, message: str, paths: Sequence[str], push: bool, rules: Rules) -> CommitResult:
+    """Commit the work tree's content of paths alone: what else is staged stays staged,
+    uncommitted; what the rules leave out is unstaged again."""
     if not paths:
         return CommitResult(False)
+    left = by_name_and_size(git, git.project, rules, among=paths)
+    _unstage(git, [item.path for item in left])
+    dropped = {item.path for item in left}
+    paths = [p for p in paths if p not in dropped]
+    if not paths:
+        return CommitResult(False, left_out=tuple(left))
     added = git("add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul", stdin=_nul(paths), literal=True)
     if added.returncode != 0:
-        return CommitResult(False, error=f"git add failed: {_why(added)}")
+        return CommitResult(False, error=f"git add failed: {_why(added)}", left_out=tuple(left))
+    content = by_content(git, rules, among=paths)
+    _unstage(git, [item.path for item in content])
+    left += content
+    dropped |= {item.path for item in content}
+    paths = [p for p in paths if p not in dropped]
     staged = git("diff", "--cached", "--name-only", "--no-renames", "-z")
     wanted = set(paths)
     if not any(os.fsdecode(p) in wanted for p in staged.stdout.split(b"\0") if p):
-        return CommitResult(False)
-    return _conclude(git, push, ["--only", "-m", message, "--pathspec-from-file=-", "--pathspec-file-nul"],
+        return CommitResult(False, left_out=tuple(left))
+    done = _conclude(git, push, ["--only", "-m", message, "--pathspec-from-file=-", "--pathspec-file-nul"],
                      stdin=_nul(paths))
+    return replace(done, left_out=tuple(left))
 
 
 def _genesis_file(path: str, excluded: Sequence[str]) -> bool:
@@ -141,16 +177,56 @@ def _genesis_file(path: str, excluded: Sequence[str]) -> bool:
 def _conclude(git: _Git, push: bool, args: Sequence[str], stdin: bytes | None = None) -> CommitResult:
     """git commit ARGS (as Genesis when the user has no identity), then push if asked."""
     has_identity = git("config", "user.email").text.strip() != ""
+    if git.unsigned:
+        args = [*args, "-m", f"Genesis-Unsigned: {git.unsigned}"]
     done = git("commit", "-q", *args, identity=not has_identity, stdin=stdin, literal=True)
     if done.returncode != 0:
         return CommitResult(False, error=f"git commit failed: {_why(done)}")
     sha = git("rev-parse", "--short", "HEAD").text.strip()
     if not push:
         return CommitResult(True, sha)
-    pushed = git("push", "-q")
+    target = push_target(git)
+    if isinstance(target, str):
+        return CommitResult(True, sha, False, target)
+    remote, refspec = target
+    # The branch alone, by an explicit refspec: never Genesis's safety refs (refs/genesis/...), never
+    # tags, whatever the repository's config says (remote.*.mirror, remote.*.push).
+    pushed = git("push", "-q", "--no-follow-tags", remote, refspec, config=[(f"remote.{remote}.mirror", "false")])
     if pushed.returncode != 0:
         return CommitResult(True, sha, False, f"git push failed: {_why(pushed)}")
     return CommitResult(True, sha, True)
+
+
+def push_target(git: "_Git") -> tuple[str, str] | str:
+    """(remote, refspec) that pushes HEAD's branch to its upstream, as a plain `git push` would;
+    or why it is not pushed (no branch, no upstream)."""
+    branch = git("symbolic-ref", "-q", "--short", "HEAD").text.strip()
+    if not branch:
+        return "not pushed: HEAD is on no branch"
+
+    def setting(key: str) -> str:
+        return git("config", "--get", key).text.strip()
+
+    upstream_remote, merge = setting(f"branch.{branch}.remote"), setting(f"branch.{branch}.merge")
+    remote = setting(f"branch.{branch}.pushRemote") or setting("remote.pushDefault") or upstream_remote
+    if not remote or (remote == upstream_remote and not merge.startswith("refs/heads/")):
+        return (f"not pushed: branch {branch} has no upstream; set one once with `git push -u origin {branch}` "
+                f"(AUTO_PUSH pushes to it)")
+    dest = merge if remote == upstream_remote else f"refs/heads/{branch}"
+    return remote, f"refs/heads/{branch}:{dest}"
+
+
+def _free_index(git: _Git, said: Callable[[str], None] | None) -> str:
+    """Clear a stale index.lock (said); the error when a live one stays held."""
+    found = git("rev-parse", "--git-path", "index.lock")
+    if found.returncode != 0:
+        return ""  # the next git command says what is wrong
+    lock = git.project / found.text.strip()
+    roots = (os.path.realpath(git.project), os.path.realpath(lock.parent))
+    state = clear_stale(lock, roots)
+    if state.removed and said is not None:
+        said(state.removed)
+    return f"not committed: {state.held}; let it finish, or end it" if state.held else ""
 
 
 def _unmerged(git: _Git) -> tuple[str, ...]:

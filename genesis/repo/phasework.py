@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from genesis.repo import safety
 from genesis.repo.gitcmd import GitFailed, run_git
 from genesis.repo.tasks import done_tasks
 
-__all__ = ["Before", "before", "after", "MAX_COMMITS", "GIT_BOUND"]
+__all__ = ["Before", "before", "after", "since_refs", "MAX_COMMITS", "GIT_BOUND"]
 
 MAX_COMMITS = 200     # commits of one phase kept in the ledger
 MAX_TASKS = 200       # ticked TASKS.md items of one phase kept
@@ -39,15 +40,32 @@ def before(project: Path) -> Before:
     return Before(head.strip() or None if head else None, done_tasks(project))
 
 
-def after(project: Path, start: Before) -> dict:
-    """The phase's work since `start`, as the ledger's `phase_work` detail."""
+def since_refs(run_id: str, iteration: int, phase: str) -> tuple[str, ...]:
+    """What a phase's commits are told from: HEAD at its start and every tip the run started with
+    (safety refs: they outlive a reset, a `reflog expire` and a `gc --prune=now`)."""
+    return (f"{safety.phase_prefix(run_id, iteration, phase)}/HEAD", f"--glob={safety.run_prefix(run_id)}")
+
+
+def after(project: Path, start: Before, since: tuple[str, ...] = (), own: str | None = None,
+          orphaned: bool = False) -> dict:
+    """The phase's work since `start`, as the ledger's `phase_work` detail.
+
+    Its commits are those now in HEAD's history and not in `since` (since_refs), so that a
+    switch to another branch does not count that branch's commits as the phase's; `own` (the
+    auto-commit Genesis made) is always among them. `orphaned`: they are on no branch of the
+    phase's (the agent switched or detached HEAD), and the detail says so.
+    """
     head = (_git(project, "rev-parse", "--verify", "-q", "HEAD") or "").strip() or None
     commits: list[dict] = []
     files = None
     if head and head != start.head:
-        span = f"{start.head}..{head}" if start.head else head
-        log = _git(project, "log", f"--max-count={MAX_COMMITS}", "--format=%h%x09%ct%x09%s", span) or ""
-        for line in log.splitlines():
+        fmt = f"--max-count={MAX_COMMITS}", "--format=%h%x09%ct%x09%s"
+        log = _git(project, "log", *fmt, head, "--not", *since, "--") if since else None
+        if log is None:  # no safety refs: the span from HEAD at the start, while that commit exists
+            log = _git(project, "log", *fmt, f"{start.head}..{head}" if start.head else head, "--")
+        if log is None and own:
+            log = _git(project, "log", "-1", "--format=%h%x09%ct%x09%s", own, "--")
+        for line in (log or "").splitlines():
             sha, _, rest = line.partition("\t")
             when, _, subject = rest.partition("\t")
             if sha:
@@ -59,4 +77,5 @@ def after(project: Path, start: Before) -> dict:
     elif head == start.head:
         files = 0
     ticked = sorted(done_tasks(project) - start.done)
-    return {"commits": commits, "files_changed": files, "tasks_done": ticked[:MAX_TASKS]}
+    work = {"commits": commits, "files_changed": files, "tasks_done": ticked[:MAX_TASKS]}
+    return {**work, "orphaned": True} if orphaned else work

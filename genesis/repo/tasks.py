@@ -8,14 +8,16 @@ code block (an example of the format is not work to do).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from genesis.store.atomicio import CorruptFile, TooLarge, read_bytes
 
 __all__ = ["TASKS_FILE", "MAX_TASKS_BYTES", "OPEN", "REVIEW", "DONE", "Task", "Tasks", "parse", "read_tasks",
-           "done_tasks", "marked"]
+           "done_tasks", "marked", "not_a_file"]
 
 TASKS_FILE = "TASKS.md"
 MAX_TASKS_BYTES = 4 << 20
@@ -82,6 +84,20 @@ def read_tasks(project: Path) -> Tasks | None:
     except (OSError, CorruptFile, TooLarge):
         return None
     return parse(data.decode("utf-8", "replace"))
+
+
+def not_a_file(project: Path) -> str | None:
+    """Why TASKS.md, present, is no regular file (a FIFO, a device, a socket, a folder), or None.
+    A command that reads such a file (a `when:grep ... TASKS.md` trigger) may wait on it for ever."""
+    try:
+        mode = os.stat(project / TASKS_FILE).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else \
+        "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
+    return f"{TASKS_FILE} is {kind}, not a regular file"
 
 
 def done_tasks(project: Path) -> frozenset[str]:

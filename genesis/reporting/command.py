@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from genesis.redact import redact_all
 from genesis.reporting.html import render_html
 from genesis.reporting.load import UnknownRun, night, open_view, pick_run
 from genesis.reporting.text import render_text
@@ -64,13 +65,15 @@ def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: 
                 raise UnknownRun(f"no Genesis run started since {time.strftime('%Y-%m-%d %H:%M', time.localtime(after))}")
         else:
             chosen = [pick_run(led, run_id, project=layout.project)]
-        nights = [night(led, rid, running=holder is not None and holder.run_id == rid,
-                        incidents_dir=layout.incidents_dir, now=now) for rid in chosen]
+        # Redacted whole before any rendering: transcript tails and incidents are read from files,
+        # and a ledger written by an older Genesis kept its events as they came.
+        nights = [redact_all(night(led, rid, running=holder is not None and holder.run_id == rid,
+                                   incidents_dir=layout.incidents_dir, now=now)) for rid in chosen]
         if html_file is not None:  # first: a page that cannot be written is said before any report
             _write_page(html_file, nights, now)
         if as_json:
-            echo(json.dumps({"runs": [{**_plain(n), "events": led.events(n.run_id)} for n in nights]}, indent=1,
-                            default=str))
+            echo(json.dumps({"runs": [{**_plain(n), "events": redact_all(led.events(n.run_id))} for n in nights]},
+                            indent=1, default=str))
         else:
             for n in nights:
                 echo(render_text(n).rstrip("\n"))

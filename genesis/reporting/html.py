@@ -361,8 +361,38 @@ def render_html(night: Night, now: float | None = None) -> str:
         items = "".join(f'<li>{_line(task)} <span class="muted">(iteration {p.iteration} {_e(p.phase)})</span></li>'
                         for p, task in done)
         parts.append(_section("tasks", f"Tasks done ({len(done)})", f'<ul class="tasks">{items}</ul>'))
+    if night.commit_troubles:
+        rows = [[_e(where(t.iteration, t.phase) or "-"),
+                 _e("auto-commit failed" if t.kind == "failed" else "stale index.lock removed"), _line(t.text)]
+                for t in night.commit_troubles]
+        parts.append(_section("commit-troubles", f"Auto-commit troubles ({len(night.commit_failures)} failed)",
+                              _table(["when", "what", "details"], rows, text=(2,))))
+    if night.history:
+        rows = [[_e(where(h.iteration, h.phase) or "-"), _e(h.kind),
+                 _e("allowed, went on" if h.allowed else "stopped the loop"), _line(h.text)] for h in night.history]
+        parts.append(_section("history", f"History changed ({len(night.history)})",
+                              f'<p class="muted">what the safety refs keep: '
+                              f'<code>{_e(hint(night.project, "restore"))}</code></p>'
+                              + _table(["when", "what", "loop", "details"], rows, text=(3,))))
+    kept = [r for r in night.left_out if not r.commit]
+    if kept:
+        rows = [[_e(where(r.iteration, r.phase) or "-"), f"<code>{_line(r.path)}</code>", _line(r.reason)]
+                for r in kept]
+        parts.append(_section("left-out", f"Left out of commits ({len(kept)})",
+                              '<p class="muted">they stay in the work tree, uncommitted; commit one yourself with '
+                              '<code>git add -f</code> if it is meant to be</p>'
+                              + _table(["when", "file", "why"], rows, text=(2,))))
+    agents = [r for r in night.left_out if r.commit]
+    if agents:
+        rows = [[_e(where(r.iteration, r.phase) or "-"), f"<code>{_line(r.path)}</code>",
+                 f"<code>{_e(r.commit)}</code>", _line(r.reason)] for r in agents]
+        parts.append(_section("agent-secrets", f"Committed by the agent, looking like a secret ({len(agents)})",
+                              '<p class="muted">Genesis does not rewrite the agent\'s commits: check them</p>'
+                              + _table(["when", "file", "commit", "why"], rows, text=(3,))))
     if night.commits:
-        rows = [[f"<code>{_e(c.sha)}</code>", _e(clock(c.at)), _line(c.subject), _e(where(c.iteration, c.phase))]
+        rows = [[f"<code>{_e(c.sha)}</code>", _e(clock(c.at)),
+                 _line(c.subject) + (" <strong>orphaned</strong>: made off the phase's branch" if c.orphaned else ""),
+                 _e(where(c.iteration, c.phase))]
                 for c in night.commits]
         parts.append(_section("commits", f"Commits ({len(night.commits)})",
                               _table(["commit", "time", "subject", "when"], rows, text=(2,))))

@@ -13,8 +13,9 @@ from genesis.health.incidents import UnknownIncident, read_incident
 from genesis.hints import hint
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.reporting import kpis
-from genesis.reporting.model import (AlertRow, BreakerChange, CommitRow, IncidentRow, IterationRow, Night, PhaseRow,
-                                     WaitRow)
+from genesis.repo.history import Change, describe
+from genesis.reporting.model import (AlertRow, BreakerChange, CommitRow, CommitTrouble, HistoryRow, IncidentRow,
+                                     IterationRow, LeftOutRow, Night, PhaseRow, WaitRow)
 from genesis.store.atomicio import CorruptFile
 from genesis.store.layout import Layout
 from genesis.watch.agentlog import tail
@@ -113,8 +114,10 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
     alerts = tuple(AlertRow(ticket_id=r["ticket_id"], at=r["at"], severity=r["severity"] or "", cause=r["cause"] or "",
                             verdict=r["decision"] or "pending", delivered=_json_list(r["delivered"]))
                    for r in q("SELECT * FROM alerts WHERE run_id = ? ORDER BY at"))
+    kept = led.events(run_id, kinds=("phase_work", "history_rewritten"))
+    off = {(e.get("iteration"), e.get("phase")) for e in kept if e["event"] == "phase_work" and e.get("orphaned")}
     commits = tuple(CommitRow(sha=r["sha"], at=r["at"], subject=r["subject"] or "", iteration=r["iteration"],
-                              phase=r["phase"])
+                              phase=r["phase"], orphaned=(r["iteration"], r["phase"]) in off)
                     for r in q("SELECT * FROM commits WHERE run_id = ? ORDER BY at, rowid"))
     finals = {r["ticket_id"]: _final(r["ticket"]) for r in q("SELECT ticket_id, ticket FROM alerts WHERE run_id = ?")}
     silent = {str(e.get("id")): float(e["silent_for"]) for e in events
@@ -127,7 +130,44 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
         incidents=incidents, breaker_changes=changes, alerts=alerts, commits=commits,
         kpis=kpis.compute(phases, incidents, silent, [e for e in events if e["event"] in ("health", "phase_start")],
                           retries, [(a.verdict, finals.get(a.ticket_id, False)) for a in alerts]),
-        reaped=reaped)
+        reaped=reaped, history=_history(kept),
+        commit_troubles=_commit_troubles(led.events(run_id, kinds=("commit_failed", "index_lock_removed"))),
+        left_out=_left_out(led.events(run_id, kinds=("commit_left_out", "agent_committed_secret"))))
+
+
+def _left_out(events: list[dict[str, Any]]) -> tuple[LeftOutRow, ...]:
+    """Files auto-commits left out, and secret-looking files the agent committed itself, as recorded."""
+    rows = []
+    for e in events:
+        for item in e.get("files") or []:
+            if isinstance(item, dict):
+                rows.append(LeftOutRow(at=float(e.get("epoch") or 0), iteration=e.get("iteration"),
+                                       phase=e.get("phase"), path=str(item.get("path", "?")),
+                                       reason=str(item.get("reason", "")), commit=str(item.get("commit") or "?")
+                                       if e["event"] == "agent_committed_secret" else ""))
+    return tuple(rows)
+
+
+def _commit_troubles(events: list[dict[str, Any]]) -> tuple[CommitTrouble, ...]:
+    """Failed auto-commits, in git's words, and the stale index.lock files removed before one."""
+    return tuple(CommitTrouble(at=float(e.get("epoch") or 0), iteration=e.get("iteration"), phase=e.get("phase"),
+                               kind="failed" if e["event"] == "commit_failed" else "lock_removed",
+                               text=str(e.get("error") or e.get("what") or "")) for e in events)
+
+
+def _history(events: list[dict[str, Any]]) -> tuple[HistoryRow, ...]:
+    """Every change to history the run's phases made, as history_rewritten events recorded them."""
+    rows = []
+    for e in events:
+        if e["event"] != "history_rewritten":
+            continue
+        for data in e.get("changes") or []:
+            change = Change.from_json(data)
+            if change is not None:
+                rows.append(HistoryRow(at=float(e.get("epoch") or 0), iteration=e.get("iteration"),
+                                       phase=e.get("phase"), kind=change.kind, text=describe(change),
+                                       allowed=bool(e.get("allowed"))))
+    return tuple(rows)
 
 
 def _tail(log: str | None, ending: str) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = ["PhaseRow", "IterationRow", "WaitRow", "IncidentRow", "BreakerChange", "AlertRow", "CommitRow",
-           "Kpis", "Night"]
+           "HistoryRow", "CommitTrouble", "LeftOutRow", "Kpis", "Night"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,40 @@ class CommitRow:
     subject: str
     iteration: int | None = None
     phase: str | None = None
+    orphaned: bool = False         # made off the phase's branch (the agent switched or detached HEAD)
+
+
+@dataclass(frozen=True)
+class CommitTrouble:
+    """An auto-commit that failed, or a stale index.lock removed before one (loop/commitfail.py)."""
+    at: float
+    iteration: int | None
+    phase: str | None
+    kind: str                      # failed, lock_removed
+    text: str                      # git's words, or what was removed
+
+
+@dataclass(frozen=True)
+class LeftOutRow:
+    """A file an auto-commit left out (a secret, a huge file: it stays in the work tree), or one the
+    agent committed itself that looks like a secret (loop/keptout.py)."""
+    at: float
+    iteration: int | None
+    phase: str | None
+    path: str
+    reason: str                    # why, never the secret itself
+    commit: str = ""               # the agent's own commit that holds it ("": left out by auto-commit)
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """What a phase did to history (repo/history.py): said in full, with the safety ref that keeps it."""
+    at: float
+    iteration: int | None
+    phase: str | None
+    kind: str                      # rewritten, deleted, switched, detached
+    text: str                      # history.describe()
+    allowed: bool                  # GENESIS_ALLOW_HISTORY_REWRITE was true: the loop went on
 
 
 @dataclass(frozen=True)
@@ -135,6 +169,17 @@ class Night:
     commits: tuple[CommitRow, ...] = ()
     kpis: Kpis = field(default_factory=lambda: Kpis(None, None, None, None, None))
     reaped: int = 0                # leftover processes ended between phases
+    history: tuple[HistoryRow, ...] = ()  # what phases did to history (each also stops the loop unless allowed)
+    commit_troubles: tuple[CommitTrouble, ...] = ()  # failed auto-commits (abnormal) and stale locks removed
+    left_out: tuple[LeftOutRow, ...] = ()  # files kept out of commits, and secret-looking ones the agent committed
+
+    @property
+    def commit_failures(self) -> tuple[CommitTrouble, ...]:
+        return tuple(t for t in self.commit_troubles if t.kind == "failed")
+
+    @property
+    def orphaned(self) -> tuple[CommitRow, ...]:
+        return tuple(c for c in self.commits if c.orphaned)
 
     @property
     def phases(self) -> tuple[PhaseRow, ...]:

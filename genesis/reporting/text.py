@@ -109,7 +109,17 @@ def summary_line(night: Night) -> str:
     phases = night.phases
     parts = [_plural(len(night.iterations), "iteration"),
              _plural(len(phases), "phase") + (f", {len(night.abnormal)} abnormal" if night.abnormal else ""),
-             _plural(len(night.commits), "commit"), _plural(len(night.tasks_done), "task") + " done"]
+             _plural(len(night.commits), "commit") + (f" ({len(night.orphaned)} orphaned)" if night.orphaned else ""),
+             _plural(len(night.tasks_done), "task") + " done"]
+    if night.history:
+        parts.append(_plural(len(night.history), "change") + " to history")
+    if night.commit_failures:
+        parts.append(_plural(len(night.commit_failures), "failed auto-commit"))
+    kept = [r for r in night.left_out if not r.commit]
+    if kept:
+        parts.append(_plural(len(kept), "file") + " left out of commits")
+    if len(kept) < len(night.left_out):
+        parts.append(_plural(len(night.left_out) - len(kept), "secret-looking file") + " committed by the agent")
     if night.cost_usd is not None:
         parts.append(money(night.cost_usd))
     if night.reaped:
@@ -215,14 +225,42 @@ def render_text(night: Night, width: int = 100) -> str:
             console.print(Padding(one_line(p.reason), (0, 0, 0, 4)))
             for line in p.tail:  # a transcript line is never wrapped: one line of the log, one line here
                 console.print(f"    | {one_line(line)}", soft_wrap=True)
+    if night.commit_troubles:
+        failed = len(night.commit_failures)
+        section(f"auto-commit troubles ({failed} failed, abnormal: the work was left uncommitted)" if failed
+                else f"auto-commit troubles ({len(night.commit_troubles)})")
+        for t in night.commit_troubles:
+            what = "auto-commit failed" if t.kind == "failed" else "stale index.lock removed"
+            console.print(f"{where(t.iteration, t.phase) or '-'}: {what}")
+            console.print(Padding(one_line(t.text), (0, 0, 0, 4)))
     done = [(p, task) for p in night.phases for task in p.tasks_done]
     if done:
         section(f"tasks done ({len(done)})")
         console.print(_grid(*[[f"iteration {p.iteration} {p.phase}", one_line(task)] for p, task in done]))
+    if night.history:
+        section(f"history changed ({len(night.history)}; `{hint(night.project, 'restore')}` lists what the safety "
+                f"refs keep)")
+        for h in night.history:
+            went_on = "allowed, the loop went on" if h.allowed else "the loop stopped"
+            console.print(f"{where(h.iteration, h.phase) or '-'}: {h.kind} ({went_on})")
+            console.print(Padding(one_line(h.text), (0, 0, 0, 4)))
+    kept = [r for r in night.left_out if not r.commit]
+    if kept:
+        section(f"left out of commits ({len(kept)}; they stay in the work tree, uncommitted: commit one yourself "
+                f"with `git add -f` if it is meant to be)")
+        console.print(_grid(*[[where(r.iteration, r.phase) or "-", one_line(r.path), one_line(r.reason)]
+                              for r in kept]))
+    agents = [r for r in night.left_out if r.commit]
+    if agents:
+        section(f"committed by the agent itself, looking like a secret ({len(agents)}; not rewritten: check them)")
+        console.print(_grid(*[[where(r.iteration, r.phase) or "-", one_line(r.path), f"in {one_line(r.commit)}",
+                               one_line(r.reason)] for r in agents]))
     if night.commits:
         section(f"commits ({len(night.commits)})")
         console.print(_grid(*[[c.sha, clock(c.at), one_line(c.subject) + (f" ({where(c.iteration, c.phase)})"
-                                                                           if where(c.iteration, c.phase) else "")]
+                                                                           if where(c.iteration, c.phase) else "")
+                               + (" ORPHANED: made off the phase's branch, on no branch of the run's"
+                                  if c.orphaned else "")]
                               for c in night.commits]))
     if night.phases:
         section("cost and tokens (as the agents reported them)")

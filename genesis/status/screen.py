@@ -28,6 +28,7 @@ from rich.text import Text
 from genesis import exitcodes
 from genesis.health.heartbeat import BEFORE_TOOL, tool_event
 from genesis.hints import hint
+from genesis.redact import redact
 from genesis.repo.gitcmd import NotARepository
 from genesis.status.loops import Loop, Scanner
 from genesis.status.view import RECENT, Status, Totals, Wait, build, layout_of
@@ -55,8 +56,9 @@ class Frame:
     @property
     def code(self) -> int:
         """0 when the loop asked about runs (with no project: when any loop on this machine
-        runs), else NOT_RUNNING."""
-        running = self.status.running if self.status is not None else bool(self.loops)
+        runs), else NOT_RUNNING: a FROZEN loop (stopped by a signal) and a STOPPED one (killed)
+        do not run."""
+        running = self.status.state == "RUNNING" if self.status is not None else bool(self.loops)
         return exitcodes.OK if running else exitcodes.NOT_RUNNING
 
 
@@ -214,8 +216,8 @@ def _silence(file: TextIO) -> None:
 # --- rendering ----------------------------------------------------------------------------
 
 def _safe(text: object, limit: int = TEXT_LIMIT) -> str:
-    """Text from the ledger or an agent, on one line, without escape codes."""
-    return one_line(str(text), limit)
+    """Text from the ledger or an agent, on one line, without escape codes or secrets."""
+    return one_line(redact(str(text)), limit)
 
 
 def _clock(epoch: float) -> str:
@@ -261,7 +263,13 @@ def _detail(st: Status, now: float) -> list[RenderableType]:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
-    if st.running:
+    if st.frozen:
+        since = f"for {duration(now - st.frozen_since)} (since {_clock(st.frozen_since)})" \
+            if st.frozen_since is not None else "(since when: not recorded yet)"
+        grid.add_row("Loop", Text.assemble(("FROZEN", "bold red"), f"  run {_safe(st.run_id or '?', 80)} · pid "
+                                           f"{st.pid or '?'} stopped by a signal {since}: nothing runs until "
+                                           f"`kill -CONT {st.pid}`"))
+    if st.running and not st.frozen:
         up = f" · up {duration(now - st.started)}" if st.started is not None else ""
         grid.add_row("Loop", Text.assemble(("RUNNING", "bold green"),
                                            f"  run {_safe(st.run_id or '?', 80)} · pid {st.pid or '?'}{up}"))
@@ -270,7 +278,13 @@ def _detail(st: Status, now: float) -> list[RenderableType]:
             grid.add_row("Health", _health(st, now))
             grid.add_row("Heartbeat", _heartbeat(st, now))
             grid.add_row("Tool", _tool(st, now))
-    else:
+    elif st.killed:
+        when = f" at {_stamp(st.killed_at)} ({duration(now - st.killed_at)} ago)" if st.killed_at is not None else \
+            " (no end recorded yet)"
+        grid.add_row("Loop", Text.assemble(("STOPPED", "bold red"), f"  killed{when}: run {_safe(st.run_id, 80)}, "
+                                           f"pid {st.pid or '?'}"))
+        grid.add_row("Last run", _last_run(st))
+    elif not st.running:
         grid.add_row("Loop", Text.assemble(("NOT RUNNING", "bold"), "  no loop is running on this project"))
         grid.add_row("Last run", _last_run(st))
     if st.wait is not None:

@@ -9,6 +9,7 @@ seconds; what is shown "now" is computed by the renderer from these and its own 
 from __future__ import annotations
 
 import math
+import socket
 import sqlite3
 import time
 from dataclasses import dataclass, replace
@@ -22,7 +23,9 @@ from genesis.loop.breaker import BreakerState, retry_time
 from genesis.repo.tasks import read_tasks
 from genesis.store.atomicio import CorruptFile, read_json
 from genesis.store.layout import Layout
+from genesis.procs.proctree import ProcId
 from genesis.store.looplock import Holder, current_holder
+from genesis.watch.companion import look
 from genesis.words import FORMER, WAIT_LABELS, duration, ending_label, epoch_of
 
 __all__ = ["Phase", "Beat", "Health", "Wait", "Breaker", "Totals", "Line", "LastRun", "Status", "build",
@@ -137,6 +140,19 @@ class Status:
     last_run: LastRun | None     # the run shown (running or not); None when no run is recorded
     note: str = ""               # why something is missing: no run yet, a ledger that cannot be read
     tasks: str = ""              # TASKS.md's tasks counted by state ("" without a readable TASKS.md)
+    frozen: bool = False         # the loop's process is stopped (SIGSTOP): it holds the lock, nothing runs
+    frozen_since: float | None = None  # when its companion first saw it stopped (None: not recorded)
+    killed: bool = False         # the run ended without recording its end (SIGKILL), or its end says so
+    killed_at: float | None = None     # when that was recorded (None: nobody could record it)
+
+    @property
+    def state(self) -> str:
+        """RUNNING, FROZEN, STOPPED (killed) or NOT RUNNING: the loop as one word."""
+        if self.frozen:
+            return "FROZEN"
+        if self.running:
+            return "RUNNING"
+        return "STOPPED" if self.killed else "NOT RUNNING"
 
 
 def midnight(now: float) -> float:
@@ -153,7 +169,45 @@ def build(layout: Layout, now: float | None = None, recent: int = RECENT, clock:
     """The status of layout's project at `now`. `holder`: the loop's lock holder when the
     caller has just asked the lock (None: no loop runs); by default the lock is asked here."""
     tasks = read_tasks(layout.project)
-    return replace(_build(layout, now, recent, clock, holder), tasks=tasks.summary() if tasks is not None else "")
+    if holder is _ASK:
+        holder = current_holder(layout.loop_lock, layout.loop_record)
+    return _loop_state(replace(_build(layout, now, recent, clock, holder),
+                               tasks=tasks.summary() if tasks is not None else ""), layout, holder)
+
+
+KILLED_PREFIX = "the loop was killed"  # how genesis/loop/lostloop.py words the end it records
+
+
+def _loop_state(st: Status, layout: Layout, holder: Holder | None) -> Status:
+    """A lock holder is not always a running loop: its process may be stopped (FROZEN), or gone
+    while a step it started still holds the lock (STOPPED, killed). A run with no end
+    recorded, or whose recorded end says it was killed, was STOPPED too."""
+    if holder is not None and holder.pid and holder.host == socket.gethostname():
+        sight = look(ProcId(holder.pid, holder.create_time))
+        if not sight.alive:
+            return replace(st, running=False, killed=True, killed_at=None)
+        if sight.stopped:
+            return replace(st, frozen=True, frozen_since=_frozen_since(layout, holder.run_id))
+        return st
+    run = st.last_run
+    if holder is None and run is not None and (run.ended is None or (run.reason or "").startswith(KILLED_PREFIX)):
+        return replace(st, killed=True, killed_at=run.ended)
+    return st
+
+
+def _frozen_since(layout: Layout, run_id: str) -> float | None:
+    """When the companion first saw the loop stopped, if it recorded it and not its thaw since."""
+    led, _ = _open(layout)
+    if led is None:
+        return None
+    try:
+        with led:
+            marks = led.events(run_id, kinds=("loop_frozen", "loop_thawed"))
+    except (LedgerError, sqlite3.Error):
+        return None
+    last = marks[-1] if marks else None
+    return float(last["since"]) if last is not None and last.get("event") == "loop_frozen" and \
+        _epoch(last.get("since")) else None
 
 
 def _build(layout: Layout, now: float | None, recent: int, clock: Callable[[], float], holder: Any) -> Status:
@@ -378,6 +432,11 @@ def describe(e: dict[str, Any], project: Path | None = None) -> str:
         return f"repaired: {e.get('what', '')}"
     if kind == "stop_reason":
         return f"stopping: {e.get('reason', '')}"
+    if kind == "loop_frozen":
+        return f"the loop (pid {e.get('pid', '?')}) is frozen: stopped by a signal"
+    if kind == "loop_thawed":
+        lasted = f" after {duration(e['lasted'])} frozen" if _number(e.get("lasted")) else ""
+        return f"the loop (pid {e.get('pid', '?')}) runs again{lasted}"
     if kind == "hook_removed":
         return f"the heartbeat hook was removed by the user from {e.get('path', '?')}: not put back"
     return f"{where}: {str(kind).replace('_', ' ')}" if where else str(kind).replace("_", " ")

@@ -97,6 +97,18 @@ class Layout:
         return self.state_dir / "user-untracked.json"
 
     @property
+    def untracked_copies(self) -> Path:
+        """The user's untracked and ignored files copied aside per run (`<run-id>/`), for
+        `genesis restore --untracked` (repo/untracked.py)."""
+        return self.state_dir / "untracked"
+
+    @property
+    def safety_record(self) -> Path:
+        """The branch tips and HEAD the running loop started with, beside their safety refs: an
+        agent that deletes or moves a ref in the repository cannot change what they are judged by."""
+        return self.state_dir / "safety.json"
+
+    @property
     def leftovers_file(self) -> Path:
         """What the last run held uncommitted that was not the user's, per path with its
         content's digest: at the next start, those changes are the agent's (repo/ownership.py)."""

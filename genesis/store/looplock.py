@@ -22,7 +22,7 @@ from genesis.hints import hint
 from genesis.procs.proctree import identify
 from genesis.store.atomicio import CorruptFile, finite, read_json, write_json
 
-__all__ = ["Holder", "Locked", "acquire", "release", "current_holder", "hold"]
+__all__ = ["Holder", "Locked", "acquire", "release", "current_holder", "hold", "recorded"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,12 @@ def _read(record: Path) -> Holder | None:
         return None
     return Holder(data["pid"], float(data["create_time"]), str(data.get("run_id", "")),
                   str(data.get("started_at", "")), str(data.get("host", "")))
+
+
+def recorded(record: Path, run_id: str) -> Holder | None:
+    """The holder record, if it is this run's (what the loop wrote at its start)."""
+    holder = _read(record)
+    return holder if holder is not None and holder.run_id == run_id else None
 
 
 def _unknown() -> Holder:

@@ -74,6 +74,7 @@ class Observation:
     disk_full: bool = False        # no heartbeat can be written
     planted: str = ""              # what was removed from the heartbeat path at this check
     upkeep: tuple[str, ...] = ()   # what the watcher's own upkeep reported (log problems, a failed repair)
+    own: float = 0.0               # seconds since the previous check spent in the watcher's own work
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,8 @@ def decide(rules: Rules, state: State, obs: Observation) -> tuple[State, Verdict
         if tool.busy_until is not None:
             busy_until = max(busy_until or tool.busy_until, tool.busy_until)
     window, seen = watchdog.check(state.window, beat.epoch if beat is not None else None, now, obs.wall,
-                                  grew and rules.count_output, hold=obs.disk_full, busy_until=busy_until)
+                                  grew and rules.count_output, hold=obs.disk_full, busy_until=busy_until,
+                                  own=obs.own)
     state = replace(state, window=window)
     notes += seen.notes
     if stuck is None and tool.stuck:

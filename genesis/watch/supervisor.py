@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -27,12 +28,18 @@ from genesis.agents.base import Ending, Limit, OutputReader
 from genesis.clock import Clock, SystemClock
 from genesis.health.activity import Sample, sample
 from genesis.health.classify import Snapshot
+from genesis.health.beatorigin import Origins
 from genesis.health.heartbeat import Heartbeat, read_heartbeat
+from genesis.health.toollog import in_flight, read_head, read_tail, tool_log_path
 from genesis.procs import cgroups
+from genesis.procs.memory import cap, raise_oom_score
+from genesis.procs.nspid import outer_pid
 from genesis.procs.proctree import (KillReport, ProcId, adopted, become_subreaper, command_line, descendants,
                                     descends_from, identify, kill_all, marked, protected_pids, reap_zombie_children)
+from genesis.sandbox.box import Box
 from genesis.watch.agentlog import MIN_LOG_BYTES, AgentLog, OutputPump, Transcriber, grow_pipe
 from genesis.watch.cmdline import header_line, misfit, prompt_problem, too_big
+from genesis.watch.companion import look
 from genesis.watch.decide import End, Judgement, Observation, Rules, Verdict, begin, decide, this_runs
 from genesis.watch.heartdir import clear_planted, disk_full
 from genesis.watch.waits import STOP_SIGNALS, ExitWait, SignalWait, honoured
@@ -40,6 +47,7 @@ from genesis.watch.waits import STOP_SIGNALS, ExitWait, SignalWait, honoured
 __all__ = ["AgentRun", "Limits", "Outcome", "Interrupted", "supervise"]
 
 SI_KERNEL = 0x80           # si_code of a signal the kernel sent (a terminal's Ctrl-C, a hangup)
+KILLS = re.compile(r"(^|[\s;&|(/])(kill|pkill|killall)(\s|$)")  # a command that sends signals
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,9 @@ class AgentRun:
     judge: Callable[[], Judgement] | None = None  # the phase's tool calls judged, at every check
     phase: str = ""
     iteration: int = 0
+    box: Box | None = None         # the box the agent runs in (None: none)
+    memory_max: int | None = None  # memory.max of the agent's cgroup, where it has one
+    loop: ProcId | None = None     # the bash loop: gone at a check, the phase ends with it
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,7 @@ class Outcome:
     ending: Ending | None = None   # what the agent's output says of its end (limit, API error, result)
     api_retries: int = 0           # API retries of the CLI's own the watcher saw
     would_kill: tuple[str, ...] = ()  # warn-only mode: why the agent would have been killed, each time
+    loop_lost: bool = False        # the loop was gone (killed) at a check: the phase ended with it
 
     @property
     def exit_code(self) -> int:
@@ -133,6 +145,32 @@ def supervise(run: AgentRun, limits: Limits, clock: Clock | None = None,
     return _Watcher(run, limits, clock or SystemClock(), note, debug).run()
 
 
+class _AgentProcs:
+    """The agent's processes as the judge of the beats' origin sees them (genesis/health/beatorigin.py):
+    a pid of the hook's ancestors, in the box's PID namespace where there is one, as the watcher's."""
+
+    def __init__(self, watcher: "_Watcher"):
+        self.w = watcher
+
+    def resolve(self, pid: int) -> ProcId | None:
+        root, box = self.w.root, self.w.run_.box
+        if root is None:
+            return None
+        if box is not None and box.pid_namespace:
+            pid = self.w._outer(pid)
+            if pid is None:
+                return None
+        if pid != root.pid and not descends_from(pid, root.pid):
+            return None
+        return identify(pid)
+
+    def alive(self, ident: ProcId) -> bool:
+        return ident.process() is not None
+
+    def above(self, upper: ProcId, lower: ProcId) -> bool:
+        return upper.process() is not None and descends_from(lower.pid, upper.pid)
+
+
 class _Watcher:
     """One phase's watch: start, check every interval, end. Single-use."""
 
@@ -142,6 +180,7 @@ class _Watcher:
         self.proc: subprocess.Popen[bytes] | None = None
         self.root: ProcId | None = None
         self._below: tuple[int | None, ProcId | None] = (None, None)  # the hook's parent, when below the root
+        self._outer_pids: dict[int, ProcId] = {}  # a pid in the box's namespace: the watcher's
         self.since = 0.0                       # the agent's start (a create time): what came later is its
         self.group: cgroups.AgentGroup | None = None
         self.log: AgentLog | None = None
@@ -149,13 +188,21 @@ class _Watcher:
         self.pump: OutputPump | None = None
         self.waiter: SignalWait | ExitWait | None = None
         self.found: dict[int, tuple[str, str]] = {}   # pid: (command line, why it is the agent's)
+        self.seen: set[ProcId] = set()         # the agent's tree as every check saw it: proof of descent
+        self.foreign: dict[int, str] = {}      # pid: command line, in the agent's cgroup without proof
         self.late: list[tuple[int, int | None]] = []  # stop signals that came during the clean-up
         self.stops = honoured()                # under nohup, a hangup is not a stop
+        self.loop_frozen = False               # the loop was stopped (state T) at the last check
+        self.origins: Origins | None = None    # who runs the hook: the CLI, or a loop below a tool
+        self.trusted: Heartbeat | None = None  # the newest heartbeat that counted as a sign of life
+        self.forged: set[int] = set()          # runners of beats not counted, said once each
+        self.loop_lost = False                 # the loop was gone at a check
 
     def run(self) -> Outcome:
         become_subreaper()
         self.run_.log.parent.mkdir(parents=True, exist_ok=True)
         self.start_mono, self.start_wall = self.clock.mono(), self.clock.wall()
+        self.own = 0.0  # seconds the latest check spent in its own work (see _watch)
         self.since = time.time()
         run, lim = self.run_, self.limits
         self.rules = Rules(run.run_id, stale_after=lim.stale_after, interval=lim.check_interval,
@@ -219,6 +266,10 @@ class _Watcher:
         self.group, why = cgroups.create(run.run_id)
         if self.group is None:
             self.debug(f"the agent runs without a cgroup of its own: {why}")
+        elif run.memory_max:
+            capped = cap(self.group.path, run.memory_max)
+            if capped:
+                self.note(capped)
         out_r, out_w = os.pipe()
         grow_pipe(out_w)
         # Linux: the stop signals are blocked before the agent starts, so that one its first
@@ -226,12 +277,17 @@ class _Watcher:
         # once; the agent itself starts with them unblocked.
         if hasattr(signal, "sigtimedwait"):
             self.waiter = SignalWait()
-        group = self.group
+        group, box = self.group, run.box
+        if box is not None:
+            argv = box.wrap(argv)
 
         def in_child() -> None:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, SignalWait.SIGNALS)
             if group is not None:
                 group.join()
+            raise_oom_score()  # the OOM killer's first choice: the agent's tree, never its watcher
+            if box is not None:
+                box.in_child()
 
         try:
             self.proc = subprocess.Popen(argv, cwd=run.cwd, env=dict(run.env), stdin=stdin or subprocess.DEVNULL,
@@ -244,6 +300,9 @@ class _Watcher:
             return exc.strerror or str(exc)
         except ValueError as exc:  # e.g. a NUL byte in the command or the environment
             return f"{exc}; fix the agent command or the environment"
+        except subprocess.SubprocessError as exc:  # the box refused in the child: never run unboxed
+            return f"the {box.kind if box else ''} box could not be set up ({exc}); set GENESIS_SANDBOX=off to run " \
+                   f"without it"
         finally:
             os.close(out_w)
             if stdin is not None:
@@ -283,15 +342,42 @@ class _Watcher:
                 reap_zombie_children(keep=self.proc.pid)
                 continue
             next_check = now + lim.check_interval
-            self.state, verdict = decide(self.rules, self.state, self._observe())
+            gone = self._loop_gone()
+            if gone is not None:
+                return gone
+            self.state, verdict = decide(self.rules, self.state, replace(self._observe(), own=self.own))
             self._act(verdict)
             if verdict.end is not None:
                 return verdict.end
+            # The check's own work (its writes may wait on a ledger another program holds) is
+            # the watcher's time, not a pause of it: the next check does not count it as one.
+            self.own = max(0.0, clock.mono() - now)
+
+    def _loop_gone(self) -> End | None:
+        """The loop that started this phase, looked at once a check: gone, the phase ends with it
+        (nobody is left to act on its end); frozen, said once (the companion records it)."""
+        loop = self.run_.loop
+        if loop is None:
+            return None
+        sight = look(loop)
+        if not sight.alive:
+            self.loop_lost = True
+            return End("interrupted", detail=f"the loop (pid {loop.pid}) is gone: killed (SIGKILL?) by someone; "
+                                             f"the phase ends with it")
+        if sight.stopped and not self.loop_frozen:
+            self.note(f"the loop (pid {loop.pid}) is frozen (stopped, SIGSTOP?): this phase goes on, nothing "
+                      f"follows it until the loop is continued")
+        self.loop_frozen = sight.stopped
+        return None
 
     def _observe(self) -> Observation:
         """Everything the check decides on, read after the upkeep due at every check."""
         run = self.run_
         reap_zombie_children(keep=self.proc.pid)
+        if self.group is not None and self.root is not None:
+            # What a move into its cgroup later cannot forge; only what is still in it is kept.
+            inside = set(self.group.pids())
+            self.seen = {i for i in self.seen if i.pid in inside} | set(descendants(self.root))
         planted = clear_planted(run.heartbeat) or ""
         full = disk_full(run.heartbeat.parent)
         upkeep = [msg for log in self.out.logs for msg in log.problems()]
@@ -302,7 +388,7 @@ class _Watcher:
                 upkeep.append(f"a check of Genesis's own files failed: {exc}")
         reader = run.reader
         hopeless = reader.hopeless.message if reader is not None and reader.hopeless is not None else None
-        beat, _why = read_heartbeat(run.heartbeat)
+        beat = self._counted(read_heartbeat(run.heartbeat)[0])
         received = self.out.received
         now, wall = self.clock.mono(), self.clock.wall()
         judged = self._judge()
@@ -311,6 +397,33 @@ class _Watcher:
                            retry=reader.retry if reader is not None else None, hopeless=hopeless,
                            turns=reader.turns if reader is not None else None, disk_full=full, planted=planted,
                            upkeep=tuple(upkeep))
+
+    def _counted(self, beat: Heartbeat | None) -> Heartbeat | None:
+        """The newest heartbeat that counts as a sign of life: one the CLI's own hook call wrote.
+        A beat a loop below a tool wrote is not one; the last that counted stands instead."""
+        mine = this_runs(beat, self.run_.run_id)
+        if mine is None or self.root is None:
+            return beat
+        procs = _AgentProcs(self)
+        if self.origins is None:
+            self.origins = Origins(self.root)
+        if self.origins.cli is None:
+            try:
+                first = next((c for c in read_head(tool_log_path(self.run_.heartbeat)) if c.pp), None)
+            except OSError:  # unreadable: judged by the beats alone
+                first = None
+            if first is not None:
+                self.origins.pin(first.pp, first.t, procs)
+        verdict = self.origins.judge(mine, procs)
+        if verdict.counts:
+            self.trusted = beat
+            return beat
+        key = verdict.runner.pid if verdict.runner is not None else 0
+        if key not in self.forged:
+            self.forged.add(key)
+            who = f" ({command_line(key, 80)})" if key else ""
+            self.note(f"heartbeats not counted as signs of life: {verdict.why}{who}")
+        return self.trusted
 
     def _judge(self) -> Judgement:
         """The judge's findings on the tool calls; none when there is no judge or it fails."""
@@ -341,10 +454,25 @@ class _Watcher:
         pid = beat.pid if beat is not None else None
         if self.root is None or not pid or pid == self.root.pid:
             return self.root
+        if self.run_.box is not None and self.run_.box.pid_namespace:
+            pid = self._outer(pid)
+            if pid is None:
+                return self.root
         if self._below[0] != pid:
             below = identify(pid)
             self._below = (pid, below if below is not None and descends_from(pid, self.root.pid) else None)
         return self._below[1] if self._below[1] is not None and self._below[1].process() is not None else self.root
+
+    def _outer(self, inner: int) -> int | None:
+        """The hook's pid in the box's PID namespace as the watcher's pid; remembered while it lives."""
+        known = self._outer_pids.get(inner)
+        if known is not None and known.process() is not None:
+            return known.pid
+        outer = outer_pid(inner, self.root)
+        ident = identify(outer) if outer is not None else None
+        if ident is not None:
+            self._outer_pids[inner] = ident
+        return outer
 
     # --- signals ----------------------------------------------------------------------
     # Linux blocks the stop signals and waits for them with sigtimedwait, which names the
@@ -359,7 +487,30 @@ class _Watcher:
             self.note(f"signal {name} from {who}: ignored (a process of the agent's own tree may not stop its "
                       f"watcher)")
             return None
-        return End("interrupted", signum=info.si_signo, sender=info.si_pid, detail=f"interrupted by {name}")
+        behind = self._agent_behind(info.si_pid)
+        detail = f"the agent sent {name} to the loop: {behind}" if behind else f"interrupted by {name}"
+        return End("interrupted", signum=info.si_signo, sender=info.si_pid, detail=detail)
+
+    def _agent_behind(self, sender: int) -> str:
+        """Why a stop the loop passed on looks like the agent's doing ("" when nothing says so).
+
+        The loop is bash, which cannot tell who signalled it: it passes every stop on to this
+        watcher as its own. What the watcher can see at that moment: the agent's tool call in
+        flight, or a process of its tree, that kills."""
+        loop = self.run_.loop
+        if loop is None or sender != loop.pid:
+            return ""
+        try:
+            flying = in_flight(read_tail(tool_log_path(self.run_.heartbeat), most=50))
+        except OSError:
+            flying = None
+        if flying is not None and KILLS.search(flying.cmd):
+            return f"its tool call `{flying.cmd[:100]}` was running when the loop got it"
+        for ident in descendants(self.root) if self.root is not None else ():
+            line = command_line(ident.pid, 100)
+            if KILLS.search(line):
+                return f"its process {ident.pid} `{line}` was running when the loop got it"
+        return ""
 
     def _sender(self, info) -> tuple[bool, str]:
         """(whether the sender belongs to the agent's tree, who it is)."""
@@ -378,10 +529,11 @@ class _Watcher:
         who = f"pid {pid} ({command_line(pid, 120)})"
         if descends_from(pid, os.getpid()):
             return True, who
-        if self.group is not None and self.group.holds(pid):
-            return True, who
+        if self.group is not None and self.group.holds(pid) and self._descent(ident):
+            return True, who  # in its cgroup and proven its: moved in from outside is not enough
         try:
-            if psutil.Process(pid).environ().get("GENESIS_RUN_ID") == self.run_.run_id:
+            env = psutil.Process(pid).environ()
+            if all(env.get(k) == v for k, v in self._markers().items()):
                 return True, who
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             pass
@@ -435,7 +587,8 @@ class _Watcher:
             detail = f"interrupted by {signal.Signals(signum).name}"
         return Outcome(status, rc, self.clock.mono() - self.start_mono, end.idle, kill, signum, detail, pid,
                        sender=sender, swept=swept, disk_full=self.state.disk_full, ending=ending,
-                       api_retries=self.state.api_retries, would_kill=self.state.would_kill)
+                       api_retries=self.state.api_retries, would_kill=self.state.would_kill,
+                       loop_lost=self.loop_lost)
 
     def _ending(self, status: str, rc: int | None) -> Ending | None:
         """What the output says of the run's end; a reader's failure is noted, never raised."""
@@ -451,22 +604,56 @@ class _Watcher:
             self.note(f"the agent's output could not be read for how it ended ({exc!r})")
             return None
 
+    def _markers(self) -> dict[str, str]:
+        """This run's markers: its run id, and its project where the agent carries one (a run id
+        alone could be another project's, e.g. two loops started in the same second)."""
+        found = {"GENESIS_RUN_ID": self.run_.run_id}
+        if self.run_.env.get("GENESIS_PROJECT_DIR"):
+            found["GENESIS_PROJECT_DIR"] = self.run_.env["GENESIS_PROJECT_DIR"]
+        return found
+
     def _everything(self) -> list[ProcId]:
         """Every process of the agent's tree, each with the proof that it is the agent's."""
         found: dict[ProcId, str] = {}
         if self.root is not None:
             found.update(dict.fromkeys(descendants(self.root), "a descendant of the agent"))
-        for ident in marked({"GENESIS_RUN_ID": self.run_.run_id}):
+        for ident in marked(self._markers(), every=True):
             found.setdefault(ident, "carries this run's marker")
         for ident in adopted(self.since):
             found.setdefault(ident, "re-parented to the watcher, its subreaper")
         if self.group is not None:
+            # The cgroup proves nothing alone: whoever can write its cgroup.procs (the agent
+            # itself) can move any process of the user's in. A member counts only with a proof.
             for ident in filter(None, map(identify, self.group.pids())):
-                found.setdefault(ident, "in the agent's cgroup")
+                if ident in found:
+                    continue
+                why = self._descent(ident)
+                if why:
+                    found[ident] = why
+                elif ident.pid not in self.foreign:
+                    self.foreign[ident.pid] = command_line(ident.pid, 80)
         for ident, why in found.items():
             if ident.pid not in self.found:
                 self.found[ident.pid] = (command_line(ident.pid, 80), why)
         return list(found)
+
+    def _descent(self, ident: ProcId) -> str:
+        """Why a process in the agent's cgroup is the agent's ("" without proof): one of its
+        tree a check saw, or started after it with a parent chain that leads to it."""
+        if ident in self.seen:
+            return "in the agent's cgroup, seen in its tree"
+        if ident.create_time >= self.since and self.root is not None and descends_from(ident.pid, self.root.pid):
+            return "in the agent's cgroup, a descendant of the agent"
+        return ""
+
+    def _kill_group(self) -> int:
+        """End the agent's cgroup, sparing what was moved into it from outside: those are
+        moved out first (left alone); how many processes were in it."""
+        self._everything()  # who is in it without proof, now
+        inside = set(self.group.pids())
+        outsiders = [pid for pid in self.foreign if pid in inside]
+        stuck = self.group.evict(outsiders)
+        return self.group.kill(protected_pids() | set(stuck)) - len(stuck)
 
     def _sweep(self) -> int:
         """End whatever the agent left behind, however the phase ended; how many were ended."""
@@ -476,7 +663,7 @@ class _Watcher:
         ended = {pid: self.found[pid] for pid in sorted(self.found) if pid != agent}
         count = report.targets
         if self.group is not None:
-            count += self.group.kill(protected_pids())  # what forked past the other finds
+            count += self._kill_group()  # what forked past the other finds
             self._drop_group()
         if count:
             listing = "; ".join(f"pid {pid} {cmd!r} ({why})" for pid, (cmd, why) in list(ended.items())[:8])
@@ -484,6 +671,9 @@ class _Watcher:
             self.note(f"ended {count} process(es) the agent left behind: {listing}{more}")
         if report.survivors:
             self.note(f"could not end pids {', '.join(map(str, report.survivors))}")
+        if self.foreign:
+            listing = "; ".join(f"pid {pid} {cmd!r}" for pid, cmd in sorted(self.foreign.items())[:8])
+            self.note(f"moved into the agent's cgroup from outside: left alone: {listing}")
         return count
 
     def _drop_group(self) -> None:
@@ -497,7 +687,7 @@ class _Watcher:
         if self.pump is not None:
             self.pump.finish(0.0)
         if self.group is not None:
-            self.group.kill(protected_pids())
+            self._kill_group()
             self._drop_group()
         for log in self.out.logs if self.out is not None else ():
             for msg in log.close():

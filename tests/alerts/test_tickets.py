@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from genesis.alerts.redact import MARK, redact
+from genesis.redact import MARK, redact
 from genesis.alerts.tickets import LIMIT_CAUSE, OUTAGE_CAUSE, Ticket, ticket_for
 from genesis.hints import hint
 

@@ -204,11 +204,16 @@ interrupt_test() {
 
 @test "fault 19: a loop that was SIGKILLed does not block the next; its orphaned agent is reaped" {
   loop_setup
+  # Without the box: in it the agent dies with its watcher (--die-with-parent), never an orphan.
+  export GENESIS_SANDBOX=off
   start_hung_loop
   local first="${LOOP_PID}"
-  # SIGKILL the loop, then its watcher: no trap runs, the agent is orphaned, the lock stays.
-  local watcher
-  watcher="$(pgrep -P "${first}")"
+  # SIGKILL its companion, the loop, then its watcher: no trap runs and nobody settles the
+  # night (as on a crash), the agent is orphaned, the lock stays.
+  local watcher companion
+  companion="$(pgrep -P "${first}" -f ' companion ')"
+  watcher="$(pgrep -P "${first}" -f ' run-phase ')"
+  kill -KILL "${companion}"
   kill -KILL "${first}"
   wait "${first}" || true
   kill -KILL "${watcher}"
@@ -260,6 +265,8 @@ WRAP
   chmod +x "${BATS_TEST_TMPDIR}/genesis-dies"
   fast_loop_env '*:*=hang'
   export HEARTBEAT_STALE_SECONDS=120
+  # Without the box: in it the agent dies with its watcher (--die-with-parent), nothing to reap after.
+  export GENESIS_SANDBOX=off
   GENESIS_BIN="${BATS_TEST_TMPDIR}/genesis-dies" run -7 "${LOOP}" --project "${PROJECT}" --max-iterations 3
   assert_output --partial "Builder: the watcher died of signal 9; the phase counts as failed"
   assert_output --partial -- "--- iteration 2 ---"

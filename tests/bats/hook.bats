@@ -49,9 +49,9 @@ json_field() { "${PY}" -c 'import json, sys; print(json.load(open(sys.argv[1]))[
   run -0 json_field "${HB}" event; assert_output "preToolUse"
   run -0 json_field "${HB}" tool; assert_output "my_tool"
   run -0 tool_lines
-  assert_line --index 0 --regexp '^\{"cmd": "ls -la", "e": "BeforeTool", "t": [0-9.]+, "tool": "run_shell_command"\}$'
-  assert_line --index 1 --regexp '^\{"e": "postToolUse", "ok": true, "t": [0-9.]+, "tool": "bash"\}$'
-  assert_line --index 2 --regexp '^\{"e": "AfterTool", "ok": true, "t": [0-9.]+, "tool": "read_file"\}$'
+  assert_line --index 0 --regexp '^\{"cmd": "ls -la", "e": "BeforeTool", "pp": \[[0-9, ]+\], "t": [0-9.]+, "tool": "run_shell_command"\}$'
+  assert_line --index 1 --regexp '^\{"e": "postToolUse", "ok": true, "pp": \[[0-9, ]+\], "t": [0-9.]+, "tool": "bash"\}$'
+  assert_line --index 2 --regexp '^\{"e": "AfterTool", "ok": true, "pp": \[[0-9, ]+\], "t": [0-9.]+, "tool": "read_file"\}$'
 }
 
 @test "the manual test: genesis-heartbeat.sh test_tool with no stdin" {
@@ -88,9 +88,9 @@ tool_lines() { "${PY}" -c 'import json, sys; [print(json.dumps(json.loads(l), so
     assert_output ""
   done
   run -0 tool_lines
-  assert_line --index 0 --regexp '^\{"cmd": "pytest -x \\"tests/a b.py\\"", "e": "PreToolUse", "id": "toolu_9", "t": [0-9.]+, "tool": "Bash"\}$'
-  assert_line --index 1 --regexp '^\{"cmd": "pytest -x \\"tests/a b.py\\"", "e": "PostToolUse", "id": "toolu_9", "ms": 812, "ok": true, "t": [0-9.]+, "tool": "Bash"\}$'
-  assert_line --index 2 --regexp '^\{"cmd": "/p/notes.md", "e": "PostToolUseFailure", "id": "toolu_10", "ms": 13, "ok": false, "t": [0-9.]+, "tool": "Write"\}$'
+  assert_line --index 0 --regexp '^\{"cmd": "pytest -x \\"tests/a b.py\\"", "e": "PreToolUse", "id": "toolu_9", "pp": \[[0-9, ]+\], "t": [0-9.]+, "tool": "Bash"\}$'
+  assert_line --index 1 --regexp '^\{"cmd": "pytest -x \\"tests/a b.py\\"", "e": "PostToolUse", "id": "toolu_9", "ms": 812, "ok": true, "pp": \[[0-9, ]+\], "t": [0-9.]+, "tool": "Bash"\}$'
+  assert_line --index 2 --regexp '^\{"cmd": "/p/notes.md", "e": "PostToolUseFailure", "id": "toolu_10", "ms": 13, "ok": false, "pp": \[[0-9, ]+\], "t": [0-9.]+, "tool": "Write"\}$'
   [[ ${#lines[@]} -eq 3 ]] || false
   # the line's time is the heartbeat's
   run -0 "${PY}" -c 'import json, sys; a = json.loads(open(sys.argv[1]).read().splitlines()[-1])["t"]; b = json.load(open(sys.argv[2]))["epoch"]; assert a == b, (a, b)' "$(TOOLS)" "${HB}"
@@ -104,7 +104,7 @@ tool_lines() { "${PY}" -c 'import json, sys; [print(json.dumps(json.loads(l), so
   export GENESIS_HEARTBEAT_FILE="${HB}"
   run -0 "${HOOK}" test_tool </dev/null
   run -0 tool_lines
-  assert_output --regexp '^\{"e": "", "t": [0-9.]+, "tool": "test_tool"\}$'
+  assert_output --regexp '^\{"e": "", "pp": \[[0-9, ]+\], "t": [0-9.]+, "tool": "test_tool"\}$'
 }
 
 @test "garbage on stdin gives a valid JSON line or none, never a broken one" {

@@ -74,6 +74,8 @@ breaker_field() {
   fast_loop_env '*:*=server'
   export GENESIS_AGENT_CMD="${PY} -m genesis.demo.simagent --port ${ours} --script '*:*=server'"
   export REAP_PORTS="${ours} ${theirs}"
+  # The sweep's own work, without the box: in it the server dies with the box first.
+  export GENESIS_SANDBOX=off
   mkdir -p "${PROJECT}/server" && touch "${PROJECT}/server/__init__.py"
   cp "${REPO_ROOT}/tests/helpers/spawn.py" "${PROJECT}/server/main.py"
   sed -i.bak 's/^    main(sys.argv\[1:\])$/    main(["listen"] + sys.argv[1:])/' "${PROJECT}/server/main.py"

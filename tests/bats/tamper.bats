@@ -57,6 +57,7 @@ wipe_test() {
 }
 
 @test "fault 36: an agent runs chmod -R 777 . or chmod 500 on the state folders: reset with a warning, never a refusal" {
+  export GENESIS_SANDBOX=off  # what Genesis does without the box (in it, the state folders are read-only)
   fast_loop_env "1:Builder=bash:chmod%20-R%20777%20.,2:Builder=bash:chmod%20500%20.git/genesis%20.git/genesis/heartbeats,*:*=idle"
   run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 3
   assert_output --regexp "repaired: ${STATE}/heartbeats had mode 777; reset to 700"
@@ -85,6 +86,7 @@ wipe_test() {
 
 @test "fault 29: the agent signals the watcher (pkill -f run-phase): the night goes on" {
   [[ $(uname) == Linux ]] || skip "only Linux tells a signal's sender"
+  export GENESIS_SANDBOX=off  # without the box (in it, the agent cannot see its watcher: tests/scenarios/test_box_faults.py)
   # Only this test's watcher: the pattern names the project. gen[e]sis: it must not match the
   # agent's own command line, which quotes it.
   fast_loop_env "1:Builder=bash:pkill%20-TERM%20-f%20%27bin/gen[e]sis%20--project%20${PROJECT}%20.*run-phase%27+work,*:*=idle"
@@ -97,6 +99,7 @@ wipe_test() {
 }
 
 @test "fault 29: the agent SIGKILLs its watcher: a failed phase, reaped, and the night goes on" {
+  export GENESIS_SANDBOX=off  # without the box (in it, the agent cannot see its watcher)
   fast_loop_env "1:Builder=bash:pkill%20-KILL%20-f%20%27bin/gen[e]sis%20--project%20${PROJECT}%20.*run-phase.*Builder%27+hang,*:*=idle"
   run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 2
   assert_output --partial "Builder: the watcher died of signal 9; the phase counts as failed"

@@ -36,6 +36,9 @@ common_setup() {
   export PATH="${REPO_ROOT}/.venv/bin:${PATH}"
   export NO_COLOR=1
   export GENESIS_NOTIFY_DESKTOP=false  # no desktop pop-up for each test loop's end on a developer's machine
+  # The test's folder is its TMPDIR: the agent's box gives the agent a private /tmp with TMPDIR
+  # bound back in, so what a test shares with its agents there stays in reach (as tests/conftest.py).
+  export TMPDIR="${BATS_TEST_TMPDIR}"
 }
 
 # A real git project with one commit.

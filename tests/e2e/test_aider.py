@@ -114,6 +114,7 @@ def test_progress_the_edit_is_committed_its_cost_read_and_the_breaker_stays_clos
 
 def test_a_silent_hung_test_command_gets_stuck_and_aider_and_its_tree_are_killed(e2e):
     e2e.phase("Builder", "hang")
+    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
     e2e.env.update(GENESIS_AGENT_CMD=shlex.join([e2e.env["GENESIS_AGENT_CMD"], "--auto-test", "--test-cmd",
                                                  HANGING_TEST]),
                    HEARTBEAT_STALE_SECONDS="15", PHASE_RETRIES="0")

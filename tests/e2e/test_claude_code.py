@@ -62,6 +62,7 @@ def session_of(log: Path) -> str:
 
 def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     e2e.phase("Builder", "progress")
+    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
     assert done.returncode == 0, done.stdout
     assert "Builder: finished" in done.stdout
@@ -89,6 +90,7 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
 
 def test_a_hung_bash_call_gets_stuck_and_claude_and_the_tool_session_are_killed(e2e):
     e2e.phase("Builder", "hang")
+    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
     assert done.returncode == 0, done.stdout
     assert "Builder: stuck: no heartbeat for" in done.stdout
@@ -121,6 +123,7 @@ def test_a_busy_build_step_silent_for_three_windows_is_not_killed(e2e):
 @pytest.mark.fault(46)
 def test_a_hung_step_is_stuck_after_the_tool_silent_window_before_the_general_one(e2e):
     e2e.phase("Builder", "hang")
+    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
     e2e.env.update(HEARTBEAT_STALE_SECONDS="120", TOOL_SILENT_SECONDS="3")
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == 0, done.stdout
@@ -135,6 +138,8 @@ def test_a_server_left_on_a_port_is_reaped_and_an_unrelated_one_survives(e2e, pr
     wait_for(lambda: listening(theirs), what="the unrelated server")
     e2e.phase("Builder", "server", port=port)
     e2e.env["REAP_PORTS"] = f"{port} {theirs}"
+    # The sweep's own work: in a box the server dies with the box before the sweep (tests/scenarios/test_box_faults.py).
+    e2e.env["GENESIS_SANDBOX"] = "off"
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == 0, done.stdout
     server = int((e2e.project / "server.pid").read_text())

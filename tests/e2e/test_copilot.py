@@ -81,6 +81,7 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
 
 def test_a_hung_shell_command_gets_stuck_and_copilot_and_the_tool_shell_are_killed(e2e):
     e2e.phase("Builder", "hang")
+    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
     assert done.returncode == 0, done.stdout
     assert "Builder: stuck: no heartbeat for" in done.stdout

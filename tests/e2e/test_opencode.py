@@ -106,6 +106,7 @@ def session_of(log: Path) -> str:
 
 def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     e2e.phase("Builder", "progress")
+    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
     run_id, transcript = e2e.progressed(done)
     session = session_of(e2e.project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log")
@@ -120,6 +121,7 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
 
 def test_a_hung_shell_command_gets_stuck_and_opencode_and_the_tool_shell_are_killed(e2e):
     e2e.phase("Builder", "hang")
+    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
     e2e.env.update(TOOL_SILENT_SECONDS="3", PHASE_RETRIES="0")
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
     assert done.returncode == 0, done.stdout

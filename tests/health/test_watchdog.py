@@ -153,6 +153,20 @@ def test_a_gap_of_two_intervals_and_a_second_is_no_pause_and_charged_as_usual():
     assert v.stale and not v.notes
 
 
+@pytest.mark.fault(84)
+def test_time_the_watcher_spent_in_its_own_work_is_no_pause_and_silence_counts_through_it():
+    d = dog(stale=4, interval=1)
+    d.observe(WALL0 + 1, 2, WALL0 + 2)
+    # Each check's writes waited 5 s on a ledger another program held: slow checks, not a pause.
+    v = d.observe(WALL0 + 1, 8, WALL0 + 8, own=5.0)
+    assert not v.notes and v.stale and v.idle == 7
+    # The same gap without that work is the watcher paused: the window restarts.
+    d = dog(stale=4, interval=1)
+    d.observe(WALL0 + 1, 2, WALL0 + 2)
+    assert d.observe(WALL0 + 1, 8, WALL0 + 8).notes == ("the watcher itself was paused for 6s; staleness window "
+                                                        "restarted",)
+
+
 def test_a_pause_restarts_the_output_bound_too():
     d = dog(stale=10, interval=1)
     d.observe(WALL0 + 1, 2, WALL0 + 2)

@@ -59,7 +59,9 @@ def agent_run(folder: Path, text: str, *, run_id: str, name: str = "agent.sh", a
     path = script(folder / name, text)
     hb = (hb_dir or folder / "hb") / "Builder.json"
     hb.parent.mkdir(mode=0o700, exist_ok=True)
-    full_env = {**os.environ, "GENESIS_RUN_ID": run_id, "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder",
+    # The project marker keeps parallel tests that share a run id out of each other's sweeps.
+    full_env = {**os.environ, "GENESIS_RUN_ID": run_id, "GENESIS_PROJECT_DIR": str(folder),
+                "GENESIS_HEARTBEAT_FILE": str(hb), "GENESIS_AGENT": "Builder",
                 "HOOK": str(hook_script()), "HB": str(hb), "SPAWN": str(paths.SPAWN), "PY": sys.executable,
                 **(env or {})}
     argv = (sys.executable if name.endswith(".py") else "bash", str(path), *args)

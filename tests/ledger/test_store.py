@@ -117,6 +117,29 @@ def test_a_corrupt_ledger_is_kept_aside_and_a_new_one_started(tmp_path):
     assert kinds == ["ledger_reset", "loop_start"]
 
 
+@pytest.mark.fault(75)
+def test_a_ledger_whose_tables_were_dropped_is_kept_aside_with_its_wal_and_a_new_one_started(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger.open(path) as led:
+        led.record(RUN, "loop_start")
+        with sqlite3.connect(path) as raw:  # an agent's DROP TABLE, while the loop holds the ledger open
+            raw.execute("DROP TABLE events")
+            raw.execute("DROP TABLE retries")
+        assert (tmp_path / "ledger.sqlite3-wal").exists()
+        with pytest.raises(LedgerError, match="damaged .*lacks its tables events, retries.*keeps it aside"):
+            Ledger.open(path, readonly=True)  # a reader says it in one line, and moves nothing
+        assert path.exists()
+        with Ledger.open(path) as fresh:
+            fresh.record(RUN, "loop_end")
+            kinds = [e["event"] for e in fresh.events()]
+            assert fresh.reset_note and "kept aside as" in fresh.reset_note
+    (kept,) = [p for p in tmp_path.glob("ledger.sqlite3.corrupt-*") if not p.name.endswith(("-wal", "-shm"))]
+    assert (tmp_path / f"{kept.name}-wal").exists()  # its last events, kept with it
+    assert kinds == ["ledger_reset", "loop_end"]
+    with Ledger.open(path, readonly=True) as reader:
+        assert reader.events(kinds=("ledger_reset",))[0]["why"].startswith("the ledger lacks its tables")
+
+
 def test_a_ledger_from_a_newer_genesis_is_refused_not_guessed_at(tmp_path):
     path = tmp_path / "ledger.sqlite3"
     Ledger.open(path).close()

@@ -19,7 +19,7 @@ from genesis.agents.base import Account, Limit, key_fingerprint
 from genesis.hints import hint
 from genesis.loop import limits
 from genesis.loop.limits import Remembered
-from genesis.loop.step import Step
+from genesis.loop.step import Step, ledger_of
 from genesis.loop.waiting import known_limit, plan_limit, whose
 
 RUN = "run-limits"
@@ -106,6 +106,9 @@ def test_an_older_genesiss_file_reads_as_the_configured_cli_for_an_unknown_accou
     old = {"resets_at": WEEKLY.resets_at, "kind": "seven_day", "message": WEEKLY.message, "guessed": False,
            "seen_at": NOW}
     step.layout.limit_file.write_text(json.dumps(old))
+    # The run whose phase ended on it, as the ledger keeps it: a limit no run recorded is not applied.
+    ledger_of(step.layout).record("run-older", "loop_start", at=NOW - 60, agent=["claude", "-p"])
+    ledger_of(step.layout).record("run-older", "phase_end", at=NOW - 1, ending="limit")
     known = known_limit(step, NOW, claude_with())
     assert known.account == Account("claude", None, None) and known.limit == WEEKLY
     # Its account is unknown: it holds for every account of that CLI, never for another CLI.
@@ -169,3 +172,23 @@ def test_the_account_of_the_loops_own_environment(step, monkeypatch, hermetic):
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(hermetic / "team"))
     adapter, account = whose(step)
     assert (adapter.name, account.home) == ("claude", str(hermetic / "team"))
+
+
+@pytest.mark.fault(77)
+def test_a_limit_counts_only_with_the_run_event_that_remembered_it_and_never_past_the_longest_limit(step, said):
+    plan_limit(step, SHORT, "Builder", 1, NOW, who=claude_with())
+    assert known_limit(step, NOW + 10, claude_with()).limit == SHORT
+    # Planted beside it: the same account's limit three days away, which no run recorded.
+    data = stored(step)
+    data["limits"].append({**data["limits"][0], "resets_at": NOW + 3 * 86400, "kind": "seven_day"})
+    step.layout.limit_file.write_text(json.dumps(data))
+    assert known_limit(step, NOW + 10, claude_with()).limit == SHORT
+    kind, message = said[-1]
+    assert kind == "warn" and "no run of Genesis recorded" in message and "not applied" in message
+    assert [e["kind"] for e in stored(step)["limits"]] == ["five_hour"]  # the planted one kept aside
+    (aside,) = step.layout.state_dir.glob("limit.json.unvouched-*")
+    assert json.loads(aside.read_text())["limits"][0]["kind"] == "seven_day"
+    # A reset further than a week and a day is never believed, even as a run recorded it.
+    far = replace(WEEKLY, resets_at=NOW + 30 * 86400)
+    plan_limit(step, far, "Builder", 2, NOW + 20, who=claude_with(CLAUDE_CONFIG_DIR="/srv/far"))
+    assert known_limit(step, NOW + 30, claude_with(CLAUDE_CONFIG_DIR="/srv/far")) is None

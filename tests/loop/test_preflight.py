@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from genesis import exitcodes
 from genesis.config import layout_for, resolve
 from genesis.loop.preflight import preflight
 from genesis.loop.step import Step, StepFailed
+from genesis.repo import indexlock
 from genesis.repo.ownership import recall, remember, user_files
 from genesis.repo.state import OPERATION_NAMES, way_out
 from genesis.store.layout import private_dir
@@ -179,13 +181,18 @@ def test_with_auto_commit_off_the_leftovers_stay_uncommitted_and_are_not_listed_
 
 
 @pytest.mark.fault(57)
-def test_leftovers_a_commit_cannot_take_now_are_left_to_the_first_auto_commit(project, start, said):
+def test_leftovers_a_commit_cannot_take_now_are_left_to_the_first_auto_commit(project, start, said, monkeypatch):
     an_earlier_run_left_work(project, start)
     lock = project / ".git" / "index.lock"
-    lock.write_text("")  # another git command at work: git refuses to commit
+    monkeypatch.setattr(indexlock, "HOLD_WAIT", 0.5)
+    # Another git command at work, holding its lock open: git refuses to commit (a lock nobody
+    # holds is stale, and removed).
+    holder = subprocess.Popen(["sleep", "60"], stdout=lock.open("w"))
     try:
         start()
     finally:
+        holder.kill()
+        holder.wait()
         lock.unlink()
     warned = [msg for kind, msg in said if kind == "warn" and "could not be committed now" in msg]
     assert warned and warned[0].endswith("so the first auto-commit takes them")

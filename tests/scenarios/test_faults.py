@@ -27,7 +27,7 @@ from helpers.state import state_of
 from helpers.waits import wait_for
 
 from genesis.cli import cli
-from genesis.config import ConfigError, resolve
+from genesis.config import ConfigError, resolve, snapshot
 from genesis.health.heartbeat import read_heartbeat
 from genesis.loop.breaker import BreakerStore
 from genesis.procs.proctree import ProcId, descendants, identify, kill_all, marked
@@ -79,6 +79,9 @@ def test_fault_2_a_heartbeat_directory_writable_by_others_or_not_ours_is_refused
     hb_dir = state_of(project) / "heartbeats"
     hb_dir.mkdir(parents=True)
     hb_dir.chmod(0o777)
+    # A step of a started run reads the settings snapshot its preflight left (none: it stops).
+    write_json(state_of(project) / "config.json",
+               {"run_id": "r", "settings": snapshot(resolve(project, env={"GENESIS_AGENT_CMD": "true"}))})
     result = CliRunner().invoke(cli, ["--project", str(project), "--set", "GENESIS_AGENT_CMD=true",
                                       "run-phase", "--iteration", "1", "--phase", "Builder", "--run-id", "r"],
                                 catch_exceptions=False)

@@ -221,7 +221,8 @@ def test_reap_dry_run_during_a_run_tells_the_live_agent_tree_from_leftovers(proj
 
     agent = script(tmp_path / "agent.sh", "#!/bin/sh\necho $$ >\"$AGENT_PID_FILE\"\nexec sleep 300\n")
     pid_file = tmp_path / "agent.pid"
-    env = loop_env(AGENT_PID_FILE=str(pid_file), HEARTBEAT_STALE_SECONDS="120")
+    env = loop_env(AGENT_PID_FILE=str(pid_file), HEARTBEAT_STALE_SECONDS="120",
+                   GENESIS_SANDBOX="off")  # the agent tells its own pid: in a box, its namespace's ($$ is 2)
     loop = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(agent)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     try:

@@ -1,0 +1,34 @@
+"""The box each phase's agent runs in, chosen from GENESIS_SANDBOX and what this machine can
+run; said once at the run's start (preflight) with what it protects, and recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import genesis
+from genesis import exitcodes
+from genesis.config import CONFIG_FILE
+from genesis.loop.step import Step, StepFailed
+from genesis.sandbox.box import Box, Unavailable, choose
+from genesis.sandbox.detect import probe
+from genesis.sandbox.places import places_for
+
+__all__ = ["box_for", "announce"]
+
+
+def box_for(step: Step, argv: tuple[str, ...], env: Mapping[str, str]) -> Box:
+    """The box of one agent launch; StepFailed(SANDBOX_UNAVAILABLE) for a named box that cannot run."""
+    cfg, lay = step.cfg, step.layout
+    places = places_for(cfg.project, lay.state_dir, lay.heartbeat_dir, lay.log_dir, cfg.project / CONFIG_FILE,
+                        Path(genesis.__file__).resolve().parent, argv, env)
+    try:
+        return choose(cfg.sandbox, probe(), places)
+    except Unavailable as exc:
+        raise StepFailed(exitcodes.SANDBOX_UNAVAILABLE, str(exc)) from None
+
+
+def announce(step: Step, box: Box) -> None:
+    """At the run's start: the box named with what it protects, on the console and in the ledger."""
+    step.say(box.line(), "info" if box.kind not in ("none", "off") else "warn")
+    step.event("sandbox", **box.record())

@@ -1,0 +1,121 @@
+"""The agent's box: which one runs, what it protects, and the launch wrapped in it.
+
+GENESIS_SANDBOX chooses: auto (bubblewrap where a trial box runs, else Landlock, else
+Seatbelt on macOS, else none), one of them by name (refused at start where it cannot run),
+or off. What each protects is said once at start (`line`) and recorded in the ledger.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from genesis.sandbox import landlock
+from genesis.sandbox.bwrap import bwrap_argv
+from genesis.sandbox.detect import INSTALL_BWRAP, Machine
+from genesis.sandbox.places import TMP, Places
+from genesis.sandbox.seatbelt import seatbelt_argv
+
+__all__ = ["Box", "Unavailable", "choose", "CHOICES", "BUBBLEWRAP", "LANDLOCK", "SEATBELT", "NONE", "OFF"]
+
+BUBBLEWRAP, LANDLOCK, SEATBELT, NONE, OFF = "bubblewrap", "landlock", "seatbelt", "none", "off"
+CHOICES = ("auto", "bwrap", LANDLOCK, SEATBELT, OFF)
+UNBOXED = "Genesis fails closed instead (see README, The sandbox)"
+
+
+class Unavailable(RuntimeError):
+    """The box GENESIS_SANDBOX names cannot run here; the message says how to get it."""
+
+
+@dataclass(frozen=True)
+class Box:
+    kind: str                      # bubblewrap | landlock | seatbelt | none | off
+    places: Places | None = None
+    program: str = ""              # bwrap or sandbox-exec
+    rules: landlock.Ruleset | None = None
+    why_none: str = ""             # kind none: why no box could run
+
+    @property
+    def pid_namespace(self) -> bool:
+        """The agent's pids (the hook's `pid`) are its namespace's, not the watcher's."""
+        return self.kind == BUBBLEWRAP
+
+    def wrap(self, argv: tuple[str, ...]) -> tuple[str, ...]:
+        if self.kind == BUBBLEWRAP:
+            return bwrap_argv(self.program, self.places, argv)
+        if self.kind == SEATBELT:
+            return seatbelt_argv(self.program, self.places, argv)
+        return argv
+
+    def in_child(self) -> None:
+        """Between fork and exec: Landlock restricts the agent's process for good."""
+        if self.kind == LANDLOCK and self.rules is not None:
+            landlock.restrict(self.rules)
+
+    def line(self) -> str:
+        """The start-up line: the box, and what it protects (or what is lost without one)."""
+        if self.kind == BUBBLEWRAP:
+            return ("sandbox: bubblewrap: the agent cannot write Genesis's state or code, cannot see or signal "
+                    "the loop, has a private /tmp")
+        if self.kind == LANDLOCK:
+            signals = ("cannot signal the loop or reach its abstract sockets" if self.rules and self.rules.scoped
+                       else f"CAN signal the loop (Landlock ABI {self.rules.abi if self.rules else 0} < "
+                            f"{landlock.SIGNAL_SCOPING_ABI})")
+            return (f"sandbox: landlock: the agent writes only beneath the project, HOME and the temp folders, "
+                    f"{signals}; it CAN edit Genesis's state inside the project's .git (install bubblewrap: "
+                    f"{INSTALL_BWRAP}); {UNBOXED}")
+        if self.kind == SEATBELT:
+            return ("sandbox: seatbelt: the agent cannot write Genesis's state or code, cannot signal the loop; "
+                    "it can see the loop and reach local servers under /tmp")
+        lost = "the agent can edit Genesis's state and code, signal the loop and reach local servers under /tmp"
+        if self.kind == OFF:
+            return f"sandbox: off (GENESIS_SANDBOX=off): {lost}; {UNBOXED}"
+        return f"sandbox: none ({self.why_none}); {lost}; {UNBOXED}"
+
+    def record(self) -> dict:
+        """The ledger event's fields."""
+        return {"box": self.kind, "protects": self.line(),
+                "protected": list(self.places.protected) if self.places and self.kind != LANDLOCK else [],
+                "landlock_abi": self.rules.abi if self.rules else 0}
+
+
+def _landlock_writable(places: Places, env_tmpdir: str | None) -> tuple[str, ...]:
+    return tuple(p for p in (places.project, places.home, TMP, "/var/tmp", env_tmpdir, "/dev") if p)
+
+
+def _install(kind: str, why: str) -> str:
+    how = {"bwrap": f"install it ({INSTALL_BWRAP})",
+           LANDLOCK: "Landlock needs Linux 5.13 or newer with Landlock enabled (lsm=landlock)",
+           SEATBELT: "Seatbelt (sandbox-exec) comes with macOS"}[kind]
+    return (f"GENESIS_SANDBOX={kind}, but that box cannot run here ({why}): {how}, or choose "
+            f"GENESIS_SANDBOX=auto (the best box this machine has) or GENESIS_SANDBOX=off (no box)")
+
+
+def choose(setting: str, machine: Machine, places: Places) -> Box:
+    """The box for GENESIS_SANDBOX on this machine; Unavailable for a named box that cannot run."""
+    def landlock_box() -> Box:
+        rules = landlock.prepare(_landlock_writable(places, places.tmpdir), machine.landlock_abi)
+        return Box(LANDLOCK, places, rules=rules)
+
+    if setting == OFF:
+        return Box(OFF, places)
+    if setting == "bwrap":
+        if machine.bwrap is None:
+            raise Unavailable(_install("bwrap", machine.bwrap_why))
+        return Box(BUBBLEWRAP, places, program=machine.bwrap)
+    if setting == LANDLOCK:
+        if machine.landlock_abi < 1:
+            raise Unavailable(_install(LANDLOCK, "the kernel has no Landlock"))
+        return landlock_box()
+    if setting == SEATBELT:
+        if machine.seatbelt is None:
+            raise Unavailable(_install(SEATBELT, "no sandbox-exec"))
+        return Box(SEATBELT, places, program=machine.seatbelt)
+    if machine.bwrap is not None:
+        return Box(BUBBLEWRAP, places, program=machine.bwrap)
+    if machine.landlock_abi >= 1:
+        return landlock_box()
+    if machine.seatbelt is not None:
+        return Box(SEATBELT, places, program=machine.seatbelt)
+    why = machine.bwrap_why if os.uname().sysname == "Linux" else "no sandbox-exec"
+    return Box(NONE, places, why_none=why)

@@ -1,0 +1,107 @@
+"""The loop's keeping of the user's data, on a real project: the start keeps every branch and
+copies the user's files aside (a repository whose refs cannot be written refuses it); after a
+phase, a rewrite is recorded once with its safety ref and stops the loop unless allowed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from helpers.git import git
+from helpers.gitstates import branch_of
+
+from genesis import exitcodes
+from genesis.loop import safekeeping
+from genesis.loop.step import StepFailed
+from genesis.repo import safety
+from genesis.store.atomicio import write_json
+
+RUN = "20260101T000000Z-safekeeping"
+
+
+def work(project, name: str) -> None:
+    (project / name).write_text(f"{name}\n")
+    git(project, "add", name)
+    git(project, "commit", "-qm", name)
+
+
+def test_the_start_keeps_every_branch_and_copies_the_users_files(project, step, said):
+    git(project, "branch", "side")
+    (project / "notes.txt").write_text("mine\n")
+    write_json(step.layout.user_files, ["notes.txt"])
+    safekeeping.keep_at_start(step)
+    assert set(safety.kept(project, safety.run_prefix(RUN)).branches) == {branch_of(project), "side"}
+    assert (step.layout.untracked_copies / RUN / "files" / "notes.txt").read_text() == "mine\n"
+    assert any("1 untracked or ignored file(s) copied aside" in msg for _, msg in said)
+
+
+def test_a_start_whose_safety_refs_cannot_be_written_is_refused(project, step):
+    refs = project / ".git" / "refs" / "genesis"
+    refs.write_text("not a folder\n")  # git cannot create refs under it
+    with pytest.raises(StepFailed) as refused:
+        safekeeping.keep_at_start(step)
+    assert refused.value.code == exitcodes.USAGE and "safety refs" in str(refused.value)
+
+
+def test_a_rewrite_stops_the_loop_and_is_told_once_when_allowed(project, step, said):
+    work(project, "a.txt")
+    git(project, "branch", "side")
+    safekeeping.keep_at_start(step)
+    safekeeping.keep_at_phase(step, 1, "Builder")
+    git(project, "reset", "-q", "--hard", "HEAD~1")
+    found = safekeeping.history_of(step, 1, "Builder")
+    assert [c.kind for c in found] == ["rewritten"]
+    assert safekeeping.stop_for(step, 1, "Builder", found) == exitcodes.HISTORY_REWRITTEN
+    assert any("GENESIS_ALLOW_HISTORY_REWRITE=false" in msg for kind, msg in said if kind == "error")
+    allowed = dataclasses.replace(step, cfg=dataclasses.replace(step.cfg, allow_history_rewrite=True))
+    git(project, "branch", "-D", "side")
+    safekeeping.keep_at_phase(allowed, 1, "Planner")
+    first = safekeeping.history_of(allowed, 1, "Planner")
+    assert [(c.kind, c.branch) for c in first] == [("deleted", "side")]
+    assert safekeeping.stop_for(allowed, 1, "Planner", first) is None
+    safekeeping.keep_at_phase(allowed, 2, "Builder")
+    assert safekeeping.history_of(allowed, 2, "Builder") == []  # told once, not at every phase after
+
+
+def test_work_on_a_detached_head_is_kept_by_a_ref(project, step):
+    safekeeping.keep_at_start(step)
+    safekeeping.keep_at_phase(step, 1, "Builder")
+    git(project, "switch", "-q", "--detach")
+    work(project, "orphan.txt")
+    found = safekeeping.history_of(step, 1, "Builder")
+    assert safekeeping.orphaning(found)
+    safekeeping.kept_after(step, 1, "Builder")
+    head = git(project, "rev-parse", "HEAD").strip()
+    assert git(project, "rev-parse", f"{safety.phase_prefix(RUN, 1, 'Builder')}/after").strip() == head
+
+
+def delete_safety_refs(project) -> None:
+    for ref in git(project, "for-each-ref", "--format=%(refname)", "refs/genesis/").split():
+        git(project, "update-ref", "-d", ref)
+
+
+def test_safety_refs_the_agent_deletes_are_put_back_from_what_genesis_holds(project, step, said):
+    work(project, "a.txt")
+    safekeeping.keep_at_start(step)
+    at_start = safekeeping.keep_at_phase(step, 1, "Builder")
+    delete_safety_refs(project)
+    git(project, "reset", "-q", "--hard", "HEAD~1")
+    found = safekeeping.history_of(step, 1, "Builder", at_start)
+    assert [(c.kind, c.lost_count) for c in found] == [("rewritten", 1)]
+    assert git(project, "for-each-ref", f"{safety.run_prefix(RUN)}/")  # put back
+    assert any("put back" in msg for _, msg in said)
+
+
+def test_deleted_refs_and_a_prune_are_still_named_as_lost(project, step):
+    work(project, "a.txt")
+    lost = git(project, "rev-parse", "--short=7", "HEAD").strip()
+    safekeeping.keep_at_start(step)
+    at_start = safekeeping.keep_at_phase(step, 1, "Builder")
+    delete_safety_refs(project)
+    git(project, "reset", "-q", "--hard", "HEAD~1")
+    git(project, "reflog", "expire", "--expire=now", "--all")
+    git(project, "gc", "-q", "--prune=now")
+    found = safekeeping.history_of(step, 1, "Builder", at_start)
+    assert found and all(c.kind == "rewritten" and c.lost == (lost,) for c in found)
+    assert all("git pruned the commit" in c.ref for c in found)
+    assert safekeeping.stop_for(step, 1, "Builder", found) == exitcodes.HISTORY_REWRITTEN

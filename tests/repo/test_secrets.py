@@ -1,0 +1,52 @@
+"""What looks like a secret: by a file's name (the short list), a registry file with
+credentials, and by content through detect-secrets (its default plugins and filters)."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+
+import pytest
+
+from genesis.repo.secrets import has_credentials, scanner, secret_name
+
+
+@pytest.mark.parametrize("path", [".env", "app/.env", ".env.local", ".env.production", "certs/server.pem",
+                                  "tls.key", "store.p12", "store.pfx", "keys.jks", "id_rsa", "home/.ssh/id_ed25519",
+                                  "id_ecdsa", "id_dsa", ".netrc", "_netrc", ".git-credentials", ".htpasswd",
+                                  "credentials.json", "config/client_secret_123.apps.json"])
+def test_files_that_hold_credentials_by_their_nature_are_secrets_by_name(path):
+    assert secret_name(path) is not None
+
+
+@pytest.mark.parametrize("path", [".env.example", "app/.env.sample", ".env.template", ".env.dist", ".env.defaults",
+                                  "id_rsa.pub", "id_ed25519.pub", "environment.py", "keyboard.py", "monkey.txt",
+                                  "README.md", "src/env/settings.py", "credentials.md", "public.key.txt"])
+def test_templates_public_keys_and_ordinary_files_are_not(path):
+    assert secret_name(path) is None
+
+
+def test_a_registry_file_is_a_secret_only_with_credentials_in_it():
+    assert has_credentials(".npmrc", b"//registry.npmjs.org/:_authToken=npm_abcdef\n")
+    assert has_credentials("web/.npmrc", b"_auth = dXNlcjpwYXNz\n")
+    assert has_credentials(".pypirc", b"[pypi]\nusername = me\npassword = hunter22\n")
+    assert has_credentials(".npmrc", b"registry=https://registry.example.invalid/\n") is None
+    assert has_credentials(".pypirc", b"[distutils]\nindex-servers = pypi\n") is None
+    assert has_credentials("notes.txt", b"password = hunter22\n") is None
+
+
+def test_detect_secrets_finds_keys_in_content_and_says_which_kind_and_line_never_the_value():
+    aws = base64.b64encode(secrets.token_bytes(30)).decode()
+    config = f'import os\nAWS_ACCESS_KEY_ID = "AKIA{secrets.token_hex(8).upper()}"\nsecret_key = "{aws}"\n'.encode()
+    block = b"-----BEGIN RSA PRIVATE KEY-----\n" + base64.b64encode(secrets.token_bytes(48)) + \
+        b"\n-----END RSA PRIVATE KEY-----\n"
+    with scanner() as scan:
+        found = scan("config.py", config)
+        key = scan("notes.txt", block)
+        plain = scan("main.py", b"def add(a, b):\n    return a + b\n")
+        allowed = scan("test_x.py", f'token = "{aws}"  # pragma: allowlist secret\n'.encode())
+        binary = scan("image.bin", b"\x00\xff\xfe" * 100)
+    assert {f.kind for f in found} >= {"AWS Access Key"} and {f.line for f in found} <= {2, 3}
+    assert aws not in repr(found)
+    assert [f.kind for f in key] == ["Private Key"]
+    assert plain == () and allowed == () and binary == ()

@@ -1,0 +1,54 @@
+"""Which box GENESIS_SANDBOX gets on a machine, and the start-up line that says what it protects."""
+
+from __future__ import annotations
+
+import pytest
+
+from genesis.sandbox.box import Unavailable, choose
+from genesis.sandbox.detect import Machine
+from genesis.sandbox.places import Places
+
+PLACES = Places("/p", "/p", "/root", None, (), ("/p/.git/genesis",), "/p/.git/genesis/heartbeats")
+ALL = Machine("/usr/bin/bwrap", "", 7, None)
+NO_BWRAP = Machine(None, "bubblewrap not installed: apt-get install bubblewrap", 7, None)
+BARE = Machine(None, "bubblewrap not installed: apt-get install bubblewrap", 0, None)
+MAC = Machine(None, "not Linux", 0, "/usr/bin/sandbox-exec")
+
+
+@pytest.mark.parametrize("machine, kind", [(ALL, "bubblewrap"), (NO_BWRAP, "landlock"), (MAC, "seatbelt"),
+                                           (BARE, "none")])
+def test_auto_takes_the_best_box_the_machine_runs(machine, kind):
+    assert choose("auto", machine, PLACES).kind == kind
+
+
+def test_the_start_up_lines_say_what_is_protected_and_what_is_lost():
+    assert choose("auto", ALL, PLACES).line() == ("sandbox: bubblewrap: the agent cannot write Genesis's state or "
+                                                  "code, cannot see or signal the loop, has a private /tmp")
+    none = choose("auto", BARE, PLACES).line()
+    assert none.startswith("sandbox: none (bubblewrap not installed: apt-get install bubblewrap); the agent can "
+                           "edit Genesis's state")
+    assert "fails closed" in none
+    assert choose("off", ALL, PLACES).line().startswith("sandbox: off (GENESIS_SANDBOX=off): the agent can edit")
+    landlock = choose("landlock", ALL, PLACES).line()
+    assert "cannot signal the loop" in landlock and "CAN edit Genesis's state" in landlock
+    old = choose("landlock", Machine(None, "x", 3, None), PLACES).line()
+    assert "CAN signal the loop (Landlock ABI 3 < 6)" in old
+
+
+@pytest.mark.parametrize("setting, machine, said", [
+    ("bwrap", NO_BWRAP, "apt-get install bubblewrap"),
+    ("landlock", BARE, "Landlock needs Linux 5.13"),
+    ("seatbelt", ALL, "comes with macOS"),
+])
+def test_a_named_box_that_cannot_run_is_refused_with_how_to_get_it(setting, machine, said):
+    with pytest.raises(Unavailable, match=said) as caught:
+        choose(setting, machine, PLACES)
+    assert "GENESIS_SANDBOX=off" in str(caught.value)
+
+
+def test_only_bubblewrap_renumbers_pids_and_only_it_and_seatbelt_wrap_the_command():
+    assert choose("auto", ALL, PLACES).pid_namespace
+    assert not choose("auto", NO_BWRAP, PLACES).pid_namespace
+    assert choose("auto", NO_BWRAP, PLACES).wrap(("a",)) == ("a",)
+    assert choose("auto", MAC, PLACES).wrap(("a",))[:2] == ("/usr/bin/sandbox-exec", "-p")
+    assert choose("auto", ALL, PLACES).wrap(("a",))[0] == "/usr/bin/bwrap"

@@ -1,0 +1,77 @@
+"""The bubblewrap box, run for real: Genesis's state and code read-only, the beats writable,
+the loop out of sight, a private /tmp."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import genesis
+from genesis.sandbox.bwrap import bwrap_argv
+from genesis.sandbox.detect import probe
+from genesis.sandbox.places import Places, places_for
+
+MACHINE = probe()
+PACKAGE = Path(genesis.__file__).resolve().parent
+needs_bwrap = pytest.mark.skipif(MACHINE.bwrap is None, reason=f"no bubblewrap here: {MACHINE.bwrap_why}")
+
+
+def _places(project: Path) -> Places:
+    state = project / ".git" / "genesis"
+    (state / "heartbeats").mkdir(parents=True, exist_ok=True)
+    return places_for(project, state, state / "heartbeats", project / "orchestrator" / "logs",
+                      project / "orchestrator" / "genesis.conf", PACKAGE, ("sh",),
+                      {"PATH": "/usr/bin:/bin", "HOME": str(project.parent / "home")})
+
+
+def test_the_argv_binds_in_order():
+    places = Places("/tmp/p", "/tmp/p", "/root", "/tmp/mine", ("/tmp/p",), ("/tmp/p/.git/genesis", "/opt/g"),
+                    "/tmp/p/.git/genesis/heartbeats")
+    argv = bwrap_argv("/usr/bin/bwrap", places, ("claude", "-p"))
+    text = " ".join(argv)
+    assert text.index("--bind / /") < text.index("--tmpfs /tmp") < text.index("--bind /tmp/p /tmp/p") \
+        < text.index("--ro-bind /tmp/p/.git/genesis") < text.index("--bind /tmp/p/.git/genesis/heartbeats")
+    assert "--dir /tmp/mine" in text  # a TMPDIR under /tmp that is not there: made empty in the box
+    for flag in ("--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session", "--dev /dev",
+                 "--proc /proc", "--chdir /tmp/p"):
+        assert flag in text
+    assert argv[-3:] == ("--", "claude", "-p")
+
+
+@needs_bwrap
+def test_in_the_box_state_and_code_are_read_only_and_beats_writable(project):
+    places = _places(project)
+    planted = PACKAGE / f"planted-by-test-{project.parent.name}"
+    act = ("echo x > .git/genesis/planted; echo $? ; echo y > .git/genesis/heartbeats/Builder.json; echo $?; "
+           f"touch {planted}; echo $?; echo w > work.txt; echo $?")
+    try:
+        done = subprocess.run(bwrap_argv(MACHINE.bwrap, places, ("sh", "-c", act)), cwd=project, capture_output=True,
+                              text=True, timeout=30)
+        assert not planted.exists()
+    finally:
+        planted.unlink(missing_ok=True)
+    assert done.stdout.split() == ["2", "0", "1", "0"], done.stderr
+    assert "Read-only file system" in done.stderr
+    assert not (project / ".git" / "genesis" / "planted").exists()
+    assert (project / ".git" / "genesis" / "heartbeats" / "Builder.json").read_text() == "y\n"
+    assert (project / "work.txt").read_text() == "w\n"
+
+
+@needs_bwrap
+def test_in_the_box_the_loop_is_out_of_sight_and_tmp_is_private(project, tmp_path):
+    outside = Path("/tmp") / f"genesis-test-outside-{tmp_path.name}"
+    outside.write_text("host")
+    try:
+        act = f"ps -e -o pid= | wc -l; kill -0 {os.getpid()}; echo $?; cat {outside}; echo $?; echo $$"
+        done = subprocess.run(bwrap_argv(MACHINE.bwrap, _places(project), ("sh", "-c", act)), cwd=project,
+                              capture_output=True, text=True, timeout=30)
+    finally:
+        outside.unlink()
+    lines = done.stdout.split()
+    assert int(lines[0]) <= 5            # bwrap's init, sh, ps, wc: the box's own
+    assert lines[1] != "0"               # the test's own process: no such process in the box
+    assert lines[2] != "0"               # a file of the host's /tmp is not there
+    assert lines[3] == "2"               # the agent's pid in its namespace

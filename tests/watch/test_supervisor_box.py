@@ -1,0 +1,69 @@
+"""The watcher with its agent in a real box: under bubblewrap the tool watch still finds the
+hook's process (the hook writes its namespace's pid) and the agent's tree is the OOM killer's
+first choice while the watcher is not; under Landlock the agent writes only where it may."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from helpers.agent import supervised
+
+from genesis.sandbox import landlock
+from genesis.sandbox.box import BUBBLEWRAP, LANDLOCK, Box
+from genesis.sandbox.detect import probe
+from genesis.sandbox.places import Places
+
+MACHINE = probe()
+needs_bwrap = pytest.mark.skipif(MACHINE.bwrap is None, reason=f"no bubblewrap here: {MACHINE.bwrap_why}")
+PRE = '{"hook_event_name":"PreToolUse","tool_name":"Bash","session_id":"s-1"}'
+
+
+def boxed(folder: Path) -> Box:
+    real = os.path.realpath(folder)
+    places = Places(real, real, None, None, (real,), (), f"{real}/hb")
+    return Box(BUBBLEWRAP, places, program=MACHINE.bwrap)
+
+
+@needs_bwrap
+@pytest.mark.fault(46)
+def test_in_the_box_a_launchers_own_work_still_is_not_its_tools(tmp_path):
+    # The CLI runs the hook and its hung tool below a launcher that keeps working: the hook's
+    # `pid` is the box's numbering, which the watcher must translate to find the tool's tree.
+    cli = tmp_path / "cli.py"
+    cli.write_text("import os, subprocess, sys, time\n"
+                   f"subprocess.run(['bash', os.environ['HOOK']], input={PRE!r}, text=True)\n"
+                   "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+                   "end = time.time() + 60\n"
+                   "while time.time() < end: pass\n")
+    out, _, _ = supervised(tmp_path, '"$PY" cli.py\n', run_id="run-box-tool", name="launcher.sh", stale_after=30.0,
+                           max_runtime=60.0, count_output=False, tool_silent=1.0, box=boxed(tmp_path))
+    assert out.status == "stuck" and "inside Bash" in out.detail and "tool-silent window 1s" in out.detail, out
+    assert out.kill is not None and out.kill.survivors == ()
+
+
+@needs_bwrap
+@pytest.mark.fault(80)
+def test_in_the_box_the_agents_tree_is_the_oom_killers_first_choice_never_the_watcher(tmp_path):
+    agent = 'cat /proc/self/oom_score_adj > own.txt\nsh -c "cat /proc/self/oom_score_adj" > child.txt\n'
+    out, _, _ = supervised(tmp_path, agent, run_id="run-box-oom", box=boxed(tmp_path))
+    assert out.status == "exited", out
+    assert (tmp_path / "own.txt").read_text().strip() == "1000"
+    assert (tmp_path / "child.txt").read_text().strip() == "1000"
+    assert open("/proc/self/oom_score_adj").read().strip() != "1000"  # the watcher's own
+
+
+@pytest.mark.skipif(MACHINE.landlock_abi < 1, reason="no Landlock in this kernel")
+def test_under_landlock_the_agent_writes_only_where_it_may(tmp_path):
+    # Where bubblewrap cannot run: the ruleset is applied in the child before exec, for its whole tree.
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    places = Places(str(work), str(work), None, None, (), (), str(work / "hb"))
+    box = Box(LANDLOCK, places, rules=landlock.prepare((str(work),), MACHINE.landlock_abi))
+    agent = f'echo a > "{work}/mine.txt"; sh -c \'echo b > "{outside}/theirs.txt"\'; echo "rc=$?"\n'
+    out, _, _ = supervised(work, agent, run_id="run-box-landlock", box=box, hb_dir=work / "hb")
+    assert out.status == "exited", out
+    assert (work / "mine.txt").read_text() == "a\n"
+    assert not (outside / "theirs.txt").exists()
