@@ -27,7 +27,7 @@ from genesis.loop.phasewatch import health_keeper, incident_keeper, judge_of, on
 from genesis.loop.reap import reap
 from genesis.loop.relock import LockKeeper
 from genesis.loop.safekeeping import history_of, keep_at_phase, kept_after, orphaning, stop_for
-from genesis.loop.sandboxing import box_for
+from genesis.loop.sandboxing import box_for, compare_with_start
 from genesis.loop.step import Step, agent_env, ledger_of
 from genesis.phases import Phase, should_run
 from genesis.procs.markers import markers_for
@@ -84,8 +84,8 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     outcome = _watch(step, phase, iteration, attempt)
     ending = how_it_ended(outcome)
     detail = describe(step, phase, outcome, attempt.log, ending)
-    step.event("phase_end", iteration=iteration, phase=phase.name, pid=outcome.pid, status=outcome.status,
-               returncode=outcome.returncode, duration=round(outcome.duration, 2),
+    step.event("phase_end", iteration=iteration, phase=phase.name, pid=outcome.pid, box_pid=outcome.box_pid,
+               status=outcome.status, returncode=outcome.returncode, duration=round(outcome.duration, 2),
                killed=(outcome.kill.targets if outcome.kill else 0),
                sigkilled=(outcome.kill.killed if outcome.kill else 0), swept=outcome.swept, detail=detail,
                ending=ending, started=started, api_retries=outcome.api_retries, attempt=attempt.number,
@@ -155,6 +155,7 @@ def _prepare(step: Step, phase: Phase, iteration: int) -> Attempt:
     argv = adapter.command(base, phase)
     suffix = adapter.raw_suffix(argv)
     box = box_for(step, argv, agent_env(step, phase.name, iteration))  # a named box gone: exit 29 before the start
+    compare_with_start(step, box)
     return Attempt(base, recovery.retries_so_far(step, iteration, phase.name), adapter, argv,
                    lay.agent_log(step.run_id, iteration, phase.name),
                    lay.agent_log(step.run_id, iteration, phase.name, suffix) if suffix else None, hb,

@@ -14,7 +14,7 @@ from genesis.sandbox.box import Box, Unavailable, choose
 from genesis.sandbox.detect import probe
 from genesis.sandbox.places import places_for
 
-__all__ = ["box_for", "announce"]
+__all__ = ["box_for", "announce", "compare_with_start"]
 
 
 def box_for(step: Step, argv: tuple[str, ...], env: Mapping[str, str]) -> Box:
@@ -32,3 +32,13 @@ def announce(step: Step, box: Box) -> None:
     """At the run's start: the box named with what it protects, on the console and in the ledger."""
     step.say(box.line(), "info" if box.kind not in ("none", "off") else "warn")
     step.event("sandbox", **box.record())
+
+
+def compare_with_start(step: Step, box: Box) -> None:
+    """Say it when a phase's box is not the one the run started with (`auto` found the better
+    box broken mid-night and took the next one down): never a silent downgrade."""
+    started = [e for e in step.events(("sandbox",)) if e.get("box")]
+    if started and started[0]["box"] != box.kind:
+        step.say(f"this phase's agent runs in a different box than at the start ({started[0]['box']} then): "
+                 f"{box.line()}", "warn")
+        step.event("sandbox_changed", was=started[0]["box"], **box.record())

@@ -33,7 +33,7 @@ from genesis.health.heartbeat import Heartbeat, read_heartbeat
 from genesis.health.toollog import in_flight, read_head, read_tail, tool_log_path
 from genesis.procs import cgroups
 from genesis.procs.memory import cap, raise_oom_score
-from genesis.procs.nspid import outer_pid
+from genesis.procs.nspid import boxed, ns_pids, outer_pid
 from genesis.procs.proctree import (KillReport, ProcId, adopted, become_subreaper, command_line, descendants,
                                     descends_from, identify, kill_all, marked, protected_pids, reap_zombie_children)
 from genesis.sandbox.box import Box
@@ -47,6 +47,8 @@ from genesis.watch.waits import STOP_SIGNALS, ExitWait, SignalWait, honoured
 __all__ = ["AgentRun", "Limits", "Outcome", "Interrupted", "supervise"]
 
 SI_KERNEL = 0x80           # si_code of a signal the kernel sent (a terminal's Ctrl-C, a hangup)
+SEEK_AGENT = 5.0          # seconds a box has to start its command, polled for every SEEK_POLL
+SEEK_POLL = 0.05
 KILLS = re.compile(r"(^|[\s;&|(/])(kill|pkill|killall)(\s|$)")  # a command that sends signals
 
 
@@ -100,7 +102,8 @@ class Outcome:
     kill: KillReport | None = None
     signum: int | None = None
     detail: str = ""
-    pid: int | None = None         # the agent's pid
+    pid: int | None = None         # the agent's pid (in a box: the CLI the box runs, not the box)
+    box_pid: int | None = None     # in a box of its own pids: the agent's pid there, the one it tells
     sender: int | None = None      # interrupted: who sent the signal (0: the kernel, e.g. a terminal)
     swept: int = 0                 # processes the end-of-phase sweep ended (a note says which and why)
     disk_full: bool = False        # the heartbeat's filesystem was full at a check of this phase
@@ -181,6 +184,7 @@ class _Watcher:
         self.root: ProcId | None = None
         self._below: tuple[int | None, ProcId | None] = (None, None)  # the hook's parent, when below the root
         self._outer_pids: dict[int, ProcId] = {}  # a pid in the box's namespace: the watcher's
+        self.agent: tuple[ProcId, int] | None = None  # in a box of its own pids: the CLI it runs, its pid there
         self.since = 0.0                       # the agent's start (a create time): what came later is its
         self.group: cgroups.AgentGroup | None = None
         self.log: AgentLog | None = None
@@ -334,7 +338,7 @@ class _Watcher:
             now = clock.mono()
             due = min(next_check, deadline)
             if now < due:
-                got = self.waiter.wait(due - now)
+                got = self.waiter.wait(min(due - now, SEEK_POLL) if self._seek_agent(now) else due - now)
                 if got is not None and got.si_signo in self.stops:
                     stop = self._stop_signal(got)
                     if stop is not None:
@@ -352,6 +356,18 @@ class _Watcher:
             # The check's own work (its writes may wait on a ledger another program holds) is
             # the watcher's time, not a pause of it: the next check does not count it as one.
             self.own = max(0.0, clock.mono() - now)
+
+    def _seek_agent(self, now: float) -> bool:
+        """In a box of its own pids, the agent is the command the box starts, found in its first
+        seconds (a quick agent is gone by the first check); whether it is still sought."""
+        box = self.run_.box
+        if self.agent is not None or self.root is None or box is None or not box.pid_namespace:
+            return False
+        found = boxed(self.root)
+        told = ns_pids(found.pid) if found is not None else ()
+        if len(told) > 1:
+            self.agent = (found, told[-1])
+        return self.agent is None and now - self.start_mono < SEEK_AGENT
 
     def _loop_gone(self) -> End | None:
         """The loop that started this phase, looked at once a check: gone, the phase ends with it
@@ -565,7 +581,8 @@ class _Watcher:
         status, detail, signum, sender = end.status, end.detail, end.signum, end.sender
         for sig in self.stops:  # from here a stop is recorded, never raised into the clean-up
             signal.signal(sig, self._late_signal)
-        kill, pid = None, self.proc.pid if self.proc else None
+        kill, pid, box_pid = None, self.proc.pid if self.proc else None, None
+        self._seek_agent(self.clock.mono())
         if status in ("stuck", "overtime", "wedged") and self.run_.on_incident is not None:
             try:  # what the tree was doing, before it is gone
                 self.run_.on_incident(self.root, self._everything(), status, detail)
@@ -585,8 +602,10 @@ class _Watcher:
         if late is not None and status != "interrupted":
             status, (signum, sender) = "interrupted", late
             detail = f"interrupted by {signal.Signals(signum).name}"
+        if self.agent is not None:  # the CLI in its box: the pid it tells is its box's
+            pid, box_pid = self.agent[0].pid, self.agent[1]
         return Outcome(status, rc, self.clock.mono() - self.start_mono, end.idle, kill, signum, detail, pid,
-                       sender=sender, swept=swept, disk_full=self.state.disk_full, ending=ending,
+                       box_pid, sender=sender, swept=swept, disk_full=self.state.disk_full, ending=ending,
                        api_retries=self.state.api_retries, would_kill=self.state.would_kill,
                        loop_lost=self.loop_lost)
 

@@ -28,7 +28,8 @@ from helpers.hermetic import isolated_env
 from helpers.procs import alive
 from helpers.state import events_of, state_of
 
-from genesis.procs.proctree import marked
+from genesis.procs.nspid import ns_pids
+from genesis.procs.proctree import ProcId, command_line, marked
 
 ROOT = paths.ROOT
 TOOLS = paths.TOOLS
@@ -36,6 +37,7 @@ LOOP = paths.LOOP
 GENESIS = [sys.executable, "-m", "genesis"]
 CLAUDE = TOOLS / "claude" / "node_modules" / ".bin" / "claude"
 
+TOOL_SHELL = ("tool-shell.pid", "time.sleep(600)")  # the hang scenario's command (stub_api.py, stubs/base.py)
 # What every e2e loop shares: quick checks and windows so that a hang shows in seconds.
 LOOP_ENV = {"GENESIS_BIN": str(Path(sys.executable).parent / "genesis"),
             "HEARTBEAT_CHECK_INTERVAL": "0.5", "HEARTBEAT_STALE_SECONDS": "6", "AGENT_MAX_RUNTIME_SECONDS": "120",
@@ -77,6 +79,7 @@ class Loop:
 
     def __init__(self, project: Path, env: dict, tmp: Path):
         self.project, self.env, self.tmp = project, env, tmp
+        self.traced: dict[ProcId, tuple[int, set[str]]] = {}  # run(trace=True): (pid it tells, its command lines)
 
     def phase(self, name: str, scenario: str, **params) -> None:
         """The phase's prompt names a stub scenario; phases and triggers stay the defaults (in
@@ -86,8 +89,10 @@ class Loop:
         prompt.write_text(f"SCENARIO: {scenario}\nCWD={self.project}\nPARAMS: {extra}\n")
         self.env[f"PHASE_{name}_PROMPT"] = str(prompt)
 
-    def run(self, *args: str, watch: str | None = None) -> tuple[subprocess.CompletedProcess, list[dict]]:
-        """Run the loop to its end; with watch=PHASE, collect every heartbeat it writes."""
+    def run(self, *args: str, watch: str | None = None,
+            trace: bool = False) -> tuple[subprocess.CompletedProcess, list[dict]]:
+        """Run the loop to its end; with watch=PHASE, collect every heartbeat it writes; with
+        trace, every process carrying the project's marker (see told)."""
         seen: list[dict] = []
         stop = threading.Event()
         hb = state_of(self.project) / "heartbeats" / f"{watch}.json"
@@ -103,15 +108,29 @@ class Loop:
                     pass
                 time.sleep(0.01)
 
+        def follow():
+            markers = {"GENESIS_PROJECT_DIR": str(self.project.resolve())}
+            while not stop.is_set():
+                for ident in marked(markers):
+                    ns, line = ns_pids(ident.pid), command_line(ident.pid, 10_000)
+                    if ns and ident.process() is not None:
+                        self.traced.setdefault(ident, (ns[-1], set()))[1].add(line)
+                time.sleep(0.02)
+
         poller = threading.Thread(target=poll, daemon=True)
+        tracer = threading.Thread(target=follow, daemon=True)
         if watch:
             poller.start()
+        if trace:
+            tracer.start()
         try:
             done = subprocess.run(["bash", str(LOOP), "--project", str(self.project), *args], env=self.env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240,
                                   stdin=subprocess.DEVNULL)
         finally:
             stop.set()
+            if trace:
+                tracer.join()
         print(done.stdout)  # status lines and errors, as the terminal shows them
         return done, seen
 
@@ -122,6 +141,18 @@ class Loop:
         """Processes carrying the project's marker or the last run's id: none may be left."""
         run_id = [e["run_id"] for e in events_of(self.project) if e["event"] == "loop_start"][-1]
         return marked({"GENESIS_PROJECT_DIR": str(self.project.resolve()), "GENESIS_RUN_ID": run_id})
+
+    def told(self, pid: int, *commands: str) -> list[ProcId]:
+        """The traced processes that tell this pid (in a box: its own numbering), their command
+        line holding one of `commands` (any, without): how a pid an agent reports is found."""
+        return [ident for ident, (inner, lines) in self.traced.items()
+                if inner == pid and (not commands or any(c in line for c in commands for line in lines))]
+
+    def agent(self, ended: dict) -> ProcId:
+        """The traced process a phase_end names: the CLI, which tells its box_pid in the box."""
+        found = [ident for ident in self.told(ended["box_pid"] or ended["pid"]) if ident.pid == ended["pid"]]
+        assert len(found) == 1, (ended, self.traced)
+        return found[0]
 
     def ended(self) -> list[dict]:
         return [e for e in events_of(self.project) if e["event"] == "phase_end"]
@@ -149,13 +180,19 @@ class Loop:
         run's marker left. Returns the tool shell's pid and the phases' ends."""
         assert "Builder: stuck:" in done.stdout, done.stdout
         tool_shell = int((self.project / "tool-shell.pid").read_text())
+        shells = self.told(tool_shell, *TOOL_SHELL)  # the $$ it wrote is its box's: the host's process
         ended = self.ended()
         builders = [e for e in ended if e["phase"] == "Builder"]
         assert builders and all(e["status"] == "stuck" for e in builders), ended
-        assert tool_shell not in [e["pid"] for e in builders]
-        assert not alive(tool_shell) and not any(alive(e["pid"]) for e in builders)
+        assert shells and not {s.pid for s in shells} & {e["pid"] for e in builders}, (shells, self.traced)
+        assert all(gone(s) for s in shells) and all(gone(self.agent(e)) for e in builders)
         assert self.leftovers() == []
         return tool_shell, ended
+
+
+def gone(ident: ProcId) -> bool:
+    """Ended: no process is this one any more, or it is a zombie."""
+    return ident.process() is None or not alive(ident.pid)
 
 
 def calls(beats: list[dict], event: str, tool: str) -> int:

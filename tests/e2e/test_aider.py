@@ -16,19 +16,19 @@ import shlex
 from pathlib import Path
 
 import pytest
-from e2e.harness import LOOP_ENV, TOOLS, Loop, as_agent, genesis, installed
+from e2e.harness import LOOP_ENV, TOOL_SHELL, TOOLS, Loop, as_agent, genesis, gone, installed
 from e2e.stubs.base import scenario_of
 from e2e.stubs.chat import MODEL, QUOTA, ChatStub, prompt_of, rate_limited, whole_edit
 from helpers.git import git
-from helpers.procs import alive
 from helpers.state import events_of
 
 from genesis import exitcodes
 
 AIDER = TOOLS / "aider" / "bin" / "aider"
-# aider's test command for the hang: silent; its shell writes its pid, and its process group
-# and session, for the test to look for.
-HANGING_TEST = ("echo $$ > tool-shell.pid; python3 -c 'import os; print(os.getpgid(0), os.getsid(0))' > layout.txt; "
+# aider's test command for the hang: silent; its shell writes its pid, and its parent (aider),
+# process group and session and aider's, for the test to look for.
+HANGING_TEST = ("echo $$ > tool-shell.pid; python3 -c 'import os, sys; a = int(sys.argv[1]); "
+                "print(a, os.getpgid(0), os.getsid(0), os.getpgid(a), os.getsid(a))' $PPID > layout.txt; "
                 "python3 -c 'import time; time.sleep(600)'")
 PRICES = {"input_cost_per_token": 0.000003, "output_cost_per_token": 0.000015}
 
@@ -114,22 +114,23 @@ def test_progress_the_edit_is_committed_its_cost_read_and_the_breaker_stays_clos
 
 def test_a_silent_hung_test_command_gets_stuck_and_aider_and_its_tree_are_killed(e2e):
     e2e.phase("Builder", "hang")
-    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
     e2e.env.update(GENESIS_AGENT_CMD=shlex.join([e2e.env["GENESIS_AGENT_CMD"], "--auto-test", "--test-cmd",
                                                  HANGING_TEST]),
                    HEARTBEAT_STALE_SECONDS="15", PHASE_RETRIES="0")
-    done, _ = e2e.run("--max-iterations", "1")
+    done, _ = e2e.run("--max-iterations", "1", trace=True)
     assert done.returncode == 0, done.stdout
     assert "Builder: stuck: no heartbeat for" in done.stdout
     tool_shell = int((e2e.project / "tool-shell.pid").read_text())
     ended = phase_ends(e2e.project)
     assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stuck")]
-    aider_pid = ended[0]["pid"]
+    aider, aider_pid = e2e.agent(ended[0]), ended[0]["box_pid"]  # the pids it tells are its box's
+    shells = e2e.told(tool_shell, *TOOL_SHELL)
     assert tool_shell != aider_pid and ended[0]["killed"] >= 3   # aider, its test's shell, the sleeper
-    # aider runs its test command in its own process group and session (the loop made aider a
-    # session leader): no setsid, unlike the other CLIs' shell tools.
-    assert (e2e.project / "layout.txt").read_text().split() == [str(aider_pid), str(aider_pid)]
-    assert not alive(tool_shell) and not alive(aider_pid)
+    # aider runs its test command in its own process group and session (the box's, which the
+    # box's first process leads): no setsid, unlike the other CLIs' shell tools.
+    parent, *layout = (e2e.project / "layout.txt").read_text().split()
+    assert parent == str(aider_pid) and layout[:2] == layout[2:], layout
+    assert shells and all(gone(s) for s in shells) and gone(aider)
     # The edit aider made before its test hung is kept, as partial work.
     assert (e2e.project / "hang.txt").exists()
     assert "(ended: stuck, killed; partial work)" in git(e2e.project, "log", "-1", "--format=%s")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from e2e.harness import LOOP_ENV, Loop, as_agent, genesis
+from e2e.harness import LOOP_ENV, TOOL_SHELL, Loop, as_agent, genesis, gone
 from e2e.stub_api import StubAPI
 from helpers.git import git
 from helpers.procs import alive, free_port, listening
@@ -62,8 +62,7 @@ def session_of(log: Path) -> str:
 
 def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     e2e.phase("Builder", "progress")
-    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
-    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder", trace=True)
     assert done.returncode == 0, done.stdout
     assert "Builder: finished" in done.stdout
     project = e2e.project
@@ -82,7 +81,8 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     assert all(b["session_id"] == session and b["agent"] == "Builder" for b in beats)
     assert {b["run_id"] for b in beats} == {run_id}
     ended = [e for e in events_of(project) if e["event"] == "phase_end"]
-    assert {b["pid"] for b in beats} == {ended[0]["pid"]}  # CLAUDE_PID: the agent the loop started
+    # CLAUDE_PID: the agent the loop started, as its box numbers it; the phase's pid is its host's.
+    assert {b["pid"] for b in beats} == {ended[0]["box_pid"]} and e2e.agent(ended[0]).pid == ended[0]["pid"]
     breaker = e2e.breaker()
     assert breaker["state"] == "CLOSED" and breaker["last_progress_iteration"] == 1
     assert e2e.leftovers() == []
@@ -90,8 +90,7 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
 
 def test_a_hung_bash_call_gets_stuck_and_claude_and_the_tool_session_are_killed(e2e):
     e2e.phase("Builder", "hang")
-    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
-    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder", trace=True)
     assert done.returncode == 0, done.stdout
     assert "Builder: stuck: no heartbeat for" in done.stdout
     assert "Planner: finished" in done.stdout
@@ -101,9 +100,9 @@ def test_a_hung_bash_call_gets_stuck_and_claude_and_the_tool_session_are_killed(
     # Stuck, retried once (the default), stuck again: failed for the iteration; the loop went on.
     assert [(e["phase"], e["status"], e["attempt"]) for e in ended] == [
         ("Builder", "stuck", 0), ("Builder", "stuck", 1), ("Planner", "exited", 0)]
-    claude_pid = ended[1]["pid"]
-    assert beats[-1]["pid"] == claude_pid and tool_shell != claude_pid
-    assert not alive(tool_shell) and not alive(claude_pid)
+    claude, shells = e2e.agent(ended[1]), e2e.told(tool_shell, *TOOL_SHELL)  # pids in the box: the host's
+    assert beats[-1]["pid"] == ended[1]["box_pid"] and tool_shell != ended[1]["box_pid"]
+    assert shells and all(gone(s) for s in shells) and gone(claude)
     assert e2e.leftovers() == []
 
 
@@ -123,7 +122,6 @@ def test_a_busy_build_step_silent_for_three_windows_is_not_killed(e2e):
 @pytest.mark.fault(46)
 def test_a_hung_step_is_stuck_after_the_tool_silent_window_before_the_general_one(e2e):
     e2e.phase("Builder", "hang")
-    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
     e2e.env.update(HEARTBEAT_STALE_SECONDS="120", TOOL_SILENT_SECONDS="3")
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == 0, done.stdout

@@ -106,8 +106,7 @@ def session_of(log: Path) -> str:
 
 def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     e2e.phase("Builder", "progress")
-    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
-    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder", trace=True)
     run_id, transcript = e2e.progressed(done)
     session = session_of(e2e.project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log")
     assert f"session {session}" in transcript and "tool bash: $ echo hello from the agent > hello.txt" in transcript
@@ -116,20 +115,20 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     assert {tool_event(b["event"]) for b in beats} == {"PreToolUse", "PostToolUse"}
     assert all(b["session_id"] == session and b["agent"] == "Builder" for b in beats)
     assert {b["run_id"] for b in beats} == {run_id}
-    assert {b["pid"] for b in beats} == {e2e.ended()[0]["pid"]}  # the plugin's process: the opencode the loop started
+    builder = e2e.ended()[0]  # the plugin's process: the opencode the box runs, its pid there
+    assert {b["pid"] for b in beats} == {builder["box_pid"]} and e2e.agent(builder).pid == builder["pid"]
 
 
 def test_a_hung_shell_command_gets_stuck_and_opencode_and_the_tool_shell_are_killed(e2e):
     e2e.phase("Builder", "hang")
-    e2e.env["GENESIS_SANDBOX"] = "off"  # the pids the agent tells ($$, the hook's) are its box's own in a box
     e2e.env.update(TOOL_SILENT_SECONDS="3", PHASE_RETRIES="0")
-    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    done, beats = e2e.run("--max-iterations", "1", watch="Builder", trace=True)
     assert done.returncode == 0, done.stdout
     assert "Builder: stuck: inside bash" in done.stdout, done.stdout
     assert (beats[-1]["event"], beats[-1]["tool"]) == ("tool.execute.before", "bash")
     _, ended = e2e.hung(done)
     assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stuck")]
-    assert beats[-1]["pid"] == ended[0]["pid"]  # the plugin runs in opencode itself
+    assert beats[-1]["pid"] == ended[0]["box_pid"]  # the plugin runs in opencode itself
 
 
 def test_a_rate_limit_that_outlasts_opencodes_retries_is_waited_out_and_the_phase_runs_again(e2e, stub):

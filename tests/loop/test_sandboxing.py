@@ -78,3 +78,21 @@ def test_where_bubblewrap_cannot_run_landlock_boxes_the_agent(project, tmp_path)
         assert not (outside / "planted.txt").exists()
     finally:
         shutil.rmtree(outside)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None or abi() < 1, reason="needs bubblewrap and Landlock")
+def test_a_box_that_breaks_mid_night_is_said_never_a_silent_downgrade(project, tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    broken = tmp_path / "bwrap-broken"
+    # bubblewrap works until the first agent has run, then fails as a kernel update could make it.
+    script(fake / "bwrap", f"#!/bin/sh\n[ -e {broken} ] && exit 1\nexec {shutil.which('bwrap')} \"$@\"\n")
+    agent = script(tmp_path / "agent.sh", f"#!/bin/sh\necho ran >>ran.txt\ntouch {broken}\n")
+    done = run_loop(project, "--agent-cmd", str(agent), "--max-iterations", "2",
+                    env=loop_env(GENESIS_PHASES="Builder", PATH=f"{fake}:/usr/bin:/bin"), timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert (project / "ran.txt").read_text() == "ran\nran\n"
+    assert "this phase's agent runs in a different box than at the start (bubblewrap then): sandbox: landlock" \
+        in done.stderr
+    changed = [e for e in events_of(project) if e["event"] == "sandbox_changed"]
+    assert [(e["was"], e["box"]) for e in changed] == [("bubblewrap", "landlock")]

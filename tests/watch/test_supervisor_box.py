@@ -5,11 +5,14 @@ first choice while the watcher is not; under Landlock the agent writes only wher
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
 from helpers.agent import supervised
 
+from genesis.procs.nspid import ns_pids
+from genesis.procs.proctree import command_line, descendants, identify
 from genesis.sandbox import landlock
 from genesis.sandbox.box import BUBBLEWRAP, LANDLOCK, Box
 from genesis.sandbox.detect import probe
@@ -41,6 +44,33 @@ def test_in_the_box_a_launchers_own_work_still_is_not_its_tools(tmp_path):
                            max_runtime=60.0, count_output=False, tool_silent=1.0, box=boxed(tmp_path))
     assert out.status == "stuck" and "inside Bash" in out.detail and "tool-silent window 1s" in out.detail, out
     assert out.kill is not None and out.kill.survivors == ()
+
+
+@needs_bwrap
+def test_in_the_box_the_agents_pid_is_the_command_it_runs_and_its_pid_there_too(tmp_path):
+    # A quick agent, gone long before the first check: the phase's pid is still its own (the
+    # host's), not bubblewrap's, and the pid it tells itself (its box's) is kept beside it.
+    seen: dict[int, tuple[tuple[int, ...], str]] = {}
+    stop = threading.Event()
+
+    def follow():
+        me = identify(os.getpid())
+        while not stop.is_set():
+            for ident in descendants(me):
+                ns = ns_pids(ident.pid)
+                if len(ns) > 1:
+                    seen.setdefault(ident.pid, (ns, command_line(ident.pid)))
+
+    tracer = threading.Thread(target=follow, daemon=True)
+    tracer.start()
+    try:
+        out, _, _ = supervised(tmp_path, 'echo $$ > told.txt\nsleep 0.5\n', run_id="run-box-pid", check_interval=5.0,
+                               box=boxed(tmp_path))
+    finally:
+        stop.set()
+        tracer.join()
+    assert out.status == "exited" and out.box_pid == int((tmp_path / "told.txt").read_text()), out
+    assert seen[out.pid] == ((out.pid, out.box_pid), f"bash {tmp_path}/agent.sh"), seen
 
 
 @needs_bwrap
