@@ -4,6 +4,8 @@ where bubblewrap cannot run, Landlock boxes the agent. Real loops."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import shutil
 import tempfile
 from pathlib import Path
@@ -62,13 +64,24 @@ def test_off_says_what_the_user_loses(project, tmp_path):
     assert (tmp_path / "outside" / "planted.txt").exists()
 
 
+def _beyond_landlock() -> Path:
+    """A folder of ours where Landlock lets the agent write nothing: the checkout, unless it is
+    under a temp folder (a CI clone in /tmp), else the real user's home (the test's is its own)."""
+    writable = ("/tmp", "/var/tmp", "/dev", os.path.realpath(tempfile.gettempdir()))
+    for place in (paths.ROOT, Path(pwd.getpwuid(os.getuid()).pw_dir)):
+        real = os.path.realpath(place)
+        if os.access(real, os.W_OK) and not any(real == w or real.startswith(w + "/") for w in writable):
+            return Path(real)
+    pytest.skip("no folder of ours outside Landlock's writable places")
+
+
 @pytest.mark.skipif(abi() < 1, reason="no Landlock in this kernel")
 def test_where_bubblewrap_cannot_run_landlock_boxes_the_agent(project, tmp_path):
     fake = tmp_path / "bin"
     fake.mkdir()
     script(fake / "bwrap", "#!/bin/sh\nexit 1\n")
     # A folder outside the project, HOME and the temp folders: Landlock's writable places.
-    outside = Path(tempfile.mkdtemp(prefix=".landlock-test-", dir=paths.ROOT))
+    outside = Path(tempfile.mkdtemp(prefix=".landlock-test-", dir=_beyond_landlock()))
     try:
         done = _night(project, tmp_path, outside, PATH=f"{fake}:/usr/bin:/bin")
         assert done.returncode == 0, done.stderr

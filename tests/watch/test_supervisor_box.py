@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import paths
 from helpers.agent import supervised
 
 from genesis.procs.nspid import ns_pids
@@ -25,7 +26,11 @@ PRE = '{"hook_event_name":"PreToolUse","tool_name":"Bash","session_id":"s-1"}'
 
 def boxed(folder: Path) -> Box:
     real = os.path.realpath(folder)
-    places = Places(real, real, None, None, (real,), (), f"{real}/hb")
+    # The checkout (its .venv's Python, the hook) stays visible where it lives under /tmp, as
+    # places_for keeps the agent's program and what its environment names.
+    root = os.path.realpath(paths.ROOT)
+    visible = (real,) + ((root,) if root.startswith("/tmp/") else ())
+    places = Places(real, real, None, None, visible, (), f"{real}/hb")
     return Box(BUBBLEWRAP, places, program=MACHINE.bwrap)
 
 
