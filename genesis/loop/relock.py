@@ -15,28 +15,18 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 
 from genesis import exitcodes
 from genesis.loop.step import Step, StepFailed, forget_ledger
 from genesis.store.atomicio import MAX_STATE_BYTES, write_json, write_text
 from genesis.store.layout import Layout, heal_dir
-from genesis.store.looplock import Locked, acquire
+from genesis.store.looplock import Locked, acquire, same_file
 
-__all__ = ["LOOP_LOCK_FD", "SNAPSHOT_FD", "same_lock", "held_snapshot", "restore", "take", "LockKeeper"]
+__all__ = ["LOOP_LOCK_FD", "SNAPSHOT_FD", "held_snapshot", "restore", "take", "LockKeeper"]
 
 LOOP_LOCK_FD = 9   # start-multi-agent-loop.sh holds its lock on this descriptor...
 SNAPSHOT_FD = 8    # ...and the run's settings snapshot open on this one, for its whole life
-
-
-def same_lock(fd: int, lock: Path) -> bool:
-    """fd is still the file at lock (same device and inode), not a deleted or replaced one."""
-    try:
-        st, at = os.fstat(fd), os.lstat(lock)
-    except OSError:
-        return False
-    return stat.S_ISREG(at.st_mode) and (st.st_dev, st.st_ino) == (at.st_dev, at.st_ino)
 
 
 def held_snapshot(fd: int, run_id: str) -> dict:
@@ -114,12 +104,12 @@ class LockKeeper:
 
     def __init__(self, step: Step, loop_pid: int, fd: int = LOOP_LOCK_FD, snapshot_fd: int = SNAPSHOT_FD):
         self.step, self.loop_pid, self.fd, self.snapshot_fd = step, loop_pid, fd, snapshot_fd
-        self.armed = same_lock(fd, step.layout.loop_lock)
+        self.armed = same_file(fd, step.layout.loop_lock)
         self.held: int | None = None
 
     def check(self) -> None:
         lay = self.step.layout
-        if not self.armed or same_lock(self.held if self.held is not None else self.fd, lay.loop_lock):
+        if not self.armed or same_file(self.held if self.held is not None else self.fd, lay.loop_lock):
             return
         found: list[str] = []
         try:

@@ -8,15 +8,13 @@ markers (in env, the caller's) let the reaper find anything it started that left
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["run_condition", "KILL_WAIT"]
+from genesis.procs.group import kill_group
 
-KILL_WAIT = 5.0   # seconds for the killed group to go
+__all__ = ["run_condition"]
 
 
 def run_condition(command: str, cwd: Path, env: Mapping[str, str], timeout: float) -> int | None:
@@ -26,21 +24,9 @@ def run_condition(command: str, cwd: Path, env: Mapping[str, str], timeout: floa
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill_group(proc)
         return None
     except BaseException:
-        _kill_group(proc)
+        kill_group(proc)
         raise
 
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Its process group, killed whole. Only while bash, the group's leader, is not yet reaped:
-    its pid, and so the group's id, cannot have been reused by anyone else."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=KILL_WAIT)
-    except subprocess.TimeoutExpired:
-        pass

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import selectors
-import signal
 import subprocess
 import tempfile
 import time
@@ -16,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from genesis.procs.group import kill_group
+
 __all__ = ["GitFailed", "GitTimeout", "GitRun", "NotARepository", "run_git", "command_name", "GIT_TIMEOUT"]
 
 GIT_TIMEOUT = 300          # seconds for one git command over the whole work tree
 OUTPUT_LIMIT = 64 << 20    # bytes of output collected from one git command (streamed output is not held)
 CHUNK = 1 << 16
 EXIT_CHECK = 0.5           # while its output is silent, how often to look whether git has exited
-KILL_WAIT = 5.0            # for git to go after SIGKILL (a hung filesystem can hold it longer)
 
 
 class NotARepository(ValueError):
@@ -103,7 +103,7 @@ def run_git(project: Path, args: Sequence[str], *, timeout: float = GIT_TIMEOUT,
             except subprocess.TimeoutExpired:
                 raise GitTimeout(command, project, timeout) from None
         except BaseException:
-            _kill_group(proc)
+            kill_group(proc)
             raise
         return GitRun(rc, bytes(collected), _tail(err))
 
@@ -129,18 +129,6 @@ def _pump(proc: subprocess.Popen, deadline: float, sink: Callable[[bytes], objec
             if not chunk:
                 return True
             sink(chunk)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL git's whole process group; its id stays reserved while any member lives."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=KILL_WAIT)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _tail(err) -> str:

@@ -22,7 +22,7 @@ from genesis.hints import hint
 from genesis.procs.proctree import identify
 from genesis.store.atomicio import CorruptFile, finite, read_json, write_json
 
-__all__ = ["Holder", "Locked", "acquire", "release", "current_holder", "hold", "recorded"]
+__all__ = ["Holder", "Locked", "acquire", "release", "current_holder", "hold", "recorded", "same_file"]
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,9 @@ def _unknown() -> Holder:
     return Holder(0, 0.0, "", "", socket.gethostname())
 
 
-def _same_file(fd: int, path: Path) -> bool:
-    """The descriptor is the regular file at path (not a symlink planted in its place)."""
+def same_file(fd: int, path: Path) -> bool:
+    """The descriptor is the regular file at path: not a symlink planted in its place, not a
+    file deleted or replaced since it was opened."""
     try:
         st, at = os.fstat(fd), os.lstat(path)
     except OSError:
@@ -94,7 +95,7 @@ PROBE_PAUSE = 0.02   # seconds between them
 def acquire(lock: Path, record: Path, fd: int, pid: int, run_id: str, project: Path | None = None) -> Holder:
     """Lock the loop's descriptor `fd` (open on `lock`) for good; Locked (naming how to stop the
     other loop of project) if another loop has it."""
-    if not _same_file(fd, lock):
+    if not same_file(fd, lock):
         raise ValueError(f"descriptor {fd} is not the lock file {lock}")
     for attempt in range(PROBE_RETRIES + 1):
         try:

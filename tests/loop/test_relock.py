@@ -15,10 +15,10 @@ import pytest
 
 from genesis import exitcodes
 from genesis.config import snapshot
-from genesis.loop.relock import LockKeeper, held_snapshot, restore, same_lock, take
+from genesis.loop.relock import LockKeeper, held_snapshot, restore, take
 from genesis.loop.step import StepFailed
 from genesis.store.atomicio import write_json
-from genesis.store.looplock import hold
+from genesis.store.looplock import hold, same_file
 
 RUN = "run-relock"
 
@@ -54,9 +54,9 @@ def locked_by_someone(path) -> bool:
 def test_a_deleted_state_folder_is_seen_made_again_from_what_the_loop_holds_and_locked_anew(step, held, said):
     lock_fd, snap_fd = held
     lay = step.layout
-    assert same_lock(lock_fd, lay.loop_lock)
+    assert same_file(lock_fd, lay.loop_lock)
     shutil.rmtree(lay.state_dir)
-    assert not same_lock(lock_fd, lay.loop_lock)
+    assert not same_file(lock_fd, lay.loop_lock)
     snap = held_snapshot(snap_fd, RUN)  # read through the descriptor: the file is gone
     found = restore(lay, snap, RUN)
     assert any("settings snapshot was missing" in f for f in found) and "the lock file was missing" in found
@@ -66,7 +66,7 @@ def test_a_deleted_state_folder_is_seen_made_again_from_what_the_loop_holds_and_
     assert not locked_by_someone(lay.loop_lock)  # before it is taken: a second loop would get in
     fd = os.open(lay.loop_lock, os.O_WRONLY | os.O_APPEND)
     take(step, fd, os.getpid())
-    assert same_lock(fd, lay.loop_lock) and locked_by_someone(lay.loop_lock)
+    assert same_file(fd, lay.loop_lock) and locked_by_someone(lay.loop_lock)
     os.close(fd)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from helpers.git import git
+from helpers.git import commit_file, git
 from helpers.gitstates import branch_of
 
 from genesis import exitcodes
@@ -17,12 +17,6 @@ from genesis.repo import safety
 from genesis.store.atomicio import write_json
 
 RUN = "20260101T000000Z-safekeeping"
-
-
-def work(project, name: str) -> None:
-    (project / name).write_text(f"{name}\n")
-    git(project, "add", name)
-    git(project, "commit", "-qm", name)
 
 
 def test_the_start_keeps_every_branch_and_copies_the_users_files(project, step, said):
@@ -44,7 +38,7 @@ def test_a_start_whose_safety_refs_cannot_be_written_is_refused(project, step):
 
 
 def test_a_rewrite_stops_the_loop_and_is_told_once_when_allowed(project, step, said):
-    work(project, "a.txt")
+    commit_file(project, "a.txt")
     git(project, "branch", "side")
     safekeeping.keep_at_start(step)
     safekeeping.keep_at_phase(step, 1, "Builder")
@@ -67,7 +61,7 @@ def test_work_on_a_detached_head_is_kept_by_a_ref(project, step):
     safekeeping.keep_at_start(step)
     safekeeping.keep_at_phase(step, 1, "Builder")
     git(project, "switch", "-q", "--detach")
-    work(project, "orphan.txt")
+    commit_file(project, "orphan.txt")
     found = safekeeping.history_of(step, 1, "Builder")
     assert safekeeping.orphaning(found)
     safekeeping.kept_after(step, 1, "Builder")
@@ -81,7 +75,7 @@ def delete_safety_refs(project) -> None:
 
 
 def test_safety_refs_the_agent_deletes_are_put_back_from_what_genesis_holds(project, step, said):
-    work(project, "a.txt")
+    commit_file(project, "a.txt")
     safekeeping.keep_at_start(step)
     at_start = safekeeping.keep_at_phase(step, 1, "Builder")
     delete_safety_refs(project)
@@ -93,7 +87,7 @@ def test_safety_refs_the_agent_deletes_are_put_back_from_what_genesis_holds(proj
 
 
 def test_deleted_refs_and_a_prune_are_still_named_as_lost(project, step):
-    work(project, "a.txt")
+    commit_file(project, "a.txt")
     lost = git(project, "rev-parse", "--short=7", "HEAD").strip()
     safekeeping.keep_at_start(step)
     at_start = safekeeping.keep_at_phase(step, 1, "Builder")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.git import git
+from helpers.git import commit_file, git
 from helpers.gitstates import branch_of
 
 from genesis.repo import safety
@@ -14,10 +14,7 @@ from genesis.repo.history import Change, changes, describe
 
 
 def work(project: Path, name: str) -> str:
-    (project / name).write_text(f"{name}\n")
-    git(project, "add", name)
-    git(project, "commit", "-qm", name)
-    return git(project, "rev-parse", "--short", "HEAD").strip()
+    return git(project, "rev-parse", "--short", commit_file(project, name)).strip()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers.git import git
+from helpers.git import commit_file, git
 from helpers.gitstates import branch_of
 
 from genesis.cli import cli
@@ -16,20 +16,13 @@ from genesis.repo import restoring, safety
 from genesis.repo.gitcmd import GitFailed
 
 
-def work(project: Path, name: str) -> str:
-    (project / name).write_text(f"{name}\n")
-    git(project, "add", name)
-    git(project, "commit", "-qm", name)
-    return git(project, "rev-parse", "HEAD").strip()
-
-
 @pytest.fixture
 def kept(project: Path) -> dict:
     main = branch_of(project)
     git(project, "switch", "-qc", "feature")
-    feature = work(project, "f.txt")
+    feature = commit_file(project, "f.txt")
     git(project, "switch", "-q", main)
-    tip = work(project, "m.txt")
+    tip = commit_file(project, "m.txt")
     safety.keep_run(project, "20260101T000000Z-1")
     return {"main": main, "feature": feature, "tip": tip}
 

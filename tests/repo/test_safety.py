@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.git import git
+from helpers.git import commit_file, git
 from helpers.gitstates import branch_of
 
 from genesis.repo import safety
@@ -19,20 +19,13 @@ def exists(project: Path, sha: str) -> bool:
     return subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=project).returncode == 0
 
 
-def work(project: Path, name: str) -> str:
-    (project / name).write_text(f"{name}\n")
-    git(project, "add", name)
-    git(project, "commit", "-qm", name)
-    return git(project, "rev-parse", "HEAD").strip()
-
-
 @pytest.fixture
 def repo(project: Path) -> dict:
     main = branch_of(project)
     git(project, "switch", "-qc", "topic/x")
-    topic = work(project, "topic.txt")
+    topic = commit_file(project, "topic.txt")
     git(project, "switch", "-q", main)
-    tips = [work(project, f"u{i}.txt") for i in range(3)]
+    tips = [commit_file(project, f"u{i}.txt") for i in range(3)]
     return {"main": main, "topic": topic, "tips": tips}
 
 
