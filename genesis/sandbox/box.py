@@ -40,6 +40,14 @@ class Box:
         """The agent's pids (the hook's `pid`) are its namespace's, not the watcher's."""
         return self.kind == BUBBLEWRAP
 
+    @property
+    def signals_scoped(self) -> bool:
+        """Nothing in the box can signal a process outside it: any signal the watcher gets
+        comes from outside the agent's tree."""
+        if self.kind == LANDLOCK:
+            return bool(self.rules and self.rules.scoped)
+        return self.kind in (BUBBLEWRAP, SEATBELT)
+
     def wrap(self, argv: tuple[str, ...]) -> tuple[str, ...]:
         if self.kind == BUBBLEWRAP:
             return bwrap_argv(self.program, self.places, argv)

@@ -139,6 +139,13 @@ def _raise_once(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
 
+def _session_leader() -> int | None:
+    try:
+        return os.getsid(0)
+    except OSError:
+        return None
+
+
 def supervise(run: AgentRun, limits: Limits, clock: Clock | None = None,
               note: Callable[[str], None] = lambda _msg: None,
               debug: Callable[[str], None] = lambda _msg: None) -> Outcome:
@@ -537,11 +544,17 @@ class _Watcher:
             return False, f"pid {pid} (the watcher itself)"
         # A short-lived sender (`kill`, `pkill`) may be gone before, or while, it is looked at.
         # The loop and the user's shell outlive their signal and the terminal is the kernel,
-        # so a sender nobody can examine any more is taken as the agent's.
+        # so a sender nobody can examine any more is taken as the agent's, unless the box
+        # keeps the agent from signalling anything outside it.
         gone = f"pid {pid} (exited before it could be identified)"
+        if pid == _session_leader():
+            # The shell that held the terminal passing on its hangup: the agent runs in a
+            # session of its own, and a session leader's pid is not reused while it leads.
+            return False, f"pid {pid} (the session's leader: the terminal's shell)"
+        boxed = self.run_.box is not None and self.run_.box.signals_scoped
         ident = identify(pid)
         if ident is None:
-            return True, gone
+            return not boxed, gone
         who = f"pid {pid} ({command_line(pid, 120)})"
         if descends_from(pid, os.getpid()):
             return True, who
@@ -554,7 +567,7 @@ class _Watcher:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             pass
         if ident.process() is None:
-            return True, gone
+            return not boxed, gone
         return False, who
 
     def _late_signal(self, signum: int, _frame: object) -> None:

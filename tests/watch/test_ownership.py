@@ -194,3 +194,51 @@ def test_a_full_disk_under_the_heartbeat_is_not_taken_for_a_stuck_agent(tmp_path
     assert [n for n in out["notes"] if n.startswith("disk full")] == [
         f"disk full: heartbeats cannot be written ({fs}); silence is not counted while it lasts (the runtime cap "
         f"still applies)"]
+
+
+@LINUX_ONLY
+@pytest.mark.fault(53)
+def test_a_hangup_from_the_session_leader_gone_since_still_stops_the_phase(tmp_path, procs):
+    # A closed terminal: its shell passes SIGHUP on to the loop's job and exits at once. A
+    # sender gone before it is looked at is taken as the agent's; the shell that leads the
+    # watcher's session cannot be (the agent runs in a session of its own).
+    spec_file = spec(tmp_path, 'while true; do "$HOOK" Bash </dev/null; sleep 0.1; done\n')
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    shell = procs(["/bin/sh", "-c", f'"$0" "$1" supervise "$2" & echo $! > "$3"; read -r _ < "$4"; kill -HUP $!',
+                   sys.executable, SPAWN, str(spec_file), str(tmp_path / "w.pid"), str(go)],
+                  start_new_session=True)
+    first_beat(tmp_path / "hb" / "Builder.json")
+    pid = int((tmp_path / "w.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)  # so that the shell is gone before the watcher looks at it
+    go.write_text("go\n")
+    assert shell.wait(30) == 0
+    os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: (tmp_path / "outcome.json").exists(), timeout=60, what="the watcher's outcome")
+    out = json.loads((tmp_path / "outcome.json").read_text())
+    assert (out["status"], out["signum"], out["sender"]) == ("interrupted", signal.SIGHUP, shell.pid)
+    assert out["detail"] == "interrupted by SIGHUP"
+    assert not alive(out["pid"]) and marked({"GENESIS_RUN_ID": "run-o"}) == []
+
+
+@LINUX_ONLY
+def test_in_a_box_that_scopes_signals_a_sender_gone_since_is_not_the_agents(tmp_path):
+    from types import SimpleNamespace
+
+    from genesis.clock import SystemClock
+    from genesis.sandbox import landlock
+    from genesis.sandbox.box import BUBBLEWRAP, LANDLOCK, OFF, Box
+    from genesis.watch.supervisor import AgentRun, Limits, _Watcher
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    info = SimpleNamespace(si_pid=gone.pid, si_code=0, si_signo=signal.SIGTERM)
+
+    def ours(box: Box | None) -> bool:
+        run = AgentRun(("true",), tmp_path, {}, tmp_path / "log", tmp_path / "hb.json", "run-g", box=box)
+        limits = Limits(check_interval=1.0, stale_after=10.0, max_runtime=10.0, kill_grace=1.0)
+        return _Watcher(run, limits, SystemClock(), lambda _: None, lambda _: None)._sender(info)[0]
+
+    assert ours(None) and ours(Box(OFF))  # unboxed, a quick `pkill` of the agent's is gone too
+    assert ours(Box(LANDLOCK, rules=landlock.Ruleset(5, b"", 0, ())))
+    assert not ours(Box(BUBBLEWRAP)) and not ours(Box(LANDLOCK, rules=landlock.Ruleset(landlock.SIGNAL_SCOPING_ABI, b"", 0, ())))
