@@ -205,7 +205,7 @@ def test_a_hangup_from_the_session_leader_gone_since_still_stops_the_phase(tmp_p
     spec_file = spec(tmp_path, 'while true; do "$HOOK" Bash </dev/null; sleep 0.1; done\n')
     go = tmp_path / "go"
     os.mkfifo(go)
-    shell = procs(["/bin/sh", "-c", f'"$0" "$1" supervise "$2" & echo $! > "$3"; read -r _ < "$4"; kill -HUP $!',
+    shell = procs(["/bin/sh", "-c", '"$0" "$1" supervise "$2" & echo $! > "$3"; read -r _ < "$4"; kill -HUP $!',
                    sys.executable, SPAWN, str(spec_file), str(tmp_path / "w.pid"), str(go)],
                   start_new_session=True)
     first_beat(tmp_path / "hb" / "Builder.json")
