@@ -23,6 +23,7 @@ import hook_cost  # noqa: E402
 import killtime  # noqa: E402
 import ledger_cost  # noqa: E402
 import loop_overhead  # noqa: E402
+import morning_cost  # noqa: E402
 import night  # noqa: E402
 import reap_cost  # noqa: E402
 import tamper  # noqa: E402
@@ -63,6 +64,7 @@ def main() -> int:
         ("9. busy or stuck", lambda: busy.run(2 if quick else 3)),
         ("10. the ledger", lambda: ledger_cost.run(200 if quick else 500)),
         ("11. the box", lambda: box_cost.run(10 if quick else 30, 60 if quick else 200)),
+        ("12. the morning", lambda: morning_cost.run(5 if quick else 10)),
     ]
     only = next((a.split("=", 1)[1] if "=" in a else sys.argv[sys.argv.index(a) + 1]
                  for a in sys.argv[1:] if a.startswith("--only")), None)

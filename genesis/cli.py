@@ -20,6 +20,7 @@ import click
 
 from genesis import __version__, exitcodes
 from genesis.agents.hook.settingsfile import SettingsError
+from genesis.alerts.settings import LEVELS
 from genesis.config import Config, ConfigError, advice, default_layout, effective, layout_for, resolve
 from genesis.console import say, survive_lost_output
 from genesis.health.heartbeat import default_heartbeat_file, hook_script, read_heartbeat
@@ -640,19 +641,73 @@ def config_trust(obj: Context) -> None:
         click.echo(f"approved {len(verdict.commands)} command(s); the next start runs them")
 
 
+@cli.group("alert")
+def alert_group() -> None:
+    """Alert channels (GENESIS_NOTIFY_*): try them before the night."""
+
+
+@alert_group.command("test")
+@click.option("--severity", type=click.Choice(LEVELS), default="high",
+              show_default=True, help="The test alert's severity (each channel gets it whatever its minimum).")
+@pass_ctx
+@guarded
+def alert_test(obj: Context, severity: str) -> None:
+    """Send a test alert through every configured channel now and say what each did; exit 0
+    when every one took it, 30 when one failed, 2 when none is set. Nothing is recorded."""
+    from genesis.alerts.channels import reach
+    from genesis.alerts.trial import trial_ticket, try_channels
+    from genesis.redact import redact
+    from genesis.trust import judge
+
+    cfg = obj.config()
+    refused = {}
+    if cfg.alerts.command and cfg.settings["GENESIS_NOTIFY_CMD"].source == "file":
+        verdict = judge(cfg.settings, layout_for(cfg).state_dir)
+        if any(c.key == "GENESIS_NOTIFY_CMD" for c in verdict.unapproved):
+            refused["command"] = (f"not run: GENESIS_NOTIFY_CMD in orchestrator/genesis.conf is not approved; "
+                                  f"approve it with `{hint(cfg.project, 'config', 'trust')}`")
+    trial = try_channels(cfg.alerts, trial_ticket(cfg.project, severity, time.time()), refused)
+    if not trial.tried:
+        off = "".join(f" (desktop is off: {s.off})" for s in trial.states if s.off)
+        raise Fail(f"no alert channel is set{off}: set GENESIS_NOTIFY_NTFY=https://ntfy.sh/<a topic of yours>, "
+                   f"GENESIS_NOTIFY_WEBHOOK=<a webhook URL> or GENESIS_NOTIFY_CMD=<a command> in the environment "
+                   f"or orchestrator/genesis.conf, then run `{hint(cfg.project, 'alert', 'test')}` again",
+                   exitcodes.USAGE)
+    click.echo(f"test alert ({severity}) for {cfg.project}:")
+    for state in sorted(trial.states, key=lambda s: bool(s.off)):
+        if state.off:
+            said = f"off: {state.off}"
+        elif state.name in refused:
+            said = refused[state.name]
+        elif state.name in trial.delivered:
+            said = f"delivered (gets {reach(state.minimum)})"
+        else:
+            said = f"failed: {trial.failed.get(state.name, 'no answer')}"
+        click.echo(f"  {state.name}: {sanitize(redact(said), None)}")
+    if set(trial.tried) - set(trial.delivered):
+        raise Fail(f"{len(set(trial.tried) - set(trial.delivered))} of {len(trial.tried)} alert channel(s) did "
+                   f"not take the test alert: fix what is said above", exitcodes.ALERT_FAILED)
+
+
 @cli.command()
 @click.option("--watch", is_flag=True, help="A live view, redrawn every second; Ctrl-C quits.")
-@click.option("--all", "all_loops", is_flag=True, help="Also list the loops running on this machine.")
+@click.option("--all", "all_loops", is_flag=True,
+              help="Also list the loops running on this machine, and those that ended in the last 24 hours.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON document (schema: docs/status-json.md); same exit code.")
 @click.option("--interval", type=click.FloatRange(0.2, 60), default=1.0, show_default=True,
               help="Seconds between two reads of the loop's state with --watch.")
 @click.pass_context
 @guarded
-def status(ctx: click.Context, watch: bool, all_loops: bool, interval: float) -> None:
+def status(ctx: click.Context, watch: bool, all_loops: bool, as_json: bool, interval: float) -> None:
     """What the loop is doing now; exit 0 if it runs, 5 if not. Outside a project: every loop here."""
     from genesis.status.screen import run_status
 
+    if watch and as_json:
+        raise Fail("--watch and --json: give one of them (a probe runs `status --json` each time)", exitcodes.USAGE)
     given = ctx.parent.get_parameter_source("project") is not click.core.ParameterSource.DEFAULT
-    ctx.exit(run_status(ctx.obj.project if given else None, watch=watch, all_loops=all_loops, interval=interval))
+    ctx.exit(run_status(ctx.obj.project if given else None, watch=watch, all_loops=all_loops, interval=interval,
+                        as_json=as_json))
 
 
 @cli.command()

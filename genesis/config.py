@@ -13,8 +13,11 @@ from typing import Mapping
 
 from genesis.agents import UnknownCli, adapter_named
 from genesis.alerts.settings import KNOBS as ALERT_KNOBS
+from genesis.alerts.settings import PREFIX as ALERT_PREFIX
 from genesis.alerts.settings import AlertSettings
+from genesis.alerts.settings import misspelt as misspelt_alert
 from genesis.alerts.settings import parse as parse_alerts
+from genesis.alerts.settings import refusal as alert_refusal
 from genesis.health.doomloop import DoomLimits
 from genesis.hints import hint
 from genesis.phases import BUILTIN_PROMPTS, NAME_RE, DoneRule, Phase, Trigger, parse_done_rule, parse_trigger
@@ -233,6 +236,24 @@ def closest(key: str, phases: tuple[str, ...] = ()) -> str | None:
     return found[0] if found else None
 
 
+def misspelt_channel(env: Mapping[str, str]) -> str | None:
+    """Why the environment is refused: a variable that most likely meant an alert setting and
+    is none (the other misspelt knobs are only warned about, see advice)."""
+    said = misspelt_alert(env)
+    if said:
+        return said
+    for key in sorted(env):
+        if key in NOT_SETTINGS or not key.startswith(KNOB_PREFIXES) or is_genesis_key(key):
+            continue
+        near = closest(key)
+        if near and near.startswith(ALERT_PREFIX):  # then the nearest of the alert settings, by its channel first
+            alerts = {name[len(ALERT_PREFIX):]: name for name, _, _ in ALERT_KNOBS if name.startswith(ALERT_PREFIX)}
+            tail = difflib.get_close_matches(key.split("_", 1)[-1], list(alerts), n=1, cutoff=CLOSE)
+            return alert_refusal(key, alerts[tail[0]] if tail else
+                                 difflib.get_close_matches(key, list(alerts.values()), n=1, cutoff=0)[0])
+    return None
+
+
 def _meant(key: str, phases: tuple[str, ...] = ()) -> str:
     near = closest(key, phases)
     return f"; did you mean {near}?" if near else ""
@@ -284,6 +305,9 @@ def parse_file(path: Path) -> dict[str, str]:
 
 
 def gather(project: Path, env: Mapping[str, str], flags: Mapping[str, str]) -> dict[str, Setting]:
+    refused = misspelt_channel(env)
+    if refused:
+        raise ConfigError(refused)
     merged: dict[str, Setting] = {k.name: Setting(k.default, "default") for k in KNOBS if k.default is not None}
     for source, values in (("file", parse_file(project / CONFIG_FILE)),
                            ("env", {k: v for k, v in env.items() if is_genesis_key(k)}),

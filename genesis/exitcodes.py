@@ -23,6 +23,7 @@ STATE_LOST = 26        # Genesis's own state (its lock, the run's settings) was 
 HISTORY_REWRITTEN = 27 # a phase rewrote or deleted history, switched branch or detached HEAD (see GENESIS_ALLOW_HISTORY_REWRITE)
 UNTRUSTED_COMMAND = 28 # a command genesis.conf names is new or changed since the last start: approve it
 SANDBOX_UNAVAILABLE = 29  # the box GENESIS_SANDBOX names cannot run here: install it, or choose auto or off
+ALERT_FAILED = 30       # `genesis alert test`: an alert channel failed (the others' outcome is printed)
 AGENT_STALE = 124      # run-phase: no heartbeat for the stale window; tree killed
 AGENT_OVERTIME = 125   # run-phase: over the runtime cap; tree killed
 INTERRUPTED_HUP = 129  # SIGHUP (the terminal or SSH session closed)

@@ -9,8 +9,8 @@ from typing import Any, Iterable, Mapping
 
 from genesis.clock import parse_iso
 
-__all__ = ["LABELS", "WAIT_LABELS", "FORMER", "ending_label", "sanitize", "one_line", "duration", "epoch_of", "money",
-           "reported", "details"]
+__all__ = ["LABELS", "WAIT_LABELS", "WINDOW_LABELS", "FORMER", "ending_label", "sanitize", "one_line", "duration",
+           "epoch_of", "money", "reported", "details"]
 
 # How a phase's end reads in every view: the watcher's status (exited, stuck, wedged, overtime,
 # api_fatal, interrupted, not_started), the loop's ending (finished, failed, limit, outage, fatal,
@@ -26,6 +26,10 @@ FORMER = {"stale": "stuck", "stalled": "stuck"}
 
 WAIT_LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "breaker cooldown",
                "retry": "retry of a stuck phase"}
+
+# The window that ended a phase, as its phase_end event and incident record it (`window`).
+WINDOW_LABELS = {"stale": "the stale window (no heartbeat)", "tool_silent": "the tool-silent window",
+                 "tool_busy": "the tool-busy maximum, then the stale window", "runtime": "the runtime cap"}
 
 
 # Terminal control sequences: CSI (ESC [ or 0x9b) with its parameters; OSC, DCS, SOS, PM and

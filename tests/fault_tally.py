@@ -10,7 +10,7 @@ import json
 import re
 import sys
 
-FAULTS = 85
+FAULTS = 91
 
 
 def main(pytest_json: str, bats_tap: str) -> int:

@@ -85,6 +85,8 @@ READ = {
     "GENESIS_NOTIFY_TIMEOUT_SECONDS": (lambda c: c.alerts.timeout, float),
     "GENESIS_NOTIFY_RETRIES": (lambda c: c.alerts.retries, int),
     "GENESIS_TRIAGE_TIMEOUT_SECONDS": (lambda c: c.alerts.triage_timeout, float),
+    **{f"GENESIS_NOTIFY_{key}_MIN_SEVERITY": ((lambda c, name=name: c.alerts.minimum(name)), str)
+       for name, key in (("desktop", "DESKTOP"), ("webhook", "WEBHOOK"), ("ntfy", "NTFY"), ("command", "CMD"))},
     "GENESIS_LOG_DIR": (lambda c: c.log_dir.relative_to(c.project).as_posix(), str),
     "GENESIS_STOP_FLAG": (lambda c: c.stop_flag.relative_to(c.project).as_posix(), str),
 }
@@ -327,3 +329,20 @@ def test_the_box_and_the_memory_cap(project, env, held):
 def test_a_bad_box_or_memory_cap_is_refused(project, env, message):
     with pytest.raises(ConfigError, match=message):
         resolve(project, env=env)
+
+
+@pytest.mark.fault(89)
+@pytest.mark.parametrize("typo, meant", [("GENESIS_NOTIFY_WEBHOK", "GENESIS_NOTIFY_WEBHOOK"),
+                                         ("GENESIS_NOTIFY_COMMAND", "GENESIS_NOTIFY_CMD"),
+                                         ("GENESIS_NTFY", "GENESIS_NOTIFY_NTFY"),
+                                         ("GENESIS_NOTIFI_WEBHOOK", "GENESIS_NOTIFY_WEBHOOK")])
+def test_a_misspelt_alert_channel_in_the_environment_is_refused_not_only_warned_about(project, typo, meant):
+    with pytest.raises(ConfigError) as caught:
+        resolve(project, env={typo: "https://ntfy.sh/night"})
+    assert str(caught.value).startswith(f"{typo} is set in the environment but is not an alert setting; did you "
+                                        f"mean {meant}?")
+    # Any other misspelt knob is still warned about only, and Genesis's own variables are no typo.
+    env = {"GENESIS_MAX_ITERATONS": "3", "GENESIS_ALERT_TEXT": "x", "GENESIS_ALERT_SEVERITY": "high"}
+    assert advice(resolve(project, env=env), env) == [
+        "GENESIS_MAX_ITERATONS is set in the environment but is not a setting, so it is ignored; did you mean "
+        "GENESIS_MAX_ITERATIONS?"]

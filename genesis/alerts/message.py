@@ -1,5 +1,8 @@
 """What a notification says, per channel: one short text, a Slack-compatible payload, ntfy's
-headers. Every text is made safe and redacted once more here: whatever a ticket carries (an
+headers. Every channel leads with one title (the project and the cause: "night2: Builder
+stuck, retrying"), then a few short lines: what happened, what Genesis already did, whether
+you must act. The whole ticket rides along for machines (the webhook's `genesis` key, the
+command's stdin). Every text is made safe and redacted once more here: whatever a ticket carries (an
 agent's words among them), no escape code reaches a screen and no secret of this machine's
 environment leaves it."""
 
@@ -13,7 +16,7 @@ from genesis.redact import redact
 from genesis.alerts.tickets import Ticket
 from genesis.words import one_line
 
-__all__ = ["title", "text", "slack_payload", "ntfy_headers", "safe_ticket", "PRIORITY"]
+__all__ = ["title", "body", "text", "slack_payload", "ntfy_headers", "safe_ticket", "PRIORITY"]
 
 PRIORITY = {"low": "low", "medium": "default", "high": "high", "critical": "urgent"}
 TAGS = {"low": "information_source", "medium": "warning", "high": "rotating_light", "critical": "sos"}
@@ -34,17 +37,19 @@ def _name(project: str) -> str:
 
 
 def title(ticket: Ticket, env: Mapping[str, str] | None = None) -> str:
-    what = "loop ended" if ticket.final else ticket.severity
-    return redact(f"Genesis {_name(ticket.project)}: {what}", env)
+    """`project: cause`, short enough for a phone's one line."""
+    return redact(one_line(f"{_name(ticket.project)}: {ticket.headline or ticket.cause}", None), env)
+
+
+def body(ticket: Ticket, env: Mapping[str, str] | None = None) -> list[str]:
+    """The few lines under the title (an older ticket without its own: its evidence and what to do)."""
+    lines = list(ticket.lines) or [ticket.evidence, f"What to do: {ticket.suggested_action}"]
+    return [redact(one_line(line, None), env) for line in lines if line]
 
 
 def text(ticket: Ticket, env: Mapping[str, str] | None = None) -> str:
-    """Plain text: the cause on the first line, then the evidence and what to do."""
-    where = ", ".join(filter(None, [ticket.phase, f"iteration {ticket.iteration}" if ticket.iteration is not None
-                                    else ""]))
-    lines = [f"[{ticket.severity}] {_name(ticket.project)}: {ticket.cause}" + (f" ({where})" if where else ""),
-             ticket.evidence, f"What to do: {ticket.suggested_action}", f"run {ticket.run_id}"]
-    return redact("\n".join(one_line(line, None) for line in lines if line), env)
+    """Plain text: the title on the first line, then the body's lines."""
+    return "\n".join([title(ticket, env), *body(ticket, env)])
 
 
 def _mrkdwn(value: str) -> str:
@@ -54,13 +59,13 @@ def _mrkdwn(value: str) -> str:
 def slack_payload(ticket: Ticket, env: Mapping[str, str] | None = None) -> dict:
     """Slack's incoming-webhook shape ({text, blocks}) plus the whole ticket under "genesis"."""
     where = " · ".join(filter(None, [f"run {ticket.run_id}", ticket.phase,
-                                     f"iteration {ticket.iteration}" if ticket.iteration is not None else ""]))
-    head = one_line(f"{EMOJI[ticket.severity]} *{ticket.severity}* · {_name(ticket.project)} · {ticket.cause}", None)
-    said = (f"{one_line(ticket.evidence or ticket.reasoning, None)}\n"
-            f"*What to do:* {one_line(ticket.suggested_action, None)}")
+                                     f"iteration {ticket.iteration}" if ticket.iteration is not None else "",
+                                     ticket.severity]))
+    head = f"{EMOJI[ticket.severity]} *{title(ticket, env)}*"
+    said = "\n".join(body(ticket, env))
     blocks = [
         {"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(redact(head, env))}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(redact(said, env))}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(said)}},
         {"type": "context", "elements": [{"type": "mrkdwn", "text": _mrkdwn(redact(one_line(where, None), env))}]},
     ]
     return {"text": text(ticket, env), "blocks": blocks, "genesis": safe_ticket(ticket, env)}
@@ -75,5 +80,13 @@ def _header(value: str) -> str:
 
 
 def ntfy_headers(ticket: Ticket, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    tags = ["genesis", TAGS[ticket.severity]] + (["checkered_flag"] if ticket.final else [])
-    return {"Title": _header(title(ticket, env)), "Priority": PRIORITY[ticket.severity], "Tags": ",".join(tags)}
+    """Title, priority, tags; a stall being retried and its resolution share one sequence id,
+    so that ntfy 2.16 and later replace the stall's notification in place (an older server
+    ignores the header: the resolution is a follow-up)."""
+    tags = ["genesis", "white_check_mark" if ticket.resolves else TAGS[ticket.severity]] + \
+        (["checkered_flag"] if ticket.final else [])
+    headers = {"Title": _header(title(ticket, env)), "Priority": PRIORITY[ticket.severity], "Tags": ",".join(tags)}
+    sequence = ticket.resolves or (ticket.ticket_id if ticket.kind == "retry" else None)
+    if sequence:
+        headers["X-Sequence-ID"] = sequence
+    return headers

@@ -20,14 +20,15 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Collection, Mapping
 
 from genesis.alerts.bounded import run_bounded
+from genesis.alerts.channels import configured
 from genesis.alerts.message import ntfy_headers, safe_ticket, slack_payload, text, title
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.tickets import Ticket
 
-__all__ = ["Channel", "Failed", "channels_for", "deliver", "post"]
+__all__ = ["Channel", "Failed", "Told", "channels_for", "deliver", "tell", "post"]
 
 MAX_RESPONSE = 64 << 10
 USER_AGENT = "genesis-alerts"
@@ -40,6 +41,15 @@ class Failed(Exception):
     def __init__(self, message: str, retry: bool = True):
         super().__init__(message)
         self.retry = retry
+
+
+@dataclass(frozen=True)
+class Told:
+    """What became of one ticket: the channels that took it, those that failed (with why) and
+    those skipped because the ticket is below their minimum severity (with why)."""
+    delivered: tuple[str, ...]
+    failed: Mapping[str, str]
+    skipped: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -154,26 +164,23 @@ def _desktop(tool: str | None, platform: str, env: Mapping[str, str]) -> Channel
     return Channel("desktop", send)
 
 
-def _has_desktop(platform: str, env: Mapping[str, str]) -> bool:
-    return platform == "darwin" or any(env.get(k) for k in ("DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS"))
-
-
 def channels_for(settings: AlertSettings, env: Mapping[str, str] | None = None,
                  which: Callable[..., str | None] = shutil.which, platform: str = sys.platform) -> list[Channel]:
-    """The configured channels. Desktop `auto` needs the tool and a desktop session; `true`
-    without the tool is a channel that fails, saying so."""
+    """The configured channels that can send (channels.configured). Desktop `auto` needs the
+    tool and a desktop session; `true` without the tool is a channel that fails, saying so."""
     env = dict(os.environ if env is None else env)
     found: list[Channel] = []
-    if settings.desktop != "false":
-        tool = which("osascript" if platform == "darwin" else "notify-send", path=env.get("PATH"))
-        if settings.desktop == "true" or (tool is not None and _has_desktop(platform, env)):
-            found.append(_desktop(tool, platform, env))
-    if settings.webhook:
-        found.append(_webhook(settings.webhook, env))
-    if settings.ntfy:
-        found.append(_ntfy(settings.ntfy, env))
-    if settings.command:
-        found.append(_command(settings.command, env))
+    for state in configured(settings, env, which, platform):
+        if state.off:
+            continue
+        if state.name == "desktop":
+            found.append(_desktop(state.tool, platform, env))
+        elif state.name == "webhook" and settings.webhook:
+            found.append(_webhook(settings.webhook, env))
+        elif state.name == "ntfy" and settings.ntfy:
+            found.append(_ntfy(settings.ntfy, env))
+        elif state.name == "command" and settings.command:
+            found.append(_command(settings.command, env))
     return found
 
 
@@ -225,3 +232,20 @@ def deliver(ticket: Ticket, channels: list[Channel], settings: AlertSettings, de
     failed = {c.name: results.get(c.name) or "still trying at the deliverer's deadline"
               for c, _ in threads if c.name not in delivered}
     return delivered, failed
+
+
+def tell(ticket: Ticket, settings: AlertSettings, deadline: float, env: Mapping[str, str] | None = None,
+         to: Collection[str] | None = None, sleep: Callable[[float], None] = time.sleep,
+         which: Callable[..., str | None] = shutil.which, platform: str = sys.platform) -> Told:
+    """Send ticket through every channel whose minimum severity it reaches (the loop's end
+    included: by its own severity), until deadline (monotonic). `to`: only these channels,
+    whatever their minimum: a follow-up (a resolved stall) goes wherever its ticket went."""
+    channels = channels_for(settings, env, which, platform)
+    if to is not None:
+        chosen, skipped = [c for c in channels if c.name in to], {}
+    else:
+        chosen = [c for c in channels if settings.wants(c.name, ticket.severity)]
+        skipped = {c.name: f"{ticket.severity} is below its minimum severity, {settings.minimum(c.name)}"
+                   for c in channels if not settings.wants(c.name, ticket.severity)}
+    delivered, failed = deliver(ticket, chosen, settings, deadline, sleep) if chosen else ([], {})
+    return Told(tuple(delivered), failed, skipped)

@@ -1,7 +1,8 @@
 """Triage: is a ticket worth waking someone for?
 
-The rules are its criteria, applied in order: the loop's end is always told;
-low, transient and already-told tickets are dismissed; serious, long or looping ones
+The rules are its criteria, applied in order: the loop's end is always told; a
+resolution is told when what it resolves was; low, transient and already-told tickets are
+dismissed; a stall being retried is told (quietly); serious, long or looping ones
 intervene; anything else is dismissed. An optional command (a `claude -p` call, say) may
 decide instead; whatever goes wrong with it, the rules decide and say why.
 """
@@ -46,6 +47,9 @@ def by_rules(ticket: Ticket, recent: Sequence[Ticket]) -> Verdict:
     steps = ticket.steps_since_success
     if ticket.final:
         return verdict(INTERVENE, "the loop's end is always told")
+    if ticket.kind == "resolved":  # the deliverer found the told ticket it resolves, or none
+        return verdict(INTERVENE, "it resolves a stall that was told") if ticket.resolves else \
+            verdict(DISMISS, "no stall of this phase was told: nothing to resolve")
     if ticket.severity == "low" and (steps or 0) < LOW_STEPS:
         return verdict(DISMISS, f"low severity, {steps or 0} steps since the last success (under {LOW_STEPS})")
     if ticket.cause == LIMIT_CAUSE:
@@ -58,6 +62,8 @@ def by_rules(ticket: Ticket, recent: Sequence[Ticket]) -> Verdict:
                                 f"minutes): no repeated pages")
     if ticket.severity in ("high", "critical"):
         return verdict(INTERVENE, f"{ticket.severity} severity")
+    if ticket.kind == "retry":
+        return verdict(INTERVENE, "a stall Genesis retries: told once, quietly, and resolved if the retry recovers")
     if steps is not None and steps >= MANY_STEPS:
         return verdict(INTERVENE, f"{steps} steps since the last success (at least {MANY_STEPS})")
     if ticket.stall_minutes is not None and ticket.stall_minutes > STALL_MINUTES:
@@ -132,7 +138,7 @@ def triage(ticket: Ticket, recent: Sequence[Ticket], command: Sequence[str] | No
     """The rules' verdict, or the command's when one is set and answers; final tickets skip
     the command (the loop's end is always told)."""
     rules = by_rules(ticket, recent)
-    if ticket.final or not command:
+    if ticket.final or ticket.kind == "resolved" or not command:
         return rules
     said = by_command(ticket, command, timeout, env)
     if isinstance(said, Verdict):

@@ -78,6 +78,8 @@ class Incident:
     git_status: tuple[str, ...]
     git_error: str = ""
     notes: tuple[str, ...] = ()          # what was left out, and why
+    window: str | None = None            # the window that fired: stale, tool_silent, tool_busy, runtime (None: none)
+    log: str = ""                        # the attempt's own transcript, whose tail `transcript` is
 
     @property
     def base_id(self) -> str:
@@ -92,7 +94,8 @@ class Incident:
 def capture(root: ProcId | None, extra: list[ProcId], *, phase: str, iteration: int, run_id: str, reason: str,
             kind: str, heartbeat: dict | None, tool_in_flight: dict | None, tool_calls: list[dict],
             transcript: list[str], project: Path, now: float, mono: Callable[[], float] = time.monotonic,
-            budget: float = PROC_BUDGET, git_timeout: float = GIT_BUDGET) -> Incident:
+            budget: float = PROC_BUDGET, git_timeout: float = GIT_BUDGET, window: str | None = None,
+            log: str = "") -> Incident:
     """Everything worth knowing about a run about to be killed; never raises for what it
     cannot read (that is said in the incident instead). `now` is the wall clock, `mono`
     the clock the time budget is measured on."""
@@ -107,7 +110,7 @@ def capture(root: ProcId | None, extra: list[ProcId], *, phase: str, iteration: 
                     iteration=int(iteration), run_id=str(run_id), project=str(project), processes=tuple(procs),
                     ports=tuple(ports), tool_in_flight=_plain(tool_in_flight), tool_calls=tuple(_plain(c) for c in calls),
                     heartbeat=_plain(heartbeat), transcript=tuple(_cut(str(x), TEXT_WIDTH) for x in lines),
-                    git_status=tuple(status), git_error=git_error, notes=tuple(notes))
+                    git_status=tuple(status), git_error=git_error, notes=tuple(notes), window=window, log=str(log))
 
 
 # --- the process tree ------------------------------------------------------------------

@@ -10,7 +10,7 @@ import time
 from typing import Any, Iterable
 
 from genesis.health.capture import CMD_WIDTH, TEXT_WIDTH, Incident, Proc
-from genesis.words import ending_label, sanitize
+from genesis.words import WINDOW_LABELS, ending_label, sanitize
 
 __all__ = ["render", "safe_line"]
 
@@ -20,6 +20,7 @@ def render(incident: Incident, ident: str) -> str:
     out = [f"Genesis incident {ident}",
            f"{safe_line(inc.phase, 60)}, iteration {inc.iteration}, run {safe_line(inc.run_id, 80)}, at {_iso(inc.at)}",
            f"ended: {ending_label(safe_line(inc.kind, 40))}: {safe_line(inc.reason, 1000)}",
+           f"window that fired: {WINDOW_LABELS.get(inc.window or '', safe_line(inc.window or 'none', 40))}",
            f"tool in flight: {_tool_in_flight(inc.tool_in_flight, inc.at)}",
            f"project: {safe_line(inc.project, 300)}"]
     for note in inc.notes:
@@ -50,7 +51,8 @@ def render(incident: Incident, ident: str) -> str:
     else:
         out.append(safe_line(str(inc.heartbeat), 1000) if inc.heartbeat else "(none)")
 
-    out += ["", f"== transcript tail ({len(inc.transcript)} lines) =="]
+    of = f" of {safe_line(inc.log, 300)}" if inc.log else ""
+    out += ["", f"== transcript tail ({len(inc.transcript)} lines{of}) =="]
     out += [safe_line(line, TEXT_WIDTH) for line in inc.transcript] or ["(empty)"]
 
     out += ["", "== git status =="]

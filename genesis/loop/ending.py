@@ -8,11 +8,13 @@ from pathlib import Path
 
 from genesis.loop.step import Step
 from genesis.phases import DoneRule, Phase
-from genesis.watch.agentlog import tail
+from genesis.watch.evidence import transcript_tail
 from genesis.watch.supervisor import Outcome
 from genesis.words import LABELS, sanitize
 
 __all__ = ["how_it_ended", "said_done", "reported", "describe", "commit_message"]
+
+CONSOLE_LINES = 12  # of a killed agent's evidence, said on the console
 
 
 def how_it_ended(outcome: Outcome) -> str:
@@ -55,9 +57,12 @@ def reported(outcome: Outcome) -> dict:
     }
 
 
-def describe(step: Step, phase: Phase, outcome: Outcome, log: Path, ending: str) -> str:
-    """Say how the phase ended; return the reason the ledger and the report keep."""
+def describe(step: Step, phase: Phase, outcome: Outcome, log: Path, ending: str,
+             lines: list[str] | None = None) -> str:
+    """Say how the phase ended; return the reason the ledger and the report keep. `lines`: the
+    attempt's evidence as recorded with its end (read from its log when not given)."""
     say, took = step.say, f"{outcome.duration:.0f}s"
+    lines = transcript_tail(log) if lines is None else lines
     result = outcome.ending.result if outcome.ending is not None else None
     cost = (f", {result.num_turns} turns" if result and result.num_turns is not None else "") + \
         (f", ${result.total_cost_usd:.4f}" if result and result.total_cost_usd is not None else "")
@@ -71,7 +76,7 @@ def describe(step: Step, phase: Phase, outcome: Outcome, log: Path, ending: str)
         say(f"{phase.name}: {detail} (after {took}; see {step.rel(log)})", "warn")
         return detail
     if outcome.status == "exited":
-        last = next((line for line in reversed(tail(log)) if line.strip()), "")
+        last = lines[-1] if lines else ""
         detail = f"the agent exited with status {outcome.returncode}" + (f"; its last line: {last}" if last else "")
         say(f"{phase.name}: {detail} (after {took}; see {step.rel(log)})", "warn")
         return detail
@@ -83,7 +88,7 @@ def describe(step: Step, phase: Phase, outcome: Outcome, log: Path, ending: str)
     label = LABELS.get(outcome.status, outcome.status)
     say(f"{phase.name}: {label}: {outcome.detail}{killed}", "error" if outcome.status != "interrupted" else "warn")
     if outcome.status != "interrupted":
-        for line in tail(log):
+        for line in lines[-CONSOLE_LINES:]:
             say(f"  | {line}", "info")
     return outcome.detail
 

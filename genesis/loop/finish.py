@@ -4,18 +4,28 @@ agent's, the lock released, the night summed up."""
 from __future__ import annotations
 
 import time
+from typing import Callable
 
+from genesis.alerts.deliver import deadline_seconds
+from genesis.alerts.notify import channels_for
 from genesis.hints import hint
 from genesis.loop.guard import breaker_store, mirror_breaker
 from genesis.loop.reap import reap
 from genesis.loop.step import Step, ledger_of
 from genesis.procs.markers import markers_for
 from genesis.repo.ownership import remember, user_files
-from genesis.reporting.load import night
+from genesis.repo.tasks import DONE, read_tasks
+from genesis.ledger.store import LedgerError
+from genesis.reporting.load import final_alert_recorded, night
 from genesis.reporting.text import render_text
 from genesis.store.looplock import release
 
-__all__ = ["finish"]
+__all__ = ["finish", "FINAL_ALERT_WAIT"]
+
+# Seconds the loop's end waits for its alert's outcome (never past the deliverer's own
+# deadline), so that the report it prints says where the alert went.
+FINAL_ALERT_WAIT = 5.0
+POLL = 0.1
 
 
 def finish(step: Step, reason: str, code: int) -> None:
@@ -34,15 +44,62 @@ def finish(step: Step, reason: str, code: int) -> None:
         step.say(f"could not write the breaker file: {exc}", "warn")
     release(step.layout.loop_record, step.run_id)
     _end_open_phases(step, reason)
-    step.event("loop_end", reason=reason, exit_code=code)
+    step.event("loop_end", reason=reason, exit_code=code, summary=_summary(step))
+    sending = _await_final_alert(step)
     try:
-        text = render_text(night(ledger_of(step.layout), step.run_id, incidents_dir=step.layout.incidents_dir))
+        text = render_text(night(ledger_of(step.layout), step.run_id, incidents_dir=step.layout.incidents_dir),
+                           sending=sending)
     except Exception as exc:  # noqa: BLE001 - the loop's end must not fail on its summary
         step.say(f"no summary: the ledger could not be read ({exc}); `{hint(step.cfg.project, 'report')}` may "
                  f"say more", "warn")
         return
     for line in text.rstrip("\n").splitlines():
         step.say(line, "info")
+
+
+def _await_final_alert(step: Step, clock: Callable[[], float] = time.monotonic,
+                       sleep: Callable[[float], None] = time.sleep) -> tuple[str, ...]:
+    """Wait, bounded, for the deliverer of the loop's end's ticket to record what the channels
+    did; returns the channels it was telling (none set: no wait, nothing will go out)."""
+    settings = step.cfg.alerts
+    try:
+        channels = tuple(c.name for c in channels_for(settings))
+    except Exception:  # noqa: BLE001 - the report goes out whatever the alert settings are
+        return ()
+    if not channels:
+        return ()
+    deadline = clock() + min(FINAL_ALERT_WAIT, deadline_seconds(settings))
+    while True:
+        try:
+            if final_alert_recorded(ledger_of(step.layout), step.run_id):
+                break
+        except (LedgerError, OSError):
+            break
+        if clock() >= deadline:
+            break
+        sleep(POLL)
+    return channels
+
+
+def _summary(step: Step, now: float | None = None) -> dict:
+    """The night in numbers, for the end-of-night message: tasks done and open (TASKS.md now,
+    and ticked tonight), commits, iterations, abnormal phases, incidents, cost, duration.
+    What cannot be read is left out (the message says what it knows)."""
+    found: dict = {}
+    try:
+        summed = night(ledger_of(step.layout), step.run_id, running=True, incidents_dir=step.layout.incidents_dir)
+        found.update(commits=len(summed.commits), iterations=len(summed.iterations), abnormal=len(summed.abnormal),
+                     incidents=len(summed.incidents), tasks_tonight=len(summed.tasks_done), cost_usd=summed.cost_usd,
+                     duration=round((time.time() if now is None else now) - summed.started, 1))
+    except Exception:  # noqa: BLE001 - the loop's end must not fail on its summary
+        pass
+    try:
+        tasks = read_tasks(step.cfg.project)
+    except (OSError, ValueError):
+        tasks = None
+    if tasks is not None and tasks.items:
+        found.update(tasks_done=tasks.count(DONE), tasks_total=len(tasks.items))
+    return found
 
 
 def _said(step: Step, code: int) -> str | None:

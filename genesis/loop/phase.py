@@ -37,6 +37,7 @@ from genesis.repo.ownership import remember, user_files
 from genesis.repo.signing import unsigned_for
 from genesis.sandbox.box import Box
 from genesis.store.atomicio import DiskFull
+from genesis.watch.evidence import transcript_tail
 from genesis.watch.supervisor import AgentRun, Limits, Outcome, supervise
 
 __all__ = ["run_phase", "phase_lost", "WATCHER_DEATHS_MAX"]
@@ -49,6 +50,7 @@ class Attempt:
     """What one run of a phase's agent is: its command, its adapter, and where it writes."""
     base: tuple[str, ...]          # the agent command before the adapter's flags (a retry may use the fallback)
     number: int                    # retries of this phase in this iteration so far
+    ordinal: int                   # this phase's nth start in this iteration (a retry, a run after a wait): its logs
     adapter: Adapter
     argv: tuple[str, ...]
     log: Path
@@ -80,16 +82,17 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     at_start = keep_at_phase(step, iteration, phase.name)
     _note_leftovers(step, f"when {phase.name} started, iteration {iteration}")
     step.event("phase_start", iteration=iteration, phase=phase.name, log=str(attempt.log), epoch=started,
-               attempt=attempt.number)
+               attempt=attempt.number, raw_log=str(attempt.raw_log) if attempt.raw_log else None)
     outcome = _watch(step, phase, iteration, attempt)
     ending = how_it_ended(outcome)
-    detail = describe(step, phase, outcome, attempt.log, ending)
+    lines = transcript_tail(attempt.log)  # this attempt's own evidence, kept with its end
+    detail = describe(step, phase, outcome, attempt.log, ending, lines)
     step.event("phase_end", iteration=iteration, phase=phase.name, pid=outcome.pid, box_pid=outcome.box_pid,
                status=outcome.status, returncode=outcome.returncode, duration=round(outcome.duration, 2),
                killed=(outcome.kill.targets if outcome.kill else 0),
                sigkilled=(outcome.kill.killed if outcome.kill else 0), swept=outcome.swept, detail=detail,
                ending=ending, started=started, api_retries=outcome.api_retries, attempt=attempt.number,
-               would_kill=list(outcome.would_kill[-3:]),
+               would_kill=list(outcome.would_kill[-3:]), window=outcome.window, log=str(attempt.log), tail=lines,
                said_done=said_done(step.cfg.done_when, outcome), **reported(outcome))
     reap(step, "after " + phase.name)
     rewrites = history_of(step, iteration, phase.name, at_start)
@@ -156,10 +159,22 @@ def _prepare(step: Step, phase: Phase, iteration: int) -> Attempt:
     suffix = adapter.raw_suffix(argv)
     box = box_for(step, argv, agent_env(step, phase.name, iteration))  # a named box gone: exit 29 before the start
     compare_with_start(step, box)
-    return Attempt(base, recovery.retries_so_far(step, iteration, phase.name), adapter, argv,
-                   lay.agent_log(step.run_id, iteration, phase.name),
-                   lay.agent_log(step.run_id, iteration, phase.name, suffix) if suffix else None, hb,
+    nth = _ordinal(step, iteration, phase.name)
+    return Attempt(base, recovery.retries_so_far(step, iteration, phase.name), nth, adapter, argv,
+                   lay.agent_log(step.run_id, iteration, phase.name, attempt=nth),
+                   lay.agent_log(step.run_id, iteration, phase.name, suffix, attempt=nth) if suffix else None, hb,
                    agent_env(step, phase.name, iteration), read_prompt(phase.prompt_file), box=box)
+
+
+def _ordinal(step: Step, iteration: int, phase: str) -> int:
+    """Which start of the phase in this iteration this is (1: its first), for its logs' names: the
+    most of what the ledger recorded and what the log folder holds, so that neither a ledger that
+    cannot be read nor a log folder deleted mid-run makes two attempts share a log."""
+    started = sum(1 for e in step.events(kinds=("phase_start",), iteration=iteration) if e.get("phase") == phase)
+    nth = started + 1
+    while nth < started + 1000 and os.path.lexists(step.layout.agent_log(step.run_id, iteration, phase, attempt=nth)):
+        nth += 1
+    return nth
 
 
 def _watch(step: Step, phase: Phase, iteration: int, attempt: Attempt) -> Outcome:
@@ -250,6 +265,14 @@ def _act_on(step: Step, phase: Phase, iteration: int, outcome: Outcome, ending: 
     return outcome.exit_code
 
 
+def _open_attempt_log(step: Step, iteration: int, phase: str) -> str | None:
+    """The log of the phase's attempt that started and has not ended (None: none, e.g. a watcher
+    that died before it recorded its start: an earlier attempt's log is not its evidence)."""
+    last = [e for e in step.events(kinds=("phase_start", "phase_end"), iteration=iteration) if e.get("phase") == phase]
+    log = last[-1].get("log") if last and last[-1].get("event") == "phase_start" else None
+    return log if isinstance(log, str) else None
+
+
 def phase_lost(step: Step, phase: str, iteration: int, status: int) -> int:
     """A watcher that died (SIGKILL, or a signal the loop did not send) is a failed phase, not
     the end of the night: its run is reaped by identity and the loop goes on, up to
@@ -258,8 +281,10 @@ def phase_lost(step: Step, phase: str, iteration: int, status: int) -> int:
     how = f"died of signal {signal_no}" if signal_no else f"exited with status {status}"
     step.say(f"{phase}: the watcher {how}; the phase counts as failed and its processes are ended", "error")
     found = reap(step, f"after the watcher of {phase} died")
+    log = _open_attempt_log(step, iteration, phase)
     step.event("phase_end", iteration=iteration, phase=phase, pid=None, status="watcher_lost", returncode=status,
-               duration=0, killed=len(found.leftovers), sigkilled=0, detail=f"the watcher {how}")
+               duration=0, killed=len(found.leftovers), sigkilled=0, detail=f"the watcher {how}", log=log,
+               tail=transcript_tail(Path(log)) if log else [])
     deaths = sum(1 for e in step.events(kinds=("phase_end",))
                  if e.get("event") == "phase_end" and e.get("status") == "watcher_lost")
     if deaths >= WATCHER_DEATHS_MAX:

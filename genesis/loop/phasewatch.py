@@ -19,7 +19,7 @@ from genesis.phases import Phase
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.progress import Fingerprint, fingerprint
 from genesis.store.atomicio import CorruptFile, read_json, write_json
-from genesis.watch.agentlog import tail
+from genesis.watch.evidence import transcript_tail
 from genesis.watch.decide import Judgement
 
 __all__ = ["incident_keeper", "on_check", "judge_of", "repo_changed", "health_keeper"]
@@ -28,7 +28,7 @@ __all__ = ["incident_keeper", "on_check", "judge_of", "repo_changed", "health_ke
 def incident_keeper(step: Step, phase: Phase, iteration: int, heartbeat: Path, log: Path):
     """Records what an abnormal phase was doing, just before its tree is killed."""
 
-    def keep(root, found, kind: str, reason: str) -> None:
+    def keep(root, found, kind: str, reason: str, window: str | None = None) -> None:
         calls = read_tail(tool_log_path(heartbeat))
         flying = in_flight(calls)
         try:
@@ -38,15 +38,15 @@ def incident_keeper(step: Step, phase: Phase, iteration: int, heartbeat: Path, l
         extra = [p for p in found if root is None or p != root]
         inc = capture(root, extra, phase=phase.name, iteration=iteration, run_id=step.run_id, reason=reason,
                       kind=kind, heartbeat=beat if isinstance(beat, dict) else None,
-                      tool_in_flight=flying, tool_calls=calls[-20:], transcript=tail(log, 40),
-                      project=step.cfg.project, now=time.time(), git_timeout=2.0)
+                      tool_in_flight=flying, tool_calls=calls[-20:], transcript=transcript_tail(log),
+                      project=step.cfg.project, now=time.time(), git_timeout=2.0, window=window, log=str(log))
         path = write(inc, step.layout.incidents_dir)
         step.say(f"{phase.name}: incident recorded: `{hint(step.cfg.project, 'incidents', 'show', path.stem)}`",
                  "info")
         last_beat = beat.get("epoch") if isinstance(beat, dict) else None
         silent = round(time.time() - last_beat, 2) if isinstance(last_beat, (int, float)) else None
         step.event("incident", iteration=iteration, phase=phase.name, id=path.stem, kind=kind, reason=reason[:500],
-                   silent_for=silent)
+                   silent_for=silent, window=window, log=str(log))
 
     return keep
 

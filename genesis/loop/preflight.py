@@ -18,6 +18,7 @@ from typing import Mapping
 from genesis import exitcodes
 from genesis.agents import adapter_of
 from genesis.agents.hook.removal import clear_removal
+from genesis.alerts.channels import banner, configured
 from genesis.config import CONFIG_FILE, Config, advice, read_prompt, snapshot
 from genesis.hints import hint
 from genesis.loop import breaker
@@ -103,6 +104,7 @@ def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False
         f"{duration(cfg.max_outage)}; done when: {cfg.done_when}; ceilings: "
         f"{', '.join(c for c in ceilings if c) or 'none'}")
     say(f"logs: {step.rel(lay.run_dir(step.run_id))}")
+    say(banner(configured(cfg.alerts, os.environ), hint(cfg.project, "alert", "test")))
     announce(step, box)
     step.event("loop_start", project=str(cfg.project), pid=loop_pid, agent=list(cfg.agent_cmd),
                phases=[p.name for p in cfg.phases])

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from genesis.redact import redact_all
-from genesis.reporting.html import render_html
+from genesis.reporting.html import render_pages
 from genesis.reporting.load import UnknownRun, night, open_view, pick_run
-from genesis.reporting.text import render_text
+from genesis.reporting.tasks import task_history
+from genesis.reporting.text import render_text, run_heading
 from genesis.store.atomicio import write_text
 from genesis.store.layout import Layout
 from genesis.store.looplock import current_holder
+from genesis.when import stamp
 from genesis.words import duration
 
 __all__ = ["report", "since_epoch", "PageNotWritten"]
@@ -56,13 +58,13 @@ def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: 
                        else "running" if holder is not None and holder.run_id == r.run_id else "no end recorded")
                 phases = led.query("SELECT COUNT(*), SUM(ending = 'finished') FROM phases WHERE run_id = ?",
                                    (r.run_id,))[0]
-                echo(f"{r.run_id}  started {time.strftime('%Y-%m-%d %H:%M', time.localtime(r.started))}  "
+                echo(f"{r.run_id}  started {stamp(r.started)}  "
                      f"{phases[0]} phase(s), {phases[1] or 0} finished  {end}")
             return
         if run_id is None and after is not None:
             chosen = [r.run_id for r in led.runs(after)]
             if not chosen:
-                raise UnknownRun(f"no Genesis run started since {time.strftime('%Y-%m-%d %H:%M', time.localtime(after))}")
+                raise UnknownRun(f"no Genesis run started since {stamp(after)}")
         else:
             chosen = [pick_run(led, run_id, project=layout.project)]
         # Redacted whole before any rendering: transcript tails and incidents are read from files,
@@ -70,12 +72,15 @@ def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: 
         nights = [redact_all(night(led, rid, running=holder is not None and holder.run_id == rid,
                                    incidents_dir=layout.incidents_dir, now=now)) for rid in chosen]
         if html_file is not None:  # first: a page that cannot be written is said before any report
-            _write_page(html_file, nights, now)
+            _write_page(html_file, [(n, redact_all(task_history(n, layout.project))) for n in nights], now)
         if as_json:
             echo(json.dumps({"runs": [{**_plain(n), "events": redact_all(led.events(n.run_id))} for n in nights]},
                             indent=1, default=str))
-        else:
-            for n in nights:
+        elif len(nights) == 1:
+            echo(render_text(nights[0]).rstrip("\n"))
+        else:  # each run under a heading of its own, a blank line between them
+            for number, n in enumerate(nights, 1):
+                echo(("\n" if number > 1 else "") + run_heading(n, number, len(nights)) + "\n")
                 echo(render_text(n).rstrip("\n"))
     if html_file is not None and not as_json:
         echo(f"HTML report: {html_file}")
@@ -88,7 +93,7 @@ class PageNotWritten(RuntimeError):
 def _write_page(path: Path, nights: list, now: float) -> None:
     """The page, written atomically; its folder made if it is missing."""
 
-    page = render_html(nights[-1], now=now) if len(nights) == 1 else _pages(nights, now)
+    page = render_pages(nights, now)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, page)
@@ -97,21 +102,10 @@ def _write_page(path: Path, nights: list, now: float) -> None:
                              f"file") from None
 
 
-def _pages(nights: list, now: float) -> str:
-    """Several runs on one page: each run's page body one after the other."""
-
-    pages = [render_html(n, now=now) for n in nights]
-    head, _, _ = pages[0].partition("<body")
-    bodies = []
-    for page in pages:
-        body = page.split("<body", 1)[1].split(">", 1)[1].rsplit("</body>", 1)[0]
-        bodies.append(body)
-    return head + "<body>" + "\n<hr>\n".join(bodies) + "</body></html>\n"
-
-
 def _plain(n: Any) -> dict:
     data = dataclasses.asdict(n)
     cost_in, cost_out = n.tokens
     data.update(cost_usd=n.cost_usd, input_tokens=cost_in, output_tokens=cost_out,
-                abnormal=len(n.abnormal), tasks_done=list(n.tasks_done))
+                abnormal=len(n.abnormal), tasks_done=list(n.tasks_done),
+                cost_by_iteration=[{"iteration": i, "cost_usd": cost} for i, cost in n.cost_by_iteration])
     return data

@@ -20,7 +20,7 @@ from genesis.store.atomicio import CorruptFile
 from genesis.store.layout import Layout
 from genesis.watch.agentlog import tail
 
-__all__ = ["UnknownRun", "open_view", "run_events", "night", "MAX_FORENSICS"]
+__all__ = ["UnknownRun", "open_view", "run_events", "night", "final_alert_recorded", "MAX_FORENSICS"]
 
 MAX_FORENSICS = 20_000  # characters of an incident's text kept in the night
 TAIL_LINES = 3          # transcript lines shown under an abnormal phase
@@ -77,12 +77,13 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
     now = time.time() if now is None else now
     run = next(r for r in led.runs() if r.run_id == run_id)
     q = lambda sql: led.query(sql, (run_id,))  # noqa: E731 - every query here is of one run
+    recorded = _recorded_tails(led, run_id)
     phases = [PhaseRow(
         iteration=r["iteration"] or 0, phase=r["phase"], attempt=r["attempt"] or 0, started=r["started"],
         ended=r["ended"], ending=r["ending"], exit_code=r["exit_code"], reason=r["detail"] or r["ending"],
         cost_usd=r["cost_usd"], turns=r["turns"], input_tokens=r["input_tokens"], output_tokens=r["output_tokens"],
         commits=_json_list(r["commits"]), files_changed=r["files_changed"], tasks_done=_json_list(r["tasks_done"]),
-        killed=r["killed"] or 0, log=r["log"], tail=_tail(r["log"], r["ending"]))
+        killed=r["killed"] or 0, log=r["log"], tail=_tail(r["log"], r["ending"], recorded))
         for r in q("SELECT * FROM phases WHERE run_id = ? ORDER BY id")]
     events = led.events(run_id, kinds=("phase_skip", "health", "phase_start", "reap", "incident"))
     skipped: dict[int, list[str]] = {}
@@ -111,15 +112,21 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
     changes = tuple(BreakerChange(at=r["at"], iteration=r["iteration"], before=r["before"], after=r["after"],
                                   no_progress=r["no_progress"] or 0)
                     for r in q("SELECT * FROM breaker_changes WHERE run_id = ? ORDER BY id"))
+    told = {str((e.get("ticket") or {}).get("ticket_id")): e for e in led.events(run_id, kinds=("alert",))
+            if isinstance(e.get("ticket"), dict)}  # what the table leaves out: channels skipped, folded
     alerts = tuple(AlertRow(ticket_id=r["ticket_id"], at=r["at"], severity=r["severity"] or "", cause=r["cause"] or "",
-                            verdict=r["decision"] or "pending", delivered=_json_list(r["delivered"]))
+                            verdict=r["decision"] or "pending", delivered=_json_list(r["delivered"]),
+                            why=r["why"] or "", by=r["decided_by"] or "", failed=_json_keys(r["failed"]),
+                            final=_final(r["ticket"]), kind=r["kind"] or "",
+                            skipped=_json_keys(told.get(r["ticket_id"], {}).get("skipped")),
+                            folded=bool(told.get(r["ticket_id"], {}).get("folded")),
+                            **_ticket_place(r["ticket"]))
                    for r in q("SELECT * FROM alerts WHERE run_id = ? ORDER BY at"))
     kept = led.events(run_id, kinds=("phase_work", "history_rewritten"))
     off = {(e.get("iteration"), e.get("phase")) for e in kept if e["event"] == "phase_work" and e.get("orphaned")}
     commits = tuple(CommitRow(sha=r["sha"], at=r["at"], subject=r["subject"] or "", iteration=r["iteration"],
                               phase=r["phase"], orphaned=(r["iteration"], r["phase"]) in off)
                     for r in q("SELECT * FROM commits WHERE run_id = ? ORDER BY at, rowid"))
-    finals = {r["ticket_id"]: _final(r["ticket"]) for r in q("SELECT ticket_id, ticket FROM alerts WHERE run_id = ?")}
     silent = {str(e.get("id")): float(e["silent_for"]) for e in events
               if e["event"] == "incident" and isinstance(e.get("silent_for"), (int, float))}
     retries = q("SELECT COUNT(*) FROM retries WHERE run_id = ?")[0][0]
@@ -129,10 +136,34 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
         exit_code=run.exit_code, running=running and run.ended is None, iterations=tuple(iterations), waits=waits,
         incidents=incidents, breaker_changes=changes, alerts=alerts, commits=commits,
         kpis=kpis.compute(phases, incidents, silent, [e for e in events if e["event"] in ("health", "phase_start")],
-                          retries, [(a.verdict, finals.get(a.ticket_id, False)) for a in alerts]),
+                          retries, alerts),
         reaped=reaped, history=_history(kept),
         commit_troubles=_commit_troubles(led.events(run_id, kinds=("commit_failed", "index_lock_removed"))),
-        left_out=_left_out(led.events(run_id, kinds=("commit_left_out", "agent_committed_secret"))))
+        left_out=_left_out(led.events(run_id, kinds=("commit_left_out", "agent_committed_secret"))),
+        phase_order=_phase_order(led.events(run_id, kinds=("loop_start",)), events))
+
+
+def final_alert_recorded(led: Ledger, run_id: str) -> bool:
+    """The loop's end's ticket is in the ledger: its deliverer triaged it, told the channels and
+    recorded what they did."""
+    return any(_final(r["ticket"]) for r in led.query("SELECT ticket FROM alerts WHERE run_id = ?", (run_id,)))
+
+
+def _phase_order(starts: list[dict[str, Any]], events: list[dict[str, Any]]) -> tuple[str, ...]:
+    """GENESIS_PHASES as the run used it (its loop_start records them), then any other phase
+    the ledger holds; a run an older Genesis recorded: the order its first iteration started or
+    skipped them."""
+    order: dict[str, None] = {}
+    for e in starts:
+        listed = e.get("phases")
+        if isinstance(listed, list) and listed:
+            order.update((str(name), None) for name in listed)
+            break
+    ran = [e for e in events if e["event"] in ("phase_start", "phase_skip") and e.get("phase")]
+    first = min((e["iteration"] for e in ran if isinstance(e.get("iteration"), int)), default=None)
+    for e in sorted(ran, key=lambda e: e.get("iteration") != first):  # stable: in the order recorded
+        order.setdefault(str(e["phase"]), None)
+    return tuple(order)
 
 
 def _left_out(events: list[dict[str, Any]]) -> tuple[LeftOutRow, ...]:
@@ -170,12 +201,42 @@ def _history(events: list[dict[str, Any]]) -> tuple[HistoryRow, ...]:
     return tuple(rows)
 
 
-def _tail(log: str | None, ending: str) -> tuple[str, ...]:
-    """The last lines of an abnormal phase's transcript, where its log still is."""
+def _recorded_tails(led: Ledger, run_id: str) -> dict[str, list[str]]:
+    """Each attempt's evidence as its phase_end recorded it, by its own log."""
+    return {e["log"]: e["tail"] for e in led.events(run_id, kinds=("phase_end",))
+            if isinstance(e.get("log"), str) and isinstance(e.get("tail"), list)}
+
+
+def _tail(log: str | None, ending: str, recorded: dict[str, list[str]]) -> tuple[str, ...]:
+    """The last lines of an abnormal phase's transcript: as its end recorded them, or, for a run
+    recorded before attempts kept their evidence, read from its log where it still is."""
     if not log or ending in ("finished", "running"):
         return ()
-
+    if log in recorded:
+        return tuple(str(line) for line in recorded[log] if str(line).strip())[-TAIL_LINES:]
     return tuple(line for line in tail(Path(log), TAIL_LINES) if line.strip())
+
+
+def _json_keys(value: Any) -> tuple[str, ...]:
+    """The keys of an object, or of one in JSON text (channel -> why), () if it is none."""
+    try:
+        value = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return ()
+    return tuple(str(k) for k in value) if isinstance(value, dict) else ()
+
+
+def _ticket_place(ticket: Any) -> dict[str, Any]:
+    """The iteration and phase a ticket is about, where it says them."""
+    try:
+        data = json.loads(ticket) if isinstance(ticket, str) else {}
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    iteration, phase = data.get("iteration"), data.get("phase")
+    return {"iteration": iteration if isinstance(iteration, int) and not isinstance(iteration, bool) else None,
+            "phase": phase if isinstance(phase, str) else None}
 
 
 def _final(ticket: Any) -> bool:

@@ -53,6 +53,12 @@ class IterationRow:
     phases: tuple[PhaseRow, ...]
     skipped: tuple[str, ...] = ()  # phases whose trigger said no
 
+    @property
+    def cost_usd(self) -> float | None:
+        """Its phases' costs summed, where the agents reported one (None: none did)."""
+        costs = [p.cost_usd for p in self.phases if p.cost_usd is not None]
+        return sum(costs) if costs else None
+
 
 @dataclass(frozen=True)
 class WaitRow:
@@ -93,6 +99,15 @@ class AlertRow:
     cause: str
     verdict: str                   # dismiss, intervene (or "pending" while triage runs)
     delivered: tuple[str, ...] = ()  # channels that took it: webhook, ntfy, desktop, command
+    why: str = ""                  # the triage's reason for its verdict
+    by: str = ""                   # who decided: rules, or command (GENESIS_TRIAGE_CMD)
+    failed: tuple[str, ...] = ()   # channels that were tried and did not take it
+    final: bool = False            # the loop's end (always told)
+    skipped: tuple[str, ...] = ()  # channels it was below the minimum severity of
+    folded: bool = False           # told in the loop end's message, not on its own
+    kind: str = ""                 # the event that raised it (incident, retry, resolved, loop_end, ...)
+    iteration: int | None = None   # the phase it is about, as its ticket says (None: the run's, or not said)
+    phase: str | None = None
 
 
 @dataclass(frozen=True)
@@ -145,11 +160,14 @@ class Kpis:
     mttr_seconds: float | None     # mean time to recover: the stall is called -> the next phase that finishes
     false_positive_rate: float | None  # stall warnings that recovered on their own / all stall warnings
     retries_per_phase: float | None    # retries / phases run
-    escalation_rate: float | None      # tickets that reached the operator / tickets raised
+    escalation_rate: float | None      # tickets a channel took / tickets raised (None with no channel set)
     detections: int = 0
     recoveries: int = 0
     warnings: int = 0
     tickets: int = 0
+    reached: int = 0               # tickets a channel took
+    intervened: int = 0            # tickets triage said to tell
+    no_channel: bool = False       # tickets were to be told and no channel was set to take them
 
 
 @dataclass(frozen=True)
@@ -172,6 +190,19 @@ class Night:
     history: tuple[HistoryRow, ...] = ()  # what phases did to history (each also stops the loop unless allowed)
     commit_troubles: tuple[CommitTrouble, ...] = ()  # failed auto-commits (abnormal) and stale locks removed
     left_out: tuple[LeftOutRow, ...] = ()  # files kept out of commits, and secret-looking ones the agent committed
+    phase_order: tuple[str, ...] = ()  # GENESIS_PHASES as the run used it ((): unknown, first appearance)
+
+    @property
+    def final_alert(self) -> AlertRow | None:
+        """The ticket of the loop's end, once its deliverer recorded it."""
+        finals = [a for a in self.alerts if a.final]
+        return finals[-1] if finals else None
+
+    @property
+    def cost_by_iteration(self) -> tuple[tuple[int, float], ...]:
+        """(iteration, its phases' cost) for each iteration whose agents reported a cost."""
+        costs = [(it.iteration, it.cost_usd) for it in self.iterations]
+        return tuple((iteration, cost) for iteration, cost in costs if cost is not None)
 
     @property
     def commit_failures(self) -> tuple[CommitTrouble, ...]:

@@ -7,7 +7,6 @@ shared with html.py so both reports say the same thing in the same words.
 from __future__ import annotations
 
 import io
-import time
 
 from rich import box
 from rich.console import Console
@@ -15,22 +14,22 @@ from rich.padding import Padding
 from rich.table import Table
 
 from genesis.hints import hint
-from genesis.reporting.model import IterationRow, Kpis, Night, PhaseRow, WaitRow
+from genesis.reporting.model import AlertRow, IterationRow, Kpis, Night, PhaseRow, WaitRow
+from genesis.when import clock, stamp, zone
 from genesis.words import LABELS, WAIT_LABELS, duration, ending_label, money, one_line, sanitize
 
-__all__ = ["render_text", "clock", "stamp", "outcome", "label", "between", "lasted", "phase_name",
+# clock and stamp are genesis.when's (the reader's zone, said): named here for html.py's sake.
+__all__ = ["render_text", "clock", "stamp", "span", "outcome", "label", "between", "lasted", "phase_name",
            "phase_names", "iteration_headers", "iteration_cells", "ending_line", "summary_line", "wait_span", "where",
-           "kpi_rows"]
+           "kpi_rows", "alert_lines", "final_alert_line", "run_heading"]
 
 
-def clock(epoch: float) -> str:
-    """Local wall time, HH:MM."""
-    return time.strftime("%H:%M", time.localtime(epoch))
-
-
-def stamp(epoch: float) -> str:
-    """Local date and time, for the run's start and end."""
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
+def span(start: float, end: float) -> str:
+    """02:08-05:13 CET: the zone said once, or at each end when it changed between them (a
+    clock change in the night)."""
+    if zone(start) == zone(end):
+        return f"{clock(start).rsplit(' ', 1)[0]}-{clock(end)}"
+    return f"{clock(start)}-{clock(end)}"
 
 
 def _plural(count: int, word: str, many: str | None = None) -> str:
@@ -62,8 +61,9 @@ def phase_name(p: PhaseRow) -> str:
 
 
 def phase_names(night: Night) -> list[str]:
-    """Every phase the night ran or skipped, in the order they first came."""
-    names: dict[str, None] = {}
+    """Every phase the night ran or skipped: in the run's configured order (GENESIS_PHASES),
+    then any other in the order it first came."""
+    names: dict[str, None] = dict.fromkeys(night.phase_order)
     for it in night.iterations:
         for name in [p.phase for p in it.phases] + list(it.skipped):
             names.setdefault(name, None)
@@ -134,7 +134,7 @@ def where(iteration: int | None, phase: str | None) -> str:
 
 def wait_span(night: Night, w: WaitRow) -> str:
     if w.ended is not None:
-        return f"{clock(w.started)}-{clock(w.ended)} ({between(w.started, w.ended)})"
+        return f"{span(w.started, w.ended)} ({between(w.started, w.ended)})"
     planned = f", until {clock(w.until)}" if w.until is not None else ""
     return f"{clock(w.started)}- ({'still waiting' if night.running else 'no end recorded'}{planned})"
 
@@ -154,9 +154,67 @@ def kpi_rows(k: Kpis) -> list[tuple[str, str, str]]:
          f"stall warnings that recovered on their own ({_plural(k.warnings, 'warning')})"),
         ("retries per phase", "n/a" if k.retries_per_phase is None else f"{k.retries_per_phase:.2f}",
          "retries after a stall, per phase run"),
+        ("escalation rate", "n/a", f"no alert channel set: {_plural(k.intervened, 'ticket')} would have been told "
+         f"({k.tickets} raised)") if k.no_channel else
         ("escalation rate", _percent(k.escalation_rate),
-         f"tickets that reached the operator ({_plural(k.tickets, 'ticket')} raised)"),
+         f"tickets that reached the operator: a channel took {k.reached} of {_plural(k.tickets, 'ticket')} raised"),
     ]
+
+
+def _channels(names: tuple[str, ...]) -> str:
+    return ", ".join(names)
+
+
+def final_alert_line(night: Night, sending: tuple[str, ...] | None = None) -> str | None:
+    """What became of the loop's end's alert: sent (and where), not sent, or still being sent
+    when the report is printed (sending: the channels the loop's deliverer is telling; None
+    when not known, as in a report read later). None while the night runs."""
+    final = night.final_alert
+    if final is None:
+        if night.running or (night.ended is None and sending is None):
+            return None
+        if sending is None:
+            return "final alert: not recorded (its deliverer is still at work, or ended before recording it)"
+        return f"final alert: still being sent ({_channels(sending)})" if sending else "final alert: no channel set"
+    if final.verdict != "intervene":
+        return f"final alert: not told ({final.verdict}: {one_line(final.why)})"
+    return f"final alert: {_went(final)}"
+
+
+def _went(a: AlertRow) -> str:
+    """Where an alert went: the channels that took it, failed it, or passed over it."""
+    if a.folded:
+        return "folded into the loop end's message"
+    if a.verdict != "intervene":
+        return "not told"
+    parts = [f"sent to {_channels(a.delivered)}" if a.delivered else "not sent"]
+    if a.failed:
+        parts.append(f"{_channels(a.failed)} failed")
+    if a.skipped:
+        parts.append(f"below the minimum severity of {_channels(a.skipped)}")
+    if not (a.delivered or a.failed or a.skipped):
+        return "no channel set"
+    return "; ".join(parts)
+
+
+def alert_lines(a: AlertRow) -> tuple[str, str]:
+    """An alert as the report lists it: what and where it went, then the triage's reason."""
+    went = _went(a)
+    decided = f"triage ({a.by})" if a.by else "triage"
+    return (f"{one_line(a.cause)} ({went})", f"{decided}: {one_line(a.why)}" if a.why else f"{decided}: {a.verdict}")
+
+
+def run_heading(night: Night, number: int, count: int) -> str:
+    """The line above each run when several are printed together."""
+    if night.running:
+        when, how = f"{stamp(night.started)}-", "still running"
+    elif night.ended is None:
+        when, how = f"{stamp(night.started)}-", "no end recorded"
+    else:
+        when = f"{stamp(night.started)} to {stamp(night.ended)}"
+        code = "" if night.exit_code is None else f"exit {night.exit_code}"
+        how = ": ".join(x for x in (code, one_line(night.reason)) if x) or "ended"
+    return f"=== run {number} of {count}: {night.run_id} · {when} · {how} ==="
 
 
 def _grid(*rows: list[str]) -> Table:
@@ -195,12 +253,18 @@ def _cost_lines(night: Night) -> list[str]:
         if p.cost_usd is not None:
             by_phase[p.phase] = by_phase.get(p.phase, 0.0) + p.cost_usd
     if len(by_phase) > 1:
-        lines.append("by phase: " + ", ".join(f"{name} {money(cost)}" for name, cost in by_phase.items()))
+        order = {name: n for n, name in enumerate(phase_names(night))}
+        lines.append("by phase: " + ", ".join(f"{name} {money(by_phase[name])}"
+                                              for name in sorted(by_phase, key=lambda name: order.get(name, 0))))
+    by_iteration = night.cost_by_iteration
+    if len(by_iteration) > 1:
+        lines.append("by iteration: " + ", ".join(f"{iteration}: {money(cost)}" for iteration, cost in by_iteration))
     return lines
 
 
-def render_text(night: Night, width: int = 100) -> str:
-    """The night as plain text: header, iteration table, then only the sections that have something to say."""
+def render_text(night: Night, width: int = 100, sending: tuple[str, ...] | None = None) -> str:
+    """The night as plain text: header, iteration table, then only the sections that have something to say.
+    sending: the channels the loop's end's alert is still going to, as the loop knows at its end."""
     console = Console(record=True, width=width, force_terminal=False, color_system=None,
                       markup=False, emoji=False, highlight=False, file=io.StringIO())
 
@@ -214,6 +278,9 @@ def render_text(night: Night, width: int = 100) -> str:
     if night.reason and not night.running:
         console.print(one_line(night.reason), soft_wrap=True)  # one line: it may name a command to run
     console.print(summary_line(night))
+    final = final_alert_line(night, sending)
+    if final:
+        console.print(final, soft_wrap=True)
     console.print()
     console.print(_iteration_table(night))
 
@@ -286,9 +353,10 @@ def render_text(night: Night, width: int = 100) -> str:
                               for b in night.breaker_changes]))
     if night.alerts:
         section(f"alerts ({len(night.alerts)})")
-        console.print(_grid(*[[a.ticket_id, clock(a.at), a.severity, a.verdict,
-                               one_line(a.cause) + (f" (sent: {', '.join(a.delivered)})" if a.delivered else "")]
-                              for a in night.alerts]))
+        for a in night.alerts:
+            what, why = alert_lines(a)
+            console.print("  ".join((a.ticket_id, clock(a.at), a.severity, a.verdict, what)), soft_wrap=True)
+            console.print(Padding(why, (0, 0, 0, 4)))
     section("health KPIs")
     console.print(_grid(*[[name, value, why] for name, value, why in kpi_rows(night.kpis)]))
     # Fields not passed through one_line() (ids, kinds, phase names) come from Genesis; clean them anyway.

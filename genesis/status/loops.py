@@ -7,28 +7,36 @@ environment (genesis/markers.py). A project found so is listed only when its loo
 held: the kernel's word, so a process that merely looks like a loop is never listed. Only
 this user's processes are looked at, within a time budget; one that vanishes or denies
 access is passed over.
+
+A loop that ended has no process left to find: the loops that ended lately are read from the
+ledgers of the projects known to this status (the one asked about, and every one seen running
+by this scanner), never from a list of projects kept anywhere else.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import psutil
 
+from genesis.ledger.store import Ledger, LedgerError
 from genesis.repo.gitcmd import GitFailed, NotARepository
-from genesis.status.view import Phase, Wait, build, layout_of
+from genesis.status.view import KILLED_PREFIX, Phase, Wait, build, layout_of
 from genesis.store.layout import Layout, state_dir_of
 from genesis.store.looplock import current_holder
 
-__all__ = ["Loop", "Scanner", "running_loops", "running_layouts", "LOOP_SCRIPT", "MARKER", "SCAN_BUDGET"]
+__all__ = ["Loop", "Ended", "Scanner", "running_loops", "running_layouts", "ended_loops", "LOOP_SCRIPT", "MARKER",
+           "SCAN_BUDGET", "ENDED_WITHIN"]
 
 LOOP_SCRIPT = "start-multi-agent-loop.sh"
 MARKER = "GENESIS_PROJECT_DIR"     # see markers_for(): every agent of a loop carries it
 SCAN_BUDGET = 1.0                  # seconds one scan of the processes may take
+ENDED_WITHIN = 24 * 3600.0         # a loop that ended this long ago is still listed with --all
 GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
 
 
@@ -44,6 +52,21 @@ class Loop:
     health: str                    # the running phase's classification ("" unknown)
 
 
+@dataclass(frozen=True)
+class Ended:
+    """A run of a project that ended lately, and how."""
+    project: Path
+    run_id: str
+    started: float
+    ended: float | None            # None: no end recorded (killed, and nothing recorded it since)
+    exit_code: int | None
+    reason: str
+
+    @property
+    def killed(self) -> bool:
+        return self.ended is None or self.reason.startswith(KILLED_PREFIX)
+
+
 class Scanner:
     """Finds the running loops; keeps where each project's state lives between scans
     (a `status --watch` scans every refresh)."""
@@ -52,6 +75,7 @@ class Scanner:
         self.budget = budget
         self.clock = clock
         self._state: dict[Path, Path | None] = {}   # project as found -> its state folder (None: not a git project)
+        self.seen: dict[Path, Layout] = {}           # state folder -> layout, of every loop this scanner saw run
 
     def scan(self, now: float | None = None) -> list[Loop]:
         """Every loop whose lock is held, by project path."""
@@ -70,6 +94,7 @@ class Scanner:
             holder = current_holder(layout.loop_lock, layout.loop_record)
             if holder is None:
                 continue  # looks like a loop, holds no lock: not one
+            self.seen[state] = layout
             st = build(layout, now=now, recent=0, holder=holder)
             loops.append(Loop(st.project, st.run_id, st.pid or 0, st.started, st.iteration, st.phase, st.wait,
                               st.health.classification if st.health else ""))
@@ -79,6 +104,30 @@ class Scanner:
         if project not in self._state:
             self._state[project] = _locate(project)
         return self._state[project]
+
+
+def ended_loops(layouts: Iterable[Layout], now: float, within: float = ENDED_WITHIN) -> list[Ended]:
+    """The runs of these projects that ended in the `within` seconds before now, latest end
+    first; a run with no end recorded and no loop holding its lock counts from its start. A
+    ledger that cannot be read is passed over (its project's own status says why)."""
+    found: dict[tuple[Path, str], Ended] = {}
+    for layout in layouts:
+        holder = current_holder(layout.loop_lock, layout.loop_record)
+        try:
+            if not layout.ledger_file.exists():
+                continue
+            with Ledger.open(layout.ledger_file, readonly=True) as led:
+                runs = led.runs()
+        except (LedgerError, sqlite3.Error, OSError):
+            continue
+        for run in runs:
+            if holder is not None and (run.run_id == holder.run_id or run.ended is None):
+                continue  # the running loop's run (whose lock record may be gone)
+            last = run.ended if run.ended is not None else run.started
+            if now - within <= last <= now:
+                found[(layout.project, run.run_id)] = Ended(layout.project, run.run_id, run.started, run.ended,
+                                                            run.exit_code, run.reason or "")
+    return sorted(found.values(), key=lambda e: -(e.ended if e.ended is not None else e.started))
 
 
 def running_loops(budget: float = SCAN_BUDGET) -> list[Loop]:

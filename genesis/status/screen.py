@@ -10,6 +10,7 @@ instead, until it is interrupted or its reader goes.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -25,13 +26,14 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from genesis import exitcodes
+from genesis import exitcodes, when
 from genesis.health.heartbeat import BEFORE_TOOL, tool_event
 from genesis.hints import hint
 from genesis.redact import redact
 from genesis.repo.gitcmd import NotARepository
-from genesis.status.loops import Loop, Scanner
-from genesis.status.view import RECENT, Status, Totals, Wait, build, layout_of
+from genesis.status.document import document
+from genesis.status.loops import ENDED_WITHIN, Ended, Loop, Scanner, ended_loops
+from genesis.status.view import RECENT, LastRun, Status, Totals, Wait, build, layout_of
 from genesis.store.layout import Layout, work_tree_of
 from genesis.words import duration, money, one_line
 
@@ -42,6 +44,7 @@ POLL = 0.05            # how soon a watch sees Ctrl-C or a resize
 MIN_INTERVAL = 0.2     # seconds between two reads of the loop's state, at least...
 MAX_INTERVAL = 60.0    # ...and at most
 TEXT_LIMIT = 300       # characters of one reason or event shown
+DAY = 86400.0
 
 HEALTH_STYLE = {"healthy": "green", "slow": "yellow", "stuck": "bold red", "wedged": "bold magenta"}
 BREAKER_STYLE = {"CLOSED": "green", "HALF_OPEN": "yellow", "OPEN": "bold red"}
@@ -52,6 +55,7 @@ class Frame:
     """One read of everything shown: the project's status and the machine's loops."""
     status: Status | None          # None: no project asked for or found
     loops: tuple[Loop, ...] | None  # None: not scanned
+    ended: tuple[Ended, ...] | None = None  # the loops that ended lately (--all); None: not asked
 
     @property
     def code(self) -> int:
@@ -63,15 +67,20 @@ class Frame:
 
 
 def run_status(project: Path | None, watch: bool = False, all_loops: bool = False, interval: float = 1.0,
-               out: TextIO | None = None, recent: int = RECENT, clock: Callable[[], float] = time.time) -> int:
+               out: TextIO | None = None, recent: int = RECENT, clock: Callable[[], float] = time.time,
+               as_json: bool = False) -> int:
     """Show the status of project's loop (None: of the git work tree around the working
     directory; outside any, the loops on this machine). all_loops: the loops on this
-    machine, with project's detail if one is given. Returns Frame.code (0 when the loop
-    asked about runs, NOT_RUNNING when not); --watch returns 0 when ended by Ctrl-C.
-    NotARepository when project is given and is not in a git work tree."""
+    machine and those that ended in the last 24 hours, with project's detail if one is
+    given. as_json: one JSON document instead (document.py). Returns Frame.code (0 when the
+    loop asked about runs, NOT_RUNNING when not); --watch returns 0 when ended by Ctrl-C.
+    NotARepository when project is given and is not in a git work tree (with as_json, a
+    document that says so, and USAGE)."""
     out = out if out is not None else sys.stdout
+    if as_json:
+        return _json(project, all_loops, out, recent, clock)
     layout = find_layout(project) if project is not None or not all_loops else None
-    view = _View(layout, all_loops or layout is None, recent, clock)
+    view = _View(layout, all_loops or layout is None, recent, clock, all_loops, _around(project, layout, all_loops))
     interval = min(MAX_INTERVAL, max(MIN_INTERVAL, interval))
     console = Console(file=out, highlight=False)
     if not watch:
@@ -86,6 +95,30 @@ def run_status(project: Path | None, watch: bool = False, all_loops: bool = Fals
     return _plain(console, view, interval)
 
 
+def _json(project: Path | None, all_loops: bool, out: TextIO, recent: int, clock: Callable[[], float]) -> int:
+    """The status as one JSON document on out; its exit code is the plain command's."""
+    try:
+        layout = find_layout(project) if project is not None or not all_loops else None
+    except NotARepository as exc:
+        doc = document(None, exitcodes.USAGE, clock(), error=str(exc))
+        out.write(json.dumps(doc, indent=2) + "\n")
+        return exitcodes.USAGE
+    view = _View(layout, all_loops or layout is None, recent, clock, all_loops, _around(project, layout, all_loops))
+    frame = view.read(scan=all_loops or layout is None)
+    listed = all_loops or layout is None
+    doc = document(frame.status, frame.code, clock(), loops=frame.loops if listed else None, ended=frame.ended)
+    out.write(json.dumps(doc, indent=2) + "\n")
+    return frame.code
+
+
+def _around(project: Path | None, layout: Layout | None, all_loops: bool) -> Layout | None:
+    """The project whose ended loops --all lists besides the ones seen running: the one asked
+    about, else the one around the working directory (None outside any)."""
+    if not all_loops:
+        return None
+    return layout if layout is not None or project is not None else find_layout(None)
+
+
 @dataclass
 class _View:
     """What one `genesis status` shows, read and drawn again at each refresh."""
@@ -93,14 +126,23 @@ class _View:
     listing: bool                  # the loops on this machine are asked for (or no project was found)
     recent: int
     clock: Callable[[], float]
+    ended: bool = False            # the loops that ended lately are asked for (--all)
+    home: Layout | None = None     # the project whose ended loops are listed besides the ones seen running
     scanner: Scanner = field(default_factory=Scanner)
 
     def read(self, scan: bool = True) -> Frame:
         status = build(self.layout, now=self.clock(), recent=self.recent) if self.layout is not None else None
         # A project whose loop is not running may not be the one the user meant (a status run
         # from another folder): the loops that do run are looked for too.
-        scan = scan or (status is not None and not status.running)
-        return Frame(status, tuple(self.scanner.scan(now=self.clock())) if scan else None)
+        scan = scan or self.ended or (status is not None and not status.running)
+        loops = tuple(self.scanner.scan(now=self.clock())) if scan else None
+        ended = None
+        if self.ended:
+            known = {lay.state_dir.resolve(): lay for lay in self.scanner.seen.values()}
+            if self.home is not None:
+                known.setdefault(self.home.state_dir.resolve(), self.home)
+            ended = tuple(ended_loops(known.values(), self.clock()))
+        return Frame(status, loops, ended)
 
     def draw(self, frame: Frame, watching: bool = False) -> RenderableType:
         # While watching, the other loops on this machine are shown too (one line each).
@@ -221,11 +263,11 @@ def _safe(text: object, limit: int = TEXT_LIMIT) -> str:
 
 
 def _clock(epoch: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(epoch))
+    return when.clock(epoch, seconds=True)
 
 
 def _stamp(epoch: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
+    return when.stamp(epoch)
 
 
 def _count(n: int) -> str:
@@ -253,6 +295,10 @@ def render(frame: Frame, now: float, mine: Path | None = None, listing: bool = F
     if loops is not None and (listing or never or (others and (watching or idle))):
         parts.append(Rule(Text(f"loops running on this machine: {len(loops)}"), style="dim", align="left"))
         parts.append(_loop_table(loops, now, mine) if loops else Text("no Genesis loop is running on this machine"))
+    if frame.ended is not None:
+        said = f"loops ended in the last {ENDED_WITHIN / 3600:g} hours: {len(frame.ended)}"
+        parts.append(Rule(Text(said), style="dim", align="left"))
+        parts.append(_ended_table(frame.ended, now, mine) if frame.ended else Text("none that this status knows of"))
     if watching:
         parts.append(Text(f"{_clock(now)} · Ctrl-C to quit", style="dim"))
     return Group(*parts)
@@ -292,8 +338,8 @@ def _detail(st: Status, now: float) -> list[RenderableType]:
     grid.add_row("Breaker", _breaker(st, now))
     if st.tasks:
         grid.add_row("Tasks", Text(f"{st.tasks} (TASKS.md)"))
-    if st.today is not None:
-        grid.add_row("Today", _today(st.today))
+    if st.totals is not None:
+        grid.add_row("Totals", _totals(st.totals, st.last_run, now))
     if st.note and (st.running or st.last_run is not None):  # else "Last run" says it
         grid.add_row("Note", Text(_safe(st.note), style="yellow"))
     parts: list[RenderableType] = [Rule(title, align="left"), grid]
@@ -388,14 +434,39 @@ def _last_run(st: Status) -> Text:
         f"{_safe(r.reason)} (exit {r.exit_code})", style="green" if ok else "red")
 
 
-def _today(t: Totals) -> Text:
-    text = Text(f"{_plural(t.phases, 'phase')} run: {t.finished} finished, ")
+def span(t: Totals, last: LastRun | None, now: float) -> str:
+    """Which run the totals are of, and when: "this run, since 22:41 CET", or "last run,
+    22:41-04:10 CET, ended: circuit breaker OPEN"."""
+    if t.current:
+        return f"this run, since {_short(t.since, now)}"
+    end = last if last is not None and last.run_id == t.run_id else None
+    if t.until is None:
+        return f"last run, since {_short(t.since, now)}, no end recorded"
+    said = f": {_safe(end.reason, 120)}" if end is not None and end.reason else ""
+    if t.until - t.since >= DAY:
+        return f"last run, {when.stamp(t.since)} to {when.stamp(t.until)}, ended{said}"
+    start, stop, zone = when.clock(t.since), when.clock(t.until), " " + when.zone(t.until)
+    if when.zone(t.since) == when.zone(t.until):
+        start = start[:-len(zone)]  # one zone said once: 22:41-04:10 CET
+    return f"last run, {start}-{stop}, ended{said}"
+
+
+def _short(epoch: float, other: float) -> str:
+    """A time of day, with its date when the two are more than a day apart (it could not tell which day)."""
+    return when.clock(epoch) if abs(epoch - other) < DAY else when.stamp(epoch)
+
+
+def _totals(t: Totals, last: LastRun | None, now: float) -> Text:
+    text = Text(f"{span(t, last, now)}: ", style="bold")
+    text.append(f"{_plural(t.iterations, 'iteration')} · {_plural(t.phases, 'phase')} run: {t.finished} finished, ")
     text.append(f"{t.abnormal} abnormal", style="red" if t.abnormal else "")
     if t.cost_usd is not None:
         text.append(f" · {money(t.cost_usd)}")
     if t.input_tokens is not None or t.output_tokens is not None:
         text.append(f" · tokens {_count(t.input_tokens or 0)} in, {_count(t.output_tokens or 0)} out")
-    text.append(f" · {_plural(t.commits, 'commit')} · {_plural(t.incidents, 'incident')} · {_plural(t.waits, 'wait')}")
+    retries = f"{t.retries} retr{'y' if t.retries == 1 else 'ies'}"
+    text.append(f" · {_plural(t.commits, 'commit')} · {_plural(t.tasks_done, 'task')} done · "
+                f"{_plural(t.incidents, 'incident')} · {retries} · {_plural(t.waits, 'wait')}")
     if t.waits:
         text.append(f" ({duration(t.waited)})")
     return text
@@ -416,6 +487,24 @@ def _loop_table(loops: Sequence[Loop], now: float, mine: Path | None) -> Group:
         if lp.project != mine:
             lines.append(Text(f"    {_safe(hint(lp.project, 'status'), 600)}", style="dim", no_wrap=True,
                               overflow="ignore"))
+    return Group(*lines)
+
+
+def _ended_table(ended: Sequence[Ended], now: float, mine: Path | None) -> Group:
+    """One line each, latest end first: the project, the run, when and how it ended."""
+    names = [_safe(e.project.name, 30) for e in ended]
+    width = max(len(n) for n in names)
+    lines = []
+    for e, name in zip(ended, names):
+        if e.ended is None:
+            how = Text(f"started {_stamp(e.started)}, no end recorded (killed)", style="yellow")
+        else:
+            how = Text(f"ended {_stamp(e.ended)} ({_ago(now, e.ended)}) after {duration(e.ended - e.started)}: ")
+            how.append(f"{_safe(e.reason or '?', 120)} (exit {e.exit_code if e.exit_code is not None else '?'})",
+                       style="green" if e.exit_code == 0 else "red")
+        lines.append(Text.assemble("▶ " if e.project == mine else "  ", (name.ljust(width), "bold"),
+                                   f"  run {_safe(e.run_id, 80)}  ", how, "  ", (_safe(_home(e.project), 300), "dim"),
+                                   no_wrap=True, overflow="ellipsis"))
     return Group(*lines)
 
 

@@ -8,6 +8,7 @@ seconds; what is shown "now" is computed by the renderer from these and its own 
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 import sqlite3
@@ -16,11 +17,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from genesis import when
 from genesis.config import default_layout as layout_of  # status reads only what never moves
+from genesis.config import load_snapshot
 from genesis.hints import hint
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.breaker import BreakerState, retry_time
-from genesis.repo.tasks import read_tasks
+from genesis.repo.tasks import DONE, OPEN, REVIEW, read_tasks
 from genesis.store.atomicio import CorruptFile, read_json
 from genesis.store.layout import Layout
 from genesis.procs.proctree import ProcId
@@ -29,12 +32,13 @@ from genesis.watch.companion import look
 from genesis.words import FORMER, WAIT_LABELS, duration, ending_label, epoch_of
 
 __all__ = ["Phase", "Beat", "Health", "Wait", "Breaker", "Totals", "Line", "LastRun", "Status", "build",
-           "layout_of", "midnight", "describe", "totals", "read_breaker", "RECENT"]
+           "layout_of", "describe", "totals", "read_breaker", "max_iterations", "RECENT"]
 
 RECENT = 8                   # events shown by default
 SNAPSHOT_LIMIT = 64 << 10    # bytes of a heartbeat, health or wait file: far more than any real one
 BEFORE_START = 1.0           # a heartbeat or snapshot this close before the phase's start is still its own
 LAST_EPOCH = 1e11            # about the year 5000: any later "time" is garbage
+UNREADABLE = "the ledger cannot be read"
 
 
 @dataclass(frozen=True)
@@ -90,18 +94,26 @@ class Breaker:
 
 @dataclass(frozen=True)
 class Totals:
-    """Today's figures (since local midnight) over every run of the project."""
-    since: float
-    phases: int                  # phases run (or running) today
+    """One run's figures: the run the loop is in, else the last one. Never a calendar day's: a
+    night crosses midnight, and a project's other runs are not this one's."""
+    run_id: str
+    current: bool                # the run the loop is in now; False: the last run, which ended
+    since: float                 # the run's start
+    until: float | None          # its recorded end (None: it runs, or no end was recorded)
+    iterations: int
+    phases: int                  # phases run (or running) in the run, every attempt counted
     finished: int
     abnormal: int                # ended other than finished
+    endings: tuple[tuple[str, int], ...]  # (ending, phases) of the ended phases, most first
     cost_usd: float | None       # None: no agent reported a cost
     input_tokens: int | None
     output_tokens: int | None
     commits: int
     incidents: int
+    retries: int
     waits: int
     waited: float                # seconds
+    tasks_done: int              # TASKS.md items the run's phases ticked
 
 
 @dataclass(frozen=True)
@@ -136,7 +148,7 @@ class Status:
     breaker: Breaker | None      # None: no breaker file yet (a fresh CLOSED breaker)
     wait: Wait | None
     recent: tuple[Line, ...]
-    today: Totals | None         # None: no ledger to count from
+    totals: Totals | None        # the shown run's; None: no run, or no ledger to count from
     last_run: LastRun | None     # the run shown (running or not); None when no run is recorded
     note: str = ""               # why something is missing: no run yet, a ledger that cannot be read
     tasks: str = ""              # TASKS.md's tasks counted by state ("" without a readable TASKS.md)
@@ -144,6 +156,9 @@ class Status:
     frozen_since: float | None = None  # when its companion first saw it stopped (None: not recorded)
     killed: bool = False         # the run ended without recording its end (SIGKILL), or its end says so
     killed_at: float | None = None     # when that was recorded (None: nobody could record it)
+    error: str = ""              # a ledger or state file that cannot be read, and why ("" none)
+    max_iterations: int | None = None  # the running loop's limit, from its settings (None: none, or not known)
+    task_counts: tuple[int, int, int] | None = None  # TASKS.md's open, awaiting review, done (None: unreadable)
 
     @property
     def state(self) -> str:
@@ -153,12 +168,6 @@ class Status:
         if self.running:
             return "RUNNING"
         return "STOPPED" if self.killed else "NOT RUNNING"
-
-
-def midnight(now: float) -> float:
-    """The last local midnight at or before now."""
-    t = time.localtime(now)
-    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))
 
 
 _ASK: Any = object()
@@ -171,8 +180,43 @@ def build(layout: Layout, now: float | None = None, recent: int = RECENT, clock:
     tasks = read_tasks(layout.project)
     if holder is _ASK:
         holder = current_holder(layout.loop_lock, layout.loop_record)
-    return _loop_state(replace(_build(layout, now, recent, clock, holder),
-                               tasks=tasks.summary() if tasks is not None else ""), layout, holder)
+    st = replace(_build(layout, now, recent, clock, holder), tasks=tasks.summary() if tasks is not None else "",
+                 task_counts=(tasks.count(OPEN), tasks.count(REVIEW), tasks.count(DONE)) if tasks is not None else None)
+    if holder is not None and st.run_id:
+        st = replace(st, max_iterations=max_iterations(layout, st.run_id))
+    return replace(_loop_state(st, layout, holder), error=_damage(layout, st))
+
+
+def _damage(layout: Layout, st: Status) -> str:
+    """Why the state files read here cannot be used, if any of them cannot ("" all well): a
+    damaged file is passed over where it is read, and said here once."""
+    problems = [st.error] if st.error else []
+    if st.breaker is not None and st.breaker.problem:
+        problems.append(st.breaker.problem)
+    paths = [layout.wait_file] + ([layout.heartbeat_file(st.phase.name), layout.health_file(st.phase.name)]
+                                  if st.phase is not None else [])
+    for path in paths:
+        try:
+            read_json(path, limit=SNAPSHOT_LIMIT)
+        except (CorruptFile, OSError) as exc:
+            problems.append(str(exc) if isinstance(exc, CorruptFile) else f"{path} cannot be read: {exc}")
+    return "; ".join(problems)
+
+
+def max_iterations(layout: Layout, run_id: str) -> int | None:
+    """The run's iteration limit, as the settings it started with say (0 there: none)."""
+    try:
+        snap = load_snapshot(layout.config_snapshot, run_id)
+    except OSError:
+        return None
+    settings = snap.get("settings") if snap is not None else None
+    value = settings.get("GENESIS_MAX_ITERATIONS") if isinstance(settings, dict) else None
+    value = value[0] if isinstance(value, list) and value else value
+    try:
+        limit = int(str(value))
+    except ValueError:
+        return None
+    return limit if limit > 0 else None
 
 
 KILLED_PREFIX = "the loop was killed"  # how genesis/loop/lostloop.py words the end it records
@@ -222,16 +266,18 @@ def _build(layout: Layout, now: float | None, recent: int, clock: Callable[[], f
         with led:
             return _from_ledger(layout, led, holder, breaker, now, recent)
     except (LedgerError, sqlite3.Error) as exc:
-        return _bare(layout, holder, breaker, now, f"the ledger cannot be read: {exc}")
+        return _bare(layout, holder, breaker, now, f"{UNREADABLE}: {exc}")
 
 
 def _bare(layout: Layout, holder: Holder | None, breaker: Breaker | None, now: float, note: str) -> Status:
     """What the lock and the state files tell without the ledger."""
+    error = note if note.startswith(UNREADABLE) else ""
     if holder is None:
         return Status(layout.project, now, False, "", None, None, None, None, None, None, breaker, None, (), None,
-                      None, note)
+                      None, note, error=error)
     return Status(layout.project, now, True, holder.run_id, holder.pid, epoch_of(holder.started_at), None, None,
-                  None, None, breaker, _wait(layout, holder.run_id), (), None, None, note)
+                  None, None, breaker, _wait(layout, holder.run_id), (), None, None, note, error=error)
+
 
 
 def _open(layout: Layout) -> tuple[Ledger | None, str]:
@@ -240,7 +286,7 @@ def _open(layout: Layout) -> tuple[Ledger | None, str]:
     try:
         return Ledger.open(layout.ledger_file, readonly=True), ""
     except LedgerError as exc:
-        return None, f"the ledger cannot be read: {exc}"
+        return None, f"{UNREADABLE}: {exc}"
 
 
 def _from_ledger(layout: Layout, led: Ledger, holder: Holder | None, breaker: Breaker | None, now: float,
@@ -269,8 +315,10 @@ def _from_ledger(layout: Layout, led: Ledger, holder: Holder | None, breaker: Br
                   for e in led.events(run_id, limit=recent, newest=True)) if run_id and recent > 0 else ()
     pid = holder.pid if holder is not None else run.pid if run else None
     started = run.started if run else epoch_of(holder.started_at) if holder else None
+    counted = totals(led, run_id, holder is not None, started, run.ended if run else None, now) \
+        if run_id and started is not None else None
     return Status(layout.project, now, holder is not None, run_id, pid, started, iteration, phase, beat, health,
-                  breaker, wait, lines, totals(led, now), last, "" if runs else "no run recorded yet")
+                  breaker, wait, lines, counted, last, "" if runs else "no run recorded yet")
 
 
 def _running_phase(led: Ledger, run_id: str) -> Phase | None:
@@ -282,19 +330,28 @@ def _running_phase(led: Ledger, run_id: str) -> Phase | None:
     return Phase(r["iteration"], r["phase"], r["attempt"] or 0, r["started"])
 
 
-def totals(led: Ledger, now: float) -> Totals:
-    """Today's figures: a phase counts on the day it ended (its figures come with its end),
-    or today while it runs."""
-    since = midnight(now)
+def totals(led: Ledger, run_id: str, current: bool, since: float, until: float | None, now: float) -> Totals:
+    """run_id's figures at now; a wait that lasts counts up to now."""
     p = led.query(
         "SELECT COUNT(*), SUM(ending = 'finished'), SUM(ended IS NOT NULL AND ending NOT IN ('finished', 'running')), "
-        "SUM(cost_usd), SUM(input_tokens), SUM(output_tokens) FROM phases "
-        "WHERE (ended IS NULL AND started >= ?) OR ended >= ?", (since, since))[0]
-    commits = led.query("SELECT COUNT(*) FROM commits WHERE at >= ?", (since,))[0][0]
-    incidents = led.query("SELECT COUNT(*) FROM incidents WHERE at >= ?", (since,))[0][0]
+        "SUM(cost_usd), SUM(input_tokens), SUM(output_tokens) FROM phases WHERE run_id = ?", (run_id,))[0]
+    endings = tuple((str(r[0]), int(r[1])) for r in led.query(
+        "SELECT ending, COUNT(*) FROM phases WHERE run_id = ? AND ended IS NOT NULL GROUP BY ending "
+        "ORDER BY COUNT(*) DESC, ending", (run_id,)))
+    count = {table: led.query(f"SELECT COUNT(*) FROM {table} WHERE run_id = ?", (run_id,))[0][0]  # noqa: S608
+             for table in ("iterations", "commits", "incidents", "retries")}
     w = led.query("SELECT COUNT(*), SUM(MAX(0, COALESCE(ended, MIN(?, COALESCE(until, ?))) - started)) FROM waits "
-                  "WHERE started >= ?", (now, now, since))[0]
-    return Totals(since, p[0], p[1] or 0, p[2] or 0, p[3], p[4], p[5], commits, incidents, w[0], float(w[1] or 0.0))
+                  "WHERE run_id = ?", (now, now, run_id))[0]
+    done: set[str] = set()
+    for (ticked,) in led.query("SELECT tasks_done FROM phases WHERE run_id = ? AND tasks_done IS NOT NULL", (run_id,)):
+        try:
+            items = json.loads(ticked)
+        except ValueError:
+            continue  # cut at its size cap: not counted rather than guessed
+        if isinstance(items, list):
+            done.update(t for t in items if isinstance(t, str))
+    return Totals(run_id, current, since, until, count["iterations"], p[0], p[1] or 0, p[2] or 0, endings, p[3], p[4],
+                  p[5], count["commits"], count["incidents"], count["retries"], w[0], float(w[1] or 0.0), len(done))
 
 
 def _read(path: Path) -> Any:
@@ -417,7 +474,7 @@ def describe(e: dict[str, Any], project: Path | None = None) -> str:
     if kind == "retry":
         return f"{where} to run again (retry {e.get('count', '?')}): {e.get('reason', '')}"
     if kind == "wait_start":
-        until = time.strftime("%H:%M:%S", time.localtime(e["until"])) if _epoch(e.get("until")) else "?"
+        until = when.clock(e["until"], seconds=True) if _epoch(e.get("until")) else "?"
         return f"waiting out a {WAIT_LABELS.get(str(e.get('kind')), e.get('kind'))} until {until}"
     if kind == "wait_end":
         waited = f" after {duration(e['waited'])}" if _number(e.get("waited")) else ""

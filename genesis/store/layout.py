@@ -179,9 +179,13 @@ class Layout:
         """One folder per run: its agents' logs and its console copy are its own."""
         return self.log_dir / run_id
 
-    def agent_log(self, run_id: str, iteration: int, phase: str, suffix: str = ".log") -> Path:
-        """A phase's readable transcript (.log), or its raw output under another suffix."""
-        return self.run_dir(run_id) / f"iter-{iteration:04d}-{phase}{suffix}"
+    def agent_log(self, run_id: str, iteration: int, phase: str, suffix: str = ".log", attempt: int = 1) -> Path:
+        """A phase's readable transcript (.log), or its raw output under another suffix, of its
+        `attempt`-th start in the iteration: the first is `iter-0001-Builder.log`, a later one (a
+        retry, a run after a wait) `iter-0001-Builder.attempt-2.log`, so no attempt's evidence is
+        another's."""
+        again = f".attempt-{attempt}" if attempt > 1 else ""
+        return self.run_dir(run_id) / f"iter-{iteration:04d}-{phase}{again}{suffix}"
 
     def console_log(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "console.log"

@@ -100,6 +100,7 @@ class End:
     rc: int | None = None          # exited: its return code
     signum: int | None = None      # interrupted: the signal
     sender: int | None = None      # interrupted: who sent it (0: the kernel)
+    window: str | None = None      # the window that fired: stale, tool_silent, tool_busy, runtime (None: none)
 
 
 @dataclass(frozen=True)
@@ -154,9 +155,12 @@ def decide(rules: Rules, state: State, obs: Observation) -> tuple[State, Verdict
     state = replace(state, window=window)
     notes += seen.notes
     if stuck is None and tool.stuck:
-        stuck = End("stuck", now - state.tools.last_active, "; ".join([tool.stuck, *dict.fromkeys(state.tampered)]))
-    elif stuck is None and seen.stale:
-        stuck = End("stuck", seen.idle, _stale_detail(rules, state, seen, now))  # its heartbeat is stale
+        stuck = End("stuck", now - state.tools.last_active, "; ".join([tool.stuck, *dict.fromkeys(state.tampered)]),
+                    window="tool_silent")
+    elif stuck is None and seen.stale:  # its heartbeat is stale: after a busy tool's allowance, that is what ran out
+        busy = _busy_too_long(state.tools, now, tool.change is not None and tool.change.busy)
+        stuck = End("stuck", seen.idle, _stale_detail(rules, state, seen, now, busy),
+                    window="tool_busy" if busy else "stale")
     if stuck is not None and stuck.status == "stuck" and judged.flying:
         stuck = replace(stuck, detail=f"{stuck.detail}; the tool in flight: {judged.flying}")
     health = _health(rules, state, obs, beat, seen.idle, tool, stuck, api_busy=api_until is not None)
@@ -167,7 +171,8 @@ def decide(rules: Rules, state: State, obs: Observation) -> tuple[State, Verdict
         state, warning = _would_kill(rules, state, stuck.detail, now)
     end = None
     if now >= rules.deadline:
-        end = End("overtime", seen.idle, f"ran for {now - rules.started:.0f}s (cap {rules.max_runtime:g}s)")
+        end = End("overtime", seen.idle, f"ran for {now - rules.started:.0f}s, past the runtime cap "
+                                         f"({rules.max_runtime:g}s)", window="runtime")
     return state, Verdict(tuple(notes), health, warning, end)
 
 
@@ -188,8 +193,24 @@ def _api_wait(state: State, retry: ApiRetry | None) -> tuple[State, float | None
     return state, retry.seen + retry.delay, said
 
 
-def _stale_detail(rules: Rules, state: State, seen: watchdog.Verdict, now: float) -> str:
+def _busy_too_long(tools: ToolMemory | None, now: float, working: bool) -> str:
+    """The busy work that was allowed no longer ("" when none): a tool in flight whose tree is
+    `working`, or a hookless agent's processes, busy past the tool-busy maximum, after which the
+    stale window counts."""
+    if tools is None:
+        return ""
+    if tools.tool and working and now - tools.since > tools.busy_max:
+        return f"inside {tools.tool} for {now - tools.since:.0f}s"
+    if tools.hookless and tools.busy_since is not None and now - tools.busy_since > tools.busy_max:
+        return f"its processes worked for {now - tools.busy_since:.0f}s"
+    return ""
+
+
+def _stale_detail(rules: Rules, state: State, seen: watchdog.Verdict, now: float, busy: str = "") -> str:
     detail = f"no heartbeat for {seen.idle:.1f}s (stale after {rules.stale_after:g}s)"
+    if busy:  # the stale window counted only once the busy work's allowance was spent
+        detail = (f"{busy}, busy past the tool-busy maximum ({state.tools.busy_max:g}s), and no heartbeat for "
+                  f"{seen.idle:.1f}s more (stale after {rules.stale_after:g}s)")
     if seen.output_ignored and state.window.last_beat is not None:
         detail += (f"; its output alone no longer counts: the last heartbeat was "
                    f"{now - state.window.last_beat:.1f}s ago, more than a window")

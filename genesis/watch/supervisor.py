@@ -111,6 +111,7 @@ class Outcome:
     api_retries: int = 0           # API retries of the CLI's own the watcher saw
     would_kill: tuple[str, ...] = ()  # warn-only mode: why the agent would have been killed, each time
     loop_lost: bool = False        # the loop was gone (killed) at a check: the phase ended with it
+    window: str | None = None      # the window that fired: stale, tool_silent, tool_busy, runtime (None: none)
 
     @property
     def exit_code(self) -> int:
@@ -591,14 +592,14 @@ class _Watcher:
 
     def _end(self, end: End) -> Outcome:
         """Kill the tree unless the agent exited, sweep what is left, finish the log."""
-        status, detail, signum, sender = end.status, end.detail, end.signum, end.sender
+        status, detail, signum, sender, window = end.status, end.detail, end.signum, end.sender, end.window
         for sig in self.stops:  # from here a stop is recorded, never raised into the clean-up
             signal.signal(sig, self._late_signal)
         kill, pid, box_pid = None, self.proc.pid if self.proc else None, None
         self._seek_agent(self.clock.mono())
         if status in ("stuck", "overtime", "wedged") and self.run_.on_incident is not None:
             try:  # what the tree was doing, before it is gone
-                self.run_.on_incident(self.root, self._everything(), status, detail)
+                self.run_.on_incident(self.root, self._everything(), status, detail, window=end.window)
             except Exception as exc:
                 self.note(f"the incident record could not be written: {exc}")
         if status != "exited":
@@ -613,14 +614,14 @@ class _Watcher:
         ending = self._ending(status, rc if status == "exited" else None)
         late = self._late_stop()
         if late is not None and status != "interrupted":
-            status, (signum, sender) = "interrupted", late
+            status, (signum, sender), window = "interrupted", late, None
             detail = f"interrupted by {signal.Signals(signum).name}"
         if self.agent is not None:  # the CLI in its box: the pid it tells is its box's
             pid, box_pid = self.agent[0].pid, self.agent[1]
         return Outcome(status, rc, self.clock.mono() - self.start_mono, end.idle, kill, signum, detail, pid,
                        box_pid, sender=sender, swept=swept, disk_full=self.state.disk_full, ending=ending,
                        api_retries=self.state.api_retries, would_kill=self.state.would_kill,
-                       loop_lost=self.loop_lost)
+                       loop_lost=self.loop_lost, window=window)
 
     def _ending(self, status: str, rc: int | None) -> Ending | None:
         """What the output says of the run's end; a reader's failure is noted, never raised."""

@@ -17,7 +17,7 @@ import pytest
 from helpers.receiver import Receiver
 from helpers.waits import wait_for
 
-from genesis.alerts.notify import Channel, channels_for, deliver
+from genesis.alerts.notify import Channel, Told, channels_for, deliver, tell
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.tickets import Ticket
 
@@ -51,9 +51,10 @@ def test_the_webhook_gets_a_slack_payload_with_the_ticket():
     assert (req.method, req.path) == ("POST", "/services/T1/B2/xyz")
     assert req.headers["Content-Type"] == "application/json; charset=utf-8"
     body = req.json
-    assert body["text"].startswith("[high] myapp: Builder wedged (Builder, iteration 3)")
+    assert body["text"].startswith("myapp: Builder wedged\n")  # the title: the project and the cause
     assert [b["type"] for b in body["blocks"]] == ["section", "section", "context"]
-    assert "*high* · myapp · Builder wedged" in body["blocks"][0]["text"]["text"]
+    assert "*myapp: Builder wedged*" in body["blocks"][0]["text"]["text"]
+    assert "high" in body["blocks"][2]["elements"][0]["text"]
     assert Ticket.from_json(body["genesis"]) == ticket()
 
 
@@ -116,11 +117,11 @@ def test_ntfy_gets_the_text_with_title_priority_and_tags():
             (["ntfy"], {})
     first, second = rx.requests
     assert first.path == "/night-watch"
-    assert first.body.decode().startswith("[critical] myapp: disk full")
+    assert first.body.decode().startswith("myapp: disk full\n")
     assert (first.headers["Title"], first.headers["Priority"], first.headers["Tags"]) == (
-        "Genesis myapp: critical", "urgent", "genesis,sos")
+        "myapp: disk full", "urgent", "genesis,sos")
     # a non-ASCII title goes as RFC 2047 (ntfy decodes it), the loop's end is flagged
-    encoded = base64.b64encode("Genesis café: loop ended".encode()).decode()
+    encoded = base64.b64encode("café: Builder wedged".encode()).decode()
     assert second.headers["Title"] == f"=?UTF-8?B?{encoded}?="
     assert (second.headers["Priority"], second.headers["Tags"]) == ("low", "genesis,information_source,checkered_flag")
 
@@ -149,7 +150,7 @@ def test_the_command_gets_the_ticket_json_on_stdin_and_the_alert_in_its_env(tmp_
     assert send(ticket(), command=(str(cmd),)) == (["command"], {})
     assert Ticket.from_json(json.loads(Path(f"{out}.json").read_text())) == ticket()
     severity, text = Path(f"{out}.env").read_text().split("|", 1)
-    assert severity == "high" and text.startswith("[high] myapp: Builder wedged")
+    assert severity == "high" and text.startswith("myapp: Builder wedged\n")
 
 
 def test_a_failing_command_is_retried_then_failed(tmp_path):
@@ -171,7 +172,7 @@ def test_desktop_auto_needs_the_tool_and_a_session_true_says_what_is_missing(tmp
     [desktop] = channels_for(auto, {**env, "DISPLAY": ":0"}, platform="linux")
     assert deliver(ticket(), [desktop], auto, time.monotonic() + 30) == (["desktop"], {})
     assert args.read_text().splitlines()[:4] == ["--app-name=Genesis", "--urgency=critical", "--",
-                                                 "Genesis myapp: high"]
+                                                 "myapp: Builder wedged"]
     forced = AlertSettings(**{**FAST, "desktop": "true"})
     [missing] = channels_for(forced, {"PATH": str(tmp_path / "empty"), "HOME": ENV["HOME"]}, platform="linux")
     assert deliver(ticket(), [missing], forced, time.monotonic() + 30) == (
@@ -191,7 +192,7 @@ def test_macos_gets_the_texts_as_arguments_never_as_script_source(tmp_path):
     lines = args.read_text().splitlines()
     assert lines[:6] == ["-e", "on run argv", "-e", "display notification (item 2 of argv) with title (item 1 of argv)",
                          "-e", "end run"]
-    assert lines[6] == "Genesis myapp: high" and 'do shell script "rm -rf ~"' in lines[7]
+    assert lines[6] == 'myapp: quote " end tell; do shell script "rm -rf ~"'  # an argument, never source
 
 
 # --- all channels ---------------------------------------------------------------------------------
@@ -239,3 +240,39 @@ def test_no_secret_reaches_any_payload(tmp_path):
     for payload in sent:
         assert SECRET.encode() not in payload and b"sk-ant-" not in payload, payload[:300]
     assert b"[redacted]" in sent[0] and b"[redacted]" in sent[1]
+
+
+# --- each channel's minimum severity ------------------------------------------------------------
+
+def test_a_channel_below_its_minimum_is_skipped_and_said_so_not_failed(tmp_path):
+    ran = tmp_path / "ran"
+    cmd = executable(tmp_path / "notify-me", f"echo ran >> {ran}\n")
+    with Receiver() as hook, Receiver() as push:
+        s = AlertSettings(**{**FAST, "webhook": hook.url, "ntfy": push.url, "command": (str(cmd),),
+                             "ntfy_min": "high", "command_min": "critical"})
+        medium = tell(ticket(severity="medium"), s, time.monotonic() + 30, ENV)
+        high = tell(ticket(severity="high"), s, time.monotonic() + 30, ENV)
+        # The loop's end goes by its own severity: a normal end (low) spares the phone.
+        end = tell(ticket(severity="low", final=True, kind="loop_end"), s, time.monotonic() + 30, ENV)
+    assert medium == Told(("webhook",), {}, {"ntfy": "medium is below its minimum severity, high",
+                                            "command": "medium is below its minimum severity, critical"})
+    assert high == Told(("webhook", "ntfy"), {}, {"command": "high is below its minimum severity, critical"})
+    assert end.delivered == ("webhook",) and set(end.skipped) == {"ntfy", "command"}
+    assert (len(hook.requests), len(push.requests)) == (3, 1)
+    assert not ran.exists()
+
+
+def test_a_follow_up_goes_wherever_its_ticket_went_whatever_the_minimum():
+    with Receiver() as hook, Receiver() as push:
+        s = AlertSettings(**{**FAST, "webhook": hook.url, "ntfy": push.url, "ntfy_min": "critical"})
+        told = tell(ticket(severity="low"), s, time.monotonic() + 30, ENV, to=["ntfy"])
+    assert told == Told(("ntfy",), {}, {})
+    assert (len(hook.requests), len(push.requests)) == (0, 1)
+
+
+def test_a_ticket_every_channel_skips_sends_nothing():
+    with Receiver() as hook:
+        s = AlertSettings(**{**FAST, "webhook": hook.url, "webhook_min": "high"})
+        assert tell(ticket(severity="medium"), s, time.monotonic() + 30, ENV) == Told(
+            (), {}, {"webhook": "medium is below its minimum severity, high"})
+    assert hook.requests == []

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from genesis.alerts.settings import KNOBS, AlertSettings, parse
+from genesis.alerts.settings import KNOBS, LEVELS, AlertSettings, misspelt, parse
+from genesis.alerts.tickets import SEVERITIES
 
 
 def test_nothing_set_gives_the_defaults():
@@ -54,6 +55,57 @@ def test_the_knob_table_names_every_knob_parse_reads_with_its_default():
     names = {name for name, _, _ in KNOBS}
     assert names == {"GENESIS_NOTIFY_DESKTOP", "GENESIS_NOTIFY_WEBHOOK", "GENESIS_NOTIFY_NTFY", "GENESIS_NOTIFY_CMD",
                      "GENESIS_NOTIFY_TIMEOUT_SECONDS", "GENESIS_NOTIFY_RETRIES", "GENESIS_TRIAGE_CMD",
-                     "GENESIS_TRIAGE_TIMEOUT_SECONDS"}
+                     "GENESIS_TRIAGE_TIMEOUT_SECONDS", "GENESIS_NOTIFY_DESKTOP_MIN_SEVERITY",
+                     "GENESIS_NOTIFY_WEBHOOK_MIN_SEVERITY", "GENESIS_NOTIFY_NTFY_MIN_SEVERITY",
+                     "GENESIS_NOTIFY_CMD_MIN_SEVERITY"}
     defaults = {name: default for name, default, _ in KNOBS if default is not None}
     assert parse(defaults) == AlertSettings()
+
+
+# --- each channel's minimum severity ------------------------------------------------------------
+
+def test_each_channel_gets_alerts_from_its_minimum_severity_up_low_by_default():
+    assert LEVELS == SEVERITIES
+    s = parse({"GENESIS_NOTIFY_NTFY_MIN_SEVERITY": "High", "GENESIS_NOTIFY_CMD_MIN_SEVERITY": " critical ",
+               "GENESIS_NOTIFY_WEBHOOK_MIN_SEVERITY": ""})
+    assert [s.minimum(name) for name in ("desktop", "webhook", "ntfy", "command")] == ["low", "low", "high", "critical"]
+    assert [s.wants("ntfy", level) for level in LEVELS] == [False, False, True, True]
+    assert [s.wants("command", level) for level in LEVELS] == [False, False, False, True]
+    assert all(s.wants("webhook", level) for level in LEVELS)
+    assert AlertSettings.from_json(s.to_json()) == s
+    # A deliverer handed settings written before the minimums existed sends as before.
+    old = {k: v for k, v in s.to_json().items() if k != "minimum"}
+    assert AlertSettings.from_json(old).minimum("ntfy") == "low"
+    with pytest.raises(ValueError, match="alert settings are malformed"):
+        AlertSettings.from_json({**s.to_json(), "minimum": {"ntfy": "loud"}})
+
+
+@pytest.mark.parametrize("key", ["GENESIS_NOTIFY_DESKTOP_MIN_SEVERITY", "GENESIS_NOTIFY_NTFY_MIN_SEVERITY"])
+def test_a_minimum_that_is_no_severity_is_refused_naming_the_knob(key):
+    with pytest.raises(ValueError) as caught:
+        parse({key: "urgent"})
+    assert str(caught.value) == f"{key}='urgent': expected low, medium, high or critical"
+
+
+# --- a misspelt channel is refused --------------------------------------------------------------
+
+@pytest.mark.fault(89)
+@pytest.mark.parametrize("typo, meant", [
+    ("GENESIS_NOTIFY_WEBHOK", "GENESIS_NOTIFY_WEBHOOK"),
+    ("GENESIS_NOTIFY_COMMAND", "GENESIS_NOTIFY_CMD"),
+    ("GENESIS_NOTIFY_WEBHOOK_URL", "GENESIS_NOTIFY_WEBHOOK"),
+    ("GENESIS_NOTIFY_NTFY_MIN_SEVERTY", "GENESIS_NOTIFY_NTFY_MIN_SEVERITY"),
+])
+def test_a_misspelt_alert_variable_is_refused_with_the_name_it_meant(typo, meant):
+    said = misspelt({"PATH": "/bin", "GENESIS_NOTIFY_NTFY": "https://ntfy.sh/t", typo: "x"})
+    assert said == (f"{typo} is set in the environment but is not an alert setting; did you mean {meant}? A misspelt "
+                    f"channel would mean a night without alerts: rename or unset it")
+
+
+def test_an_alert_variable_near_no_setting_is_refused_with_the_channels():
+    said = misspelt({"GENESIS_NOTIFY_EMAIL": "me@example.com"})
+    assert said.startswith("GENESIS_NOTIFY_EMAIL is set in the environment but is not an alert setting; the "
+                           "channels are GENESIS_NOTIFY_DESKTOP, GENESIS_NOTIFY_WEBHOOK, GENESIS_NOTIFY_NTFY, "
+                           "GENESIS_NOTIFY_CMD")
+    assert misspelt({name: "x" for name, _, _ in KNOBS}) is None
+    assert misspelt({"GENESIS_ALERT_TEXT": "x", "GENESIS_MAX_ITERATONS": "1"}) is None

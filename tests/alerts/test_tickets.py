@@ -127,7 +127,7 @@ def test_the_loops_end_is_final_and_its_severity_follows_the_exit_code(code, sev
 
 
 def test_other_events_raise_no_ticket():
-    for kind in ("phase_start", "phase_end", "retry", "wait_end", "loop_start", "alert", "tamper"):
+    for kind in ("phase_start", "phase_end", "phase_work", "wait_end", "loop_start", "alert", "tamper"):
         assert make(kind, iteration=1, phase="Builder") is None
 
 

@@ -152,7 +152,7 @@ interrupt_test() {
   run grep -c "received SIG${sig}" "${BATS_TEST_TMPDIR}/out"; assert_output "1"
   [[ ! -e ${PROJECT}/.git/genesis/loop.json ]] || false
   run -0 genesis --project "${PROJECT}" report
-  assert_output --regexp "ended [0-9-]+ [0-9:]+ after [0-9hms]+ · exit ${code}"
+  assert_output --regexp "ended [0-9-]+ [0-9:]+ [A-Z+0-9-]+ after [0-9hms]+ · exit ${code}"
   assert_output --partial "interrupted by SIG${sig}"
   assert_output --regexp "iteration 1 Builder: interrupted after [0-9hms]+"
 }
@@ -184,7 +184,7 @@ interrupt_test() {
   refute_output --partial "internal error"
   run grep -c "received SIGHUP" "${BATS_TEST_TMPDIR}/out"; assert_output "1"
   run -0 genesis --project "${PROJECT}" report
-  assert_output --regexp "ended [0-9-]+ [0-9:]+ after [0-9hms]+ · exit 129"
+  assert_output --regexp "ended [0-9-]+ [0-9:]+ [A-Z+0-9-]+ after [0-9hms]+ · exit 129"
   assert_output --partial "interrupted by SIGHUP"
   assert_output --regexp "iteration 1 Builder: interrupted after [0-9hms]+"
 }
@@ -241,7 +241,7 @@ AGENT
   export GENESIS_AGENT_CMD="bash ${BATS_TEST_TMPDIR}/agent.sh"
   GENESIS_BIN="${BATS_TEST_TMPDIR}/genesis-broken" run -1 "${LOOP}" --project "${PROJECT}" --max-iterations 3
   assert_output --regexp "internal error: '[^']*' failed with status 42 at line [0-9]+"
-  assert_output --regexp "ended [0-9-]+ [0-9:]+ after [0-9hms]+ · exit 1"
+  assert_output --regexp "ended [0-9-]+ [0-9:]+ [A-Z+0-9-]+ after [0-9hms]+ · exit 1"
   assert_output --regexp "internal error at line [0-9]+: genesis iteration start"
   run -0 marked_count; assert_output "0"
   [[ ! -e ${PROJECT}/.git/genesis/loop.json ]] || false

@@ -19,11 +19,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import json
+
 import pytest
 from e2e.harness import LOOP, night_env, plan_night
-from helpers.chromium import INSTALL_HINT, find_chromium, render
+from helpers.chromium import INSTALL_HINT, find_chromium, measure, render
 from helpers.receiver import Receiver
 from helpers.waits import wait_for
+from helpers.zones import zone_with_midnight_at
 
 from genesis.ledger.store import Ledger
 
@@ -82,6 +85,16 @@ def shlex_quote(word: str) -> str:
     return shlex.quote(word)
 
 
+def status_json(project: Path, tz: str | None = None) -> dict:
+    """`genesis status --json`, parsed, as a probe would run it."""
+    env = {**os.environ, **({"TZ": tz} if tz else {})}
+    done = subprocess.run([*GENESIS, "--project", str(project), "status", "--json"], capture_output=True, text=True,
+                          timeout=60, env=env)
+    document = json.loads(done.stdout)
+    assert document["schema"] == 1 and document["exit_code"] == done.returncode, (done.stdout, done.stderr)
+    return document
+
+
 def countdown(screen: str) -> int | None:
     """The seconds left of the usage-limit wait the status screen shows, if it shows one."""
     found = re.search(r"usage limit.*?(?:(\d+)m)?(\d+)s left", screen)
@@ -98,10 +111,11 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
     fast_stub.hang_after(3, 120)
     # Its retry makes 5 requests; the Criticizer's second request (the 10th) meets a usage limit.
     window = fast_stub.limit_after(10, 10)
-    with Receiver() as hook:
+    with Receiver() as hook, Receiver() as phone:
         env = night_env(fast_stub, subscriber=True, HEARTBEAT_STALE_SECONDS="5", PHASE_RETRY_DELAY_SECONDS="1",
                         GENESIS_DONE_WHEN="never", CB_WARNING_THRESHOLD="1", CB_STOP_THRESHOLD="2",
-                        GENESIS_NOTIFY_WEBHOOK=f"{hook.url}/hook", GENESIS_NOTIFY_DESKTOP="false")
+                        GENESIS_NOTIFY_WEBHOOK=f"{hook.url}/hook", GENESIS_NOTIFY_NTFY=f"{phone.url}/night",
+                        GENESIS_NOTIFY_DESKTOP="false")
         out = (tmp_path / "loop.out").open("w")
         loop = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--max-iterations", "8"], env=env,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -115,7 +129,20 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
             # stand in the loop's line and the recent events, between phases too.
             term.until(lambda s: re.search(r"iteration 1 · Builder[^·\n]*· running", s), 60,
                        "the running phase on the screen")
+            # The same, as a probe reads it mid-run: the run, its phase and its heartbeat's age.
+            run_id = json.loads((project / ".git" / "genesis" / "loop.json").read_text())["run_id"]
+            live: list[dict] = []
+            wait_for(lambda: live.append(status_json(project)) or (live[-1]["phase"] or {}).get(
+                "heartbeat_age_seconds") is not None, timeout=60, what="a heartbeat's age in status --json")
+            now = live[-1]
+            assert (now["state"], now["run"]["id"], now["phase"]["name"]) == ("running", run_id, "Builder"), now
+            assert now["totals"]["scope"] == "this_run" and now["phase"]["heartbeat_age_seconds"] >= 0
             first = term.until(lambda s: countdown(s) is not None, 90, "the usage limit's countdown")
+            waiting = status_json(project)
+            assert (waiting["state"], waiting["wait"]["kind"], waiting["wait"]["phase"]) == ("waiting", "limit",
+                                                                                          "Criticizer"), waiting
+            # The stuck Builder before it: an abnormal phase and an incident of this run.
+            assert waiting["totals"]["incidents"] == 1 and waiting["totals"]["abnormal_phases"] >= 1, waiting
             later = term.until(lambda s: (countdown(s) or 10**6) < countdown(first), 10,
                                "the countdown going down")
             assert "Criticizer" in first and countdown(later) < countdown(first)
@@ -129,6 +156,8 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
             out.close()
         printed = (tmp_path / "loop.out").read_text()
         assert "breaker OPEN" in printed, printed
+        # The report the loop printed says where its final alert went.
+        assert re.search(r"final alert: sent to (webhook, ntfy|ntfy, webhook)", printed), printed
 
         # The ledger: every phase with its ending, the incident, the wait, the breaker's moves.
         phases = ledger_rows(project, "SELECT iteration, phase, attempt, ending FROM phases ORDER BY id")
@@ -136,6 +165,16 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
         assert (1, "Criticizer", 0, "limit") in phases and (1, "Criticizer", 0, "finished") in phases
         incidents = ledger_rows(project, "SELECT id, kind, phase FROM incidents")
         assert [(k, p) for _, k, p in incidents] == [("stuck", "Builder")]
+        # Each attempt its own transcript and its own tail: the stuck one is not evidenced by the
+        # retry's success, and its incident holds the same lines.
+        with Ledger.open(project / ".git" / "genesis" / "ledger.sqlite3", readonly=True) as led:
+            ends = [e for e in led.events(kinds=["phase_end"]) if (e["iteration"], e["phase"]) == (1, "Builder")]
+        stuck, retried = ends[:2]
+        assert stuck["log"] != retried["log"] and Path(stuck["log"]).is_file() and Path(retried["log"]).is_file()
+        assert stuck["tail"] and stuck["tail"] != retried["tail"] and stuck["window"] == "stale", stuck
+        assert not any("success" in line for line in stuck["tail"]), stuck["tail"]
+        record = json.loads((project / ".git" / "genesis" / "incidents" / f"{incidents[0][0]}.json").read_text())
+        assert list(record["transcript"]) == list(stuck["tail"]) and record["log"] == stuck["log"]
         waits = ledger_rows(project, "SELECT kind, phase, ended IS NOT NULL FROM waits")
         assert ("limit", "Criticizer", 1) in waits
         changes = ledger_rows(project, "SELECT before, after FROM breaker_changes ORDER BY id")
@@ -154,11 +193,42 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
         dismissed = {t for t, (_, d) in alerts.items() if d == "dismiss"}
         got = {r.json["genesis"]["ticket_id"]: r.json["genesis"] for r in hook.wait_for(len(told), timeout=30)}
         assert set(got) == told and not dismissed & set(got)
-        assert any(t["kind"] == "iteration_end" and "OPEN" in t["cause"] and "HALF" not in t["cause"]
-                   for t in got.values()), got
-        assert any(t["kind"] == "loop_end" and t["final"] for t in got.values())
+        # The stuck Builder: one quiet message, then its resolution; the OPEN breaker is told in the
+        # loop end's message (one message), whose title names it.
+        told_kinds = {t["kind"]: t for t in got.values()}
+        assert told_kinds["retry"]["severity"] == "medium"
+        assert told_kinds["resolved"]["resolves"] == told_kinds["retry"]["ticket_id"]
+        assert not any(t["kind"] == "iteration_end" and "HALF" not in t["cause"] for t in got.values()), got
+        assert told_kinds["loop_end"]["final"] and told_kinds["loop_end"]["headline"] == "breaker OPEN, loop stopped"
         assert {k for k, d in alerts.values() if d == "dismiss"} >= {"wait_start"}
         assert all(r.path == "/hook" and r.method == "POST" for r in hook.requests)
+        # What a person reads: the project and the cause first, a few lines, the night summed up.
+        said = {r.json["genesis"]["kind"]: r.json["text"].splitlines() for r in hook.requests}
+        assert said["retry"][0] == f"{project.name}: Builder stuck, retrying", said["retry"]
+        assert any(line.startswith(("Partial work committed", "Nothing was committed")) for line in said["retry"])
+        assert not any("lost" in line for line in said["retry"]) and len(said["retry"]) <= 7
+        assert said["resolved"][0] == f"{project.name}: resolved: Builder recovered on retry 1", said["resolved"]
+        assert said["loop_end"][0] == f"{project.name}: breaker OPEN, loop stopped", said["loop_end"]
+        assert any(re.match(r"Tasks: 1 of 1 done", line) for line in said["loop_end"]), said["loop_end"]
+        assert any(re.search(r"\d+ commits?, \d+ iterations?, \d+ abnormal phases?, 1 incident", line)
+                   for line in said["loop_end"]), said["loop_end"]
+        # The phone: one push per message, the cause in its title, the self-healed stall not urgent,
+        # its resolution in the same notification (one sequence id).
+        pushes = {r.headers["Title"]: r for r in phone.wait_for(len(told), timeout=30)}
+        stall = pushes[f"{project.name}: Builder stuck, retrying"]
+        healed = pushes[f"{project.name}: resolved: Builder recovered on retry 1"]
+        assert stall.headers["Priority"] in ("low", "default") and healed.headers["Priority"] == "low"
+        sequence = [{k.lower(): v for k, v in r.headers.items()}.get("x-sequence-id") for r in (stall, healed)]
+        assert sequence[0] and sequence[0] == sequence[1], sequence
+        assert pushes[f"{project.name}: breaker OPEN, loop stopped"].headers["Priority"] == "urgent"
+
+    # The morning's status: the last run's totals, the same whether the reader's midnight fell
+    # in the middle of the night or not.
+    (started, ended), = ledger_rows(project, "SELECT started, ended FROM runs")
+    across, plain = status_json(project, zone_with_midnight_at((started + ended) / 2)), status_json(project, "UTC")
+    assert across["totals"] == plain["totals"] and across["totals"]["scope"] == "last_run"
+    assert across["totals"]["incidents"] == 1 and across["run"]["exit_code"] == 3
+    assert across["totals"]["abnormal_phases"] == sum(ending != "finished" for *_, ending in phases)
 
     # The morning report: the terminal's, and the HTML page in a real headless Chromium.
     text = subprocess.run([*GENESIS, "--project", str(project), "report"], capture_output=True, text=True)
@@ -177,5 +247,12 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
     # The incident with its forensics: the text `genesis incidents show ID` prints.
     assert f"Genesis incident {incidents[0][0]}" in seen.dom
     assert shot.stat().st_size > 50_000
+    # On a phone and on a desktop: nothing wider than the screen, the timeline's text readable.
+    for width in (400, 1400):
+        fit = measure(page, "({scroll: document.documentElement.scrollWidth, client: document.documentElement"
+                            ".clientWidth, text: Math.min(...[...document.querySelectorAll('svg.timeline text')]"
+                            ".map(t => t.getBoundingClientRect().height).filter(h => h > 0))})",
+                      binary=CHROMIUM, window=f"{width},900")
+        assert fit["scroll"] <= fit["client"] and fit["text"] >= 12, (width, fit)
     if SCREENSHOT:
         shutil.copyfile(shot, SCREENSHOT)

@@ -189,3 +189,16 @@ def test_what_cannot_be_read_is_said_not_raised(tmp_path):
     assert inc.git_error and (ident is None or any("already gone" in n for n in inc.notes))
     text = render(inc, inc.base_id)
     assert "(git status failed:" in text and "(none alive)" in text
+
+
+@pytest.mark.fault(86)
+def test_the_incident_names_the_window_that_fired_and_the_attempts_own_log(tmp_path):
+    log = "/srv/shop/orchestrator/logs/run-1/iter-0003-Builder.attempt-2.log"
+    inc = record(tmp_path, window="tool_silent", log=log, transcript=["tool Bash: $ pytest -x", "collected 12 items"])
+    saved = json.loads(write(inc, tmp_path / "incidents").read_text())
+    assert (saved["window"], saved["log"]) == ("tool_silent", log)
+    assert saved["transcript"] == ["tool Bash: $ pytest -x", "collected 12 items"]
+    text = render(inc, inc.base_id)
+    assert "\nwindow that fired: the tool-silent window\n" in text
+    assert f"\n== transcript tail (2 lines of {log}) ==\ntool Bash: $ pytest -x\ncollected 12 items\n" in text
+    assert "\nwindow that fired: none\n" in render(record(tmp_path, kind="wedged"), "x")  # a doom loop is no window

@@ -54,7 +54,7 @@ def test_an_io_busy_tool_writing_steadily_is_not_killed(tmp_path):
 @pytest.mark.fault(46)
 def test_an_idle_tool_is_stuck_after_the_tool_silent_window_not_the_general_one(tmp_path):
     out, _ = run_tool(tmp_path, '"$PY" -c "import time; time.sleep(120)"', stale=30.0, silent=1.0)
-    assert out.status == "stuck", out
+    assert out.status == "stuck" and out.window == "tool_silent", out
     assert "inside Bash" in out.detail and "tool-silent window 1s" in out.detail
     assert out.kill is not None and out.kill.survivors == ()
 
@@ -62,12 +62,14 @@ def test_an_idle_tool_is_stuck_after_the_tool_silent_window_not_the_general_one(
 def test_busy_silence_is_allowed_only_up_to_its_ceiling(tmp_path):
     out, _ = run_tool(tmp_path, '"$PY" busy_cpu.py 30', stale=1.0, silent=1.0, busy_max=1.0)
     assert out.status == "stuck" and "no heartbeat" in out.detail, out
+    # What ran out is named: the busy tool's allowance, then the general window.
+    assert out.window == "tool_busy" and "inside Bash" in out.detail and "tool-busy maximum (1s)" in out.detail
 
 
 def test_outside_a_tool_a_busy_tree_does_not_keep_the_agent_alive(tmp_path):
     # The last event is PostToolUse: the agent is not inside a tool, so the general window rules.
     out, _ = run_tool(tmp_path, '"$PY" busy_cpu.py 30', before=POST, stale=1.0, silent=1.0)
-    assert out.status == "stuck" and "no heartbeat" in out.detail, out
+    assert out.status == "stuck" and "no heartbeat" in out.detail and out.window == "stale", out
 
 
 @pytest.mark.fault(45)

@@ -41,3 +41,12 @@ def free_port() -> int:
 def listening(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+# A loop stand-in: it takes the project's lock for its run, says so, then sleeps.
+LOCK_HOLDER = ("import sys, time\n"
+               "from pathlib import Path\n"
+               "from genesis.store.looplock import hold\n"
+               "hold(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])\n"
+               "print('locked', flush=True)\n"
+               "time.sleep(120)\n")

@@ -53,20 +53,27 @@ def launches(monkeypatch):
 
 
 def test_an_open_breaker_is_recorded_told_at_the_webhook_and_its_deliverer_spared(project, launches):
+    # The OPEN breaker stops the loop: its ticket waits for the loop's end, told in one message with it.
     with Receiver() as rx:
         step = make_step(project, GENESIS_NOTIFY_WEBHOOK=rx.url + "/hook")
         step.event("iteration_end", iteration=3, progress=False, breaker="OPEN", no_progress=5)
         [ended] = [e for e in events_of(project, RUN) if e["event"] == "iteration_end"]
         assert (ended["breaker"], ended["no_progress"]) == ("OPEN", 5)
+        step.event("loop_end", reason="the circuit breaker is OPEN", exit_code=3, summary={})
         [request] = rx.wait_for(1)
-        wait_for(lambda: alerts(project), 20, "the deliverer's alert event")
-    assert request.path == "/hook" and "breaker OPEN" in request.body.decode()
-    [alert] = alerts(project)
-    assert (alert["decision"], alert["delivered"], alert["failed"]) == ("intervene", ["webhook"], {})
-    assert alert["ticket"]["kind"] == "iteration_end" and alert["ticket"]["severity"] == "critical"
-    assert alert["ticket"]["run_id"] == RUN and alert["ticket"]["iteration"] == 3
-    [pid] = launches["dispatched"]
-    assert pid is not None and launches["spared"] == [pid]
+        wait_for(lambda: len(alerts(project)) == 2, 30, "both deliverers' alert events")
+        time.sleep(0.5)
+        assert len(rx.requests) == 1  # both recorded: no other message can come now
+    assert request.path == "/hook" and "breaker OPEN, loop stopped" in request.body.decode()
+    assert "Act: fix the task list" in request.json["text"]  # the breaker's action, not the generic one
+    by_kind = {a["ticket"]["kind"]: a for a in alerts(project)}  # either deliverer may have had its turn first
+    held, told = by_kind["iteration_end"], by_kind["loop_end"]
+    assert (held["decision"], held["folded"], held["delivered"]) == ("dismiss", True, [])
+    assert held["ticket"]["kind"] == "iteration_end" and held["ticket"]["severity"] == "critical"
+    assert held["ticket"]["run_id"] == RUN and held["ticket"]["iteration"] == 3 and held["ticket"]["holds_for_end"]
+    assert (told["decision"], told["delivered"], told["ticket"]["kind"]) == ("intervene", ["webhook"], "loop_end")
+    assert request.json["genesis"]["ticket_id"] == told["ticket"]["ticket_id"]
+    assert len(launches["dispatched"]) == 2 and launches["spared"] == launches["dispatched"]
 
 
 def test_a_kind_that_raises_no_ticket_starts_no_deliverer(project, launches):
@@ -138,3 +145,36 @@ def test_a_disk_full_tickets_evidence_never_says_none_for_what_is_not_known(proj
     step.event("phase_skip", phase="Reviewer")
     [ticket] = tickets
     assert "None" not in ticket.evidence, ticket.evidence
+
+
+def test_a_stall_is_raised_once_after_the_commit_decision_with_its_work_and_its_recovery_resolves_it(project,
+                                                                                                     monkeypatch):
+    step = make_step(project, PHASE_RETRIES="2", GENESIS_MAX_RECOVERIES="3")
+    tickets = []
+    monkeypatch.setattr(genesis.alerts.handoff, "dispatch", lambda t, settings, path: tickets.append(t) or None)
+    # Seen before the kill: the health change and the incident raise nothing (the watcher ends the phase).
+    step.event("health", iteration=2, phase="Builder", classification="stuck", stall_score=1.2, reason="r", idle=600.0)
+    step.event("incident", iteration=2, phase="Builder", id="20261121T031400-Builder", kind="stuck", reason="r")
+    step.event("phase_end", iteration=2, phase="Builder", status="stuck", ending="stuck", attempt=0,
+               window="tool_silent")
+    step.event("phase_work", iteration=2, phase="Builder", commits=[{"sha": "abc1234", "at": 1.0, "subject": "s"}],
+               files_changed=1, tasks_done=[])
+    assert tickets == []
+    step.event("retry", iteration=2, phase="Builder", type="stuck", count=1, reason="r", old_cmd="a", new_cmd="a",
+               night=1)
+    [stall] = tickets
+    assert (stall.kind, stall.severity, stall.headline) == ("retry", "medium", "Builder stuck, retrying")
+    assert "Partial work committed (abc1234)." in stall.lines and "Retrying (retry 1 of 2), 2 retries left tonight." \
+        in stall.lines
+    assert "a tool call silent past its window" in stall.lines[0]
+    step.event("phase_end", iteration=2, phase="Builder", status="exited", ending="finished", attempt=1)
+    step.event("phase_work", iteration=2, phase="Builder", commits=[], files_changed=0, tasks_done=[])
+    [_, fixed] = tickets
+    assert (fixed.kind, fixed.severity, fixed.headline) == ("resolved", "low", "resolved: Builder recovered on retry 1")
+    # A first attempt that finished resolves nothing; warn-only (nothing is ended) tells the health change itself.
+    step.event("phase_end", iteration=3, phase="Builder", status="exited", ending="finished", attempt=0)
+    step.event("phase_work", iteration=3, phase="Builder", commits=[], files_changed=0, tasks_done=[])
+    assert len(tickets) == 2
+    warn = make_step(project, GENESIS_HEALTH_ENFORCE="false")
+    warn.event("health", iteration=4, phase="Builder", classification="stuck", stall_score=1.2, reason="r")
+    assert [t.kind for t in tickets[2:]] == ["health"]

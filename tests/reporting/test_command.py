@@ -25,18 +25,6 @@ from genesis.store.looplock import hold
 H = 3600.0
 
 
-@pytest.fixture
-def tz(monkeypatch):
-    """Sets the local time zone for a test (and restores it)."""
-    def use(zone: str) -> None:
-        monkeypatch.setenv("TZ", zone)
-        time.tzset()
-
-    yield use
-    monkeypatch.undo()
-    time.tzset()
-
-
 def invoke(project: Path, *args: str):
     return CliRunner().invoke(cli, ["--project", str(project), "report", *args], catch_exceptions=False)
 
@@ -119,9 +107,9 @@ def test_list_shows_one_line_per_run_in_start_order_and_how_each_ended(project, 
         os.close(fd)
     assert listed.exit_code == 0, listed.output
     assert listed.stdout.splitlines() == [
-        "run-early  started 2026-11-20 22:00  3 phase(s), 2 finished  10m00s, exit 0: done: every task is ticked",
-        "run-mid  started 2026-11-20 23:00  2 phase(s), 1 finished  no end recorded",
-        "run-late  started 2026-11-21 00:00  1 phase(s), 1 finished  running",
+        "run-early  started 2026-11-20 22:00 UTC  3 phase(s), 2 finished  10m00s, exit 0: done: every task is ticked",
+        "run-mid  started 2026-11-20 23:00 UTC  2 phase(s), 1 finished  no end recorded",
+        "run-late  started 2026-11-21 00:00 UTC  1 phase(s), 1 finished  running",
     ]
     assert running.stdout.splitlines()[0] == header("run-late", project)
     assert "still running" in running.stdout

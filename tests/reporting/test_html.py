@@ -5,14 +5,16 @@ from __future__ import annotations
 import dataclasses
 import re
 import struct
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from helpers.chromium import INSTALL_HINT, find_chromium, render
-from helpers.nights import HOSTILE, T0, at, many_night, running_night, typical_night
+from helpers.nights import (HOSTILE, T0, at, many_night, midnight_night, midnight_tasks, running_night,
+                           typical_night)
 
-from genesis.reporting.html import CSP, FORENSICS_LIMIT, MIN_BAR, render_html
+from genesis.reporting.html import CSP, FORENSICS_LIMIT, LEGEND, MAX_TICKS, MIN_BAR, render_html, render_pages
 from genesis.reporting.model import IncidentRow, Night
 
 pytestmark = pytest.mark.usefixtures("utc")
@@ -127,7 +129,7 @@ def test_one_bar_per_phase_in_its_row_coloured_by_its_ending():
         rows_y.setdefault(b.attrs["data-phase"], set()).add(b.attrs["y"])
     assert all(len(ys) == 1 for ys in rows_y.values()) and len({y for ys in rows_y.values() for y in ys}) == 3
     stuck = bars[1]
-    assert stuck.one("title").text() == ("iteration 1 Criticizer: stuck, 01:52-02:02 (10m00s); $0.21: "
+    assert stuck.one("title").text() == ("iteration 1 Criticizer: stuck, 01:52-02:02 UTC (10m00s); $0.21: "
                                          "no heartbeat for 600s (last tool: Bash pytest -x)")
     # Time runs left to right: each bar starts where the one before it in the night ended, or later.
     xs = [float(b.attrs["x"]) for b in bars]
@@ -139,7 +141,7 @@ def test_waits_incidents_and_breaker_changes_are_on_the_timeline():
     svg = doc.one("svg.timeline")
     wait = svg.one("rect.wait")
     assert "wait-limit" in wait.classes
-    assert wait.one("title").text().startswith("usage limit 02:08-05:13 (3h05m): You've hit your 5-hour limit")
+    assert wait.one("title").text().startswith("usage limit 02:08-05:13 UTC (3h05m): You've hit your 5-hour limit")
     builder_limit, builder_rerun = [b for b in svg.all("rect.phase") if b.attrs["data-iteration"] == "2"
                                     and b.attrs["data-phase"] == "Builder"]
     # The band spans from the limit to the rerun.
@@ -206,21 +208,22 @@ def test_incident_forensics_are_in_details_escaped_and_capped():
 def test_the_tables_match_the_text_report():
     doc = parse(render_html(typical_night()))
     iterations = rows(section(doc, "iterations").one("table"))
-    assert iterations == [["1", "finished", "stuck finished", "skipped", "35m00s", "yes", "CLOSED", "1", "1"],
-                          ["2", "usage limit finished", "finished", "skipped", "3h40m", "no", "CLOSED (1)", "-", "-"],
-                          ["3", "exit 2", "finished", "finished", "23m00s", "no", "HALF_OPEN (2)", "-", "-"]]
+    assert iterations == [["1", "finished", "stuck finished", "skipped", "35m00s", "yes", "CLOSED", "1", "1", "$1.15"],
+                          ["2", "usage limit finished", "finished", "skipped", "3h40m", "no", "CLOSED (1)", "-", "-",
+                           "$0.63"],
+                          ["3", "exit 2", "finished", "finished", "23m00s", "no", "HALF_OPEN (2)", "-", "-", "$0.0500"]]
     abnormal = rows(section(doc, "abnormal").one("table"))
     assert [r[:4] for r in abnormal] == [["1", "Criticizer", "stuck", "10m00s"],
                                          ["2", "Builder", "usage limit", "2m00s"],
                                          ["3", "Builder", "exited with an error (exit 2)", "13m00s"]]
     assert abnormal[0][4] == "no heartbeat for 600s (last tool: Bash pytest -x); 3 processes ended"
-    assert rows(section(doc, "commits").one("table")) == [["a1b2c3d", "01:51", "Add /health endpoint",
+    assert rows(section(doc, "commits").one("table")) == [["a1b2c3d", "01:51 UTC", "Add /health endpoint",
                                                           "iteration 1 Builder"]]
     assert ["total", "$1.83"] in rows(section(doc, "cost").one("table"))
-    assert rows(section(doc, "waits").one("table"))[0][:3] == ["usage limit", "02:08-05:13 (3h05m)",
+    assert rows(section(doc, "waits").one("table"))[0][:3] == ["usage limit", "02:08-05:13 UTC (3h05m)",
                                                                "iteration 2 Builder"]
-    assert rows(section(doc, "breaker").one("table")) == [["06:10", "iteration 3", "CLOSED → HALF_OPEN", "2"]]
-    assert rows(section(doc, "alerts").one("table"))[0][:4] == ["T-0001", "02:03", "medium", "dismiss"]
+    assert rows(section(doc, "breaker").one("table")) == [["06:10 UTC", "iteration 3", "CLOSED → HALF_OPEN", "2"]]
+    assert rows(section(doc, "alerts").one("table"))[0][:4] == ["T-0001", "02:03 UTC", "medium", "dismiss"]
     tiles = {t.one("div.name").words(): t.one("div.value").words() for t in section(doc, "kpis").all("div.tile")}
     assert tiles == {"MTTD": "10m20s", "MTTR": "3m00s", "false-positive rate": "n/a", "retries per phase": "0.12",
                      "escalation rate": "0%"}
@@ -311,7 +314,7 @@ def test_a_phase_without_an_end_in_a_killed_loop_ends_with_the_night_not_now():
     assert not svg.all("line.now")
     unfinished = [b for b in svg.all("rect.phase") if b.attrs["data-iteration"] == "2"]
     assert len(unfinished) == 1 and "ending-running" in unfinished[0].classes
-    assert unfinished[0].one("title").text() == "iteration 2 Builder: running, 02:06-02:06 (0s, no end recorded)"
+    assert unfinished[0].one("title").text() == "iteration 2 Builder: running, 02:06-02:06 UTC (0s, no end recorded)"
 
 
 def test_breaker_changes_close_in_time_put_their_states_on_two_lines():
@@ -327,3 +330,123 @@ def test_breaker_changes_close_in_time_put_their_states_on_two_lines():
                                                         dataclasses.replace(close.breaker_changes[1], at=at(280) + 7200)))
     ys = re.findall(r'<g class="breaker breaker-\w+">.*?<text x="[^"]+" y="([^"]+)"', render_html(apart))
     assert len(ys) == 2 and ys[0] == ys[1]  # far apart: the same line
+
+
+def test_the_legend_names_every_mark_the_timeline_draws():
+    doc = parse(render_html(midnight_night()))
+    svg = doc.one("svg.timeline")
+    drawn = {c for n in svg.walk() for c in n.classes if c.startswith(("ending-", "wait-"))}
+    drawn |= {"incident"} if svg.all("path.incident") else set()
+    drawn |= {"breaker"} if svg.all("g.breaker") else set()
+    legend = {c for n in doc.one("ul.legend").all("span.swatch") for c in n.classes} - {"swatch", "wait"}
+    assert drawn - {"wait-label"} <= legend, drawn - legend
+    assert {"wait-retry", "wait-limit", "wait-outage", "wait-cooldown", "incident", "breaker"} <= legend
+    words = doc.one("ul.legend").words()
+    assert "wait: retry of a stuck phase" in words and "wait: usage limit" in words
+    # Every ending the model knows has its colour in the legend.
+    endings = {"finished", "failed", "stuck", "limit", "outage", "interrupted", "not_started", "watcher_lost", "running"}
+    assert {f"ending-{e}" for e in endings} <= {cls for cls, _ in LEGEND}
+
+
+@pytest.mark.parametrize("minutes, step", [(1.1, 10), (3, 30), (8, 60), (40, 300), (150, 900), (283, 1800), (600, 3600),
+                                           (16 * 60, 7200)])
+def test_axis_ticks_fall_on_whole_steps_of_the_readers_clock(minutes, step):
+
+    night = Night(run_id="r", project="p", started=T0, ended=at(minutes), reason="done", exit_code=0, running=False,
+                  iterations=())
+    svg = parse(render_html(night)).one("svg.timeline")
+    # At least two ticks, however short the night (a compressed one lasts minutes), and no crowd.
+    assert 3 <= len(svg.all("g.tick")) <= MAX_TICKS + 1
+    assert int(svg.attrs["data-tick-step"]) == step
+    ticks = [float(g.attrs["data-at"]) for g in svg.all("g.tick")]
+    assert all(t % step == 0 for t in ticks) and ticks == sorted(ticks)
+    assert all(b - a == step for a, b in zip(ticks, ticks[1:]))
+    assert svg.one("text.zone").words() == "UTC"
+    labels = [g.one("text").words() for g in svg.all("g.tick")]
+    assert labels == [time.strftime("%H:%M:%S" if step < 60 else "%H:%M", time.gmtime(t)) for t in ticks]
+
+
+def test_a_night_across_midnight_labels_the_new_day_in_the_readers_zone(monkeypatch):
+    svg = parse(render_html(midnight_night())).one("svg.timeline")
+    labels = [g.one("text").words() for g in svg.all("g.tick")]
+    assert labels[:4] == ["22:30", "23:00", "23:30", "21 Nov"] and labels[-1] == "03:00"
+    assert [g.one("text").words() for g in svg.all("g.day")] == ["21 Nov"]
+    # In another reader's zone the same night reads in that zone, and the day moves with it.
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    svg = parse(render_html(midnight_night())).one("svg.timeline")
+    labels = [g.one("text").words() for g in svg.all("g.tick")]
+    assert labels[0] == "04:00" and "21 Nov" not in labels
+    assert svg.one("text.zone").words() == "IST"
+
+
+def test_each_abnormal_phase_shows_its_own_tail_its_log_and_its_alerts_why():
+    night = midnight_night()
+    doc = parse(render_html(night))
+    blocks = section(doc, "abnormal").all("div.evidence")
+    assert [b.one("h3").words() for b in blocks] == ["iteration 1 Criticizer: stuck", "iteration 2 Builder: usage limit",
+                                                      "iteration 3 Builder: exited with an error (exit 2)"]
+    stuck = blocks[0]
+    assert stuck.one("pre").text() == ("Running the test suite to check the /health endpoint\ntool: Bash pytest -x\n"
+                                       "tests/test_health.py::test_health ")
+    assert "transcript: /srv/shop/.genesis/logs/20251120-223000-4f2a/001-Criticizer.log" in stuck.words()
+    assert stuck.one("p.alert").words() == ("alert T-0001 (medium, dismiss): Genesis is retrying it: 1 retry left "
+                                            "tonight")
+    assert not blocks[1].all("p.alert") and not blocks[2].all("p.alert")  # the loop's end is no phase's alert
+    assert "npm ERR! missing script: lint" in blocks[2].one("pre").text()
+    alerts = rows(section(doc, "alerts").one("table"))
+    assert [r[5] for r in alerts] == ["Genesis is retrying it: 1 retry left tonight", "it resolves a stall that was told",
+                                      "a normal end"]
+    # A ticket that names no phase, or one of another attempt, is no phase's.
+    elsewhere = dataclasses.replace(night, alerts=(dataclasses.replace(night.alerts[0], phase=None),
+                                                   dataclasses.replace(night.alerts[0], at=night.alerts[0].at + 120)))
+    assert not section(parse(render_html(elsewhere)), "abnormal").all("p.alert")
+
+
+def test_hostile_tail_and_log_are_escaped():
+    night = typical_night()
+    first = night.iterations[0]
+    stuck = dataclasses.replace(first.phases[1], tail=(HOSTILE, "</pre><script>x</script>"), log=HOSTILE)
+    night = dataclasses.replace(night, iterations=(dataclasses.replace(first, phases=(
+        first.phases[0], stuck, first.phases[2])), *night.iterations[1:]))
+    page = render_html(night)
+    assert "<script" not in page
+    block = section(parse(page), "abnormal").one("div.evidence")
+    assert block.one("pre").text().startswith("<script>alert(1)</script> [bold red]not markup[/bold red] red")
+
+
+def test_the_task_view_shows_each_item_built_reviewed_verified_with_time_and_cost():
+    doc = parse(render_html(midnight_night(), tasks=midnight_tasks()))
+    table = rows(section(doc, "tasks").one("table"))
+    assert table == [
+        ["Add a /health endpoint with a test", "done", "22:51 UTC iteration 1 Builder",
+         "23:08 UTC iteration 1 Criticizer", "23:08 UTC iteration 1 Criticizer", "1", "37m00s", "$1.15"],
+        ["Rate-limit the login form", "done", "01:49 UTC iteration 2 Builder", "01:58 UTC iteration 2 Criticizer",
+         "01:58 UTC iteration 2 Criticizer", "1", "38m00s", "$0.63"],
+        ["Paginate the order history", "awaiting review", "03:04 UTC iteration 4 Builder", "-", "-", "1", "35m00s",
+         "$0.92"],
+        ["Send a receipt by mail after checkout", "open", "-", "-", "-", "0", "-", "-"]]
+    # An item's text is the project's, untrusted: shown escaped.
+    page = render_html(midnight_night(), tasks=(dataclasses.replace(midnight_tasks()[0], text=HOSTILE),))
+    assert "<script" not in page
+    assert rows(section(parse(page), "tasks").one("table"))[0][0].startswith("<script>alert(1)</script>")
+    # Without the git history, the list of ticked items stays.
+    doc = parse(render_html(midnight_night()))
+    assert section(doc, "tasks").one("ul.tasks")
+
+
+def test_several_runs_on_one_page_each_its_own_section_and_ids_unique():
+    page = render_pages([(typical_night(), ()), (midnight_night(), ())], now=at(400))
+    doc = parse(page)
+    runs = [s for s in doc.all("section") if "run" in s.classes]
+    assert [r.attrs["id"] for r in runs] == ["run-20251121-013000-4f2a", "run-20251120-223000-4f2a"]
+    assert [r.one("h1").words()[:19] for r in runs] == ["Night of 2025-11-21", "Night of 2025-11-20"]
+    ids = [n.attrs["id"] for n in doc.walk() if "id" in n.attrs]
+    assert len(ids) == len(set(ids))
+    assert "20251121-013000-4f2a-incident-inc-0001" in ids and "20251120-223000-4f2a-incident-inc-0001" in ids
+    # Each timeline's running pattern is its own.
+    assert {p.attrs["id"] for p in doc.all("pattern")} == {"20251121-013000-4f2a-running", "20251120-223000-4f2a-running"}
+    assert page.count("<!DOCTYPE html>") == 1 and page.count("<style>") == 1
+    # One run: the page is that run's page.
+    assert render_pages([(typical_night(), ())], now=at(400)) == render_html(typical_night(), now=at(400))
+

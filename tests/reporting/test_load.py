@@ -168,9 +168,13 @@ def test_waits_commits_breaker_changes_alerts_and_reaped_processes(recorded):
                          CommitRow("e5f6a7b", at(109.9), "Tidy the handler", 2, "Builder"))
     # CLOSED after iteration 1 was the breaker's state already: only the change is listed.
     assert n.breaker_changes == (BreakerChange(at(111), 2, "CLOSED", "HALF_OPEN", 3),)
-    assert n.alerts == (AlertRow(f"{1:032x}", at(11.2), "high", "Builder stuck", "intervene", ("webhook",)),
-                        AlertRow(f"{2:032x}", at(35.1), "medium", "usage limit", "dismiss", ()),
-                        AlertRow(f"{3:032x}", at(111.5), "low", "the loop ended", "intervene", ("webhook", "ntfy")))
+    assert n.alerts == (AlertRow(f"{1:032x}", at(11.2), "high", "Builder stuck", "intervene", ("webhook",),
+                                 why="stuck", by="rules", kind="incident"),
+                        AlertRow(f"{2:032x}", at(35.1), "medium", "usage limit", "dismiss", (),
+                                 why="a limit is waited out", by="rules", kind="incident"),
+                        AlertRow(f"{3:032x}", at(111.5), "low", "the loop ended", "intervene", ("webhook", "ntfy"),
+                                 why="the end is always told", by="rules", final=True, kind="loop_end"))
+    assert n.final_alert == n.alerts[-1]
     assert n.reaped == 3
     assert n.tasks_done == ("Add a /health endpoint",)
     assert n.cost_usd == pytest.approx(0.85)
@@ -212,8 +216,8 @@ def test_the_health_kpis_of_the_night(recorded):
         mttr_seconds=at(30) - at(11),             # the incident -> the retried Builder's finish
         false_positive_rate=0.5,                  # the Criticizer's warning recovered, the Builder's did not
         retries_per_phase=1 / 5,
-        escalation_rate=0.5,                      # intervene, dismiss; the loop's end is not counted
-        detections=1, recoveries=1, warnings=2, tickets=2)
+        escalation_rate=0.5,                      # delivered, dismissed; the loop's end is not counted
+        detections=1, recoveries=1, warnings=2, tickets=2, reached=1, intervened=1)
 
 
 def version_1_ledger(path: Path) -> Ledger:
@@ -386,3 +390,15 @@ def test_a_view_never_writes_the_ledger(tmp_path):
         with pytest.raises(Exception, match="readonly|read-only|cannot be written"):
             view.record(RUN, "loop_end", at=at(1), reason="x", exit_code=0)
         assert view.runs()[0].ended is None
+
+
+def test_an_alert_carries_the_iteration_and_phase_its_ticket_names(tmp_path):
+    """So the page shows each abnormal phase's own alert (html.py), never another attempt's."""
+    with Ledger.open(tmp_path / "ledger.sqlite3") as led:
+        led.record(RUN, "loop_start", at=at(0), project="/srv/shop", pid=4242)
+        led.record(RUN, "alert", at=at(1), ticket={**ticket(1), "kind": "retry", "iteration": 2, "phase": "Builder"},
+                   decision="dismiss", why="retrying", by="rules", delivered=[])
+        led.record(RUN, "alert", at=at(2), ticket={**ticket(2), "iteration": True, "phase": 7}, decision="dismiss",
+                   why="odd", by="rules", delivered=[])
+        n = night(led, RUN)
+    assert [(a.iteration, a.phase) for a in n.alerts] == [(2, "Builder"), (None, None)]

@@ -15,20 +15,8 @@ from pathlib import Path
 
 import pytest
 from helpers import paths
-from helpers.agent import script
 from helpers.git import git
 from helpers.loop import GENESIS, loop_env, run_loop
-
-AGENT = "#!/usr/bin/env bash\necho \"$GENESIS_AGENT was here\" >>notes.txt\n"
-
-
-@pytest.fixture
-def night(project: Path, tmp_path: Path):
-    git(project, "config", "user.name", "Agent")
-    git(project, "config", "user.email", "agent@example.invalid")
-    agent = script(tmp_path / "agent.sh", AGENT)
-    return project, ("--agent-cmd", f"bash {agent}", "--set", "GENESIS_PHASES=Builder")
-
 
 def conf(project: Path, text: str) -> None:
     (project / "orchestrator").mkdir(exist_ok=True)
@@ -38,17 +26,18 @@ def conf(project: Path, text: str) -> None:
 
 
 @pytest.mark.fault(71)
-def test_a_misspelt_knob_in_the_environment_is_named_with_the_one_it_meant(night):
-    """GENESIS_MAX_ITERATONS and GENESIS_NOTIFY_COMMAND were silently ignored."""
-    project, args = night
-    env = loop_env(GENESIS_MAX_ITERATONS="1", GENESIS_NOTIFY_COMMAND="cat >/dev/null", HEARTBEAT_STALE_MINS="3",
+def test_a_misspelt_knob_in_the_environment_is_named_with_the_one_it_meant(one_builder):
+    """GENESIS_MAX_ITERATONS and GENESIS_TRIAGE_COMMAND were silently ignored. (A misspelt alert
+    channel is refused instead: tests/scenarios/test_alert_channels.py.)"""
+    project, args = one_builder
+    env = loop_env(GENESIS_MAX_ITERATONS="1", GENESIS_TRIAGE_COMAND="judge", HEARTBEAT_STALE_MINS="3",
                    PHASE_Builder_TRIGER="never", PHASE_Bulder_PROMPT="x.md", CB_STOPTHRESHOLD="9",
                    # Variables that merely share a prefix, and those Genesis itself sets, are no typo.
                    GENESIS_ITERATION="4", GENESIS_PHASE="Builder", AUTO_RELOAD_PROXY="1")
     done = run_loop(project, *args, "--max-iterations", "1", env=env)
     assert done.returncode == 0, done.stderr
     for typo, meant in [("GENESIS_MAX_ITERATONS", "GENESIS_MAX_ITERATIONS"),
-                        ("GENESIS_NOTIFY_COMMAND", "GENESIS_NOTIFY_CMD"),
+                        ("GENESIS_TRIAGE_COMAND", "GENESIS_TRIAGE_CMD"),
                         ("HEARTBEAT_STALE_MINS", "HEARTBEAT_STALE_MINUTES"),
                         ("PHASE_Builder_TRIGER", "PHASE_Builder_TRIGGER"),
                         ("CB_STOPTHRESHOLD", "CB_STOP_THRESHOLD")]:
@@ -65,12 +54,12 @@ def test_a_misspelt_knob_in_the_environment_is_named_with_the_one_it_meant(night
     shown = subprocess.run(GENESIS + ["--project", str(project), "config", "show"], env=env, capture_output=True,
                            text=True, timeout=60)
     assert shown.returncode == 0
-    assert "genesis: warning: GENESIS_NOTIFY_COMMAND is set in the environment" in shown.stderr
+    assert "genesis: warning: GENESIS_TRIAGE_COMAND is set in the environment" in shown.stderr
 
 
 @pytest.mark.fault(71)
-def test_the_same_typo_in_genesis_conf_is_refused_with_the_same_suggestion(night):
-    project, args = night
+def test_the_same_typo_in_genesis_conf_is_refused_with_the_same_suggestion(one_builder):
+    project, args = one_builder
     refused = run_loop(project, *args, "--set", "GENESIS_MAX_ITERATONS=1")
     assert refused.returncode == 2
     assert "unknown setting GENESIS_MAX_ITERATONS; did you mean GENESIS_MAX_ITERATIONS?" in refused.stderr
@@ -82,9 +71,9 @@ def test_the_same_typo_in_genesis_conf_is_refused_with_the_same_suggestion(night
 
 
 @pytest.mark.fault(71)
-def test_a_variable_in_genesis_conf_is_warned_about_with_the_value_to_write(night, tmp_path):
+def test_a_variable_in_genesis_conf_is_warned_about_with_the_value_to_write(one_builder, tmp_path):
     """GENESIS_LOG_DIR=$HOME/... made a folder named `$HOME` in the project, unsaid."""
-    project, args = night
+    project, args = one_builder
     conf(project, "GENESIS_LOG_DIR=$HOME/night-logs\nGENESIS_STOP_FLAG=${NOT_SET_HERE}/stop\n"
                   "PHASE_Builder_TRIGGER='when:[ -n \"$HOME\" ]'\nREAP_PATTERNS='server$'\n")
     env = loop_env(HOME=str(tmp_path / "home"))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+from helpers.procs import LOCK_HOLDER
 from helpers.waits import wait_for
 
 from genesis import exitcodes
@@ -20,15 +21,6 @@ from genesis.store.looplock import current_holder
 
 RUN = "20251121T003000Z-777"
 
-# A loop stand-in: it takes the project's lock for its run, says so, then sleeps.
-HOLDER = ("import sys, time\n"
-          "from pathlib import Path\n"
-          "from genesis.store.looplock import hold\n"
-          "hold(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])\n"
-          "print('locked', flush=True)\n"
-          "time.sleep(120)\n")
-
-
 def shown(project) -> tuple[int, str]:
     out = io.StringIO()
     return run_status(project, out=out), out.getvalue()
@@ -38,7 +30,7 @@ def test_a_loop_whose_process_is_stopped_is_frozen_with_how_long(project, monkey
     monkeypatch.setenv("COLUMNS", "200")
     lay = layout_of(project)
     lay.state_dir.mkdir(parents=True, exist_ok=True)
-    loop = subprocess.Popen([sys.executable, "-c", HOLDER, str(lay.loop_lock), str(lay.loop_record), RUN],
+    loop = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(lay.loop_lock), str(lay.loop_record), RUN],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert loop.stdout.readline() == "locked\n"
@@ -60,7 +52,7 @@ def test_a_loop_whose_process_is_stopped_is_frozen_with_how_long(project, monkey
 def test_a_run_killed_while_a_step_still_holds_the_lock_is_stopped_not_running(project):
     lay = layout_of(project)
     lay.state_dir.mkdir(parents=True, exist_ok=True)
-    step = subprocess.Popen([sys.executable, "-c", HOLDER, str(lay.loop_lock), str(lay.loop_record), RUN],
+    step = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(lay.loop_lock), str(lay.loop_record), RUN],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert step.stdout.readline() == "locked\n"

@@ -6,10 +6,10 @@ import calendar
 import io
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
+from helpers.nights import first_hour
 
 from genesis import exitcodes
 from genesis.ledger.store import Ledger, iso
@@ -20,24 +20,15 @@ from genesis.store.atomicio import write_json
 from genesis.store.looplock import hold
 
 T0 = float(calendar.timegm((2025, 11, 21, 1, 30, 0)))   # 01:30 UTC; local time is UTC (see utc)
-MIDNIGHT = T0 - 5400
 RUN = "20251121T003000Z-4242"
 HOSTILE = "[bold red]not markup[/bold red] \x1b[31mred\x1b[0m"
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    """Local time is UTC, so today's totals start at a known midnight and clock times are known."""
-    monkeypatch.setenv("TZ", "UTC")
-    monkeypatch.setenv("COLUMNS", "200")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")
 
 
 def yesterday(led: Ledger) -> None:
-    """A run that ended before midnight: none of it counts today."""
+    """An earlier run of the project: none of it counts in tonight's run."""
     led.record("old", "loop_start", at=T0 - 9000, project="/p", pid=1)
     led.record("old", "phase_start", at=T0 - 8000, iteration=1, phase="Builder", epoch=T0 - 8000, log="x")
     led.record("old", "phase_end", at=T0 - 6000, iteration=1, phase="Builder", status="exited", returncode=0,
@@ -49,14 +40,7 @@ def tonight(led: Ledger, run_id: str = RUN) -> None:
     """Iteration 1 of a run started at 00:30: the Builder finished with a commit, the Criticizer
     got stuck (an incident, a retry's wait), and its retry runs since 01:28."""
     rec = lambda what, minutes, **kw: led.record(run_id, what, at=T0 + minutes * 60, **kw)  # noqa: E731
-    rec("loop_start", -60, project="/p", pid=4242)
-    rec("iteration_start", -60, iteration=1)
-    rec("phase_start", -59, iteration=1, phase="Builder", epoch=T0 - 59 * 60, log="b.log", attempt=0)
-    rec("phase_end", -30, iteration=1, phase="Builder", status="exited", returncode=0, ending="finished",
-        duration=29 * 60.0, cost_usd=0.84, input_tokens=120_000, output_tokens=9_500)
-    rec("phase_work", -30, iteration=1, phase="Builder", commits=[{"sha": "a1b2c3d", "subject": "Add /health"}],
-        files_changed=2, tasks_done=["Add /health"])
-    rec("phase_start", -29, iteration=1, phase="Criticizer", epoch=T0 - 29 * 60, log="c.log", attempt=0)
+    first_hour(led, run_id, T0)
     rec("health", -20, iteration=1, phase="Criticizer", classification="stuck", stall_score=1.0, reason="silent")
     rec("incident", -15, iteration=1, phase="Criticizer", id="inc-1", kind="stuck")
     rec("phase_end", -15, iteration=1, phase="Criticizer", status="stuck", returncode=None, ending="stuck",
@@ -91,7 +75,7 @@ def running(project: Path, led_events=tonight):
     return fd
 
 
-def test_a_loop_mid_phase_shows_its_phase_heartbeat_health_breaker_and_today(project):
+def test_a_loop_mid_phase_shows_its_phase_heartbeat_health_breaker_and_its_run_s_totals(project):
     fd = running(project)
     try:
         st = build(layout_of(project), now=T0)
@@ -107,13 +91,14 @@ def test_a_loop_mid_phase_shows_its_phase_heartbeat_health_breaker_and_today(pro
     assert st.health.tool_in_flight == "Bash: pytest -x (since 01:29:56)"
     assert st.breaker == Breaker("HALF_OPEN", 3, None)
     assert st.wait is None
-    t = st.today
-    assert t.since == MIDNIGHT
-    # Yesterday's phase (cost 5.0) is not today's; the retry that runs is.
-    assert (t.phases, t.finished, t.abnormal) == (3, 1, 1)
+    t = st.totals
+    assert (t.run_id, t.current, t.since, t.until) == (RUN, True, T0 - 3600, None)
+    # The earlier run's phase (cost 5.0) is not this run's; the retry that runs is.
+    assert (t.iterations, t.phases, t.finished, t.abnormal) == (1, 3, 1, 1)
+    assert t.endings == (("finished", 1), ("stuck", 1))
     assert t.cost_usd == pytest.approx(1.05)
     assert (t.input_tokens, t.output_tokens) == (150_000, 10_700)
-    assert (t.commits, t.incidents, t.waits, t.waited) == (1, 1, 1, 30.0)
+    assert (t.commits, t.incidents, t.retries, t.waits, t.waited, t.tasks_done) == (1, 1, 1, 1, 30.0, 1)
     assert st.recent[-1].text == "iteration 1 Criticizer started (retry 1)"
     assert st.recent[-1].at == T0 - 120
     assert [line.kind for line in st.recent][:2] == ["phase_start", "health"]   # the last 8, oldest first
@@ -134,9 +119,10 @@ def test_the_running_loop_is_shown_on_the_screen_and_exits_0(project):
     assert "iteration 1 · Criticizer (retry 1) · running" in text
     assert "recovering: retry 1 after a stall" in text
     assert "Bash: pytest -x (since 01:29:56)" in text
+    assert "Today" not in text
     assert "HALF_OPEN · 3 iterations without progress" in text
-    assert "3 phases run: 1 finished, 1 abnormal · $1.05 · tokens 150.0k in, 10.7k out · 1 commit · 1 incident" \
-        in text
+    assert "Totals     this run, since 00:30 UTC: 1 iteration · 3 phases run: 1 finished, 1 abnormal · $1.05 · " \
+        "tokens 150.0k in, 10.7k out · 1 commit · 1 task done · 1 incident · 1 retry · 1 wait (30s)" in text
     # An agent's words are shown as they are: no markup applied, no escape code passed through.
     assert "Criticizer: stuck after 14m00s: [bold red]not markup[/bold red] red" in text
     assert "\x1b" not in text and "[31m" not in text
@@ -179,12 +165,13 @@ def test_a_wait_is_shown_with_its_end_and_no_phase_runs(project):
     assert st.running and st.phase is None and st.beat is None and st.health is None
     assert st.wait == Wait("limit", T0 + 600, "usage limit, resets 02:00", "Criticizer", 1)
     assert st.wait.label == "usage limit"
-    # The limit's wait is counted today while it lasts (up to now).
-    assert (st.today.waits, st.today.waited) == (2, 30.0 + 30.0)
-    assert st.recent[-1].text == "waiting out a usage limit until 01:40:00"
+    # The limit's wait is counted in the run while it lasts (up to now).
+    assert (st.totals.waits, st.totals.waited) == (2, 30.0 + 30.0)
+    assert st.recent[-1].text == "waiting out a usage limit until 01:40:00 UTC"
     assert code == exitcodes.OK
     assert "iteration 1 · waiting out a usage limit" in out.getvalue()
-    assert "usage limit · " in out.getvalue() and " left · until 01:40:00 · usage limit, resets 02:00" in out.getvalue()
+    assert "usage limit · " in out.getvalue()
+    assert " left · until 01:40:00 UTC · usage limit, resets 02:00" in out.getvalue()
 
 
 def test_a_wait_file_of_another_run_is_not_this_run_s(project):
@@ -206,14 +193,16 @@ def test_a_loop_that_ended_says_how_and_when_and_exits_5(project):
     assert not st.running and st.phase is None and st.wait is None
     assert st.last_run == LastRun(RUN, T0 - 3600, T0 - 60, "circuit breaker OPEN", 3)
     # The phase the loop was stopped inside is counted as ended, abnormally.
-    assert (st.today.phases, st.today.finished, st.today.abnormal) == (3, 1, 2)
+    assert (st.totals.phases, st.totals.finished, st.totals.abnormal) == (3, 1, 2)
+    assert (st.totals.current, st.totals.until) == (False, T0 - 60)
     assert st.recent[-1].text == "loop ended: circuit breaker OPEN (exit 3)"
     out = io.StringIO()
     assert run_status(project, out=out, clock=lambda: T0) == exitcodes.NOT_RUNNING
     text = out.getvalue()
     assert "NOT RUNNING  no loop is running on this project" in text
-    assert f"{RUN}: started 2025-11-21 00:30, ended 2025-11-21 01:29 after 59m00s: circuit breaker OPEN (exit 3)" \
-        in text
+    assert f"{RUN}: started 2025-11-21 00:30 UTC, ended 2025-11-21 01:29 UTC after 59m00s: circuit breaker OPEN " \
+        "(exit 3)" in text
+    assert "Totals    last run, 00:30-01:29 UTC, ended: circuit breaker OPEN: 1 iteration · 3 phases run" in text
 
 
 def test_a_killed_loop_is_said_to_have_no_end(project):
@@ -230,7 +219,7 @@ def test_a_killed_loop_is_said_to_have_no_end(project):
 
 def test_a_project_with_no_run_yet(project):
     st = build(layout_of(project), now=T0)
-    assert (st.running, st.run_id, st.last_run, st.today, st.recent) == (False, "", None, None, ())
+    assert (st.running, st.run_id, st.last_run, st.totals, st.recent) == (False, "", None, None, ())
     assert st.note == "no run recorded yet"
     out = io.StringIO()
     assert run_status(project, out=out, clock=lambda: T0) == exitcodes.NOT_RUNNING

@@ -56,7 +56,7 @@ def test_a_healthy_run_beating_at_every_check_goes_on_and_says_nothing():
 
 def test_a_stale_heartbeat_ends_the_watch_one_window_after_the_last_beat():
     _, verdicts = replay(rules(), [at(t, beat=beat(2)) for t in range(2, 100)])
-    assert verdicts[-1].end == End("stuck", 11.0, STALE)
+    assert verdicts[-1].end == End("stuck", 11.0, STALE, window="stale")
     assert len(verdicts) == 12  # the check at t=13
     assert [v.health.classification for v in verdicts[3:6]] == ["healthy", "healthy", "slow"]  # idle 3, 4, 5
     assert verdicts[-1].health.classification == "stuck" and verdicts[-1].health.reason == STALE
@@ -66,17 +66,17 @@ def test_output_is_life_while_it_never_beat_but_only_a_window_past_its_last_beat
     _, never = replay(rules(), [at(t, received=100 * t) for t in range(1, 500)])
     assert all(v.end is None for v in never)
     _, stopped = replay(rules(), [at(t, received=100 * min(t, 5)) for t in range(1, 500)])
-    assert len(stopped) == 16 and stopped[-1].end == End("stuck", 11.0, STALE)  # its last output came at t=5
+    assert len(stopped) == 16 and stopped[-1].end == End("stuck", 11.0, STALE, window="stale")  # its last output came at t=5
     _, beat_once = replay(rules(), [at(t, beat=beat(2) if t >= 2 else None, received=100 * t) for t in range(1, 500)])
     # output counts up to t=12 (one window after the beat at t=2); stale one window and a check later
     assert len(beat_once) == 23
     assert beat_once[-1].end == End("stuck", 11.0, f"{STALE}; its output alone no longer counts: the last heartbeat "
-                                                   f"was 21.0s ago, more than a window")
+                                                   f"was 21.0s ago, more than a window", window="stale")
 
 
 def test_output_does_not_count_when_it_is_not_to():
     _, verdicts = replay(rules(count_output=False), [at(t, received=100 * t) for t in range(1, 500)])
-    assert verdicts[-1].end == End("stuck", 11.0, STALE) and len(verdicts) == 11
+    assert verdicts[-1].end == End("stuck", 11.0, STALE, window="stale") and len(verdicts) == 11
 
 
 def test_a_busy_tool_lives_past_the_window_and_a_silent_one_is_stuck_before_it():
@@ -93,14 +93,33 @@ def test_a_busy_tool_lives_past_the_window_and_a_silent_one_is_stuck_before_it()
     assert len(verdicts) == 33  # the check at t=33: 3 s after its tree last worked
     assert verdicts[-1].end == End("stuck", 3.0, "inside Bash for 32s, and its processes used no CPU, did no I/O, "
                                                  "started nothing and printed nothing for 3.0s (tool-silent window "
-                                                 "3s); the tool in flight: Bash: pytest -x since 02:00:00")
+                                                 "3s); the tool in flight: Bash: pytest -x since 02:00:00",
+                                     window="tool_silent")
 
 
 def test_a_tool_busy_longer_than_its_ceiling_is_left_to_the_general_window():
     r = rules(tool_silent=3.0, tool_busy_max=20.0)
     _, verdicts = replay(r, [at(t, beat=beat(1, "PreToolUse"), activity=cpu(t)) for t in range(1, 100)])
     assert len(verdicts) == 32  # busy counted up to t=21, stale 11 s later
-    assert verdicts[-1].end == End("stuck", 11.0, STALE)
+    # What ran out is the busy tool's allowance, then the general window: both are named.
+    assert verdicts[-1].end == End("stuck", 11.0, "inside Bash for 31s, busy past the tool-busy maximum (20s), and "
+                                                  "no heartbeat for 11.0s more (stale after 10s)", window="tool_busy")
+
+
+def test_a_hookless_agent_whose_processes_work_past_the_ceiling_is_ended_by_the_tool_busy_window():
+    r = rules(tool_silent=3.0, tool_busy_max=20.0, hookless=True)
+    _, verdicts = replay(r, [at(t, activity=cpu(t)) for t in range(1, 100)])
+    assert verdicts[-1].end.window == "tool_busy", verdicts[-1].end
+    assert verdicts[-1].end.detail.startswith("its processes worked for ")
+    assert "busy past the tool-busy maximum (20s)" in verdicts[-1].end.detail
+
+
+def test_an_idle_tool_past_the_ceiling_is_not_said_to_be_busy():
+    # In a tool whose tree never works, a tool-silent window longer than the general one: the
+    # general window fires, long past the busy ceiling, and that is what it is called.
+    _, verdicts = replay(rules(tool_silent=50.0, tool_busy_max=5.0),
+                         [at(t, beat=beat(1, "PreToolUse"), activity=cpu(0)) for t in range(1, 100)])
+    assert verdicts[-1].end == End("stuck", 11.0, "no heartbeat for 11.0s (stale after 10s)", window="stale")
 
 
 def test_the_judge_finding_it_wedged_ends_it_with_the_judges_words():
@@ -115,7 +134,8 @@ def test_the_judge_finding_it_wedged_ends_it_with_the_judges_words():
 
 def test_overtime_at_the_deadline_however_alive_it_is():
     _, verdicts = replay(rules(max_runtime=5.0), [at(t, beat=beat(t - 0.5)) for t in range(1, 100)])
-    assert len(verdicts) == 5 and verdicts[-1].end == End("overtime", 0.5, "ran for 5s (cap 5s)")
+    assert len(verdicts) == 5 and verdicts[-1].end == End("overtime", 0.5, "ran for 5s, past the runtime cap (5s)",
+                                                                     window="runtime")
 
 
 def test_an_api_retry_wait_holds_off_staleness_until_its_announced_delay_is_over():
@@ -129,7 +149,7 @@ def test_an_api_retry_wait_holds_off_staleness_until_its_announced_delay_is_over
                     (40, ("the model API is failing (529 overloaded); the agent retries by itself (attempt 2 of 10, "
                           "next in 30s): waiting on the API, not stuck",))]
     assert verdicts[19].health.classification == "healthy" and verdicts[19].health.stall_score == 0.0
-    assert len(verdicts) == 81 and verdicts[-1].end == End("stuck", 11.0, STALE)  # the second wait ends at 70
+    assert len(verdicts) == 81 and verdicts[-1].end == End("stuck", 11.0, STALE, window="stale")  # the second wait ends at 70
     assert state.api_retries == 2
 
 
@@ -138,7 +158,7 @@ def test_a_full_disk_holds_the_window_and_is_said_once():
     state, verdicts = replay(rules(), history)
     assert [v.notes for v in verdicts[:3]] == [(), (DISK,), ()]
     assert all(v.end is None for v in verdicts[:60])
-    assert len(verdicts) == 61 and verdicts[-1].end == End("stuck", 11.0, STALE)  # a window after the last full check
+    assert len(verdicts) == 61 and verdicts[-1].end == End("stuck", 11.0, STALE, window="stale")  # a window after the last full check
     assert state.disk_full
 
 
@@ -151,7 +171,8 @@ def test_warn_only_records_would_be_kills_says_them_once_a_window_and_ends_only_
                       (31, "would kill as stuck (GENESIS_HEALTH_ENFORCE=false, so it runs on): no heartbeat for "
                            "31.0s (stale after 10s)")]
     assert verdicts[15].health.classification == "stuck" and verdicts[15].end is None
-    assert len(verdicts) == 40 and verdicts[-1].end == End("overtime", 40.0, "ran for 40s (cap 40s)")
+    assert len(verdicts) == 40 and verdicts[-1].end == End("overtime", 40.0, "ran for 40s, past the runtime "
+                                                                       "cap (40s)", window="runtime")
     assert len(state.would_kill) == 20  # the newest, from t=21 to t=40
     assert state.would_kill[0] == "no heartbeat for 21.0s (stale after 10s)"
     assert state.would_kill[-1] == "no heartbeat for 40.0s (stale after 10s)"
@@ -159,7 +180,7 @@ def test_warn_only_records_would_be_kills_says_them_once_a_window_and_ends_only_
 
 def test_a_beat_from_another_run_is_ignored_and_one_that_names_no_run_counts():
     _, other = replay(rules(), [at(t, beat=beat(t - 0.5, run_id="run-other")) for t in range(1, 100)])
-    assert len(other) == 11 and other[-1].end == End("stuck", 11.0, STALE)
+    assert len(other) == 11 and other[-1].end == End("stuck", 11.0, STALE, window="stale")
     assert other[-1].health.last_event == "none yet"
     _, unnamed = replay(rules(), [at(t, beat=beat(t - 0.5, run_id="")) for t in range(1, 100)])
     assert all(v.end is None for v in unnamed)
@@ -182,7 +203,7 @@ def test_what_was_planted_is_said_each_time_and_named_once_in_the_stale_detail()
     history = [at(t, planted=planted if t in (3, 5) else "") for t in range(1, 100)]
     _, verdicts = replay(rules(), history)
     assert [i + 1 for i, v in enumerate(verdicts) if v.notes == (planted,)] == [3, 5]
-    assert verdicts[-1].end == End("stuck", 11.0, f"{STALE}; {planted}")
+    assert verdicts[-1].end == End("stuck", 11.0, f"{STALE}; {planted}", window="stale")
     in_tool = [at(t, beat=beat(1, "PreToolUse"), planted=planted if t == 2 else "") for t in range(1, 100)]
     _, verdicts = replay(rules(tool_silent=3.0), in_tool)
     assert verdicts[-1].end.detail.endswith(f"(tool-silent window 3s); {planted}")

@@ -1,0 +1,71 @@
+"""The loop's end waits for its final alert's outcome, so that the report it prints says where
+the alert went: at once when it is recorded, at most FINAL_ALERT_WAIT seconds when it is not,
+and not at all when no channel is set (nothing will go out)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from genesis.config import layout_for, resolve
+from genesis.loop.finish import FINAL_ALERT_WAIT, _await_final_alert
+from genesis.loop.step import Step, ledger_of
+from genesis.store.layout import private_dir
+
+RUN = "20261124T031500Z-7070"
+
+
+class Clock:
+    """A monotonic clock that moves only when the code under test sleeps."""
+
+    def __init__(self) -> None:
+        self.now, self.slept = 100.0, 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds
+
+
+def step_with(project: Path, **env: str) -> Step:
+    cfg = resolve(project, env={"GENESIS_NOTIFY_DESKTOP": "false", **env})
+    lay = layout_for(cfg)
+    private_dir(lay.state_dir)
+    made = Step(cfg, lay, RUN, lambda msg, kind="info": None)
+    made.event("loop_start")
+    return made
+
+
+def final_alert(step: Step) -> None:
+    ledger_of(step.layout).record(RUN, "alert", ticket={"ticket_id": "f" * 32, "run_id": RUN, "severity": "low",
+                                                        "cause": "loop ended", "kind": "loop_end", "final": True},
+                                  decision="intervene", why="the loop's end is always told", by="rules",
+                                  delivered=["webhook"], failed={})
+
+
+@pytest.mark.fault(90)
+def test_a_final_alert_not_recorded_is_waited_for_at_most_the_bound(project):
+    step = step_with(project, GENESIS_NOTIFY_WEBHOOK="http://127.0.0.1:9/hook")
+    clock = Clock()
+    assert _await_final_alert(step, clock, clock.sleep) == ("webhook",)
+    assert FINAL_ALERT_WAIT <= clock.slept < FINAL_ALERT_WAIT + 0.5
+
+
+@pytest.mark.fault(90)
+def test_a_recorded_final_alert_ends_the_wait_at_once(project):
+    step = step_with(project, GENESIS_NOTIFY_WEBHOOK="http://127.0.0.1:9/hook")
+    final_alert(step)
+    clock = Clock()
+    assert _await_final_alert(step, clock, clock.sleep) == ("webhook",)
+    assert clock.slept == 0
+
+
+@pytest.mark.fault(90)
+def test_with_no_channel_set_nothing_is_waited_for(project):
+    step = step_with(project)
+    clock = Clock()
+    assert _await_final_alert(step, clock, clock.sleep) == ()
+    assert clock.slept == 0
