@@ -654,8 +654,7 @@ def alert_group() -> None:
 def alert_test(obj: Context, severity: str) -> None:
     """Send a test alert through every configured channel now and say what each did; exit 0
     when every one took it, 30 when one failed, 2 when none is set. Nothing is recorded."""
-    from genesis.alerts.channels import reach
-    from genesis.alerts.trial import trial_ticket, try_channels
+    from genesis.alerts.trial import no_channel, trial_ticket, try_channels
     from genesis.redact import redact
     from genesis.trust import judge
 
@@ -668,25 +667,13 @@ def alert_test(obj: Context, severity: str) -> None:
                                   f"approve it with `{hint(cfg.project, 'config', 'trust')}`")
     trial = try_channels(cfg.alerts, trial_ticket(cfg.project, severity, time.time()), refused)
     if not trial.tried:
-        off = "".join(f" (desktop is off: {s.off})" for s in trial.states if s.off)
-        raise Fail(f"no alert channel is set{off}: set GENESIS_NOTIFY_NTFY=https://ntfy.sh/<a topic of yours>, "
-                   f"GENESIS_NOTIFY_WEBHOOK=<a webhook URL> or GENESIS_NOTIFY_CMD=<a command> in the environment "
-                   f"or orchestrator/genesis.conf, then run `{hint(cfg.project, 'alert', 'test')}` again",
-                   exitcodes.USAGE)
+        raise Fail(no_channel(trial, hint(cfg.project, "alert", "test")), exitcodes.USAGE)
     click.echo(f"test alert ({severity}) for {cfg.project}:")
-    for state in sorted(trial.states, key=lambda s: bool(s.off)):
-        if state.off:
-            said = f"off: {state.off}"
-        elif state.name in refused:
-            said = refused[state.name]
-        elif state.name in trial.delivered:
-            said = f"delivered (gets {reach(state.minimum)})"
-        else:
-            said = f"failed: {trial.failed.get(state.name, 'no answer')}"
-        click.echo(f"  {state.name}: {sanitize(redact(said), None)}")
-    if set(trial.tried) - set(trial.delivered):
-        raise Fail(f"{len(set(trial.tried) - set(trial.delivered))} of {len(trial.tried)} alert channel(s) did "
-                   f"not take the test alert: fix what is said above", exitcodes.ALERT_FAILED)
+    for line in trial.lines():
+        click.echo(f"  {sanitize(redact(line), None)}")
+    if trial.missed:
+        raise Fail(f"{len(trial.missed)} of {len(trial.tried)} alert channel(s) did not take the test alert: fix "
+                   f"what is said above", exitcodes.ALERT_FAILED)
 
 
 @cli.command()

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from genesis.alerts import notify
-from genesis.alerts.channels import ChannelState, configured
+from genesis.alerts.channels import ChannelState, configured, reach
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.tickets import Ticket
 from genesis.clock import iso
 from genesis.when import stamp
 
-__all__ = ["Trial", "trial_ticket", "try_channels", "deadline", "KIND"]
+__all__ = ["Trial", "trial_ticket", "try_channels", "deadline", "no_channel", "KIND"]
 
 KIND = "alert_test"
 MARGIN = 1.0   # seconds for the threads' ends
@@ -40,6 +40,31 @@ class Trial:
     @property
     def tried(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.states if not s.off)
+
+    @property
+    def missed(self) -> tuple[str, ...]:
+        """The channels tried that did not take it."""
+        return tuple(name for name in self.tried if name not in self.delivered)
+
+    def lines(self) -> list[str]:
+        """One line per channel: what it did with the test alert (the ones off last)."""
+        said = []
+        for state in sorted(self.states, key=lambda s: bool(s.off)):
+            if state.off:
+                said.append(f"{state.name}: off: {state.off}")
+            elif state.name in self.delivered:
+                said.append(f"{state.name}: delivered (gets {reach(state.minimum)})")
+            else:
+                said.append(f"{state.name}: {self.failed.get(state.name, 'failed: no answer')}")
+        return said
+
+
+def no_channel(trial: Trial, again: str) -> str:
+    """What to do when no channel is set; `again`: the command to run afterwards."""
+    off = "".join(f" (desktop is off: {s.off})" for s in trial.states if s.off)
+    return (f"no alert channel is set{off}: set GENESIS_NOTIFY_NTFY=https://ntfy.sh/<a topic of yours>, "
+            f"GENESIS_NOTIFY_WEBHOOK=<a webhook URL> or GENESIS_NOTIFY_CMD=<a command> in the environment or "
+            f"orchestrator/genesis.conf, then run `{again}` again")
 
 
 def trial_ticket(project: Path | str, severity: str, now: float) -> Ticket:
@@ -69,4 +94,4 @@ def try_channels(settings: AlertSettings, ticket: Ticket, refused: Mapping[str, 
     channels = [c for c in notify.channels_for(settings, env, which, platform) if c.name not in refused]
     delivered, failed = notify.deliver(ticket, channels, settings, time.monotonic() + deadline(settings)) \
         if channels else ([], {})
-    return Trial(states, tuple(delivered), {**refused, **failed})
+    return Trial(states, tuple(delivered), {**refused, **{name: f"failed: {why}" for name, why in failed.items()}})
