@@ -84,7 +84,7 @@ bootstrap() {
     genesis_cmd=("${GENESIS_BIN}")
     return
   fi
-  if [[ -x ${venv}/bin/genesis ]] && "${venv}/bin/python" -c 'import genesis, click, psutil, git, detect_secrets' 2>/dev/null; then
+  if [[ -x ${venv}/bin/genesis ]] && "${venv}/bin/python" -c 'import genesis, click, psutil, git, rich, detect_secrets' 2>/dev/null; then
     genesis_cmd=("${venv}/bin/genesis")
     return
   fi

@@ -660,11 +660,11 @@ def alert_test(obj: Context, severity: str) -> None:
 
     cfg = obj.config()
     refused = {}
-    if cfg.alerts.command and cfg.settings["GENESIS_NOTIFY_CMD"].source == "file":
-        verdict = judge(cfg.settings, layout_for(cfg).state_dir)
-        if any(c.key == "GENESIS_NOTIFY_CMD" for c in verdict.unapproved):
-            refused["command"] = (f"not run: GENESIS_NOTIFY_CMD in orchestrator/genesis.conf is not approved; "
-                                  f"approve it with `{hint(cfg.project, 'config', 'trust')}`")
+    # judge() weighs only what genesis.conf set: a command from the environment is the user's own.
+    if cfg.alerts.command and any(c.key == "GENESIS_NOTIFY_CMD"
+                                  for c in judge(cfg.settings, layout_for(cfg).state_dir).unapproved):
+        refused["command"] = (f"not run: GENESIS_NOTIFY_CMD in orchestrator/genesis.conf is not approved; "
+                              f"approve it with `{hint(cfg.project, 'config', 'trust')}`")
     trial = try_channels(cfg.alerts, trial_ticket(cfg.project, severity, time.time()), refused)
     if not trial.tried:
         raise Fail(no_channel(trial, hint(cfg.project, "alert", "test")), exitcodes.USAGE)

@@ -219,10 +219,10 @@ class Config:
     alerts: AlertSettings
     sandbox: str                          # GENESIS_SANDBOX: auto, bwrap, landlock, seatbelt or off
     agent_memory_max: int | None          # bytes; None: no cap
+    allow_history_rewrite: bool           # GENESIS_ALLOW_HISTORY_REWRITE
+    untracked_copy_max: int               # bytes; GENESIS_UNTRACKED_COPY_MAX_MB
+    commit_max_file: int                  # bytes; GENESIS_COMMIT_MAX_FILE_MB (0: no cap)
     settings: Mapping[str, Setting] = field(compare=False)  # what each value was, and where it came from
-    allow_history_rewrite: bool = False   # GENESIS_ALLOW_HISTORY_REWRITE
-    untracked_copy_max: int = 100 << 20   # bytes; GENESIS_UNTRACKED_COPY_MAX_MB
-    commit_max_file: int = 10 << 20       # bytes; GENESIS_COMMIT_MAX_FILE_MB (0: no cap)
 
 
 def is_genesis_key(key: str) -> bool:
@@ -246,12 +246,21 @@ def misspelt_channel(env: Mapping[str, str]) -> str | None:
         if key in NOT_SETTINGS or not key.startswith(KNOB_PREFIXES) or is_genesis_key(key):
             continue
         near = closest(key)
-        if near and near.startswith(ALERT_PREFIX):  # then the nearest of the alert settings, by its channel first
-            alerts = {name[len(ALERT_PREFIX):]: name for name, _, _ in ALERT_KNOBS if name.startswith(ALERT_PREFIX)}
-            tail = difflib.get_close_matches(key.split("_", 1)[-1], list(alerts), n=1, cutoff=CLOSE)
-            return alert_refusal(key, alerts[tail[0]] if tail else
-                                 difflib.get_close_matches(key, list(alerts.values()), n=1, cutoff=0)[0])
+        if near and near.startswith(ALERT_PREFIX):
+            return alert_refusal(key, _nearest_alert(key))
     return None
+
+
+def _nearest_alert(key: str) -> str:
+    """The alert setting KEY most likely meant: compared as written, and as if its NOTIFY_ were
+    left out (GENESIS_NTFY is GENESIS_NOTIFY_NTFY, not the nearer-spelt GENESIS_NOTIFY_CMD)."""
+    names = [name for name, _, _ in ALERT_KNOBS if name.startswith(ALERT_PREFIX)]
+    filled = ALERT_PREFIX + key.split("_", 1)[-1]
+
+    def likeness(name: str) -> float:
+        return max(difflib.SequenceMatcher(None, key, name).ratio(), difflib.SequenceMatcher(None, filled, name).ratio())
+
+    return max(names, key=likeness)
 
 
 def _meant(key: str, phases: tuple[str, ...] = ()) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers.git import git
+from helpers.git import new_repo
 from helpers.hermetic import cleared
 
 
@@ -34,13 +34,7 @@ def hermetic(tmp_path, monkeypatch):
 @pytest.fixture
 def project(tmp_path) -> Path:
     """A real git work tree with one commit."""
-    root = tmp_path / "project"
-    root.mkdir()
-    git(root, "init", "-q")
-    (root / "README.md").write_text("hello\n")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "init")
-    return root
+    return new_repo(tmp_path / "project")
 
 
 @pytest.fixture

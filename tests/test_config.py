@@ -335,7 +335,8 @@ def test_a_bad_box_or_memory_cap_is_refused(project, env, message):
 @pytest.mark.parametrize("typo, meant", [("GENESIS_NOTIFY_WEBHOK", "GENESIS_NOTIFY_WEBHOOK"),
                                          ("GENESIS_NOTIFY_COMMAND", "GENESIS_NOTIFY_CMD"),
                                          ("GENESIS_NTFY", "GENESIS_NOTIFY_NTFY"),
-                                         ("GENESIS_NOTIFI_WEBHOOK", "GENESIS_NOTIFY_WEBHOOK")])
+                                         ("GENESIS_NOTIFI_WEBHOOK", "GENESIS_NOTIFY_WEBHOOK"),
+                                         ("GENESIS_NTIFY_CMD_MIN_SEVERITY", "GENESIS_NOTIFY_CMD_MIN_SEVERITY")])
 def test_a_misspelt_alert_channel_in_the_environment_is_refused_not_only_warned_about(project, typo, meant):
     with pytest.raises(ConfigError) as caught:
         resolve(project, env={typo: "https://ntfy.sh/night"})

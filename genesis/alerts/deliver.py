@@ -47,9 +47,8 @@ MAX_ALSO = 3               # folded tickets named in the loop end's message
 def deadline_seconds(settings: AlertSettings) -> float:
     """How long the deliverer's work may take: the triage command, then every try of a
     channel (channels run side by side) with the pauses between them."""
-    pauses = sum(settings.backoff[min(i, len(settings.backoff) - 1)] for i in range(settings.retries))
     triage_time = settings.triage_timeout if settings.triage_command else 0.0
-    return min(MAX_DEADLINE, triage_time + settings.timeout * (settings.retries + 1) + pauses + MARGIN)
+    return min(MAX_DEADLINE, triage_time + notify.send_seconds(settings) + MARGIN)
 
 
 # --- the ledger's side ------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from genesis.alerts.message import ntfy_headers, safe_ticket, slack_payload, tex
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.tickets import Ticket
 
-__all__ = ["Channel", "Failed", "Told", "channels_for", "deliver", "tell", "post"]
+__all__ = ["Channel", "Failed", "Told", "channels_for", "deliver", "tell", "post", "send_seconds"]
 
 MAX_RESPONSE = 64 << 10
 USER_AGENT = "genesis-alerts"
@@ -162,6 +162,13 @@ def _desktop(tool: str | None, platform: str, env: Mapping[str, str]) -> Channel
         _run(argv, b"", env, timeout, os.path.basename(tool))
 
     return Channel("desktop", send)
+
+
+def send_seconds(settings: AlertSettings) -> float:
+    """How long every try of a channel may take, with the pauses between them (channels run
+    side by side, so this bounds them all)."""
+    pauses = sum(settings.backoff[min(i, len(settings.backoff) - 1)] for i in range(settings.retries))
+    return settings.timeout * (settings.retries + 1) + pauses
 
 
 def channels_for(settings: AlertSettings, env: Mapping[str, str] | None = None,

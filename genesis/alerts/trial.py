@@ -79,8 +79,7 @@ def trial_ticket(project: Path | str, severity: str, now: float) -> Ticket:
 
 def deadline(settings: AlertSettings) -> float:
     """Seconds every try of a channel may take, with the pauses between them."""
-    pauses = sum(settings.backoff[min(i, len(settings.backoff) - 1)] for i in range(settings.retries))
-    return settings.timeout * (settings.retries + 1) + pauses + MARGIN
+    return notify.send_seconds(settings) + MARGIN
 
 
 def try_channels(settings: AlertSettings, ticket: Ticket, refused: Mapping[str, str] | None = None,

@@ -9,7 +9,7 @@ from typing import Mapping
 
 from genesis.store.atomicio import CorruptFile, finite, read_json
 
-__all__ = ["Heartbeat", "read_heartbeat", "default_heartbeat_file", "hook_script", "tool_event", "BEFORE_TOOL",
+__all__ = ["Heartbeat", "read_heartbeat", "pids", "default_heartbeat_file", "hook_script", "tool_event", "BEFORE_TOOL",
            "AFTER_TOOL", "TOOL_FAILED"]
 
 MAX_HEARTBEAT_BYTES = 64 * 1024
@@ -47,7 +47,7 @@ class Heartbeat:
 MAX_PPIDS = 16
 
 
-def _pids(value: object) -> tuple[int, ...]:
+def pids(value: object) -> tuple[int, ...]:
     if not isinstance(value, list):
         return ()
     return tuple(p for p in value[:MAX_PPIDS] if isinstance(p, int) and not isinstance(p, bool) and p > 0)
@@ -82,7 +82,7 @@ def read_heartbeat(path: Path) -> tuple[Heartbeat | None, str]:
         session_id=str(data.get("session_id", "")),
         pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
         run_id=str(data.get("run_id", "")),
-        ppids=_pids(data.get("ppids")),
+        ppids=pids(data.get("ppids")),
     ), ""
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from genesis.health.heartbeat import AFTER_TOOL, BEFORE_TOOL, TOOL_FAILED, tool_event
+from genesis.health.heartbeat import AFTER_TOOL, BEFORE_TOOL, TOOL_FAILED, pids, tool_event
 
 __all__ = ["ToolCall", "read_tail", "read_head", "in_flight", "pairs", "rotate", "tool_log_path", "input_hash", "describe",
            "commands", "PRE", "POST", "FAILURE", "MAX_READ_BYTES", "ROTATE_CAP_BYTES"]
@@ -87,9 +87,7 @@ def _parse(line: bytes) -> ToolCall | None:
     cmd = _decode_cmd(rec["cmd"]) if isinstance(rec.get("cmd"), str) else ""
     if event in POST_EVENTS and ok is None:
         ok = event == POST
-    pp = rec.get("pp") if isinstance(rec.get("pp"), list) else []
-    pp = tuple(p for p in pp[:16] if isinstance(p, int) and not isinstance(p, bool) and p > 0)
-    return ToolCall(float(t), event, tool, ident, input_hash(tool, cmd), ok, ms, cmd, pp)
+    return ToolCall(float(t), event, tool, ident, input_hash(tool, cmd), ok, ms, cmd, pids(rec.get("pp")))
 
 
 def _open_regular(path: Path, flags: int) -> int | None:

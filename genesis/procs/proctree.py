@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 
 import psutil
 
-__all__ = ["ProcId", "KillReport", "identify", "descendants", "marked", "protected_pids", "adopted", "spare",
+__all__ = ["ProcId", "KillReport", "identify", "alive", "descendants", "marked", "protected_pids", "adopted", "spare",
            "descends_from", "command_line", "kill_all", "become_subreaper", "reap_zombie_children"]
 
 POLL = 0.05
@@ -177,7 +177,8 @@ def _send(ident: ProcId, sig: int) -> bool:
         return False
 
 
-def _alive(ident: ProcId) -> bool:
+def alive(ident: ProcId) -> bool:
+    """The process still runs (not a zombie); one we may not examine is taken as running."""
     proc = ident.process()
     if proc is None:
         return False
@@ -224,7 +225,7 @@ def _collect(idents: set[ProcId], keep: Iterable[int]) -> None:
 def _wait_gone(idents: set[ProcId], deadline: float, keep: Iterable[int]) -> set[ProcId]:
     while True:
         _collect(idents, keep)
-        idents = {i for i in idents if _alive(i)}
+        idents = {i for i in idents if alive(i)}
         if not idents or time.monotonic() >= deadline:
             return idents
         time.sleep(POLL)
@@ -255,7 +256,7 @@ def kill_all(find: Callable[[], Iterable[ProcId]], grace: float, keep: Iterable[
         frozen |= new
     if not frozen:
         return KillReport(targets=0, terminated=0, killed=0, survivors=())  # nothing found, nothing to fork
-    targets = {i for i in frozen if _alive(i)}
+    targets = {i for i in frozen if alive(i)}
     for ident in targets:
         _send(ident, signal.SIGTERM)
         _send(ident, signal.SIGCONT)
@@ -265,7 +266,7 @@ def kill_all(find: Callable[[], Iterable[ProcId]], grace: float, keep: Iterable[
         for ident in left:
             _send(ident, signal.SIGKILL)
         _wait_gone(left, time.monotonic() + 2.0, keep)
-        left = {i for i in found() | left if _alive(i)}
+        left = {i for i in found() | left if alive(i)}
         if not left:
             break
         killed |= left

@@ -256,8 +256,6 @@ def _frozen_since(layout: Layout, run_id: str) -> float | None:
 
 def _build(layout: Layout, now: float | None, recent: int, clock: Callable[[], float], holder: Any) -> Status:
     now = clock() if now is None else now
-    if holder is _ASK:
-        holder = current_holder(layout.loop_lock, layout.loop_record)
     breaker = read_breaker(layout)
     led, note = _open(layout)
     if led is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from genesis.words import sanitize
 
-__all__ = ["AgentLog", "OutputPump", "Transcriber", "MIN_LOG_BYTES", "MAX_LINE", "grow_pipe", "tail"]
+__all__ = ["AgentLog", "OutputPump", "Transcriber", "MIN_LOG_BYTES", "MAX_LINE", "grow_pipe", "tail", "read_end"]
 
 MIN_LOG_BYTES = 64 << 10   # the smallest log cap: room for a head, a tail and the line between
 MARK_ROOM = 200  # bytes kept free for the line that says what was dropped
@@ -341,17 +341,36 @@ class OutputPump:
 
 def tail(path: Path, lines: int = 12, max_bytes: int = 16384, width: int = 300) -> list[str]:
     """The last lines of a log, sanitised for the console when an agent is killed."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read(max_bytes)
-    except OSError:
-        return []
+    data, cut = read_end(Path(path), max_bytes)
     text = data.decode("utf-8", errors="replace").split("\n")
-    if size > max_bytes:
+    if cut:
         text = text[1:]  # begins mid-line, maybe mid-character or mid-sequence
     if text and text[-1] == "":
         text.pop()
     return [sanitize(line, width) for line in text[-lines:]]
+
+
+def read_end(path: Path, most: int) -> tuple[bytes, bool]:
+    """The last `most` bytes of the file and whether it holds more; never through a symlink or
+    into a FIFO planted at the path (an agent's log lives where the agent can write)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:  # gone, a symlink, a FIFO without a writer, unreadable: no evidence, never an error
+        return b"", False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return b"", False
+        start = max(0, st.st_size - most)
+        chunks, offset = [], start
+        while offset < st.st_size:
+            chunk = os.pread(fd, st.st_size - offset, offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks), start > 0
+    except OSError:
+        return b"", False
+    finally:
+        os.close(fd)

@@ -30,7 +30,7 @@ from typing import Callable
 import psutil
 
 from genesis.clock import Clock, SystemClock
-from genesis.procs.proctree import ProcId, descendants
+from genesis.procs.proctree import ProcId, alive, descendants
 
 __all__ = ["Sight", "Watch", "look", "PidWatch", "watch_loop", "is_step", "FINISHING_STEPS"]
 
@@ -111,15 +111,7 @@ def is_step(ident: ProcId, run_id: str, names: tuple[str, ...] = FINISHING_STEPS
 
 
 def _alive(idents: set[ProcId]) -> set[ProcId]:
-    left = set()
-    for ident in idents:
-        proc = ident.process()
-        try:
-            if proc is not None and proc.status() != psutil.STATUS_ZOMBIE:
-                left.add(ident)
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue
-    return left
+    return {ident for ident in idents if alive(ident)}
 
 
 def watch_loop(watch: Watch, ended: Callable[[], bool], frozen: Callable[[float], None],

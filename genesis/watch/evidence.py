@@ -4,11 +4,10 @@ its incident), so that what it showed outlives its log being deleted or rotated.
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
 from genesis.redact import redact
+from genesis.watch.agentlog import read_end
 from genesis.words import sanitize
 
 __all__ = ["transcript_tail", "TAIL_LINES", "TAIL_BYTES", "WIDTH"]
@@ -23,7 +22,7 @@ def transcript_tail(path: Path, lines: int = TAIL_LINES, most: int = TAIL_BYTES)
     """The newest non-blank lines of the transcript at path, oldest first: escape and control
     sequences gone, secrets redacted, each cut to WIDTH, at most `lines` of them and `most`
     bytes together. Nothing for a log that is not there, not a plain file, or unreadable."""
-    data, cut = _read_end(Path(path), READ_BYTES)
+    data, cut = read_end(Path(path), READ_BYTES)
     text = data.decode("utf-8", errors="replace")
     if cut:
         text = text.split("\n", 1)[1] if "\n" in text else ""  # begins mid-line, maybe mid-character
@@ -42,29 +41,3 @@ def transcript_tail(path: Path, lines: int = TAIL_LINES, most: int = TAIL_BYTES)
         kept.append(line)
         size += cost
     return kept[::-1]
-
-
-def _read_end(path: Path, most: int) -> tuple[bytes, bool]:
-    """The last `most` bytes of the file and whether it holds more; never through a symlink or
-    into a FIFO planted at the path (an agent's log lives where the agent can write)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError:  # gone, a symlink, a FIFO without a writer, unreadable: no evidence, never an error
-        return b"", False
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return b"", False
-        start = max(0, st.st_size - most)
-        chunks, offset = [], start
-        while offset < st.st_size:
-            chunk = os.pread(fd, st.st_size - offset, offset)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            offset += len(chunk)
-        return b"".join(chunks), start > 0
-    except OSError:
-        return b"", False
-    finally:
-        os.close(fd)

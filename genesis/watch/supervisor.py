@@ -365,11 +365,14 @@ class _Watcher:
             # the watcher's time, not a pause of it: the next check does not count it as one.
             self.own = max(0.0, clock.mono() - now)
 
-    def _seek_agent(self, now: float) -> bool:
+    def _seek_agent(self, now: float, last: bool = False) -> bool:
         """In a box of its own pids, the agent is the command the box starts, found in its first
-        seconds (a quick agent is gone by the first check); whether it is still sought."""
+        seconds (a quick agent is gone by the first check), and once more at the end (`last`);
+        whether it is still sought. Past its seconds no scan is made on every wake."""
         box = self.run_.box
         if self.agent is not None or self.root is None or box is None or not box.pid_namespace:
+            return False
+        if not last and now - self.start_mono >= SEEK_AGENT:
             return False
         found = boxed(self.root)
         told = ns_pids(found.pid) if found is not None else ()
@@ -596,7 +599,7 @@ class _Watcher:
         for sig in self.stops:  # from here a stop is recorded, never raised into the clean-up
             signal.signal(sig, self._late_signal)
         kill, pid, box_pid = None, self.proc.pid if self.proc else None, None
-        self._seek_agent(self.clock.mono())
+        self._seek_agent(self.clock.mono(), last=True)
         if status in ("stuck", "overtime", "wedged") and self.run_.on_incident is not None:
             try:  # what the tree was doing, before it is gone
                 self.run_.on_incident(self.root, self._everything(), status, detail, window=end.window)

@@ -9,14 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.agent import supervised
+from helpers.agent import PRE_TOOL_USE, launcher_cli, supervised
 
 from genesis.health.activity import Sample, Usage, compare
 from genesis.health.heartbeat import Heartbeat
 from genesis.health.toolwatch import ToolWatch
 from genesis.procs.proctree import ProcId
 
-PRE = '{"hook_event_name":"PreToolUse","tool_name":"Bash","session_id":"s-1"}'
+PRE = PRE_TOOL_USE
 POST = '{"hook_event_name":"PostToolUse","tool_name":"Bash","session_id":"s-1"}'
 BUSY_CPU = "import time\nend = time.time() + float(__import__('sys').argv[1])\nwhile time.time() < end: pass\n"
 BUSY_IO = ("import os, sys, time\nend = time.time() + float(sys.argv[1])\n"
@@ -92,12 +92,7 @@ def test_behind_a_launcher_the_clis_own_work_is_not_its_tools(tmp_path):
     # npm starts Codex's binary (and Gemini CLI itself) under a node launcher: the process
     # that runs the hooks and the tools is a child of the one the loop started. That CLI
     # busy on its own CPU must not make its silent, hung tool look busy.
-    cli = tmp_path / "cli.py"
-    cli.write_text("import os, subprocess, sys, time\n"
-                   f"subprocess.run(['bash', os.environ['HOOK']], input={PRE!r}, text=True)\n"
-                   "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-                   "end = time.time() + 60\n"
-                   "while time.time() < end: pass\n")
+    launcher_cli(tmp_path)
     out, _, _ = supervised(tmp_path, '"$PY" cli.py\n', run_id="run-tool", name="launcher.sh", stale_after=30.0,
                            max_runtime=60.0, count_output=False, tool_silent=1.0)
     assert out.status == "stuck" and "inside Bash" in out.detail and "tool-silent window 1s" in out.detail, out

@@ -43,6 +43,22 @@ class Supervised(NamedTuple):
     run: AgentRun
 
 
+# A PreToolUse payload as Claude Code gives the hook.
+PRE_TOOL_USE = '{"hook_event_name":"PreToolUse","tool_name":"Bash","session_id":"s-1"}'
+
+
+def launcher_cli(folder: Path) -> Path:
+    """folder/cli.py: a CLI that runs the hook (a Bash call starts), leaves a hung tool, and
+    keeps its own CPU busy for 60 s: a launcher's work that is not its tool's."""
+    cli = folder / "cli.py"
+    cli.write_text("import os, subprocess, sys, time\n"
+                   f"subprocess.run(['bash', os.environ['HOOK']], input={PRE_TOOL_USE!r}, text=True)\n"
+                   "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+                   "end = time.time() + 60\n"
+                   "while time.time() < end: pass\n")
+    return cli
+
+
 def script(path: Path, text: str) -> Path:
     """`text` as an executable script at `path` (the loop refuses an agent it cannot execute)."""
     path.write_text(text)

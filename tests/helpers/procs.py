@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import subprocess
+import sys
+from typing import Iterator
 
 import psutil
 
@@ -50,3 +54,18 @@ LOCK_HOLDER = ("import sys, time\n"
                "hold(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])\n"
                "print('locked', flush=True)\n"
                "time.sleep(120)\n")
+
+
+@contextlib.contextmanager
+def lock_held(layout, run_id: str) -> Iterator[subprocess.Popen]:
+    """A loop stand-in holding the project's lock for run_id while the block runs (then killed)."""
+    layout.state_dir.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(layout.loop_lock), str(layout.loop_record),
+                               run_id], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()

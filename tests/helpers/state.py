@@ -12,12 +12,12 @@ def state_of(project: Path) -> Path:
     return project / ".git" / "genesis"
 
 
-def events_of(project: Path, run_id: str | None = None) -> list[dict]:
-    """Every event in the project's ledger (of one run), oldest first; none without a ledger."""
+def events_of(project: Path, run_id: str | None = None, kind: str | None = None) -> list[dict]:
+    """Every event in the project's ledger (of one run, of one kind), oldest first; none without a ledger."""
     from genesis.ledger.store import Ledger
 
     path = state_of(project) / "ledger.sqlite3"
     if not path.exists():
         return []
     with Ledger.open(path, readonly=True) as led:
-        return led.events(run_id)
+        return [e for e in led.events(run_id) if kind is None or e["event"] == kind]

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers.agent import script
 
 from genesis.config import layout_for, resolve
+from genesis.loop.preflight import preflight
 from genesis.loop.step import Step
 from genesis.store.layout import private_dir
+from genesis.store.looplock import release
 
 
 @pytest.fixture
@@ -26,3 +31,27 @@ def step(project: Path, said, request) -> Step:
     made = Step(cfg, lay, request.module.RUN, lambda msg, kind="info": said.append((kind, msg)))
     made.event("loop_start")
     return made
+
+
+@pytest.fixture
+def start(project: Path, tmp_path: Path, said, request):
+    """start(**flags): the preflight of the test module's run RUN with a small agent script,
+    as the loop calls it."""
+    agent = script(tmp_path / "agent.sh", "#!/bin/sh\nexit 0\n")
+    cfg = resolve(project, env={"GENESIS_AGENT_CMD": str(agent), "GENESIS_PHASES": "Builder"})
+    lay = layout_for(cfg)
+    private_dir(lay.state_dir)
+    run_id = request.module.RUN
+
+    def run(auto_commit: bool = True, **flags) -> Step:
+        step = Step(replace(cfg, auto_commit=auto_commit), lay, run_id,
+                    lambda msg, kind="info": said.append((kind, msg)))
+        fd = os.open(lay.loop_lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            preflight(step, os.getpid(), fd, **flags)
+        finally:
+            release(lay.loop_record, run_id)
+            os.close(fd)
+        return step
+
+    return run

@@ -4,47 +4,18 @@ commits named: the real preflight step and a real step against real git."""
 from __future__ import annotations
 
 import base64
-import os
 import secrets
-from dataclasses import replace
-from pathlib import Path
 
 import pytest
-from helpers.agent import script
 from helpers.git import git
 
-from genesis.config import layout_for, resolve
 from genesis.loop.keptout import agent_committed
-from genesis.loop.preflight import preflight
 from genesis.loop.step import Step
 from genesis.repo.ownership import remember, user_files
 from genesis.repo.phasework import before
-from genesis.store.layout import private_dir
-from genesis.store.looplock import release
 
 RUN = "run-keptout"
 pytestmark = pytest.mark.fault(82)
-
-
-@pytest.fixture
-def start(project: Path, tmp_path: Path, said):
-    """start(**flags): the preflight of run RUN, as the loop calls it."""
-    agent = script(tmp_path / "agent.sh", "#!/bin/sh\nexit 0\n")
-    cfg = resolve(project, env={"GENESIS_AGENT_CMD": str(agent), "GENESIS_PHASES": "Builder"})
-    lay = layout_for(cfg)
-    private_dir(lay.state_dir)
-
-    def run(**flags) -> Step:
-        step = Step(replace(cfg), lay, RUN, lambda msg, kind="info": said.append((kind, msg)))
-        fd = os.open(lay.loop_lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            preflight(step, os.getpid(), fd, **flags)
-        finally:
-            release(lay.loop_record, RUN)
-            os.close(fd)
-        return step
-
-    return run
 
 
 def left_out_events(step: Step) -> list[dict]:

@@ -5,56 +5,22 @@ an earlier run left uncommitted)."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers.agent import script
 from helpers.git import git
 from helpers.gitstates import STATES, conflicted_merge, detached, stash_pop_conflict
 
 from genesis import exitcodes
 from genesis.config import layout_for, resolve
-from genesis.loop.preflight import preflight
-from genesis.loop.step import Step, StepFailed
+from genesis.loop.step import StepFailed
 from genesis.repo import indexlock
 from genesis.repo.ownership import recall, remember, user_files
 from genesis.repo.state import OPERATION_NAMES, way_out
-from genesis.store.layout import private_dir
-from genesis.store.looplock import release
 
 RUN = "run-2"
-
-
-@pytest.fixture
-def said() -> list[tuple[str, str]]:
-    return []
-
-
-@pytest.fixture
-def start(project: Path, tmp_path: Path, said):
-    """start(**flags): the preflight of run RUN with a small agent script, as the loop calls it."""
-    agent = script(tmp_path / "agent.sh", "#!/bin/sh\nexit 0\n")
-    cfg = resolve(project, env={"GENESIS_AGENT_CMD": str(agent), "GENESIS_PHASES": "Builder"})
-    lay = layout_for(cfg)
-    private_dir(lay.state_dir)
-    opened = []
-
-    def run(auto_commit: bool = True, **flags) -> Step:
-        step = Step(replace(cfg, auto_commit=auto_commit), lay, RUN, lambda msg, kind="info": said.append((kind, msg)))
-        fd = os.open(lay.loop_lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        opened.append(fd)
-        try:
-            preflight(step, os.getpid(), fd, **flags)
-        finally:
-            release(lay.loop_record, RUN)
-            os.close(opened.pop())
-        return step
-
-    return run
 
 
 def subjects(project: Path) -> list[str]:

@@ -9,7 +9,7 @@ import itertools
 import os
 import stat
 
-from helpers.git import git
+from helpers.git import commit_file
 
 from genesis.repo import untracked
 
@@ -46,9 +46,7 @@ def test_the_total_cap_and_the_time_bound(project, tmp_path):
 
 
 def test_ignored_files_without_rebuildable_folders_or_genesis_own(project):
-    (project / ".gitignore").write_text("*.local\nsecrets/\nnode_modules/\norchestrator/logs/\n")
-    git(project, "add", ".gitignore")
-    git(project, "commit", "-qm", "ignore")
+    commit_file(project, ".gitignore", "*.local\nsecrets/\nnode_modules/\norchestrator/logs/\n", "ignore")
     (project / "a.local").write_text("a\n")
     (project / "secrets").mkdir()
     (project / "secrets" / "key.pem").write_text("k\n")

@@ -5,17 +5,12 @@ refuses the start with the name it meant instead of giving a night without alert
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 from helpers.loop import GENESIS, loop_env, run_loop
 from helpers.receiver import Receiver
 from helpers.state import events_of
 from helpers.waits import wait_for
-
-
-def alerts(project: Path) -> list[dict]:
-    return [e for e in events_of(project) if e["event"] == "alert"]
 
 
 def test_the_start_names_the_channels_and_a_channel_below_its_minimum_is_skipped(one_builder):
@@ -26,14 +21,14 @@ def test_the_start_names_the_channels_and_a_channel_below_its_minimum_is_skipped
                        GENESIS_NOTIFY_NTFY_MIN_SEVERITY="high")
         done = run_loop(project, *args, env=env)
         assert done.returncode == 0, done.stderr
-        wait_for(lambda: any(e["ticket"]["final"] for e in alerts(project)), timeout=30,
+        wait_for(lambda: any(e["ticket"]["final"] for e in events_of(project, kind="alert")), timeout=30,
                  what="the loop's end told")
     [line] = [line for line in done.stderr.splitlines() if "alerts: " in line]
     assert "alerts: webhook (all), ntfy (high and up); test them: " in line
     assert line.endswith(f" --project {project} alert test")  # a command that runs as printed (hints.py)
     assert "s3cr3tpath" not in done.stderr
     # A night that ended well is below the phone's minimum: the webhook has it, ntfy was spared.
-    [end] = [e for e in alerts(project) if e["ticket"]["final"]]
+    [end] = [e for e in events_of(project, kind="alert") if e["ticket"]["final"]]
     assert end["ticket"]["severity"] in ("low", "medium")
     assert (end["delivered"], end["failed"]) == (["webhook"], {})
     assert end["skipped"] == {"ntfy": f"{end['ticket']['severity']} is below its minimum severity, high"}

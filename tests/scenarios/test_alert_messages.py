@@ -45,10 +45,6 @@ def project_with_tasks(project: Path) -> Path:
     return project
 
 
-def alerts(project: Path) -> list[dict]:
-    return [e for e in events_of(project) if e["event"] == "alert"]
-
-
 def channels(rx: Receiver, **extra: str) -> dict[str, str]:
     return {"GENESIS_NOTIFY_DESKTOP": "false", "GENESIS_NOTIFY_WEBHOOK": rx.url + "/hook",
             "GENESIS_NOTIFY_NTFY": rx.url + "/topic", "GENESIS_NOTIFY_RETRIES": "0", **extra}
@@ -66,11 +62,11 @@ def test_a_stall_that_heals_itself_is_one_quiet_message_then_its_resolution_and_
                                      GENESIS_PHASES="Builder Criticizer", PHASE_RETRIES="1",
                                      GENESIS_MAX_RECOVERIES="2"))
         assert done.returncode == 0, done.stderr
-        wait_for(lambda: {"retry", "resolved", "loop_end"} <= {a["ticket"]["kind"] for a in alerts(project)}, 30,
+        wait_for(lambda: {"retry", "resolved", "loop_end"} <= {a["ticket"]["kind"] for a in events_of(project, kind="alert")}, 30,
                  "the stall's, the resolution's and the loop end's alerts")
-        told = {a["ticket"]["kind"]: a for a in alerts(project)}
+        told = {a["ticket"]["kind"]: a for a in events_of(project, kind="alert")}
         assert all(told[k]["decision"] == "intervene" for k in ("retry", "resolved", "loop_end")), \
-            [(a["ticket"]["kind"], a["decision"], a["why"]) for a in alerts(project)]
+            [(a["ticket"]["kind"], a["decision"], a["why"]) for a in events_of(project, kind="alert")]
         hooks = [r for r in rx.wait_for(6) if r.path == "/hook"]
         pushes = [r for r in rx.requests if r.path == "/topic"]
     # One message per cause, in order: the stall (quiet), its resolution, the night's summary.
@@ -110,7 +106,7 @@ def test_an_open_breaker_and_the_loops_end_are_one_message(project_with_tasks, t
                         env=loop_env(**channels(rx), GENESIS_PHASES="Builder", CB_WARNING_THRESHOLD="1",
                                      CB_STOP_THRESHOLD="2"))
         assert done.returncode == 3, done.stderr
-        wait_for(lambda: {"iteration_end", "loop_end"} <= {a["ticket"]["kind"] for a in alerts(project)
+        wait_for(lambda: {"iteration_end", "loop_end"} <= {a["ticket"]["kind"] for a in events_of(project, kind="alert")
                                                             if a["ticket"]["severity"] == "critical"
                                                             or a["ticket"]["final"]}, 40,
                  "the OPEN breaker's and the loop end's alerts")
@@ -121,6 +117,6 @@ def test_an_open_breaker_and_the_loops_end_are_one_message(project_with_tasks, t
     assert lines[0] == f"{project.name}: breaker OPEN, loop stopped"
     assert "Ended:" in lines[1] and "(exit 3)" in lines[1]
     assert lines[-1].startswith("Act: fix the task list")
-    opened = [a for a in alerts(project) if a["ticket"]["kind"] == "iteration_end" and "OPEN" in a["ticket"]["cause"]
+    opened = [a for a in events_of(project, kind="alert") if a["ticket"]["kind"] == "iteration_end" and "OPEN" in a["ticket"]["cause"]
               and "HALF" not in a["ticket"]["cause"]]
     assert [(a["decision"], a.get("folded")) for a in opened] == [("dismiss", True)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from helpers.agent import script
-from helpers.git import git
+from helpers.git import commit_file
 from helpers.loop import GENESIS, loop_env, run_loop
 from helpers.state import events_of, state_of
 
@@ -35,20 +35,9 @@ echo "result: success"
 """
 
 
-def ignore_marks(project: Path, pattern: str) -> None:
-    """The agent's own marks of its attempts stay out of its commits."""
-    (project / ".gitignore").write_text(f"{pattern}\n")
-    git(project, "add", ".gitignore")
-    git(project, "commit", "-qm", "ignore the agent's marks")
-
-
-def events(project: Path, kind: str) -> list[dict]:
-    return [e for e in events_of(project) if e["event"] == kind]
-
-
 @pytest.mark.fault(86)
 def test_a_retried_phase_keeps_each_attempts_own_evidence_in_its_end_its_incident_and_the_report(project, tmp_path):
-    ignore_marks(project, ".tried-*")
+    commit_file(project, ".gitignore", ".tried-*\n", "ignore the agent's marks")
     flaky = script(tmp_path / "flaky.sh", FLAKY)
     done = run_loop(project, "--agent-cmd", str(flaky), "--max-iterations", "1",
                     env=loop_env(HOOK=str(hook_script()), GENESIS_PHASES="Builder", TOOL_SILENT_SECONDS="1",
@@ -56,7 +45,7 @@ def test_a_retried_phase_keeps_each_attempts_own_evidence_in_its_end_its_inciden
     assert done.returncode == 0, done.stderr
 
     # Each attempt has its own transcript, named in its start and its end.
-    starts, ends = events(project, "phase_start"), events(project, "phase_end")
+    starts, ends = events_of(project, kind="phase_start"), events_of(project, kind="phase_end")
     assert [(e["ending"], e["attempt"]) for e in ends] == [("stuck", 0), ("finished", 1)]
     first, retry = (Path(e["log"]) for e in starts)
     assert (first.name, retry.name) == ("iter-0001-Builder.log", "iter-0001-Builder.attempt-2.log")
@@ -76,7 +65,7 @@ def test_a_retried_phase_keeps_each_attempts_own_evidence_in_its_end_its_inciden
     # The window that fired is named and recorded; the incident keeps the same lines.
     assert ends[0]["window"] == "tool_silent" and ends[1]["window"] is None
     assert "inside Bash" in ends[0]["detail"] and "tool-silent window 1s" in ends[0]["detail"]
-    (event,) = events(project, "incident")
+    (event,) = events_of(project, kind="incident")
     assert (event["window"], event["log"]) == ("tool_silent", str(first))
     record = json.loads((state_of(project) / "incidents" / f"{event['id']}.json").read_text())
     assert record["transcript"] == stuck
@@ -123,14 +112,14 @@ exec "{genesis}" "$@"
 
 @pytest.mark.fault(86)
 def test_a_watcher_killed_mid_phase_still_leaves_its_attempts_own_evidence(project, tmp_path):
-    ignore_marks(project, ".started-*")
+    commit_file(project, ".gitignore", ".started-*\n", "ignore the agent's marks")
     agent = script(tmp_path / "watched.sh", WATCHED)
     genesis = Path(loop_env()["GENESIS_BIN"])
     wrapper = script(tmp_path / "genesis-dies", KILLS_THE_WATCHER.format(genesis=genesis, project=project))
     done = run_loop(project, "--agent-cmd", str(agent), "--max-iterations", "1",
                     env=loop_env(GENESIS_BIN=str(wrapper), GENESIS_PHASES="Builder", HEARTBEAT_STALE_SECONDS="120"))
     assert "Builder: the watcher died of signal 9" in done.stderr, done.stderr
-    (start,) = events(project, "phase_start")
-    (end,) = events(project, "phase_end")
+    (start,) = events_of(project, kind="phase_start")
+    (end,) = events_of(project, kind="phase_end")
     assert (end["status"], end["log"]) == ("watcher_lost", start["log"])
     assert "watched attempt: building the parser" in end["tail"], end

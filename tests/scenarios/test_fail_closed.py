@@ -38,10 +38,6 @@ def agents(project: Path, tmp_path: Path):
     return make
 
 
-def kinds(project: Path, kind: str) -> list[dict]:
-    return [e for e in events_of(project) if e["event"] == kind]
-
-
 # Deletes Genesis's state folder, then works on until the test says go, and commits.
 DELETES_STATE = r"""#!/usr/bin/env bash
 set -eu
@@ -94,13 +90,13 @@ def test_fault_74_a_deleted_state_folder_never_lets_a_second_loop_in(project, ag
     log = git(project, "log", "--format=%s").splitlines()
     assert "first loop: its work" in log and "second loop: its work" not in log
     # What was lost is said, and the night's record goes on in the new ledger to its end.
-    (lost,) = kinds(project, "state_lost")
+    (lost,) = events_of(project, kind="state_lost")
     assert lost["by"] == "watcher" and not lost["stopped"]
     assert "ledger's record of this run before now went with it" in err, err
     assert "no summary" not in err and "iteration 1: progress" in err
-    (end,) = kinds(project, "loop_end")
+    (end,) = events_of(project, kind="loop_end")
     assert end["exit_code"] == 0 and end["run_id"] == lost["run_id"]
-    assert kinds(project, "phase_end")[0]["ending"] == "finished"
+    assert events_of(project, kind="phase_end")[0]["ending"] == "finished"
 
 
 # Loosens its own supervision in genesis.conf, then deletes the run's snapshot of the settings.
@@ -123,8 +119,8 @@ def test_fault_76_a_deleted_settings_snapshot_stops_the_run_instead_of_reading_g
     assert done.returncode == 26, done.stderr
     assert "settings snapshot" in done.stderr and "Stopping rather than reading genesis.conf" in done.stderr
     # The phase that did it was the last: no phase ran under the edited settings.
-    assert len(kinds(project, "phase_start")) == 1
-    assert kinds(project, "loop_end")[-1]["exit_code"] == 26
+    assert len(events_of(project, kind="phase_start")) == 1
+    assert events_of(project, kind="loop_end")[-1]["exit_code"] == 26
 
 
 # Drops the ledger's events and retries (what retry accounting reads), then hangs, every time.
@@ -154,8 +150,8 @@ def test_fault_75_dropped_ledger_tables_neither_make_retries_endless_nor_lose_la
     # The damaged ledger was kept aside (with its WAL) and said; the new one holds the rest.
     assert [p for p in state_of(project).glob("ledger.sqlite3.corrupt-*") if not p.name.endswith(("-wal", "-shm"))]
     assert "the ledger was damaged" in done.stderr and "kept aside" in done.stderr, done.stderr
-    assert kinds(project, "ledger_reset")
-    assert kinds(project, "loop_end")[-1]["exit_code"] == 25
+    assert events_of(project, kind="ledger_reset")
+    assert events_of(project, kind="loop_end")[-1]["exit_code"] == 25
     # The report reads it without a traceback; a later night is recorded.
     report = subprocess.run(GENESIS + ["--project", str(project), "report"], capture_output=True, text=True,
                             timeout=30, env=env)
@@ -163,7 +159,7 @@ def test_fault_75_dropped_ledger_tables_neither_make_retries_endless_nor_lose_la
     ok = agents("ok.sh", "#!/usr/bin/env bash\necho fine >ok.txt\n")
     later = run_loop(project, "--agent-cmd", str(ok), "--max-iterations", "1", env=env, timeout=60)
     assert later.returncode == 0, later.stderr
-    assert [e["exit_code"] for e in kinds(project, "loop_end")][-1] == 0
+    assert [e["exit_code"] for e in events_of(project, kind="loop_end")][-1] == 0
     # On a damaged ledger, every view says so in a line, never with a traceback (a copy of it, in
     # a project where no loop's late writer, such as an alert's deliverer, starts a new one).
     copy = tmp_path / "copy"
@@ -198,7 +194,7 @@ def test_fault_77_a_planted_usage_limit_never_refuses_a_start_nor_idles_the_nigh
     assert (project / "ran.txt").read_text() == "ran 1\n"
     assert "no run of Genesis recorded" in first.stderr and "not applied" in first.stderr
     assert not limit_file.exists() and list(state_of(project).glob("limit.json.unvouched-*"))
-    assert kinds(project, "limit_unvouched")
+    assert events_of(project, kind="limit_unvouched")
     # One for this very CLI and account, resetting in two hours: the night is not idled away.
     adapter = adapter_for((str(ok),))
     account = adapter.account({**adapter.environment(), **env})
@@ -208,7 +204,7 @@ def test_fault_77_a_planted_usage_limit_never_refuses_a_start_nor_idles_the_nigh
     second = run_loop(project, "--agent-cmd", str(ok), "--max-iterations", "1", env=env, timeout=60)
     assert second.returncode == 0, second.stderr
     assert (project / "ran.txt").read_text() == "ran 1\nran 1\n", second.stderr
-    assert not kinds(project, "wait_start")
+    assert not events_of(project, kind="wait_start")
 
 
 @pytest.mark.fault(84)

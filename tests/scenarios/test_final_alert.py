@@ -28,12 +28,8 @@ def idle(project: Path, tmp_path: Path) -> tuple[str, ...]:
     return ("--agent-cmd", f"bash {agent}", "--set", "GENESIS_PHASES=Builder")
 
 
-def alerts(project: Path) -> list[dict]:
-    return [e for e in events_of(project) if e["event"] == "alert"]
-
-
 def final_recorded(project: Path) -> bool:
-    return any(e["ticket"].get("final") for e in alerts(project))
+    return any(e["ticket"].get("final") for e in events_of(project, kind="alert"))
 
 
 def printed(done: subprocess.CompletedProcess) -> list[str]:
@@ -63,13 +59,13 @@ def test_the_printed_report_holds_the_final_alert_and_where_it_went(project, idl
     assert "final alert: sent to webhook" in lines, "\n".join(lines[-60:])
     assert [t["final"] for t in got][-1] is True  # the receiver got it before the report said so
     # The final ticket is listed with the triage's reason, as the ledger has it.
-    (final,) = [e for e in alerts(project) if e["ticket"].get("final")]
+    (final,) = [e for e in events_of(project, kind="alert") if e["ticket"].get("final")]
     start = next(n for n, line in enumerate(lines) if line.startswith("alerts ("))
     listed = " ".join(" ".join(lines[start:]).split())
     assert (f"{final['ticket']['ticket_id']} " in listed and
             f"{final['ticket']['cause']} (sent to webhook) triage (rules): {final['why']}" in listed), listed
     # Told: what a channel took, or what was folded into the end's message that one took.
-    raised = [e for e in alerts(project) if not e["ticket"].get("final") and e["ticket"].get("kind") != "resolved"]
+    raised = [e for e in events_of(project, kind="alert") if not e["ticket"].get("final") and e["ticket"].get("kind") != "resolved"]
     reached = [e for e in raised if e.get("delivered") or e.get("folded")]
     assert raised, "the breaker raised no ticket"
     assert kpi(lines, "escalation rate") == (
@@ -98,7 +94,7 @@ def test_with_no_channel_set_the_report_says_so_and_counts_no_rate(project, idle
     wait_for(lambda: final_recorded(project), timeout=60, what="the final alert's deliverer to finish")
     lines = report_of(project).splitlines()
     assert "final alert: no channel set" in lines
-    raised = [e for e in alerts(project) if not e["ticket"].get("final")]
+    raised = [e for e in events_of(project, kind="alert") if not e["ticket"].get("final")]
     meant = [e for e in raised if e["decision"] == "intervene" or e.get("folded")]
     assert meant, "the breaker's OPEN is a ticket to tell"
     assert kpi(lines, "escalation rate") == (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers.agent import script
-from helpers.git import git
+from helpers.git import commit_file, git
 from helpers.gitstates import branch_of
 from helpers.loop import GENESIS, loop_env, run_loop
 from helpers.state import events_of
@@ -39,10 +39,6 @@ def subjects(project: Path, rev: str) -> list[str]:
 
 def exists(project: Path, sha: str) -> bool:
     return subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=project).returncode == 0
-
-
-def events(project: Path, kind: str) -> list[dict]:
-    return [e for e in events_of(project) if e["event"] == kind]
 
 
 @pytest.fixture
@@ -76,13 +72,13 @@ def test_reset_branch_deletion_reflog_expire_and_gc_stop_the_loop_naming_each_an
     done = run_loop(project, "--agent-cmd", str(script(tmp_path / "wiper.sh", WIPER)), "--max-iterations", "3",
                     env=loop_env(**FAST))
     assert done.returncode == HISTORY_REWRITTEN, done.stderr
-    main, ours = history["main"], [e for e in events(project, "phase_work")]
+    main, ours = history["main"], [e for e in events_of(project, kind="phase_work")]
     assert f"branch {main} was rewritten" in done.stderr and "3 commit(s) no longer on it" in done.stderr
     assert "branch feature was deleted: 1 commit(s) no longer on any branch" in done.stderr
     assert "GENESIS_ALLOW_HISTORY_REWRITE=false" in done.stderr
     # Nothing of iteration 3 ran; the rewrite is in the ledger, with the safety ref of each change.
-    assert [e["iteration"] for e in events(project, "phase_start")] == [1, 2]
-    (rewrite,) = events(project, "history_rewritten")
+    assert [e["iteration"] for e in events_of(project, kind="phase_start")] == [1, 2]
+    (rewrite,) = events_of(project, kind="history_rewritten")
     assert {(c["kind"], c["branch"]) for c in rewrite["changes"]} == {("rewritten", main), ("deleted", "feature")}
     assert all(c["ref"].startswith("refs/genesis/") for c in rewrite["changes"]) and rewrite["allowed"] is False
     # Genesis's own commits of the night are both in its report, the one the reset took too.
@@ -107,7 +103,7 @@ def test_reset_branch_deletion_reflog_expire_and_gc_stop_the_loop_naming_each_an
 
 
 def _alerts(project: Path) -> list[dict]:
-    return [e["ticket"] for e in events(project, "alert") if isinstance(e.get("ticket"), dict)]
+    return [e["ticket"] for e in events_of(project, kind="alert") if isinstance(e.get("ticket"), dict)]
 
 
 CLEANER = "#!/bin/sh\nset -e\ngit clean -fdxq\necho 'the agent was here' >>work.txt\n"
@@ -115,9 +111,7 @@ CLEANER = "#!/bin/sh\nset -e\ngit clean -fdxq\necho 'the agent was here' >>work.
 
 @pytest.mark.fault(82)
 def test_git_clean_fdx_is_undone_by_restore_untracked(project, tmp_path):
-    (project / ".gitignore").write_text("*.local\nbuild/\n")
-    git(project, "add", ".gitignore")
-    git(project, "commit", "-qm", "ignore")
+    commit_file(project, ".gitignore", "*.local\nbuild/\n", "ignore")
     (project / "notes.txt").write_text("the user's notes\n")
     (project / "tools").mkdir()
     (project / "tools" / "run.sh").write_text("#!/bin/sh\necho run\n")
@@ -165,7 +159,7 @@ def test_a_branch_switch_mid_night_is_reported_as_orphaned_not_committed_and_sto
     assert done.returncode == HISTORY_REWRITTEN, done.stderr
     assert f"HEAD was switched from branch {history['main']} to feature" in done.stderr
     assert "orphaned" in done.stderr
-    (work,) = events(project, "phase_work")
+    (work,) = events_of(project, kind="phase_work")
     assert work.get("orphaned") is True and len(work["commits"]) == 1  # the user's feature commit is not the night's
     sha = work["commits"][0]["sha"]
     assert sha not in git(project, "log", "--format=%h", history["main"])
@@ -179,9 +173,9 @@ def test_a_detached_head_allowed_goes_on_orphaned_work_is_kept_and_not_counted_a
                     env=loop_env(GENESIS_ALLOW_HISTORY_REWRITE="true", **FAST))
     assert done.returncode == 0, done.stderr
     assert "HEAD was detached from branch" in done.stderr and "not counted as progress" in done.stderr
-    (end,) = events(project, "iteration_end")
+    (end,) = events_of(project, kind="iteration_end")
     assert end["progress"] is False
-    (work,) = events(project, "phase_work")
+    (work,) = events_of(project, kind="phase_work")
     sha = work["commits"][0]["sha"]
     # The user goes back to their branch and git prunes: the orphaned commit is still there.
     git(project, "switch", "-q", branch_of_start(project))
@@ -230,7 +224,7 @@ def test_a_force_push_with_auto_push_never_sends_the_safety_refs_and_the_work_is
     assert not [r for r in on_remote if r.startswith("refs/genesis/")], on_remote   # ...never pushed
     # The agent's force-push took the user's commits from the remote; Genesis did not push after the
     # rewrite (its commit of iteration 2 is local only).
-    (_, second) = events(project, "phase_work")
+    (_, second) = events_of(project, kind="phase_work")
     assert second["commits"], done.stderr
     assert git(remote, "rev-parse", "--short", main).strip() != second["commits"][0]["sha"]
     assert "the user's u3.txt" not in subjects(remote, main)

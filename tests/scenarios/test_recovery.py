@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers.agent import script
-from helpers.git import git
+from helpers.git import commit_file, git
 from helpers.loop import LOOP, loop_env, run_loop
 from helpers.state import events_of, state_of
 from helpers.waits import wait_for
@@ -29,18 +29,12 @@ HANG = "#!/usr/bin/env bash\nexec sleep 300\n"
 def agents(project: Path, tmp_path: Path):
     git(project, "config", "user.name", "Agent")
     git(project, "config", "user.email", "agent@example.invalid")
-    (project / ".gitignore").write_text(".tried-*\n")
-    git(project, "add", ".gitignore")
-    git(project, "commit", "-qm", "ignore the agent's marks")
+    commit_file(project, ".gitignore", ".tried-*\n", "ignore the agent's marks")
 
     def make(name: str, text: str) -> Path:
         return script(tmp_path / name, text)
 
     return make
-
-
-def events(project: Path, kind: str) -> list[dict]:
-    return [e for e in events_of(project) if e["event"] == kind]
 
 
 FAST = dict(HEARTBEAT_STALE_SECONDS="1.5", HEARTBEAT_COUNT_OUTPUT="false", GENESIS_PHASES="Builder")
@@ -50,13 +44,13 @@ def test_a_stuck_phase_is_retried_and_succeeds_on_the_second_attempt(project, ag
     flaky = agents("flaky.sh", FLAKY)
     done = run_loop(project, "--agent-cmd", str(flaky), "--max-iterations", "1", env=loop_env(**FAST))
     assert done.returncode == 0, done.stderr
-    ends = [(e["phase"], e["ending"], e["attempt"]) for e in events(project, "phase_end")]
+    ends = [(e["phase"], e["ending"], e["attempt"]) for e in events_of(project, kind="phase_end")]
     assert ends == [("Builder", "stuck", 0), ("Builder", "finished", 1)]
-    (retry,) = events(project, "retry")
+    (retry,) = events_of(project, kind="retry")
     assert (retry["type"], retry["count"], retry["new_cmd"]) == ("stuck", 1, str(flaky))
     assert "no heartbeat" in retry["reason"]
     assert (project / "done-Builder.txt").exists()
-    (incident,) = events(project, "incident")
+    (incident,) = events_of(project, kind="incident")
     assert incident["kind"] == "stuck"
 
 
@@ -66,7 +60,7 @@ def test_a_retry_runs_the_fallback_agent_command(project, agents):
     done = run_loop(project, "--agent-cmd", str(flaky), "--max-iterations", "1",
                     env=loop_env(GENESIS_FALLBACK_AGENT_CMD=str(fallback), **FAST))
     assert done.returncode == 0, done.stderr
-    (retry,) = events(project, "retry")
+    (retry,) = events_of(project, kind="retry")
     assert (retry["old_cmd"], retry["new_cmd"]) == (str(flaky), str(fallback))
     assert (project / "done-Builder.txt").read_text() == f"second try of Builder by {fallback}\n"
     assert "with the fallback agent" in done.stderr
@@ -78,13 +72,13 @@ def test_a_phase_whose_retries_are_spent_fails_and_a_spent_night_budget_stops_th
                     env=loop_env(GENESIS_MAX_RECOVERIES="1", **FAST))
     assert done.returncode == 25, done.stderr
     # Iteration 1: stuck, retried, stuck again: failed, and the loop went on.
-    (failed,) = events(project, "phase_failed")
+    (failed,) = events_of(project, kind="phase_failed")
     assert (failed["iteration"], failed["kind"], failed["retries"]) == (1, "stuck", 1)
     # Iteration 2: stuck, and the night's one recovery was used: the loop stops as thrashing.
-    (spent,) = events(project, "recovery_spent")
+    (spent,) = events_of(project, kind="recovery_spent")
     assert spent["iteration"] == 2
     assert "recovery budget (GENESIS_MAX_RECOVERIES=1) is spent" in done.stderr
-    assert events(project, "loop_end")[-1]["exit_code"] == 25
+    assert events_of(project, kind="loop_end")[-1]["exit_code"] == 25
 
 
 def test_warn_only_records_classifications_and_would_be_kills_but_kills_nothing(project, agents):
@@ -93,11 +87,11 @@ def test_warn_only_records_classifications_and_would_be_kills_but_kills_nothing(
                     env=loop_env(GENESIS_HEALTH_ENFORCE="false", HEARTBEAT_STALE_SECONDS="1",
                                  HEARTBEAT_COUNT_OUTPUT="false", GENESIS_PHASES="Builder"))
     assert done.returncode == 0, done.stderr
-    (end,) = events(project, "phase_end")
+    (end,) = events_of(project, kind="phase_end")
     assert (end["status"], end["ending"]) == ("exited", "finished")
     assert end["would_kill"] and "no heartbeat" in end["would_kill"][0]
     assert "would kill as stuck (GENESIS_HEALTH_ENFORCE=false" in done.stderr
-    classes = [e["classification"] for e in events(project, "health")]
+    classes = [e["classification"] for e in events_of(project, kind="health")]
     assert classes[:2] == ["slow", "stuck"], classes
     snap = json.loads((state_of(project) / "heartbeats" / "Builder.health.json").read_text())
     assert snap["phase"] == "Builder" and snap["classification"] in ("slow", "stuck", "healthy")
@@ -112,7 +106,7 @@ def test_warn_only_still_applies_the_runtime_cap(project, agents):
                                  AGENT_MAX_RUNTIME_SECONDS="3", HEARTBEAT_COUNT_OUTPUT="false",
                                  GENESIS_PHASES="Builder"))
     assert done.returncode == 0, done.stderr
-    (end,) = events(project, "phase_end")
+    (end,) = events_of(project, kind="phase_end")
     assert end["status"] == "overtime" and end["would_kill"]
 
 
@@ -140,13 +134,13 @@ def test_the_same_failing_command_repeated_ends_the_phase_as_a_doom_loop_before_
                     env=loop_env(HOOK=str(hook_script()), HEARTBEAT_STALE_SECONDS="60", PHASE_RETRIES="0",
                                  GENESIS_PHASES="Builder"))
     assert done.returncode == 0, done.stderr
-    (end,) = events(project, "phase_end")
+    (end,) = events_of(project, kind="phase_end")
     assert (end["status"], end["ending"]) == ("wedged", "wedged"), end
     assert end["detail"].startswith("stall_same_tool: Bash") and "failed 6 times in a row" in end["detail"]
     assert "pytest -x tests/test_api.py" in end["detail"]
-    classes = [e["classification"] for e in events(project, "health")]
+    classes = [e["classification"] for e in events_of(project, kind="health")]
     assert "wedged" in classes
-    (incident,) = events(project, "incident")
+    (incident,) = events_of(project, kind="incident")
     assert incident["kind"] == "wedged"
 
 

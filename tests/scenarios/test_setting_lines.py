@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import paths
 from helpers.agent import script
-from helpers.git import git
+from helpers.git import git, new_repo
 from helpers.loop import loop_env
 
 from genesis import exitcodes
@@ -73,12 +73,7 @@ def test_a_control_character_or_a_broken_line_in_genesis_conf_is_refused_naming_
 
 @pytest.mark.fault(85)
 def test_a_project_path_with_a_newline_is_refused_before_the_loop_reads_its_settings(tmp_path):
-    project = tmp_path / "a\nb"
-    project.mkdir()
-    git(project, "init", "-q")
-    (project / "README.md").write_text("hi\n")
-    git(project, "add", "-A")
-    git(project, "commit", "-qm", "init")
+    project = new_repo(tmp_path / "a\nb")
     agent = script(tmp_path / "agent.sh", "#!/usr/bin/env bash\necho hi >>notes.txt\n")
     cwd = tmp_path / "cwd"
     cwd.mkdir()

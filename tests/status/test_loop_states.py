@@ -6,11 +6,9 @@ from __future__ import annotations
 import io
 import os
 import signal
-import subprocess
-import sys
 import time
 
-from helpers.procs import LOCK_HOLDER
+from helpers.procs import lock_held
 from helpers.waits import wait_for
 
 from genesis import exitcodes
@@ -29,11 +27,7 @@ def shown(project) -> tuple[int, str]:
 def test_a_loop_whose_process_is_stopped_is_frozen_with_how_long(project, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     lay = layout_of(project)
-    lay.state_dir.mkdir(parents=True, exist_ok=True)
-    loop = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(lay.loop_lock), str(lay.loop_record), RUN],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert loop.stdout.readline() == "locked\n"
+    with lock_held(lay, RUN) as loop:
         with Ledger.open(lay.ledger_file) as led:
             led.record(RUN, "loop_start", project=str(project), pid=loop.pid)
             led.record(RUN, "loop_frozen", pid=loop.pid, since=time.time() - 125)
@@ -44,18 +38,11 @@ def test_a_loop_whose_process_is_stopped_is_frozen_with_how_long(project, monkey
         assert code == exitcodes.NOT_RUNNING
         assert "FROZEN" in text and "stopped by a signal for 2m" in text and "RUNNING" not in text
         assert f"kill -CONT {loop.pid}" in text
-    finally:
-        loop.kill()
-        loop.wait()
 
 
 def test_a_run_killed_while_a_step_still_holds_the_lock_is_stopped_not_running(project):
     lay = layout_of(project)
-    lay.state_dir.mkdir(parents=True, exist_ok=True)
-    step = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(lay.loop_lock), str(lay.loop_record), RUN],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert step.stdout.readline() == "locked\n"
+    with lock_held(lay, RUN) as step:
         with Ledger.open(lay.ledger_file) as led:
             led.record(RUN, "loop_start", project=str(project), pid=step.pid)
         holder = current_holder(lay.loop_lock, lay.loop_record)
@@ -63,9 +50,6 @@ def test_a_run_killed_while_a_step_still_holds_the_lock_is_stopped_not_running(p
         dead = holder.__class__(holder.pid, holder.create_time - 1.0, holder.run_id, holder.started_at, holder.host)
         st = build(lay, holder=dead)
         assert st.state == "STOPPED" and not st.running and st.killed_at is None
-    finally:
-        step.kill()
-        step.wait()
 
 
 def test_a_run_whose_end_says_it_was_killed_is_stopped_with_when(project, monkeypatch):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import paths
-from helpers.agent import supervised
+from helpers.agent import launcher_cli, supervised
 
 from genesis.procs.nspid import ns_pids
 from genesis.procs.proctree import command_line, descendants, identify
@@ -21,7 +21,6 @@ from genesis.sandbox.places import Places
 
 MACHINE = probe()
 needs_bwrap = pytest.mark.skipif(MACHINE.bwrap is None, reason=f"no bubblewrap here: {MACHINE.bwrap_why}")
-PRE = '{"hook_event_name":"PreToolUse","tool_name":"Bash","session_id":"s-1"}'
 
 
 def boxed(folder: Path) -> Box:
@@ -39,12 +38,7 @@ def boxed(folder: Path) -> Box:
 def test_in_the_box_a_launchers_own_work_still_is_not_its_tools(tmp_path):
     # The CLI runs the hook and its hung tool below a launcher that keeps working: the hook's
     # `pid` is the box's numbering, which the watcher must translate to find the tool's tree.
-    cli = tmp_path / "cli.py"
-    cli.write_text("import os, subprocess, sys, time\n"
-                   f"subprocess.run(['bash', os.environ['HOOK']], input={PRE!r}, text=True)\n"
-                   "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-                   "end = time.time() + 60\n"
-                   "while time.time() < end: pass\n")
+    launcher_cli(tmp_path)
     out, _, _ = supervised(tmp_path, '"$PY" cli.py\n', run_id="run-box-tool", name="launcher.sh", stale_after=30.0,
                            max_runtime=60.0, count_output=False, tool_silent=1.0, box=boxed(tmp_path))
     assert out.status == "stuck" and "inside Bash" in out.detail and "tool-silent window 1s" in out.detail, out
