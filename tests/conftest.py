@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -12,6 +13,11 @@ import psutil
 import pytest
 from helpers.git import new_repo
 from helpers.hermetic import cleared
+
+# Started in the background of a script, the suite inherits SIGINT ignored, and so would every
+# loop the tests interrupt with it (bash cannot trap a signal ignored at its start): restored.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
