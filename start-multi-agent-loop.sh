@@ -4,7 +4,11 @@
 #
 # Usage: ./start-multi-agent-loop.sh [--project DIR] [--agent-cmd CMD] [--max-iterations N]
 #                                    [--set KEY=VALUE]... [--allow-dirty] [--allow-detached]
-#                                    [--trust] [--demo] [--help]
+#                                    [--trust] [--demo] [--parallel N|auto] [--help]
+#
+# --parallel N runs a fleet instead: one loop per open task of TASKS.md (each in its own git
+# worktree and branch), at most N at once (auto: from the cores and the free memory), under
+# one monitor (`genesis fleet run`) that merges each verified task home.
 #
 # This script only sequences steps, handles signals and never dies silently; every
 # decision about time, JSON, git or processes is a `genesis` subcommand. A step prints on
@@ -17,7 +21,8 @@
 # ceiling, 24 the cost ceiling, 25 stuck phases retried too often (thrashing), 26 Genesis's
 # own state was taken from under the loop, 27 a phase rewrote history or left its branch, 28 a command
 # genesis.conf names is new or changed since the last start (approve it: --trust),
-# 29 the box GENESIS_SANDBOX names cannot run here,
+# 29 the box GENESIS_SANDBOX names cannot run here, 31 a fleet: some task failed permanently,
+# 32 a fleet: some task needs review,
 # 129/130/143 SIGHUP/SIGINT/SIGTERM.
 set -euo pipefail
 set -o errtrace  # the ERR trap also fires inside functions, so no failure goes unreported
@@ -29,6 +34,8 @@ readonly EXIT_STEP_TIMEOUT=8 EXIT_USAGE_LIMIT=20 EXIT_API_OUTAGE=21 EXIT_AGENT_F
 readonly EXIT_MAX_COST=24 EXIT_RECOVERY_SPENT=25 EXIT_STATE_LOST=26 EXIT_UNTRUSTED_COMMAND=28
 readonly EXIT_HISTORY_REWRITTEN=27
 readonly EXIT_SANDBOX_UNAVAILABLE=29
+# shellcheck disable=SC2034  # a fleet's codes: its monitor (exec'd by --parallel) ends with them
+readonly EXIT_FLEET_TASKS_FAILED=31 EXIT_FLEET_NEEDS_REVIEW=32
 readonly EXIT_INTERRUPTED_HUP=129 EXIT_INTERRUPTED_INT=130 EXIT_INTERRUPTED_TERM=143
 # Only steps end with these, never the loop: a phase ended and the loop goes on; a wait; the work is done.
 readonly EXIT_AGENT_FAILED=10 EXIT_PHASE_SKIPPED=11 EXIT_AGENT_STALE=124 EXIT_AGENT_OVERTIME=125
@@ -45,6 +52,7 @@ readonly GENESIS_HOME
 
 project="."
 demo=0
+parallel=""
 allow_dirty=()
 allow_detached=()
 trust=()
@@ -362,7 +370,7 @@ main() {
   local quoted rc=0
   while (($# > 0)); do
     case "$1" in  # --option=value reads as --option value
-      --project=* | --agent-cmd=* | --max-iterations=* | --set=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+      --project=* | --agent-cmd=* | --max-iterations=* | --set=* | --parallel=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
     esac
     case "$1" in
       --project) needs "$1" "a directory, the git project to work on" '.' "${@:2:1}"; project="$2"; shift 2 ;;
@@ -375,6 +383,8 @@ main() {
       --allow-dirty) allow_dirty=(--allow-dirty); shift ;;
       --allow-detached) allow_detached=(--allow-detached); shift ;;
       --trust) trust=(--trust); shift ;;
+      --parallel) needs "$1" "a number of tasks at once, or auto, e.g. --parallel 3" '^([1-9][0-9]*|auto)$' \
+        "${@:2:1}"; parallel="$2"; shift 2 ;;
       --demo) demo=1; shift ;;
       -h | --help) usage; exit "${EXIT_OK}" ;;
       *)
@@ -399,6 +409,12 @@ main() {
     exit "${EXIT_USAGE}"
   fi
   project="$(cd "${project}" && pwd)"
+  if [[ -n ${parallel} ]]; then
+    # The monitor replaces this script (exec): the terminal's Ctrl-C, a SIGTERM or SIGHUP reach
+    # it directly, it forwards them to every child loop, and its exit code is the fleet's.
+    exec "${genesis_cmd[@]}" --project "${project}" ${overrides[@]+"${overrides[@]}"} fleet run \
+      --parallel "${parallel}" ${trust[@]+"${trust[@]}"}
+  fi
   run_id="$(date -u +%Y%m%dT%H%M%SZ)-$$"
   read_settings
   # The loop keeps this descriptor open for its whole life; preflight flock()s it, and the

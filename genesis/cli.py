@@ -31,7 +31,7 @@ from genesis.loop.step import Step, StepFailed
 from genesis.repo.gitcmd import GitFailed, GitTimeout, NotARepository
 from genesis.store.atomicio import DiskFull, write_text
 from genesis.store.layout import Layout, UnsafeDir, private_dir, state_dir_of
-from genesis.words import FORMER, ending_label, sanitize
+from genesis.words import FORMER, ending_label, plural, sanitize
 
 
 class Fail(click.ClickException):
@@ -350,12 +350,21 @@ def reap(obj: Context, dry_run: bool) -> None:
 @guarded
 def stop(obj: Context) -> None:
     """Ask the running loop to stop after the current phase (writes false to the stop flag)."""
+    from genesis.fleet.children import live_children
     from genesis.status.loops import running_loops
-    from genesis.store.looplock import current_holder
+    from genesis.store.looplock import FLEET_RUN, current_holder
 
     cfg = obj.config()
     layout = layout_for(cfg)
     holder = current_holder(layout.loop_lock, layout.loop_record)
+    orphans = [] if holder is not None else live_children(layout.state_dir / "fleet" / "ledger.sqlite3")
+    if holder is None and orphans:  # the fleet's monitor died; its children run on to their own end
+        cfg.stop_flag.parent.mkdir(parents=True, exist_ok=True)
+        write_text(cfg.stop_flag, "false\n")
+        click.echo(f"wrote false to {cfg.stop_flag}; the fleet's monitor is not running, and its "
+                   f"{plural(len(orphans), 'child loop')} (pids {', '.join(str(h.pid) for _t, h in orphans)}) "
+                   f"each stop before their next phase")
+        return
     if holder is None:
         others = [lp.project for lp in running_loops() if lp.project != cfg.project]
         raise Fail(f"no Genesis loop is running on {cfg.project}; nothing to stop"
@@ -363,6 +372,10 @@ def stop(obj: Context) -> None:
                    exitcodes.NOT_RUNNING)
     cfg.stop_flag.parent.mkdir(parents=True, exist_ok=True)
     write_text(cfg.stop_flag, "false\n")
+    if holder.run_id.startswith(FLEET_RUN):  # a fleet's monitor holds the project's lock (fleet/monitor.py)
+        click.echo(f"wrote false to {cfg.stop_flag}; the fleet (monitor pid {holder.pid}, run {holder.run_id}) "
+                   f"starts nothing more, and each child stops before its next phase")
+        return
     click.echo(f"wrote false to {cfg.stop_flag}; the loop (pid {holder.pid}, run {holder.run_id}) stops "
                f"before its next phase")
 
@@ -709,7 +722,8 @@ def status(ctx: click.Context, watch: bool, all_loops: bool, as_json: bool, inte
 @guarded
 def report(obj: Context, run_id: str | None, since: str | None, list_runs: bool, as_json: bool,
            html_file: Path | None) -> None:
-    """The morning report of a loop run (default: the latest); exit 1 if there is no such run."""
+    """The morning report of a loop run (default: the latest, or the fleet's if a fleet ran last); exit 1 if
+    there is no such run."""
     import sqlite3
 
     from genesis.ledger.store import LedgerError
@@ -803,6 +817,17 @@ def _configured_cli(obj: Context) -> str:
         return "claude"
 
 
+def _account_store(obj: Context):
+    """The machine-wide account store the project's loops share (store/accounts.py)."""
+    from genesis.store.accounts import AccountStore, root_of
+
+    try:
+        setting = obj.config().shared_state_dir
+    except (ConfigError, NotARepository, UnsafeDir, OSError):
+        setting = ""
+    return AccountStore(root_of(setting, os.environ))
+
+
 @cli.group("limit", invoke_without_command=True)
 @click.pass_context
 @guarded
@@ -811,12 +836,16 @@ def limit_group(ctx: click.Context) -> None:
     does not call that CLI with that account again before the reset."""
     if ctx.invoked_subcommand is not None:
         return
-    from genesis.loop.limits import clear_command, lines_of, read
+    from genesis.loop.limits import clear_command, lines_of, read, read_shared
 
     layout = ctx.obj.bare_layout()
     entries, warning = read(layout, _configured_cli(ctx.obj))
-    if warning:
-        click.echo(f"genesis: warning: {warning}", err=True)
+    shared, shared_warning = read_shared(_account_store(ctx.obj), time.time())
+    for said in (warning, shared_warning):
+        if said:
+            click.echo(f"genesis: warning: {said}", err=True)
+    own = {(e.account, e.resets_at) for e in entries}
+    entries += [e for e in shared if (e.account, e.resets_at) not in own]  # met by another loop on the account
     if not entries:
         click.echo(f"no usage limit remembered for {layout.project}: every agent CLI and account runs")
         return
@@ -824,6 +853,9 @@ def limit_group(ctx: click.Context) -> None:
     for entry in entries:
         for line in lines_of(entry, now):
             click.echo(line)
+        if entry.project and Path(entry.project) != layout.project:
+            click.echo(f"  met by the loop of {entry.project} (run {entry.run_id}): it holds for every loop on "
+                       f"this account")
     click.echo(f"forget one with: {clear_command(layout.project, entries[-1].account.cli)} (or --all)")
 
 
@@ -836,7 +868,8 @@ def limit_group(ctx: click.Context) -> None:
 def limit_clear(obj: Context, agent: str | None, everything: bool) -> None:
     """Forget remembered usage limits: the next start calls that agent again (a limit that is
     still there is met once more, and remembered again)."""
-    from genesis.loop.limits import forget, read, when
+    from genesis.loop.limits import forget, forget_shared, read, when
+    from genesis.store.accounts import StoreUnusable
     from genesis.store.looplock import current_holder
 
     if agent and everything:
@@ -844,6 +877,13 @@ def limit_clear(obj: Context, agent: str | None, everything: bool) -> None:
     layout, configured = obj.bare_layout(), _configured_cli(obj)
     cli_name = None if everything else agent or configured
     gone, warning = forget(layout, configured, cli_name)
+    try:  # the account store's too: every loop on this machine heeds those
+        shared = forget_shared(_account_store(obj), cli_name, time.time())
+    except (StoreUnusable, OSError) as exc:
+        shared = []
+        click.echo(f"genesis: warning: {exc}", err=True)
+    own = {(e.account, e.resets_at) for e in gone}
+    gone += [e for e in shared if (e.account, e.resets_at) not in own]
     if warning:
         click.echo(f"genesis: warning: {warning}", err=True)
     if not gone:
@@ -895,6 +935,37 @@ def incidents_show(obj: Context, incident_id: str) -> None:
         raise Fail(f"{exc} in {layout.project}; `{hint(layout.project, 'incidents')}` lists its incidents",
                    exitcodes.ERROR) from None
     click.echo(text, nl=False)
+
+
+@cli.group("fleet")
+def fleet_group() -> None:
+    """Many tasks at once: one loop per open task of TASKS.md, under one monitor."""
+
+
+@fleet_group.command("run", hidden=True)
+@click.option("--parallel", required=True, metavar="N|auto", help="At most N children at once, or auto.")
+@click.option("--trust", is_flag=True, help="Approve the commands genesis.conf names as they are now.")
+@pass_ctx
+@guarded
+def fleet_run(obj: Context, parallel: str, trust: bool) -> None:
+    """The fleet's monitor (start-multi-agent-loop.sh --parallel runs it): children, merges, the end."""
+    from genesis.fleet.monitor import run_fleet
+
+    if parallel != "auto" and not (parallel.isdigit() and int(parallel) >= 1):
+        raise Fail(f"--parallel {parallel!r}: a whole number from 1, or auto", exitcodes.USAGE)
+    sys.exit(run_fleet(obj.project.resolve(), obj.overrides, parallel, trust=trust))
+
+
+@fleet_group.command("status")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON document (schema: docs/fleet-status-json.md); same exit code.")
+@click.pass_context
+@guarded
+def fleet_status(ctx: click.Context, as_json: bool) -> None:
+    """Every task of the project's fleet, live; exit 0 if a fleet ran on the project, 5 if none ever did."""
+    from genesis.fleet.status import run_fleet_status
+
+    ctx.exit(run_fleet_status(ctx.obj.project, as_json=as_json))
 
 
 def main() -> None:

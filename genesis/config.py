@@ -121,6 +121,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("REAP_PORTS", "8080", "ports whose listeners are reaped if ours, reported if not"),
     Knob("GENESIS_LIMIT_MARGIN_SECONDS", "60", "after a usage limit, wait this long past its reset before "
          "retrying the phase"),
+    Knob("GENESIS_SHARED_STATE_DIR", "", "the machine-wide, per-user state every loop shares (usage limits and "
+         "API outages, per account); empty: $XDG_STATE_HOME/genesis, else ~/.local/state/genesis"),
+    Knob("GENESIS_LIMIT_JITTER_PERCENT", "20", "after a usage limit, each waiting loop resumes up to this "
+         "percent of GENESIS_LIMIT_MARGIN_SECONDS later, at random, so that loops on one account resume one by one"),
     Knob("GENESIS_MAX_LIMIT_WAIT", "6h", "a usage limit that resets later than this (e.g. a weekly one) ends "
          "the loop (exit 20); a duration: 90s, 30m, 6h, 2d"),
     Knob("GENESIS_BACKOFF_FIRST_SECONDS", "30", "API outage: the first wait before retrying the phase; "
@@ -137,7 +141,43 @@ KNOBS: tuple[Knob, ...] = (
          "iteration through (HALF_OPEN); unset, OPEN stops the loop"),
     Knob("CB_MAX_TRIALS", "3", "with CB_COOLDOWN_MINUTES: trial iterations before OPEN stops the loop; "
          "the cooldown doubles after each failed trial"),
+    Knob("GENESIS_FLEET_MAX_TASK_RESTARTS", "3", "a fleet: a task whose child ends abnormally is restarted with "
+         "the same settings this many times, then escalated (0-20)"),
+    Knob("GENESIS_FLEET_MAX_FAILED_TASKS", "3", "a fleet: escalations of a task (each to the next strategy of "
+         "GENESIS_FLEET_ESCALATION) before it fails permanently (0-20)"),
+    Knob("GENESIS_FLEET_ESCALATION", "fallback|longer", "a fleet: the strategies an escalated task tries, in "
+         "order, |-separated: fallback (GENESIS_FALLBACK_AGENT_CMD; skipped when unset), longer (the same agent "
+         "with its stale and runtime windows doubled) or an agent command line"),
+    Knob("GENESIS_FLEET_RESTART_BACKOFF_SECONDS", "10", "a fleet: a task's restart n waits this times 2^(n-1) "
+         "seconds, at most 300"),
+    Knob("GENESIS_FLEET_RESTART_EVERY_SECONDS", "60", "a fleet: at most one restart or escalation per this many "
+         "seconds across the whole fleet (0: no bound)"),
+    Knob("GENESIS_FLEET_CASCADE_PERCENT", "30", "a fleet: when more than this percent of its children (at least "
+         "two) end abnormally within GENESIS_FLEET_CASCADE_WINDOW_SECONDS, it stops restarting and probes with "
+         "one child (0: off)"),
+    Knob("GENESIS_FLEET_CASCADE_WINDOW_SECONDS", "300", "a fleet: the window of GENESIS_FLEET_CASCADE_PERCENT"),
+    Knob("GENESIS_FLEET_WORKTREE_DIR", "", "a fleet: where each task's git worktree is made (<dir>/<task id>), "
+         "outside the project's work tree; empty: genesis-worktrees in the repository's git directory"),
+    Knob("GENESIS_FLEET_MERGE", "queue", "a fleet: queue (a verified task's branch is rebased onto the project "
+         "branch, tested and fast-forwarded into it) or branch (each finished branch is kept for review, rebased "
+         "as the project branch moves, pushed when AUTO_PUSH is on)"),
+    Knob("GENESIS_MERGE_TEST_CMD", "", "a fleet's merge queue: the project's test command, run by bash in the "
+         "task's worktree after the rebase; a failure keeps the branch out (empty: no test)"),
+    Knob("GENESIS_MERGE_TEST_TIMEOUT", "20m", "a fleet's merge queue: GENESIS_MERGE_TEST_CMD running longer is "
+         "killed with everything it started, and the merge counts as failed; a duration: 90s, 30m, 2h"),
     *(Knob(name, default, help) for name, default, help in ALERT_KNOBS),
+    Knob("GENESIS_FLEET_CHILD_ITERATIONS", "6", "a fleet's child loop: iterations on its one task before it "
+         "ends (1-1000)"),
+    Knob("GENESIS_FLEET_STAGGER_SECONDS", "5", "a fleet: seconds between two launches of children"),
+    Knob("GENESIS_FLEET_MEMORY_PER_AGENT_MB", "400", "a fleet: memory one agent takes, for --parallel auto "
+         "(agent CLIs take 200-620 MB)"),
+    Knob("GENESIS_FLEET_MEMORY_FLOOR_MB", "1024", "a fleet launches no child while less memory than this is "
+         "available"),
+    Knob("GENESIS_FLEET_PORT_BASE", "20000", "a fleet: the first port of the children's port ranges"),
+    Knob("GENESIS_FLEET_PORTS_PER_TASK", "10", "a fleet: ports in each child's range (PORT, GENESIS_PORT_BASE)"),
+    Knob("GENESIS_FLEET_CHECK_SECONDS", "2", "a fleet's monitor checks its children this often"),
+    Knob("GENESIS_FLEET_MONITOR_STALE_SECONDS", "60", "a fleet's child raises one \"monitor down\" alert when "
+         "the monitor's heartbeat (monitor.json) is older than this (1-86400)"),
     Knob("GENESIS_LOG_DIR", "orchestrator/logs", "agent logs and the console's copy, relative to the project"),
     Knob("GENESIS_STOP_FLAG", "hooks/loop_multi_agent.txt",
          "the loop stops when this file says false (relative to the project)"),
@@ -153,7 +193,8 @@ KNOB_PREFIXES = ("GENESIS_", "HEARTBEAT_", "CB_", "REAP_", "PHASE_", "AUTO_", "A
 NOT_SETTINGS = frozenset({"GENESIS_AGENT", "GENESIS_ITERATION", "GENESIS_PHASE", "GENESIS_RUN_ID",
                           "GENESIS_PROJECT_DIR", "GENESIS_HEARTBEAT_FILE", "GENESIS_STATE_DIR", "GENESIS_HOOK_ATOMIC",
                           "GENESIS_BIN", "GENESIS_HOME", "GENESIS_ALERT_SEVERITY", "GENESIS_ALERT_TEXT",
-                          "GENESIS_SIM_SCRIPT", "GENESIS_SIM_PORT"})
+                          "GENESIS_SIM_SCRIPT", "GENESIS_SIM_PORT", "GENESIS_TASK", "GENESIS_TASK_ID",
+                          "GENESIS_FLEET_DIR", "GENESIS_PORT_BASE", "GENESIS_PORT_COUNT"})
 CLOSE = 0.8                  # difflib's ratio for "most likely meant"
 MAX_ADVICE = 10              # warnings said at one start, at most
 # $NAME or ${NAME...}: what a shell would expand and genesis.conf does not.
@@ -206,6 +247,8 @@ class Config:
     fallback_agent_cmd: tuple[str, ...]   # (): a retry runs agent_cmd
     max_recoveries: int
     limit_margin: float
+    limit_jitter: float                   # a fraction (GENESIS_LIMIT_JITTER_PERCENT / 100)
+    shared_state_dir: str                 # GENESIS_SHARED_STATE_DIR; "": the default place (store/accounts.py)
     max_limit_wait: float
     backoff_first: float
     backoff_max: float
@@ -222,6 +265,18 @@ class Config:
     allow_history_rewrite: bool           # GENESIS_ALLOW_HISTORY_REWRITE
     untracked_copy_max: int               # bytes; GENESIS_UNTRACKED_COPY_MAX_MB
     commit_max_file: int                  # bytes; GENESIS_COMMIT_MAX_FILE_MB (0: no cap)
+    fleet_max_task_restarts: int          # GENESIS_FLEET_MAX_TASK_RESTARTS
+    fleet_max_failed_tasks: int           # GENESIS_FLEET_MAX_FAILED_TASKS
+    fleet_escalation: tuple[str, ...]     # GENESIS_FLEET_ESCALATION's entries (see fleet/ladder.strategies)
+    fleet_restart_backoff: float          # seconds; GENESIS_FLEET_RESTART_BACKOFF_SECONDS
+    fleet_restart_every: float            # seconds; GENESIS_FLEET_RESTART_EVERY_SECONDS (0: no bound)
+    fleet_cascade_percent: float          # GENESIS_FLEET_CASCADE_PERCENT (0: off)
+    fleet_cascade_window: float           # seconds; GENESIS_FLEET_CASCADE_WINDOW_SECONDS
+    monitor_stale: float                  # seconds; GENESIS_FLEET_MONITOR_STALE_SECONDS (a fleet's child)
+    fleet_worktree_dir: Path | None       # GENESIS_FLEET_WORKTREE_DIR; None: <git common dir>/genesis-worktrees
+    fleet_merge: str                      # GENESIS_FLEET_MERGE: queue or branch
+    merge_test_cmd: str                   # GENESIS_MERGE_TEST_CMD ("": none)
+    merge_test_timeout: float             # seconds; GENESIS_MERGE_TEST_TIMEOUT
     settings: Mapping[str, Setting] = field(compare=False)  # what each value was, and where it came from
 
 
@@ -505,6 +560,8 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         fallback_agent_cmd=fallback,
         max_recoveries=clamped("GENESIS_MAX_RECOVERIES", 0, 100),
         limit_margin=number("GENESIS_LIMIT_MARGIN_SECONDS", 0),
+        limit_jitter=min(number("GENESIS_LIMIT_JITTER_PERCENT", 0), 100.0) / 100,
+        shared_state_dir=_shared_state_dir(s),
         max_limit_wait=duration("GENESIS_MAX_LIMIT_WAIT"),
         backoff_first=backoff_first,
         backoff_max=backoff_max,
@@ -522,7 +579,68 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         allow_history_rewrite=boolean("GENESIS_ALLOW_HISTORY_REWRITE"),
         untracked_copy_max=int(number("GENESIS_UNTRACKED_COPY_MAX_MB", 0) * (1 << 20)),
         commit_max_file=int(number("GENESIS_COMMIT_MAX_FILE_MB", 0) * (1 << 20)),
+        fleet_max_task_restarts=clamped("GENESIS_FLEET_MAX_TASK_RESTARTS", 0, 20),
+        fleet_max_failed_tasks=clamped("GENESIS_FLEET_MAX_FAILED_TASKS", 0, 20),
+        fleet_escalation=_escalation(s),
+        fleet_restart_backoff=min(number("GENESIS_FLEET_RESTART_BACKOFF_SECONDS", 0), 300.0),
+        fleet_restart_every=number("GENESIS_FLEET_RESTART_EVERY_SECONDS", 0),
+        fleet_cascade_percent=_percent(s, "GENESIS_FLEET_CASCADE_PERCENT"),
+        fleet_cascade_window=number("GENESIS_FLEET_CASCADE_WINDOW_SECONDS", 1),
+        monitor_stale=min(number("GENESIS_FLEET_MONITOR_STALE_SECONDS", 1), 86400.0),
+        fleet_worktree_dir=_worktree_dir(project, s),
+        fleet_merge=_choice(s, "GENESIS_FLEET_MERGE", ("queue", "branch")),
+        merge_test_cmd=get("GENESIS_MERGE_TEST_CMD"),
+        merge_test_timeout=duration("GENESIS_MERGE_TEST_TIMEOUT"),
     )
+
+
+def _escalation(s: Mapping[str, Setting]) -> tuple[str, ...]:
+    """GENESIS_FLEET_ESCALATION's entries: fallback, longer or an agent command line each."""
+    setting = s["GENESIS_FLEET_ESCALATION"]
+    entries = tuple(part.strip() for part in setting.value.split("|") if part.strip())
+    for entry in entries:
+        try:
+            words = shlex.split(entry)
+        except ValueError as exc:
+            raise ConfigError(f"GENESIS_FLEET_ESCALATION ({setting.source}): {entry!r}: {exc}; check its "
+                              f"quotes") from None
+        if not words or not words[0]:
+            raise ConfigError(f"GENESIS_FLEET_ESCALATION ({setting.source}): {entry!r} is no agent command; "
+                              f"write fallback, longer or an agent command line")
+    return entries
+
+
+def _worktree_dir(project: Path, s: Mapping[str, Setting]) -> Path | None:
+    """GENESIS_FLEET_WORKTREE_DIR (relative to the project), never inside its work tree: git would
+    see every worktree there as the project's untracked files, and `git clean -fdx` would take them."""
+    setting = s["GENESIS_FLEET_WORKTREE_DIR"]
+    if not setting.value.strip():
+        return None
+    path = Path(os.path.abspath(project / os.path.expanduser(setting.value.strip())))
+    inside = path == project or project in path.parents
+    if inside and not (path == project / ".git" or project / ".git" in path.parents):
+        raise ConfigError(f"GENESIS_FLEET_WORKTREE_DIR={setting.value!r} ({setting.source}) is inside the project's "
+                          f"work tree ({path}); choose a folder outside it, or leave it empty for the repository's "
+                          f"git directory")
+    return path
+
+
+def _choice(s: Mapping[str, Setting], key: str, choices: tuple[str, ...]) -> str:
+    value = s[key].value.strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{key}={s[key].value!r} ({s[key].source}): expected {' or '.join(choices)}")
+    return value
+
+
+def _percent(s: Mapping[str, Setting], key: str) -> float:
+    raw = s[key].value.strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 100:
+        raise ConfigError(f"{key}={raw!r} ({s[key].source}): expected a percentage from 0 to 100")
+    return value
 
 
 def _sandbox(s: Mapping[str, Setting]) -> str:
@@ -530,6 +648,15 @@ def _sandbox(s: Mapping[str, Setting]) -> str:
     if value not in SANDBOX_CHOICES:
         raise ConfigError(f"GENESIS_SANDBOX={s['GENESIS_SANDBOX'].value!r} ({s['GENESIS_SANDBOX'].source}): expected "
                           f"{', '.join(SANDBOX_CHOICES[:-1])} or {SANDBOX_CHOICES[-1]}")
+    return value
+
+
+def _shared_state_dir(s: Mapping[str, Setting]) -> str:
+    """An absolute folder (`~` allowed), or "" for the default: every loop must name the same place."""
+    value = s["GENESIS_SHARED_STATE_DIR"].value.strip()
+    if value and not os.path.isabs(os.path.expanduser(value)):
+        raise ConfigError(f"GENESIS_SHARED_STATE_DIR={value!r} ({s['GENESIS_SHARED_STATE_DIR'].source}): expected an "
+                          f"absolute folder (or empty for $XDG_STATE_HOME/genesis, else ~/.local/state/genesis)")
     return value
 
 

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping
 from genesis.clock import parse_iso
 
 __all__ = ["LABELS", "WAIT_LABELS", "WINDOW_LABELS", "FORMER", "ending_label", "sanitize", "one_line", "duration",
-           "epoch_of", "money", "reported", "details"]
+           "epoch_of", "money", "reported", "details", "plural"]
 
 # How a phase's end reads in every view: the watcher's status (exited, stuck, wedged, overtime,
 # api_fatal, interrupted, not_started), the loop's ending (finished, failed, limit, outage, fatal,
@@ -133,3 +133,8 @@ def details(detail: Mapping[str, Any], width: int | None = 300, depth: int = 0) 
         if said is not None:
             parts.append(f"{str(key).replace('_', ' ')} {said}")
     return _cut(", ".join(parts), width)
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """`1 task`, `3 tasks`, `2 child loops` (many: an irregular plural)."""
+    return f"{count} {word if count == 1 else many or word + 's'}"

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from click.testing import CliRunner
+from helpers.git import new_repo
 from helpers.state import state_of
 
 from genesis.agents.base import Account, Limit
@@ -15,6 +16,7 @@ from genesis.config import default_layout
 from genesis.hints import hint
 from genesis.loop import limits
 from genesis.loop.limits import Remembered
+from genesis.store.accounts import AccountStore, root_of
 
 
 def invoke(project: Path, *args: str):
@@ -93,3 +95,19 @@ def test_limit_clear_refuses_both_an_agent_and_all_and_an_unknown_agent(project)
 def test_limit_outside_a_git_project_is_a_usage_error(tmp_path):
     shown = invoke(tmp_path, "limit")
     assert shown.exit_code == 2 and "not a git work tree" in shown.output
+
+
+def test_limit_shows_and_clear_forgets_a_limit_another_loop_on_the_account_met(project, tmp_path, hermetic):
+    other = new_repo(tmp_path / "other")
+    now = time.time()
+    entry = Remembered(Account("claude", "/srv/claude-work", ""), Limit(now + 3600, "five_hour", "limit"), False, now,
+                       project=str(other), run_id="run-other")
+    store = AccountStore(root_of("", {"HOME": str(hermetic)}))
+    limits.share(store, entry, now, 60)
+    shown = invoke(project, "limit")
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines()[0] == "claude: config /srv/claude-work; no API key set"
+    assert f"  met by the loop of {other} (run run-other): it holds for every loop on this account" in shown.output
+    cleared = invoke(project, "limit", "clear", "--agent", "claude")
+    assert cleared.exit_code == 0 and "forgot the usage limit of claude (config /srv/claude-work" in cleared.output
+    assert limits.read_shared(store, now) == ([], None)

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from genesis.cli import cli
 from genesis.config import (KNOBS, MAX_CONFIG_BYTES, MAX_PROMPT_BYTES, MAX_VALUE_CHARS, ConfigError, advice,
                             closest, read_prompt, resolve)
+from genesis.fleet.resources import fleet_settings
 
 
 def conf(project, text):
@@ -73,6 +74,8 @@ READ = {
     "REAP_PATTERNS": (lambda c: c.reap_patterns, str),
     "REAP_PORTS": (lambda c: c.reap_ports, lambda t: tuple(map(int, t.split()))),
     "GENESIS_LIMIT_MARGIN_SECONDS": (lambda c: c.limit_margin, float),
+    "GENESIS_LIMIT_JITTER_PERCENT": (lambda c: c.limit_jitter, lambda t: float(t) / 100),
+    "GENESIS_SHARED_STATE_DIR": (lambda c: c.shared_state_dir, str),
     "GENESIS_MAX_LIMIT_WAIT": (lambda c: c.max_limit_wait, lambda t: float(t.removesuffix("h")) * 3600),
     "GENESIS_BACKOFF_FIRST_SECONDS": (lambda c: c.backoff_first, float),
     "GENESIS_BACKOFF_MAX_SECONDS": (lambda c: c.backoff_max, float),
@@ -81,6 +84,25 @@ READ = {
     "GENESIS_MAX_RUNTIME_HOURS": (lambda c: c.max_run_seconds, lambda t: float(t) * 3600),
     "GENESIS_MAX_COST_USD": (lambda c: c.max_cost_usd, float),
     "CB_MAX_TRIALS": (lambda c: c.cb_max_trials, int),
+    "GENESIS_FLEET_MAX_TASK_RESTARTS": (lambda c: c.fleet_max_task_restarts, int),
+    "GENESIS_FLEET_MAX_FAILED_TASKS": (lambda c: c.fleet_max_failed_tasks, int),
+    "GENESIS_FLEET_ESCALATION": (lambda c: c.fleet_escalation, lambda t: tuple(t.split("|"))),
+    "GENESIS_FLEET_RESTART_BACKOFF_SECONDS": (lambda c: c.fleet_restart_backoff, float),
+    "GENESIS_FLEET_RESTART_EVERY_SECONDS": (lambda c: c.fleet_restart_every, float),
+    "GENESIS_FLEET_CASCADE_PERCENT": (lambda c: c.fleet_cascade_percent, float),
+    "GENESIS_FLEET_CASCADE_WINDOW_SECONDS": (lambda c: c.fleet_cascade_window, float),
+    "GENESIS_FLEET_MONITOR_STALE_SECONDS": (lambda c: c.monitor_stale, float),
+    "GENESIS_FLEET_WORKTREE_DIR": (lambda c: str(c.fleet_worktree_dir or ""), str),
+    "GENESIS_FLEET_MERGE": (lambda c: c.fleet_merge, str),
+    "GENESIS_MERGE_TEST_CMD": (lambda c: c.merge_test_cmd, str),
+    "GENESIS_MERGE_TEST_TIMEOUT": (lambda c: c.merge_test_timeout, lambda t: float(t.removesuffix("m")) * 60),
+    "GENESIS_FLEET_CHILD_ITERATIONS": (lambda c: fleet_settings(c.settings).child_iterations, int),
+    "GENESIS_FLEET_STAGGER_SECONDS": (lambda c: fleet_settings(c.settings).stagger, float),
+    "GENESIS_FLEET_MEMORY_PER_AGENT_MB": (lambda c: fleet_settings(c.settings).memory_per_agent, lambda t: int(t) << 20),
+    "GENESIS_FLEET_MEMORY_FLOOR_MB": (lambda c: fleet_settings(c.settings).memory_floor, lambda t: int(t) << 20),
+    "GENESIS_FLEET_PORT_BASE": (lambda c: fleet_settings(c.settings).port_base, int),
+    "GENESIS_FLEET_PORTS_PER_TASK": (lambda c: fleet_settings(c.settings).ports_per_task, int),
+    "GENESIS_FLEET_CHECK_SECONDS": (lambda c: fleet_settings(c.settings).check, float),
     "GENESIS_NOTIFY_DESKTOP": (lambda c: c.alerts.desktop, str),
     "GENESIS_NOTIFY_TIMEOUT_SECONDS": (lambda c: c.alerts.timeout, float),
     "GENESIS_NOTIFY_RETRIES": (lambda c: c.alerts.retries, int),

@@ -455,12 +455,35 @@ def _agent_committed_secret(e: Mapping[str, Any], name: str, where: str, run: Ru
             f"{where}: {e.get('count')} file(s): {named}", None, None)
 
 
+def _monitor_down(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
+    """A fleet's child found its monitor's heartbeat stale: said once a run by each child."""
+    task = str(e.get("task") or e.get("task_id") or "its task")
+    again = (f"start-multi-agent-loop.sh --project {e['project']} --parallel N"
+             if e.get("project") else "start-multi-agent-loop.sh --parallel N on the project")
+    why = str(e.get("why") or "its heartbeat is stale")
+    return ("high", "the fleet's monitor is down",
+            "nothing restarts failed children, merges finished tasks or launches new ones until it is back; this "
+            "child goes on to its own end",
+            f"start the fleet again ({again}): it adopts the children still running",
+            f"a child working on {task}: the monitor {why}", None, None,
+            "the fleet's monitor is down",
+            [_cut(f"A child working on {task} found the monitor down: {why}.", MAX_LINE),
+             "The children go on to their own ends; nothing restarts, merges or launches meanwhile.",
+             _cut(f"Act: start the fleet again ({again}); it adopts the running children.", MAX_LINE)])
+
+
+def _monitor_back(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
+    return ("low", "the fleet's monitor is back", "its heartbeat is fresh again", "nothing",
+            f"heartbeat {e.get('age')}s old", None, None, "resolved: the fleet's monitor is back",
+            ["The fleet's monitor beats again.", "Nothing to do."])
+
+
 BUILDERS = {"health": _health, "incident": _incident, "phase_failed": _phase_failed, "retry": _retry,
             "resolved": _resolved,
             "recovery_spent": _recovery_spent, "iteration_end": _iteration_end, "wait_start": _wait_start,
             "disk_full": _disk_full, "loop_end": _loop_end, "loop_frozen": _loop_frozen,
             "history_rewritten": _history_rewritten, "agent_committed_secret": _agent_committed_secret,
-            "commit_failed": _commit_failed}
+            "commit_failed": _commit_failed, "monitor_down": _monitor_down, "monitor_back": _monitor_back}
 
 
 def ticket_for(event: Mapping[str, Any], project: str | Path,

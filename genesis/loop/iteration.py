@@ -3,6 +3,7 @@ moved, and whether the work is done."""
 
 from __future__ import annotations
 
+import os
 import time
 
 from genesis import exitcodes
@@ -11,6 +12,8 @@ from genesis.hints import hint
 from genesis.loop import breaker
 from genesis.loop.completion import is_done
 from genesis.loop.guard import breaker_store, guard_config, heal, mirror_breaker
+from genesis.loop.monitorwatch import watch_monitor
+from genesis.loop.onetask import task_of
 from genesis.loop.startfail import START_FAILURES, spares_breaker
 from genesis.loop.step import Step, StepFailed
 from genesis.loop.waiting import plan_cooldown
@@ -53,6 +56,7 @@ def iteration_start(step: Step, iteration: int) -> None:
     write_json(step.layout.baseline_file, {"iteration": iteration, "run_id": step.run_id, **fp.to_json()})
     step.say(f"--- iteration {iteration} ---", "head")
     step.event("iteration_start", iteration=iteration)
+    watch_monitor(step, os.environ)  # a fleet's child: its monitor's heartbeat, between phases
 
 
 def iteration_finish(step: Step, iteration: int) -> int:
@@ -95,9 +99,13 @@ def iteration_finish(step: Step, iteration: int) -> int:
     step.event("iteration_end", iteration=iteration, progress=progressed, breaker=state.state,
                no_progress=state.no_progress_count, waited=waited, unstarted=unstarted is not None)
     ended = [e for e in mine if e.get("event") == "phase_end"]
+    task = task_of(os.environ)
     done, why = is_done(cfg.done_when, cfg.project, [p.name for p in cfg.phases],
                         [e.get("phase") for e in ended if e.get("ending") == "finished"],
-                        any(e.get("said_done") for e in ended), iteration, markers_for(cfg.project, step.run_id))
+                        any(e.get("said_done") for e in ended), iteration, markers_for(cfg.project, step.run_id),
+                        task=task)
+    if task and not done and cfg.done_when.kind == "tasks":
+        step.say(f"iteration {iteration}: not done: {why}", "info")  # a child's one task: where it stands
     if done:
         step.say(f"iteration {iteration}: done: {why}; the loop ends here", "ok")
         step.event("work_done", iteration=iteration, why=why)

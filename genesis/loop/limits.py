@@ -15,6 +15,12 @@ CLI, and no other, until it resets or is cleared (`genesis limit clear`). A file
 be read is kept aside as `limit.json.corrupt-<UTC time>` and not trusted. An agent can write
 the file too: a limit counts only with the ledger's event of the run that remembered it, and
 one without (planted) is kept aside as `limit.json.unvouched-<UTC time>` (see vouched).
+
+A limit is the account's on the whole machine too: the run that meets one also puts it in the
+account store (store/accounts.py, `accounts/limits.json`, the same entries naming the project
+and run that met it), which every loop of the user on that CLI and account reads before a
+phase; an entry there counts only with that run's event in that project's ledger
+(vouched_shared), one without is kept aside as `limits.json.unvouched-<UTC time>`.
 """
 
 from __future__ import annotations
@@ -33,12 +39,17 @@ from genesis.agents.base import Account, Adapter, Limit
 from genesis.hints import hint
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.step import StepFailed
+from genesis.config import default_layout
+from genesis.repo.gitcmd import NotARepository
+from genesis.store import accounts
+from genesis.store.accounts import AccountStore
 from genesis.store.atomicio import CorruptFile, finite, flock_within, quarantine, read_json, write_json
 from genesis.store.layout import Layout
 from genesis.words import duration, sanitize
 
 __all__ = ["Remembered", "VERSION", "LOCK_WAIT", "REMEMBERED", "read", "vouched", "set_aside_unvouched", "binding",
-           "remember", "forget", "when", "lines_of", "another_account", "clear_command"]
+           "remember", "forget", "when", "lines_of", "another_account", "clear_command", "read_shared",
+           "vouched_shared", "share", "set_aside_shared", "forget_shared"]
 
 VERSION = 2
 LOCK_WAIT = 10.0       # seconds to wait for the file's lock (held for milliseconds by its writers)
@@ -53,15 +64,18 @@ class Remembered:
     limit: Limit                 # its resets_at is always known here (a guessed hour when the CLI named none)
     guessed: bool
     seen_at: float
+    project: str = ""            # in the account store: the project (work tree) of the run that met it...
+    run_id: str = ""             # ...and that run, whose ledger vouches for it
 
     @property
     def resets_at(self) -> float:
         return float(self.limit.resets_at or 0.0)
 
     def to_json(self) -> dict:
-        return {"cli": self.account.cli, "home": self.account.home, "key": self.account.key,
+        data = {"cli": self.account.cli, "home": self.account.home, "key": self.account.key,
                 "resets_at": self.resets_at, "kind": self.limit.kind, "message": self.limit.message,
                 "guessed": self.guessed, "seen_at": self.seen_at}
+        return {**data, "project": self.project, "run_id": self.run_id} if self.project else data
 
     @classmethod
     def from_json(cls, data: object, cli: str | None = None) -> "Remembered | None":
@@ -80,7 +94,9 @@ class Remembered:
                 return None
             account = Account(data["cli"], home, key)
         limit = Limit(resets_at, str(data.get("kind") or ""), str(data.get("message") or ""))
-        return cls(account, limit, data.get("guessed") is True, seen_at if seen_at is not None else resets_at)
+        project, run_id = data.get("project"), data.get("run_id")
+        return cls(account, limit, data.get("guessed") is True, seen_at if seen_at is not None else resets_at,
+                   project if isinstance(project, str) else "", run_id if isinstance(run_id, str) else "")
 
 
 @contextmanager
@@ -175,12 +191,93 @@ def vouched(layout: Layout, entries: list[Remembered], now: float) -> tuple[list
         acc = entry.account
         legacy = acc.home is None and acc.key is None
         ok = entry.resets_at <= now + LONGEST + SLACK and (
-            _met_by(layout, entry.seen_at) == acc.cli if legacy else any(
-                (e.get("cli"), e.get("home"), e.get("key")) == (acc.cli, acc.home, acc.key)
-                and isinstance(e.get("resets_at"), (int, float)) and abs(e["resets_at"] - entry.resets_at) < 1.0
-                for e in recorded))
+            _met_by(layout, entry.seen_at) == acc.cli if legacy else _recorded(entry, recorded))
         (good if ok else bad).append(entry)
     return good, bad, ""
+
+
+def _recorded(entry: Remembered, recorded: list[dict]) -> bool:
+    """Whether a `limit_remembered` event of `recorded` is entry's: its CLI, account and reset."""
+    acc = entry.account
+    return any((e.get("cli"), e.get("home"), e.get("key")) == (acc.cli, acc.home, acc.key)
+               and isinstance(e.get("resets_at"), (int, float)) and abs(e["resets_at"] - entry.resets_at) < 1.0
+               for e in recorded)
+
+
+# --- the account store: a limit every loop of this user on this machine heeds ---------------
+
+def read_shared(store: AccountStore, now: float) -> tuple[list[Remembered], str | None]:
+    """The limits in the machine-wide account store, and its warning (store/accounts.py)."""
+    records, warning = store.read(accounts.LIMITS, "limits", VERSION, now)
+    entries = [Remembered.from_json(r) for r in records]
+    return [e for e in entries if e is not None], warning
+
+
+def vouched_shared(entries: list[Remembered], now: float) -> tuple[list[Remembered], list[Remembered]]:
+    """(the store's limits the run they name recorded in its project's ledger, the others).
+
+    Without a box an agent can write the store: an entry counts only when it names a project
+    and a run, and that project's ledger holds the run's `limit_remembered` event for the same
+    CLI, account and reset; a reset further than the longest real limit never counts."""
+    good, bad = [], []
+    ledgers: dict[str, list[dict] | None] = {}
+    for entry in entries:
+        acc = entry.account
+        ok = (bool(entry.project) and os.path.isabs(entry.project) and bool(entry.run_id)
+              and acc.home is not None and acc.key is not None and entry.resets_at <= now + LONGEST + SLACK)
+        if ok:
+            key = f"{entry.project}\0{entry.run_id}"
+            if key not in ledgers:
+                ledgers[key] = _run_events(entry.project, entry.run_id)
+            ok = ledgers[key] is not None and _recorded(entry, ledgers[key] or [])
+        (good if ok else bad).append(entry)
+    return good, bad
+
+
+def _run_events(project: str, run_id: str) -> list[dict] | None:
+    """The `limit_remembered` events of run_id in project's ledger (None: no such ledger)."""
+    try:
+        ledger_file = default_layout(Path(project)).ledger_file
+        if not ledger_file.is_file():
+            return None
+        with Ledger.open(ledger_file, readonly=True) as ledger:
+            return ledger.events(run_id, kinds=(REMEMBERED,), limit=MAX_ENTRIES)
+    except (LedgerError, NotARepository, OSError):
+        return None
+
+
+def share(store: AccountStore, met: Remembered, now: float, margin: float) -> str | None:
+    """Put `met` (naming its project and run) in the account store in place of its account's
+    earlier limit, dropping those past their reset; returns the store's warning.
+    StoreUnusable when the store is not ours."""
+    def change(records: list[object]) -> list[object]:
+        entries = [e for e in map(Remembered.from_json, records) if e is not None]
+        kept = [e for e in entries if e.account != met.account and e.resets_at + margin > now]
+        return [e.to_json() for e in kept + [met]]
+    return store.update(accounts.LIMITS, "limits", VERSION, now, change)
+
+
+def set_aside_shared(store: AccountStore, bad: list[Remembered], now: float) -> Path | None:
+    """Take the store's limits no run vouches for out of it, into `limits.json.unvouched-<time>`."""
+    if not bad:
+        return None
+    gone = [e.to_json() for e in bad]
+    store.update(accounts.LIMITS, "limits", VERSION, now, lambda records: [r for r in records if r not in gone])
+    return store.keep_aside(accounts.LIMITS, "limits", VERSION, gone, "unvouched", now)
+
+
+def forget_shared(store: AccountStore, cli: str | None, now: float) -> list[Remembered]:
+    """Forget the store's limits of `cli` (every account of it, every project), or all (None)."""
+    gone: list[Remembered] = []
+
+    def change(records: list[object]) -> list[object]:
+        entries = [e for e in map(Remembered.from_json, records) if e is not None]
+        gone.extend(e for e in entries if cli is None or e.account.cli == cli)
+        return [e.to_json() for e in entries if e not in gone]
+    if not store.exists():
+        return []
+    store.update(accounts.LIMITS, "limits", VERSION, now, change)
+    return gone
 
 
 def set_aside_unvouched(layout: Layout, configured: str, bad: list[Remembered], now: float) -> Path | None:

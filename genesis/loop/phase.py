@@ -23,6 +23,8 @@ from genesis.loop.ending import commit_message, describe, how_it_ended, reported
 from genesis.loop.commitfail import commit_failed, lock_removed
 from genesis.loop.guard import HookRemoved, heal
 from genesis.loop.keptout import agent_committed, note_left_out, rules_of
+from genesis.loop.monitorwatch import watch_monitor
+from genesis.loop.onetask import task_id_of, task_of, with_task
 from genesis.loop.phasewatch import health_keeper, incident_keeper, judge_of, on_check
 from genesis.loop.reap import reap
 from genesis.loop.relock import LockKeeper
@@ -69,6 +71,7 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     The trigger is checked here, just before the phase, so that it sees what the phases
     before it in this iteration did. Returns the phase's exit code.
     """
+    watch_monitor(step, os.environ)  # a fleet's child: its monitor's heartbeat, between phases
     code = _not_now(step, phase, iteration)
     if code is not None:
         return code
@@ -139,6 +142,9 @@ def _not_now(step: Step, phase: Phase, iteration: int) -> int | None:
     known = waiting.known_limit(step, time.time(), who)
     if known is not None:
         return waiting.plan_limit(step, known.limit, phase.name, iteration, time.time(), known=known, who=who)
+    outage = waiting.known_outage(step, time.time(), who)  # another loop of this CLI is backing off
+    if outage is not None:
+        return waiting.plan_shared_outage(step, outage, phase.name, iteration, time.time())
     return None
 
 
@@ -163,7 +169,12 @@ def _prepare(step: Step, phase: Phase, iteration: int) -> Attempt:
     return Attempt(base, recovery.retries_so_far(step, iteration, phase.name), nth, adapter, argv,
                    lay.agent_log(step.run_id, iteration, phase.name, attempt=nth),
                    lay.agent_log(step.run_id, iteration, phase.name, suffix, attempt=nth) if suffix else None, hb,
-                   agent_env(step, phase.name, iteration), read_prompt(phase.prompt_file), box=box)
+                   agent_env(step, phase.name, iteration), _prompt(phase), box=box)
+
+
+def _prompt(phase: Phase) -> str:
+    """The phase's prompt; a loop told its one task (a fleet's child) is told it first."""
+    return with_task(read_prompt(phase.prompt_file), task_of(os.environ), task_id_of(os.environ))
 
 
 def _ordinal(step: Step, iteration: int, phase: str) -> int:

@@ -1,9 +1,15 @@
-"""The reap step: this loop's leftovers ended, ports held by anything else only reported."""
+"""The reap step: this loop's leftovers ended, ports held by anything else only reported.
+
+The ports watched are REAP_PORTS and, in a fleet's child, its own range (GENESIS_PORT_BASE,
+GENESIS_PORT_COUNT): a listener there is reaped only when proven this loop's (its markers),
+and reported, never touched, when not."""
 
 from __future__ import annotations
 
+import os
+
 from genesis.loop.step import Step
-from genesis.procs.reaper import ReapPlan, execute, plan_reap
+from genesis.procs.reaper import ReapPlan, execute, plan_reap, port_range
 
 __all__ = ["reap"]
 
@@ -11,7 +17,8 @@ __all__ = ["reap"]
 def reap(step: Step, when: str, dry_run: bool = False) -> ReapPlan:
     """Kill this loop's leftovers; report ports held by anything else."""
     cfg = step.cfg
-    found = plan_reap(cfg.project, step.run_id, cfg.reap_scope, cfg.reap_patterns, cfg.reap_ports)
+    ports = tuple(dict.fromkeys(cfg.reap_ports + port_range(os.environ)))  # a fleet's child: its range too
+    found = plan_reap(cfg.project, step.run_id, cfg.reap_scope, cfg.reap_patterns, ports)
     for port in found.foreign_ports:
         owner = f"pid {port.pid} ({port.cmdline[:80]})" if port.pid else port.cmdline
         step.say(f"port {port.port} is held by {owner}, which is not this loop's: left alone", "warn")

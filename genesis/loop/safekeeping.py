@@ -6,19 +6,25 @@ stopped unless GENESIS_ALLOW_HISTORY_REWRITE says otherwise.
 
 from __future__ import annotations
 
+import os
 import shlex
+from pathlib import Path
 
 from genesis import exitcodes
 from genesis.hints import hint
 from genesis.loop.step import Step, StepFailed
 from genesis.repo import safety, untracked
-from genesis.repo.gitcmd import GitFailed
+from genesis.repo.gitcmd import GitFailed, run_git
 from genesis.repo.history import Change, changes, describe
 from genesis.repo.ownership import user_files
 from genesis.repo.safety import Tips
 from genesis.store.atomicio import CorruptFile, DiskFull, read_json, write_json
+from genesis.store.layout import Layout
+from genesis.store.looplock import current_holder
 
 __all__ = ["keep_at_start", "keep_at_phase", "history_of", "kept_after", "stop_for", "orphaning"]
+
+MAX_WORKTREES = 512  # worktrees of the repository whose loop locks are asked before pruning, at most
 
 
 def keep_at_start(step: Step) -> None:
@@ -30,12 +36,17 @@ def keep_at_start(step: Step) -> None:
         tips = safety.read_tips(cfg.project)
         refs = safety.keep_run(cfg.project, step.run_id, tips)
         write_json(lay.safety_record, {"run_id": step.run_id, "tips": tips.to_json()})
-        pruned = safety.prune(cfg.project, step.run_id)
     except DiskFull:
         raise
     except (GitFailed, OSError) as exc:
         raise StepFailed(exitcodes.USAGE, f"cannot write the safety refs that keep every branch as the run "
                          f"starts ({exc}); check that `git update-ref` works there") from None
+    try:  # housekeeping: a loop of another worktree pruning at the same moment holds the refs' locks
+        live = _live_runs(cfg.project)
+        pruned = safety.prune(cfg.project, step.run_id, live=live) if live is not None else []
+    except (GitFailed, OSError) as exc:
+        say(f"older runs' safety refs were not pruned this time ({exc}); the next start tries again", "warn")
+        pruned = []
     if pruned:
         step.event("safety_pruned", runs=pruned)
     try:
@@ -57,6 +68,31 @@ def keep_at_start(step: Step) -> None:
         "info")
     step.event("safety_kept", prefix=safety.run_prefix(step.run_id), refs=len(refs), copied=len(copy.copied),
                size=copy.size, skipped=[{"path": p, "why": w} for p, w in copy.skipped[:50]])
+
+
+def _live_runs(project: Path) -> frozenset[str] | None:
+    """The runs going now in any worktree of the project's repository (the refs are the whole
+    repository's, the loops its worktrees'): each one's loop lock asked. None when one is held
+    by a run that cannot be named (then nothing is pruned)."""
+    done = run_git(project, ["rev-parse", "--git-common-dir"], timeout=safety.GIT_BOUND)
+    if done.returncode != 0 or not done.text.strip():
+        raise GitFailed(f"git rev-parse --git-common-dir failed in {project}: {done.stderr or 'no answer'}")
+    common = project / done.text.strip()  # relative to the project, or absolute
+    states = [common / "genesis"]
+    try:
+        with os.scandir(common / "worktrees") as entries:
+            states += [Path(e.path) / "genesis" for n, e in enumerate(entries) if n < MAX_WORKTREES]
+    except OSError:
+        pass
+    live = set()
+    for state in states:
+        lay = Layout(project, project, project, state)  # only its state's lock and record are read
+        holder = current_holder(lay.loop_lock, lay.loop_record)
+        if holder is not None:
+            if not holder.run_id:
+                return None
+            live.add(holder.run_id)
+    return frozenset(live)
 
 
 def keep_at_phase(step: Step, iteration: int, phase: str) -> Tips | None:
@@ -116,7 +152,9 @@ def history_of(step: Step, iteration: int, phase: str, at_start: Tips | None = N
         run_tips, lost = _repaired(step, phase, run_ref, _started(step))
         phase_tips, also = _repaired(step, phase, phase_ref, at_start or safety.kept(project, phase_ref))
         pruned = list({(c.branch, c.lost): c for c in lost + also}.values())  # one per commit and branch
-        found = pruned + changes(project, run_tips, phase_tips, safety.read_tips(project), run_ref, phase_ref)
+        own = phase_tips.branch or run_tips.branch
+        found = pruned + changes(project, _fleet_scoped(run_tips, own), _fleet_scoped(phase_tips, own),
+                                 _fleet_scoped(safety.read_tips(project), own), run_ref, phase_ref)
     except (GitFailed, OSError) as exc:
         step.say(f"{phase}: cannot tell what it did to history ({exc})", "warn")
         return []
@@ -124,6 +162,19 @@ def history_of(step: Step, iteration: int, phase: str, at_start: Tips | None = N
             for c in e.get("changes") or [] if isinstance(c, dict) and str(c.get("ref", "")).startswith(
                 safety.run_prefix(step.run_id))}
     return [c for c in found if (c.kind, c.branch, c.ref) not in told]
+
+
+FLEET_BRANCHES = ("genesis/task/", "genesis/plan/")  # fleet/taskref.py's, and the Planner's
+
+
+def _fleet_scoped(tips: Tips, own: str | None) -> Tips:
+    """A fleet's child (its branch is one of the fleet's) answers for its own branch alone among
+    the fleet's: the monitor's merge queue replays and prunes the other tasks' branches while it
+    runs. The user's branches are watched as ever (the project branch only moves forward)."""
+    if not own or not own.startswith(FLEET_BRANCHES):
+        return tips
+    return Tips(tips.head, tips.branch, {name: sha for name, sha in tips.branches.items()
+                                         if name == own or not name.startswith(FLEET_BRANCHES)})
 
 
 def orphaning(found: list[Change]) -> bool:

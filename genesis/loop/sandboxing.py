@@ -3,6 +3,7 @@ run; said once at the run's start (preflight) with what it protects, and recorde
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Mapping
 
@@ -13,6 +14,7 @@ from genesis.loop.step import Step, StepFailed
 from genesis.sandbox.box import Box, Unavailable, choose
 from genesis.sandbox.detect import probe
 from genesis.sandbox.places import places_for
+from genesis.store.accounts import AccountStore, StoreUnusable, root_of
 
 __all__ = ["box_for", "announce", "compare_with_start"]
 
@@ -21,11 +23,22 @@ def box_for(step: Step, argv: tuple[str, ...], env: Mapping[str, str]) -> Box:
     """The box of one agent launch; StepFailed(SANDBOX_UNAVAILABLE) for a named box that cannot run."""
     cfg, lay = step.cfg, step.layout
     places = places_for(cfg.project, lay.state_dir, lay.heartbeat_dir, lay.log_dir, cfg.project / CONFIG_FILE,
-                        Path(genesis.__file__).resolve().parent, argv, env)
+                        Path(genesis.__file__).resolve().parent, argv, env, shared=_account_store(step))
     try:
         return choose(cfg.sandbox, probe(), places)
     except Unavailable as exc:
         raise StepFailed(exitcodes.SANDBOX_UNAVAILABLE, str(exc)) from None
+
+
+def _account_store(step: Step) -> Path | None:
+    """The machine-wide account store's folder, made now so that the box can keep it read-only
+    (HOME is writable in the box); None when it is not ours (then it is not used:
+    store/accounts.py). Only `accounts/`: the folder around it holds records the agent's own
+    `genesis` commands keep (the hook's install record), as they did before."""
+    try:
+        return AccountStore(root_of(step.cfg.shared_state_dir, os.environ)).ensure()
+    except StoreUnusable:
+        return None
 
 
 def announce(step: Step, box: Box) -> None:

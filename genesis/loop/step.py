@@ -132,9 +132,13 @@ def agent_env(step: Step, phase: str, iteration: int) -> dict[str, str]:
     it), the caller's, the loop's markers and where to beat."""
 
     # PWD too: the agent starts in the project, and some CLIs (opencode) trust $PWD over their real cwd.
-    return {**adapter_of(step.cfg).environment(), **os.environ, **markers_for(step.cfg.project, step.run_id),
-            "PWD": str(step.cfg.project), "GENESIS_AGENT": phase,
-            "GENESIS_HEARTBEAT_FILE": str(step.layout.heartbeat_file(phase)), "GENESIS_ITERATION": str(iteration)}
+    # A fleet's child passes on its task and port range (GENESIS_TASK, PORT...: loop/onetask.py), not
+    # where the fleet's state is: that is the monitor's, never the agent's business.
+    env = {**adapter_of(step.cfg).environment(), **os.environ, **markers_for(step.cfg.project, step.run_id),
+           "PWD": str(step.cfg.project), "GENESIS_AGENT": phase,
+           "GENESIS_HEARTBEAT_FILE": str(step.layout.heartbeat_file(phase)), "GENESIS_ITERATION": str(iteration)}
+    env.pop("GENESIS_FLEET_DIR", None)
+    return env
 
 
 def reads_prompt_from_stdin(cfg: Config) -> bool:

@@ -2,9 +2,12 @@
 
 - A usage limit: until its reset plus a margin, then the same phase again. A limit already
   known for the CLI and account about to run is waited for before its agent runs, so at
-  most one invocation meets it (loop/limits.py remembers them, per CLI and account).
+  most one invocation meets it (loop/limits.py remembers them, per CLI and account). A limit
+  any loop of the user on this machine met (the account store) is waited for the same way;
+  each loop resumes a random part of the margin (GENESIS_LIMIT_JITTER_PERCENT) apart.
 - An API outage (or a transient API error): exponential backoff with jitter, then the same
-  phase again, until the outage has lasted GENESIS_MAX_OUTAGE_MINUTES.
+  phase again, until the outage has lasted GENESIS_MAX_OUTAGE_MINUTES. The backoff is shared
+  per CLI in the account store: another loop of that CLI waits for its end before a phase.
 - A breaker's cooldown (opt-in): then one trial iteration.
 
 The step that meets the cause plans the wait (one pending wait, in <state>/wait.json) and
@@ -19,19 +22,25 @@ import random
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from genesis import exitcodes
 from genesis.agents import adapter_of
 from genesis.agents.base import Account, Adapter, Limit
 from genesis.clock import Clock, SystemClock
+from genesis.config import default_layout
 from genesis.console import end_line, progress
 from genesis.hints import hint
+from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop import breaker, limits
 from genesis.loop.guard import breaker_store, mirror_breaker
 from genesis.loop.limits import Remembered
-from genesis.store.atomicio import CorruptFile, read_json, write_json
+from genesis.repo.gitcmd import NotARepository
+from genesis.store import accounts
+from genesis.store.accounts import AccountStore, StoreUnusable
+from genesis.store.atomicio import CorruptFile, finite, read_json, write_json
 from genesis.watch.waits import STOP_SIGNALS, honoured
 from genesis.words import WAIT_LABELS, duration, sanitize
 
@@ -42,7 +51,8 @@ if TYPE_CHECKING:
     from genesis.loop.step import Step
 
 __all__ = ["Pending", "Who", "plan", "backoff", "whose", "known_limit", "plan_limit", "plan_outage", "plan_cooldown",
-           "sit_out", "UNKNOWN_RESET", "JITTER"]
+           "sit_out", "UNKNOWN_RESET", "JITTER", "store_of", "resume_jitter", "Outage", "known_outage",
+           "plan_shared_outage"]
 
 Who = tuple[Adapter, Account]  # the CLI a phase runs, and the account it runs with
 
@@ -104,10 +114,46 @@ def whose(step: "Step", argv: tuple[str, ...] | None = None, env: "Mapping[str, 
     return adapter, adapter.account({**adapter.environment(), **os.environ} if env is None else env)
 
 
+def store_of(step: "Step") -> AccountStore:
+    """The machine-wide account store this loop shares with every loop of this user."""
+    return AccountStore(accounts.root_of(step.cfg.shared_state_dir, os.environ))
+
+
 def known_limit(step: "Step", now: float, who: Who | None = None) -> Remembered | None:
-    """The usage limit remembered for this CLI and account (by any run of this project), if its
-    reset (plus the margin) is still ahead."""
+    """The usage limit known for this CLI and account, if its reset (plus the margin) is still
+    ahead: remembered by a run of this project, or met by any loop of this user on this
+    machine (the account store), whichever resets last."""
     _adapter, account = who or whose(step)
+    shared = limits.binding(_shared_limits(step, now), account, now, step.cfg.limit_margin)
+    own = _own_limit(step, now, account)
+    return max((e for e in (own, shared) if e is not None), key=lambda e: e.resets_at, default=None)
+
+
+def _shared_limits(step: "Step", now: float) -> list[Remembered]:
+    """The account store's limits that the runs they name vouch for; the others set aside, said."""
+    store = store_of(step)
+    entries, warning = limits.read_shared(store, now)
+    if warning:
+        step.say(warning, "warn")
+    live = [e for e in entries if e.resets_at + step.cfg.limit_margin > now]  # expired: dropped unread
+    good, planted = limits.vouched_shared(live, now)
+    if planted:
+        try:
+            aside = limits.set_aside_shared(store, planted, now)
+        except (StoreUnusable, OSError) as exc:
+            aside, why = None, f" (cannot keep them aside: {exc})"
+        else:
+            why = ""
+        shown = "; ".join(f"{e.account.cli}, resets {limits.when(e.resets_at)}, says {e.project or '-'}"
+                          for e in planted)
+        step.say(f"usage limits in the shared account store that no run of Genesis recorded in its project's "
+                 f"ledger (written by someone else, or a reset further than any real limit), so not applied: "
+                 f"{shown}; kept aside as {aside.name if aside else '-'}{why}", "warn")
+        step.event("limit_unvouched", limits=[e.to_json() for e in planted], kept=str(aside), shared=True)
+    return good
+
+
+def _own_limit(step: "Step", now: float, account: Account) -> Remembered | None:
     configured = adapter_of(step.cfg).name
     entries, warning = limits.read(step.layout, configured, now)
     if warning:
@@ -132,8 +178,34 @@ def _whom(account: Account) -> str:
     return f"{account.cli} ({account.describe()})"
 
 
+def resume_jitter(margin: float, fraction: float, rng: Callable[[], float] = random.random) -> float:
+    """How much later than its reset plus the margin a loop resumes after a usage limit: a random
+    part (up to `fraction`) of the margin, so that the loops waiting for one account's reset
+    do not all call it in the same second."""
+    return margin * fraction * rng()
+
+
+def _share_limit(step: "Step", met: Remembered, now: float) -> None:
+    """Put the limit this loop met in the account store, for every other loop on the account."""
+    try:
+        warning = limits.share(store_of(step), met, now, step.cfg.limit_margin)
+    except (StoreUnusable, OSError) as exc:
+        step.say(f"the usage limit is not shared with the other loops on this account: {exc}", "warn")
+        return
+    if warning:
+        step.say(warning, "warn")
+
+
+def _met_where(step: "Step", known: Remembered | None) -> str:
+    """Which other loop met a limit this loop learnt from the account store (empty: its own)."""
+    if known is None or not known.project or (known.project == str(step.cfg.project) and known.run_id == step.run_id):
+        return ""
+    return f" (met {limits.when(known.seen_at)} by the loop of {known.project}, run {known.run_id})"
+
+
 def plan_limit(step: "Step", limit: "Limit", phase: str, iteration: int, now: float,
-               known: Remembered | None = None, who: Who | None = None) -> int:
+               known: Remembered | None = None, who: Who | None = None,
+               rng: Callable[[], float] = random.random) -> int:
     """Remember the limit for the CLI and account that met it (unless it is `known`, remembered
     earlier: the agent was not called), wait for the reset plus the margin and retry the phase;
     a reset beyond GENESIS_MAX_LIMIT_WAIT stops the loop, saying when to restart and how to
@@ -153,11 +225,13 @@ def plan_limit(step: "Step", limit: "Limit", phase: str, iteration: int, now: fl
             say(warning, "warn")
         step.event(limits.REMEMBERED, phase=phase, iteration=iteration, cli=account.cli, home=account.home,
                    key=account.key, resets_at=resets_at, kind=kind)
+        _share_limit(step, replace(met, project=str(cfg.project), run_id=step.run_id), now)
     limit_of = f"usage limit{f' ({kind})' if kind else ''} of {account.cli}"
     what = f"usage limit{f' ({kind})' if kind else ''} of {_whom(account)}"
     said = sanitize(message)
     if resets_at - now > cfg.max_limit_wait:
-        how = f", met {limits.when(known.seen_at)} and remembered, so the agent is not called" if known else ""
+        how = (f", met {limits.when(known.seen_at)}{_met_where(step, known)} and remembered, so the agent is not "
+               f"called" if known else "")
         say(f"{phase}: {what}{how}: {said!r}. It resets at {_when(resets_at)}, later than GENESIS_MAX_LIMIT_WAIT "
             f"({duration(cfg.max_limit_wait)}): stopping. Restart the loop after {_when(resets_at)}; or now, "
             f"with another account ({limits.another_account(adapter) or 'another login'}) or another CLI "
@@ -166,12 +240,13 @@ def plan_limit(step: "Step", limit: "Limit", phase: str, iteration: int, now: fl
         step.event("limit_stop", phase=phase, iteration=iteration, resets_at=resets_at, kind=kind, message=message,
                    cli=account.cli, account=account.describe(), known=known is not None)
         return exitcodes.USAGE_LIMIT
-    until = resets_at + cfg.limit_margin
-    how = (f"already known, so the agent is not called; `{limits.clear_command(cfg.project, account.cli)}` "
-           f"forgets it" if known else f"the agent said {said!r}")
+    until = resets_at + cfg.limit_margin + resume_jitter(cfg.limit_margin, cfg.limit_jitter, rng)
+    how = (f"already known{_met_where(step, known)}, so the agent is not called; "
+           f"`{limits.clear_command(cfg.project, account.cli)}` forgets it" if known else f"the agent said {said!r}")
     say(f"{phase}: {what} until {_clock_time(resets_at)} ({how}); the phase runs again at {_clock_time(until)}",
         "warn")
-    return plan(step, Pending(step.run_id, "limit", until, f"{limit_of}, resets {_when(resets_at)}", phase,
+    by = f", met by the loop of {known.project}" if known is not None and _met_where(step, known) else ""
+    return plan(step, Pending(step.run_id, "limit", until, f"{limit_of}, resets {_when(resets_at)}{by}", phase,
                                iteration))
 
 
@@ -205,8 +280,102 @@ def plan_outage(step: "Step", error: "ApiError", phase: str, iteration: int, now
     delay = backoff(attempt, cfg.backoff_first, cfg.backoff_max, rng)
     say(f"{phase}: API error ({status}{error.code}): {error.message}; retry {attempt} in {duration(delay)} "
         f"(outage so far {duration(lasted)}, stops after {duration(cfg.max_outage)})", "warn")
+    _share_outage(step, Outage(whose(step)[0].name, now + delay, now, str(cfg.project), step.run_id,
+                               f"API error {status}{error.code}"), now)
     return plan(step, Pending(step.run_id, "outage", now + delay, f"API error {status}{error.code}", phase,
                                iteration, attempt))
+
+
+@dataclass(frozen=True)
+class Outage:
+    """An API outage a loop met, shared in the account store: the other loops of its CLI wait
+    for the end of its backoff instead of each probing the API."""
+    cli: str
+    until: float          # the end of the backoff of the loop that met it
+    seen_at: float
+    project: str          # the loop that met it, whose ledger vouches for it (`outage_shared`)
+    run_id: str
+    reason: str
+
+    @classmethod
+    def from_json(cls, data: object) -> "Outage | None":
+        if not isinstance(data, dict):
+            return None
+        until, seen_at = finite(data.get("until")), finite(data.get("seen_at"))
+        texts = [data.get(k) for k in ("cli", "project", "run_id", "reason")]
+        if until is None or seen_at is None or not all(isinstance(t, str) for t in texts):
+            return None
+        return cls(texts[0], until, seen_at, texts[1], texts[2], texts[3])
+
+
+OUTAGE_VERSION = 1
+OUTAGE_SHARED = "outage_shared"  # the event the loop that met an outage records as it shares it
+
+
+def _share_outage(step: "Step", outage: Outage, now: float) -> None:
+    """Put this loop's backoff in the account store (one per CLI: the one that ends last)."""
+    step.event(OUTAGE_SHARED, cli=outage.cli, until=outage.until)
+
+    def change(records: list[object]) -> list[object]:
+        held = [o for o in map(Outage.from_json, records) if o is not None and o.until > now]
+        same = [o for o in held if o.cli == outage.cli]
+        if any(o.until > outage.until for o in same):
+            return [asdict(o) for o in held]
+        return [asdict(o) for o in held if o.cli != outage.cli] + [asdict(outage)]
+    try:
+        warning = store_of(step).update(accounts.OUTAGES, "outages", OUTAGE_VERSION, now, change)
+    except (StoreUnusable, OSError) as exc:
+        step.say(f"the API outage is not shared with the other loops of {outage.cli}: {exc}", "warn")
+        return
+    if warning:
+        step.say(warning, "warn")
+
+
+def known_outage(step: "Step", now: float, who: Who | None = None) -> Outage | None:
+    """An API outage another loop of this CLI met and is backing off from, if its backoff is
+    still running: this loop's phase waits for its end rather than probing the API too. It
+    binds until that end, and never longer than GENESIS_BACKOFF_MAX_SECONDS from now; it
+    counts only with the `outage_shared` event of the run it names."""
+    adapter, _account = who or whose(step)
+    records, warning = store_of(step).read(accounts.OUTAGES, "outages", OUTAGE_VERSION, now)
+    if warning:
+        step.say(warning, "warn")
+    held = [o for o in map(Outage.from_json, records) if o is not None and o.cli == adapter.name and o.until > now
+            and o.run_id != step.run_id and o.until <= now + step.cfg.backoff_max + 1]
+    vouched = [o for o in held if _outage_vouched(o)]
+    for planted in (o for o in held if o not in vouched):
+        step.say(f"an API outage of {planted.cli} in the shared account store that no run of Genesis recorded "
+                 f"(says {planted.project or '-'}): not applied", "warn")
+    return max(vouched, key=lambda o: o.until, default=None)
+
+
+def _outage_vouched(outage: Outage) -> bool:
+    if not os.path.isabs(outage.project) or not outage.run_id:
+        return False
+    try:
+        ledger_file = default_layout(Path(outage.project)).ledger_file
+        if not ledger_file.is_file():
+            return False
+        with Ledger.open(ledger_file, readonly=True) as ledger:
+            shared = ledger.events(outage.run_id, kinds=(OUTAGE_SHARED,), newest=True, limit=50)
+    except (LedgerError, NotARepository, OSError):
+        return False
+    return any(e.get("cli") == outage.cli and isinstance(e.get("until"), (int, float))
+               and abs(e["until"] - outage.until) < 1.0 for e in shared)
+
+
+def plan_shared_outage(step: "Step", outage: Outage, phase: str, iteration: int, now: float,
+                       rng: Callable[[], float] = random.random) -> int:
+    """Wait for the end of another loop's outage backoff (plus a jitter of up to
+    GENESIS_LIMIT_JITTER_PERCENT of that backoff), then run the phase."""
+    until = outage.until + max(0.0, outage.until - outage.seen_at) * step.cfg.limit_jitter * rng()
+    step.say(f"{phase}: the model API of {outage.cli} is failing ({outage.reason}, met {_clock_time(outage.seen_at)} "
+             f"by the loop of {outage.project}, run {outage.run_id}): the phase waits for that loop's backoff and "
+             f"runs at {_clock_time(until)}, without calling the agent", "warn")
+    step.event("outage_held", phase=phase, iteration=iteration, cli=outage.cli, until=until, project=outage.project,
+               met_by=outage.run_id)
+    return plan(step, Pending(step.run_id, "outage", until, f"{outage.cli} API outage met by another loop", phase,
+                               iteration))
 
 
 def plan_cooldown(step: "Step", seconds: float, iteration: int, now: float) -> int:

@@ -6,13 +6,17 @@ import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 import psutil
 
 from genesis.procs.markers import markers_for
 from genesis.procs.proctree import KillReport, ProcId, descendants, kill_all, marked, protected_pids
 
-__all__ = ["Leftover", "ForeignPort", "ReapPlan", "markers_for", "plan_reap", "execute", "live_tree"]
+__all__ = ["Leftover", "ForeignPort", "ReapPlan", "markers_for", "plan_reap", "execute", "live_tree", "port_range",
+           "MAX_RANGE"]
+
+MAX_RANGE = 1000  # ports in a fleet child's range, at most (each is looked at after every phase)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,16 @@ def _answers(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def port_range(env: Mapping[str, str]) -> tuple[int, ...]:
+    """A fleet's child's own ports, [GENESIS_PORT_BASE, +GENESIS_PORT_COUNT), from its environment
+    (none when unset or not a range of real ports): watched as REAP_PORTS are."""
+    base, count = env.get("GENESIS_PORT_BASE", "").strip(), env.get("GENESIS_PORT_COUNT", "").strip()
+    if not (base.isdigit() and count.isdigit()):
+        return ()
+    first, many = int(base), min(int(count), MAX_RANGE)
+    return tuple(p for p in range(first, first + many) if 1 <= p <= 65535)
 
 
 def plan_reap(project: Path, run_id: str | None, scope: str, patterns: str,

@@ -158,9 +158,10 @@ def runs_kept(project: Path) -> list[str]:
     return sorted(runs)
 
 
-def prune(project: Path, current: str, keep: int = KEEP_RUNS) -> list[str]:
-    """Delete the safety refs of all but the newest `keep` runs (never the current run's); the runs pruned."""
-    runs = [r for r in runs_kept(project) if r != current]
+def prune(project: Path, current: str, keep: int = KEEP_RUNS, live: frozenset[str] = frozenset()) -> list[str]:
+    """Delete the safety refs of all but the newest `keep` runs (never the current run's, nor a
+    run still going in another worktree of the repository: `live`); the runs pruned."""
+    runs = [r for r in runs_kept(project) if r != current and r not in live]
     gone = runs[:max(0, len(runs) - (keep - 1))]
     if not gone:
         return []

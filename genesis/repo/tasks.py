@@ -2,8 +2,10 @@
 
 A task is a Markdown list item, bulleted (`-`, `*`, `+`) or numbered (`1.`, `1)`), at any
 indentation, whose first thing is a box: `[ ]` open, `[?]` done and awaiting review,
-`[x]` or `[X]` done. Anything else is not a task, and neither is an item inside a fenced
-code block (an example of the format is not work to do).
+`[x]` or `[X]` done, `[!]` failed (a fleet gave up on it: `- [!] text (failed: reason)`; it
+is not open, so no loop takes it up again until someone reopens it). Anything else is not a
+task, and neither is an item inside a fenced code block (an example of the format is not
+work to do).
 """
 
 from __future__ import annotations
@@ -16,23 +18,24 @@ from pathlib import Path
 
 from genesis.store.atomicio import CorruptFile, TooLarge, read_bytes
 
-__all__ = ["TASKS_FILE", "MAX_TASKS_BYTES", "OPEN", "REVIEW", "DONE", "Task", "Tasks", "parse", "read_tasks",
-           "done_tasks", "marked", "not_a_file"]
+__all__ = ["TASKS_FILE", "MAX_TASKS_BYTES", "OPEN", "REVIEW", "DONE", "FAILED", "Task", "Tasks", "parse",
+           "read_tasks", "done_tasks", "marked", "failed_line", "not_a_file"]
 
 TASKS_FILE = "TASKS.md"
 MAX_TASKS_BYTES = 4 << 20
 MAX_ITEM_CHARS = 300
-OPEN, REVIEW, DONE = "open", "review", "done"
-STATES = {" ": OPEN, "?": REVIEW, "x": DONE, "X": DONE}
-BOXES = {OPEN: " ", REVIEW: "?", DONE: "x"}
+OPEN, REVIEW, DONE, FAILED = "open", "review", "done", "failed"
+STATES = {" ": OPEN, "?": REVIEW, "x": DONE, "X": DONE, "!": FAILED}
+BOXES = {OPEN: " ", REVIEW: "?", DONE: "x", FAILED: "!"}
+MAX_REASON_CHARS = 120
 # The marker, the box, then a space or the line's end (`- [x]y` is not a task in Markdown either).
-ITEM_RE = re.compile(r"^[ \t]*(?:[-*+]|[0-9]{1,9}[.)])[ \t]+\[([ xX?])\](?=[ \t]|$)[ \t]*(.*?)[ \t]*$")
+ITEM_RE = re.compile(r"^[ \t]*(?:[-*+]|[0-9]{1,9}[.)])[ \t]+\[([ xX?!])\](?=[ \t]|$)[ \t]*(.*?)[ \t]*$")
 FENCE_RE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
 
 
 @dataclass(frozen=True)
 class Task:
-    state: str      # OPEN, REVIEW or DONE
+    state: str      # OPEN, REVIEW, DONE or FAILED
     text: str       # what follows the box, cut to MAX_ITEM_CHARS
     line: int       # its line in the file, from 1
 
@@ -48,8 +51,10 @@ class Tasks:
         return frozenset(t.text for t in self.items if t.state == state and t.text)
 
     def summary(self) -> str:
-        """`2 open, 1 awaiting review, 5 done`, for a status line."""
-        return f"{self.count(OPEN)} open, {self.count(REVIEW)} awaiting review, {self.count(DONE)} done"
+        """`2 open, 1 awaiting review, 5 done` (`, 1 failed` when one is), for a status line."""
+        failed = self.count(FAILED)
+        return f"{self.count(OPEN)} open, {self.count(REVIEW)} awaiting review, {self.count(DONE)} done" + \
+            (f", {failed} failed" if failed else "")
 
 
 def _item(line: str) -> tuple[str, str] | None:
@@ -112,3 +117,14 @@ def marked(line: str, state: str) -> str | None:
     if not found:
         return None
     return line[:found.start(1)] + BOXES[state] + line[found.end(1):]
+
+
+def failed_line(line: str, reason: str) -> str | None:
+    """The task's line marked failed, with why: `- [!] text (failed: reason)`; None if not a task.
+    The reason is one line, cut short: it is read in the list, the details are elsewhere."""
+    boxed = marked(line, FAILED)
+    if boxed is None:
+        return None
+    why = " ".join(reason.split())[:MAX_REASON_CHARS] or "no reason given"
+    end = len(boxed.rstrip("\r\n"))
+    return f"{boxed[:end].rstrip()} (failed: {why}){boxed[end:]}"

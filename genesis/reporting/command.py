@@ -6,11 +6,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+from genesis.fleet.ledger import FleetLedger
+from genesis.fleet.status import lock_held
+from genesis.ledger.store import LedgerError
 from genesis.redact import redact_all
+from genesis.reporting.fleet import fleet_ledger_of
+from genesis.reporting.fleet import load as fleet_report
+from genesis.reporting.fleet import plain as fleet_plain
+from genesis.reporting.fleet import render_html as fleet_html
+from genesis.reporting.fleet import render_text as fleet_text
 from genesis.reporting.html import render_pages
 from genesis.reporting.load import UnknownRun, night, open_view, pick_run
 from genesis.reporting.tasks import task_history
@@ -47,6 +56,9 @@ def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: 
            html_file: Path | None, echo: Callable[[str], None], now: float | None = None) -> None:
     now = time.time() if now is None else now
     after = since_epoch(since, now) if since else None
+    if run_id is None and after is None and not list_runs and _fleet_is_latest(layout):
+        _fleet(layout, as_json=as_json, html_file=html_file, echo=echo, now=now)
+        return
     holder = current_holder(layout.loop_lock, layout.loop_record)
     with open_view(layout) as led:
         if list_runs:
@@ -83,6 +95,47 @@ def report(layout: Layout, *, run_id: str | None, since: str | None, list_runs: 
                 echo(("\n" if number > 1 else "") + run_heading(n, number, len(nights)) + "\n")
                 echo(render_text(n).rstrip("\n"))
     if html_file is not None and not as_json:
+        echo(f"HTML report: {html_file}")
+
+
+def _fleet_is_latest(layout: Layout) -> bool:
+    """The project's latest night was a fleet's (`--parallel`): its fleet ledger holds a fleet
+    that started no earlier than the project's own latest loop run (if any)."""
+    path = fleet_ledger_of(layout.state_dir)
+    if not path.is_file() or path.is_symlink():
+        return False
+    try:
+        with FleetLedger.open(path, readonly=True) as fleet:
+            start = fleet.last_event("fleet_start")
+    except (LedgerError, sqlite3.Error, OSError):
+        return True  # a fleet ran here: its report says why its ledger cannot be read
+    if start is None or not layout.ledger_file.is_file():
+        return True
+    try:
+        with open_view(layout) as led:
+            runs = led.runs()
+    except (UnknownRun, LedgerError, sqlite3.Error):
+        return True
+    return not runs or start.at >= runs[-1].started
+
+
+def _fleet(layout: Layout, *, as_json: bool, html_file: Path | None, echo: Callable[[str], None],
+           now: float) -> None:
+    """The fleet's report: every task and the fleet's KPIs (reporting/fleet.py)."""
+    r = fleet_report(fleet_ledger_of(layout.state_dir), layout.project,
+                     running=lock_held(layout.state_dir / "fleet" / "lock"), now=now)
+    if html_file is not None:
+        try:
+            html_file.parent.mkdir(parents=True, exist_ok=True)
+            write_text(html_file, fleet_html(r))
+        except OSError as exc:
+            raise PageNotWritten(f"cannot write the HTML report to {html_file}: {exc.strerror or exc}; choose "
+                                 f"another file") from None
+    if as_json:
+        echo(json.dumps({"fleet": redact_all(fleet_plain(r))}, indent=1, default=str))
+        return
+    echo(fleet_text(r).rstrip("\n"))
+    if html_file is not None:
         echo(f"HTML report: {html_file}")
 
 

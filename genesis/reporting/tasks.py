@@ -17,7 +17,7 @@ from pathlib import Path
 
 from genesis.reporting.model import CommitRow, Night, PhaseRow
 from genesis.repo.gitcmd import GitFailed, run_git
-from genesis.repo.tasks import DONE, OPEN, REVIEW, TASKS_FILE, parse
+from genesis.repo.tasks import DONE, FAILED, OPEN, REVIEW, TASKS_FILE, parse
 
 __all__ = ["Step", "TaskRow", "task_history", "short_lines", "MAX_COMMITS", "MAX_ROWS"]
 
@@ -138,7 +138,7 @@ def _row(text: str, state: str, steps: tuple[Step, ...], runs: dict, moved_by: d
 
 def short_lines(rows: tuple[TaskRow, ...]) -> list[str]:
     """One line per item the run moved, for the text report: `[x] Add /health (built 2 times, iteration 3 Criticizer)`."""
-    boxes = {OPEN: "[ ]", REVIEW: "[?]", DONE: "[x]"}
+    boxes = {OPEN: "[ ]", REVIEW: "[?]", DONE: "[x]", FAILED: "[!]"}
     lines = []
     for r in rows:
         if not r.steps:

@@ -16,7 +16,7 @@ from rich.table import Table
 from genesis.hints import hint
 from genesis.reporting.model import AlertRow, IterationRow, Kpis, Night, PhaseRow, WaitRow
 from genesis.when import clock, stamp, zone
-from genesis.words import LABELS, WAIT_LABELS, duration, ending_label, money, one_line, sanitize
+from genesis.words import LABELS, WAIT_LABELS, duration, ending_label, money, one_line, plural, sanitize
 
 # clock and stamp are genesis.when's (the reader's zone, said): named here for html.py's sake.
 __all__ = ["render_text", "clock", "stamp", "span", "outcome", "label", "between", "lasted", "phase_name",
@@ -31,9 +31,6 @@ def span(start: float, end: float) -> str:
         return f"{clock(start).rsplit(' ', 1)[0]}-{clock(end)}"
     return f"{clock(start)}-{clock(end)}"
 
-
-def _plural(count: int, word: str, many: str | None = None) -> str:
-    return f"{count} {word if count == 1 else many or word + 's'}"
 
 
 def outcome(p: PhaseRow) -> str:
@@ -107,23 +104,23 @@ def ending_line(night: Night) -> str:
 
 def summary_line(night: Night) -> str:
     phases = night.phases
-    parts = [_plural(len(night.iterations), "iteration"),
-             _plural(len(phases), "phase") + (f", {len(night.abnormal)} abnormal" if night.abnormal else ""),
-             _plural(len(night.commits), "commit") + (f" ({len(night.orphaned)} orphaned)" if night.orphaned else ""),
-             _plural(len(night.tasks_done), "task") + " done"]
+    parts = [plural(len(night.iterations), "iteration"),
+             plural(len(phases), "phase") + (f", {len(night.abnormal)} abnormal" if night.abnormal else ""),
+             plural(len(night.commits), "commit") + (f" ({len(night.orphaned)} orphaned)" if night.orphaned else ""),
+             plural(len(night.tasks_done), "task") + " done"]
     if night.history:
-        parts.append(_plural(len(night.history), "change") + " to history")
+        parts.append(plural(len(night.history), "change") + " to history")
     if night.commit_failures:
-        parts.append(_plural(len(night.commit_failures), "failed auto-commit"))
+        parts.append(plural(len(night.commit_failures), "failed auto-commit"))
     kept = [r for r in night.left_out if not r.commit]
     if kept:
-        parts.append(_plural(len(kept), "file") + " left out of commits")
+        parts.append(plural(len(kept), "file") + " left out of commits")
     if len(kept) < len(night.left_out):
-        parts.append(_plural(len(night.left_out) - len(kept), "secret-looking file") + " committed by the agent")
+        parts.append(plural(len(night.left_out) - len(kept), "secret-looking file") + " committed by the agent")
     if night.cost_usd is not None:
         parts.append(money(night.cost_usd))
     if night.reaped:
-        parts.append(_plural(night.reaped, "leftover process", "leftover processes") + " ended")
+        parts.append(plural(night.reaped, "leftover process", "leftover processes") + " ended")
     return " · ".join(parts)
 
 
@@ -147,17 +144,17 @@ def kpi_rows(k: Kpis) -> list[tuple[str, str, str]]:
     """(name, value, what it measures): "n/a" where the night gave nothing to compute it from."""
     return [
         ("MTTD", "n/a" if k.mttd_seconds is None else duration(k.mttd_seconds),
-         f"mean time to detect a stall, from the last sign of life ({_plural(k.detections, 'detection')})"),
+         f"mean time to detect a stall, from the last sign of life ({plural(k.detections, 'detection')})"),
         ("MTTR", "n/a" if k.mttr_seconds is None else duration(k.mttr_seconds),
-         f"mean time from a stall to the next finished phase ({_plural(k.recoveries, 'recovery', 'recoveries')})"),
+         f"mean time from a stall to the next finished phase ({plural(k.recoveries, 'recovery', 'recoveries')})"),
         ("false-positive rate", _percent(k.false_positive_rate),
-         f"stall warnings that recovered on their own ({_plural(k.warnings, 'warning')})"),
+         f"stall warnings that recovered on their own ({plural(k.warnings, 'warning')})"),
         ("retries per phase", "n/a" if k.retries_per_phase is None else f"{k.retries_per_phase:.2f}",
          "retries after a stall, per phase run"),
-        ("escalation rate", "n/a", f"no alert channel set: {_plural(k.intervened, 'ticket')} would have been told "
+        ("escalation rate", "n/a", f"no alert channel set: {plural(k.intervened, 'ticket')} would have been told "
          f"({k.tickets} raised)") if k.no_channel else
         ("escalation rate", _percent(k.escalation_rate),
-         f"tickets that reached the operator: a channel took {k.reached} of {_plural(k.tickets, 'ticket')} raised"),
+         f"tickets that reached the operator: a channel took {k.reached} of {plural(k.tickets, 'ticket')} raised"),
     ]
 
 
@@ -287,7 +284,7 @@ def render_text(night: Night, width: int = 100, sending: tuple[str, ...] | None 
     if night.abnormal:
         section(f"abnormal phases ({len(night.abnormal)})")
         for p in night.abnormal:
-            killed = f"; {_plural(p.killed, 'process', 'processes')} ended" if p.killed else ""
+            killed = f"; {plural(p.killed, 'process', 'processes')} ended" if p.killed else ""
             console.print(f"iteration {p.iteration} {phase_name(p)}: {label(p)} after {lasted(p)}{killed}")
             console.print(Padding(one_line(p.reason), (0, 0, 0, 4)))
             for line in p.tail:  # a transcript line is never wrapped: one line of the log, one line here
@@ -349,7 +346,7 @@ def render_text(night: Night, width: int = 100, sending: tuple[str, ...] | None 
         section("breaker changes")
         console.print(_grid(*[[clock(b.at), where(b.iteration, None) or "-",
                                f"{b.before} -> {b.after} "
-                               f"({_plural(b.no_progress, 'iteration')} without progress)"]
+                               f"({plural(b.no_progress, 'iteration')} without progress)"]
                               for b in night.breaker_changes]))
     if night.alerts:
         section(f"alerts ({len(night.alerts)})")

@@ -88,7 +88,10 @@ class Box:
 
 
 def _landlock_writable(places: Places, env_tmpdir: str | None) -> tuple[str, ...]:
-    return tuple(p for p in (places.project, places.home, TMP, "/var/tmp", env_tmpdir, "/dev") if p)
+    # In a linked worktree, git's own places in the common dir too (objects, refs, logs and this
+    # worktree's git dir), and not the rest of it: the fleet's state and the siblings stay out of reach.
+    return tuple(p for p in (places.project, places.home, TMP, "/var/tmp", env_tmpdir, "/dev", *places.git_writable)
+                 if p)
 
 
 def _install(kind: str, why: str) -> str:

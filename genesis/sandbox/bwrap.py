@@ -5,8 +5,9 @@ the network all work as before), then, in order: a fresh /dev (`--dev`: the stan
 devices and a private /dev/shm and /dev/pts, so no host terminal or shared-memory segment
 is reachable; real CLIs need nothing more), a /proc of the box's own PID namespace (the
 loop, the watcher and every other process are invisible, so unsignallable), a private /tmp
-with what the agent needs bound back, Genesis's state, settings file and code read-only,
-and the heartbeat folder writable again inside the state.
+with what the agent needs bound back, in a repository with linked worktrees the other work
+trees and the common dir's Genesis state read-only (places.py), Genesis's state, settings
+file and code read-only, and the heartbeat folder writable again inside the state.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def bwrap_argv(bwrap: str, places: Places, command: tuple[str, ...]) -> tuple[st
         argv += ["--bind", path, path]
     if places.tmpdir and places.tmpdir.startswith(TMP + "/") and places.tmpdir not in places.visible:
         argv += ["--dir", places.tmpdir]  # TMPDIR named but missing: an empty one, so mktemp works
+    for path, writable in places.layers:  # linked worktrees: the others' read-only, this one's git writable
+        argv += ["--bind" if writable else "--ro-bind", path, path]
     for path in places.protected:
         argv += ["--ro-bind", path, path]
     argv += ["--bind", places.beats, places.beats,

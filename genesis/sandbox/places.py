@@ -4,6 +4,12 @@ Under bubblewrap the agent gets a private /tmp: a fresh tmpfs, so no pre-existin
 socket there (tmux's, an editor's, a database's) is reachable. What the agent was given
 that lives under /tmp (the project, HOME, TMPDIR, the agent's program and PATH folders, a
 file its command line or environment names) is bound back in; a socket never is.
+
+In a repository with linked worktrees (`git worktree add`, a fleet's children) the agent's
+own git must write the common git dir (objects, refs) for its commits, while the other work
+trees (the main one, the siblings, the default root `<common dir>/genesis-worktrees`), their
+git dirs and Genesis's state in the common dir (`<common dir>/genesis`: the main loop's and
+the fleet's) are kept read-only. `layers` says it in mount order, parents first.
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["Places", "places_for", "code_paths", "TMP"]
+__all__ = ["Places", "places_for", "code_paths", "worktree_layers", "TMP", "WORKTREE_ROOT"]
 
 TMP = "/tmp"
+WORKTREE_ROOT = "genesis-worktrees"   # the fleet's worktrees, by default, inside the common git dir
+MAX_WORKTREES = 512                   # linked worktrees read, at most
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,9 @@ class Places:
     visible: tuple[str, ...]       # under /tmp, bound again inside the private /tmp (parents first)
     protected: tuple[str, ...]     # read-only in the box: Genesis's state, its settings file, its code
     beats: str                     # the heartbeat folder inside the state: writable again (the hook beats)
+    # Linked worktrees: (path, writable) in mount order, between `visible` and `protected`.
+    layers: tuple[tuple[str, bool], ...] = ()
+    git_writable: tuple[str, ...] = ()  # where the agent's git writes in the common git dir (for Landlock)
 
 
 def _real(path: str | Path | None) -> str | None:
@@ -115,13 +126,94 @@ def _program(argv: tuple[str, ...], env: Mapping[str, str], cwd: str) -> str | N
     return None
 
 
+def _read_small(path: str) -> str | None:
+    """A git admin file's first line (commondir, gitdir): bounded, never a FIFO or a device."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    line = data.decode("utf-8", "replace").splitlines()
+    return line[0].strip() if line and line[0].strip() else None
+
+
+def _common_of(git_dir: str) -> str:
+    """The common git dir of a work tree's git dir: itself, or where its `commondir` points."""
+    pointed = _read_small(os.path.join(git_dir, "commondir"))
+    return (_real(os.path.join(git_dir, pointed)) or git_dir) if pointed else git_dir
+
+
+def _linked_trees(common: str) -> list[tuple[str, str]]:
+    """(admin dir, work tree) of each linked worktree the common dir lists."""
+    found: list[tuple[str, str]] = []
+    try:
+        with os.scandir(os.path.join(common, "worktrees")) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_WORKTREES:
+                    break
+                if entry.is_symlink() or not entry.is_dir():
+                    continue
+                pointed = _read_small(os.path.join(entry.path, "gitdir"))
+                tree = _real(os.path.dirname(pointed)) if pointed and os.path.isabs(pointed) else None
+                found.append((entry.path, tree or ""))
+    except OSError:
+        pass
+    return found
+
+
+def worktree_layers(project: str, git_dir: str, keep: tuple[str, ...]) -> tuple[tuple[tuple[str, bool], ...],
+                                                                               tuple[str, ...], tuple[str, ...]]:
+    """For a repository with linked worktrees: the mount layers (path, writable), parents first;
+    what must be visible for them; where the agent's git writes in the common dir. Nothing for a
+    repository without any. A read-only layer never covers `keep` (HOME, TMPDIR) or the root."""
+    common = _common_of(git_dir)
+    linked = _linked_trees(common)
+    if common == git_dir and not linked:
+        return (), (), ()
+    main = os.path.dirname(common) if os.path.basename(common) == ".git" else None
+    if main and _real(os.path.join(main, ".git")) != common:
+        main = None
+    ro = [main] if main and main != project else []
+    ro += [os.path.join(common, "genesis") if common != git_dir else "", os.path.join(common, WORKTREE_ROOT)]
+    ro += [p for admin, tree in linked if admin != git_dir for p in (admin, tree)]
+    rw = [common, project] if common != git_dir else [project]
+
+    def fits(path: str) -> bool:
+        # A read-only layer over the project or the common dir is fine only where they are writable again.
+        covers = [p for p in (git_dir, common) if _under(p, path)
+                  and not any(_under(p, r) and _under(r, path) and r != path for r in rw)]
+        return (bool(path) and path not in ("/", project) and os.path.isdir(path) and not covers
+                and not any(k and _under(k, path) for k in keep))
+
+    ro = [p for p in ro if fits(p)]
+    if not ro:
+        return (), (), ()
+    layers = [(p, False) for p in dict.fromkeys(ro)] + [(p, True) for p in rw]
+    # Parents first; at one depth, a writable layer after a read-only one.
+    layers.sort(key=lambda layer: (layer[0].rstrip("/").count("/"), layer[1]))
+    visible = tuple(p for p in (main, common) if p)
+    writable = (tuple(os.path.join(common, d) for d in ("objects", "refs", "logs")) + (git_dir,)
+                if common != git_dir else ())
+    return tuple(layers), visible, writable
+
+
 def places_for(project: Path, state_dir: Path, heartbeat_dir: Path, log_dir: Path, conf: Path,
-               package: Path, argv: tuple[str, ...], env: Mapping[str, str]) -> Places:
+               package: Path, argv: tuple[str, ...], env: Mapping[str, str], shared: Path | None = None) -> Places:
     """The places of one agent launch. Code inside the project stays writable: a project that
     is Genesis's own checkout is the agent's work (only its state is kept from it then)."""
     proj = _real(project) or str(project)
     home, tmpdir = _real(env.get("HOME")), _real(env.get("TMPDIR"))
     wanted = [proj, home, tmpdir, _real(log_dir), _real(state_dir)]
+    state = _real(state_dir) or str(state_dir)
+    layers, linked, git_writable = worktree_layers(proj, os.path.dirname(state), tuple(p for p in (home, tmpdir) if p))
+    wanted += linked
     program = _program(argv, env, proj)
     if program:
         wanted.append(os.path.dirname(program))
@@ -129,10 +221,11 @@ def places_for(project: Path, state_dir: Path, heartbeat_dir: Path, log_dir: Pat
     named = [*argv[1:], *env.values()]  # a script the command runs, a file the environment names
     wanted += [_named(v) for v in named if v.startswith(TMP + "/") and "\n" not in v and len(v) < 4096]
     visible = _outermost([p for p in wanted if p and _under(p, TMP) and p != TMP and _exists_not_socket(p)])
-    state = _real(state_dir) or str(state_dir)
     protected = [state]
     if conf.is_file():
         protected.append(_real(conf) or str(conf))
     protected += [p for p in map(_real, code_paths(package)) if p and not _under(p, proj)]
+    if shared is not None and os.path.isdir(shared) and not os.path.islink(shared):
+        protected.append(_real(shared) or str(shared))  # the account store: no agent plants or lifts a limit
     return Places(proj, proj, home, tmpdir, visible, tuple(dict.fromkeys(protected)),
-                  _real(heartbeat_dir) or str(heartbeat_dir))
+                  _real(heartbeat_dir) or str(heartbeat_dir), layers, git_writable)

@@ -24,6 +24,8 @@ def _filter(path: str) -> str:
 def profile(places: Places) -> str:
     """The SBPL text; a later rule wins over an earlier one it overlaps."""
     lines = ["(version 1)", "(allow default)"]
+    for path, writable in places.layers:  # linked worktrees, parents first: the later rule wins
+        lines.append(f"({'allow' if writable else 'deny'} file-write* {_filter(path)})")
     if places.protected:
         lines.append("(deny file-write* " + " ".join(_filter(p) for p in places.protected) + ")")
     lines.append(f"(allow file-write* (subpath {_quoted(places.beats)}))")

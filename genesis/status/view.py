@@ -27,7 +27,7 @@ from genesis.repo.tasks import DONE, OPEN, REVIEW, read_tasks
 from genesis.store.atomicio import CorruptFile, read_json
 from genesis.store.layout import Layout
 from genesis.procs.proctree import ProcId
-from genesis.store.looplock import Holder, current_holder
+from genesis.store.looplock import FLEET_RUN, Holder, current_holder
 from genesis.watch.companion import look
 from genesis.words import FORMER, WAIT_LABELS, duration, ending_label, epoch_of
 
@@ -184,6 +184,9 @@ def build(layout: Layout, now: float | None = None, recent: int = RECENT, clock:
                  task_counts=(tasks.count(OPEN), tasks.count(REVIEW), tasks.count(DONE)) if tasks is not None else None)
     if holder is not None and st.run_id:
         st = replace(st, max_iterations=max_iterations(layout, st.run_id))
+    if holder is not None and holder.run_id.startswith(FLEET_RUN):
+        st = replace(st, note=f"a fleet runs on this project: `{hint(layout.project, 'fleet', 'status')}` shows "
+                              f"every task and its child loop")
     return replace(_loop_state(st, layout, holder), error=_damage(layout, st))
 
 

@@ -22,7 +22,11 @@ from genesis.hints import hint
 from genesis.procs.proctree import identify
 from genesis.store.atomicio import CorruptFile, finite, read_json, write_json
 
-__all__ = ["Holder", "Locked", "acquire", "release", "current_holder", "hold", "recorded", "same_file"]
+__all__ = ["Holder", "Locked", "acquire", "release", "current_holder", "hold", "recorded", "same_file", "FLEET_RUN"]
+
+# A fleet's monitor holds its project's loop lock (a single loop and a fleet exclude each other)
+# under a run id starting so: what `stop` and `status` tell apart.
+FLEET_RUN = "fleet-"
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,13 @@ MARK_VERIFIED = ("python3 -c 'import pathlib, re; p = pathlib.Path(\"TASKS.md\")
                  "p.write_text(re.sub(r\"^- \\[\\?\\]\", \"- [x]\", p.read_text(), flags=re.M))'")
 
 
+# A fleet's child is told its one task first in its prompt (loop/onetask.py): it works on that one.
+ONE_RE = re.compile(r"This run works on ONE task of TASKS\.md[^:\n]*:\n\n {4}(.+)\n")
+MARK_ONE_BUILT = ("python3 -c 'import sys; p = \"TASKS.md\"; t = sys.argv[1]; lines = open(p).read().splitlines(True); "
+                  "i = next(i for i, l in enumerate(lines) if l.startswith(\"- [ ] \") and l[6:].strip() == t); "
+                  "lines[i] = \"- [?] \" + lines[i][6:]; open(p, \"w\").write(\"\".join(lines))' {title}")
+
+
 def slug(title: str) -> str:
     """The file a task is implemented in: `Add a /health endpoint` -> `add-a-health-endpoint.txt`."""
     return (re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40].strip("-") or "task") + ".txt"
@@ -150,7 +157,13 @@ def play(phase: str, body: dict, turn: int) -> dict:
     cwd = CWD_RE.search(context)
     if not cwd:
         return {"text": "stub: no working directory in the request, cannot play the phase."}
-    steps = PLAYS[phase](TASK_RE.findall(listing), cwd.group(1))
+    tasks = TASK_RE.findall(listing)
+    one = ONE_RE.search(context)
+    if one:  # the other tasks are other agents'
+        tasks = [(mark, title) for mark, title in tasks if " ".join(title.split()) == " ".join(one.group(1).split())]
+    steps = PLAYS[phase](tasks, cwd.group(1))
+    if one and phase == "Builder" and len(steps) > 1:
+        steps[1] = bash(MARK_ONE_BUILT.format(title=shlex.quote(tasks[0][1])), description="Mark the task built: - [?]")
     return steps[min(turn - 1, len(steps) - 1)]
 
 

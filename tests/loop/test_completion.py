@@ -46,6 +46,12 @@ def test_without_a_planner_phase_the_task_list_alone_decides(tmp_path):
     assert is_done(DoneRule("tasks"), tmp_path, ["Builder"], ["Builder"], False, 1)[0]
 
 
+def test_failed_tasks_are_not_open_work_and_are_named(tmp_path):
+    (tmp_path / "TASKS.md").write_text("- [x] one\n- [!] two (failed: crashed)\n")
+    assert is_done(DoneRule("tasks"), tmp_path, ["Builder"], ["Builder"], False, 1) == \
+        (True, "every task in TASKS.md is done or failed (1 failed; at the end of an iteration)")
+
+
 def test_no_task_list_is_never_done_by_the_tasks_rule(tmp_path):
     assert is_done(DoneRule("tasks"), tmp_path, PHASES, PHASES, False, 1) == (False, "no TASKS.md")
     assert read_tasks(tmp_path) is None

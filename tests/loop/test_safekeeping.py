@@ -9,12 +9,14 @@ import dataclasses
 import pytest
 from helpers.git import commit_file, git
 from helpers.gitstates import branch_of
+from helpers.procs import lock_held
 
 from genesis import exitcodes
 from genesis.loop import safekeeping
 from genesis.loop.step import StepFailed
 from genesis.repo import safety
 from genesis.store.atomicio import write_json
+from genesis.store.layout import Layout
 
 RUN = "20260101T000000Z-safekeeping"
 
@@ -99,3 +101,36 @@ def test_deleted_refs_and_a_prune_are_still_named_as_lost(project, step):
     assert found and all(c.kind == "rewritten" and c.lost == (lost,) for c in found)
     assert all("git pruned the commit" in c.ref for c in found)
     assert safekeeping.stop_for(step, 1, "Builder", found) == exitcodes.HISTORY_REWRITTEN
+
+
+def _old_runs(project, count: int) -> list[str]:
+    """Safety refs of `count` earlier runs, oldest first (run ids begin with their start time)."""
+    runs = [f"20250101T0000{n:02d}Z-{n}" for n in range(count)]
+    head = git(project, "rev-parse", "HEAD").strip()
+    for run in runs:
+        git(project, "update-ref", f"{safety.run_prefix(run)}/HEAD", head)
+    return runs
+
+
+def test_a_start_never_prunes_the_refs_of_a_run_going_in_another_worktree(project, step, tmp_path):
+    """The refs are the repository's, shared by its worktrees (a fleet's children): a run still
+    going in a sibling worktree keeps its refs however many runs came since."""
+    runs = _old_runs(project, 12)
+    tree = tmp_path / "sibling"
+    git(project, "worktree", "add", "-q", "-b", "genesis/task/sib", str(tree))
+    sibling = Layout(tree, tree, tree, project / ".git" / "worktrees" / "sibling" / "genesis")
+    with lock_held(sibling, runs[0]):
+        safekeeping.keep_at_start(step)
+    left = safety.runs_kept(project)
+    assert runs[0] in left and RUN in left
+    assert left == sorted([runs[0], *runs[3:], RUN])  # the oldest that are not going: pruned, ten others kept
+    assert step.events(kinds=("safety_pruned",))[0]["runs"] == runs[1:3]
+
+
+def test_a_prune_that_meets_a_siblings_lock_leaves_the_start_going(project, step, said):
+    runs = _old_runs(project, 12)
+    lock = project / ".git" / "refs" / "genesis" / "runs" / runs[0] / "HEAD.lock"
+    lock.write_text("")  # another worktree's loop pruning the same run right now
+    safekeeping.keep_at_start(step)  # no StepFailed: the run's own refs are written
+    assert RUN in safety.runs_kept(project)
+    assert any("older runs' safety refs were not pruned this time" in msg for kind, msg in said if kind == "warn")

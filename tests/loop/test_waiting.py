@@ -55,7 +55,7 @@ def test_backoff_doubles_to_its_cap_and_jitter_only_shortens():
 
 def test_a_limit_is_waited_to_its_reset_plus_the_margin_then_known(step):
     limit = Limit(NOW + 3600, "five_hour", "You've hit your 5-hour limit · resets 5:13am (UTC)")
-    assert plan_limit(step, limit, "Builder", 2, NOW) == exitcodes.WAIT
+    assert plan_limit(step, limit, "Builder", 2, NOW, rng=lambda: 0.0) == exitcodes.WAIT
     pending = json.loads(step.layout.wait_file.read_text())
     assert (pending["kind"], pending["until"], pending["phase"], pending["iteration"]) == \
         ("limit", NOW + 3600 + 60, "Builder", 2)
@@ -74,7 +74,8 @@ def test_a_limit_beyond_the_longest_wait_stops_and_says_when_to_restart(step, sa
 
 
 def test_a_limit_with_no_reset_time_waits_an_hour(step):
-    assert plan_limit(step, Limit(None, "", "You've hit your limit"), "Builder", 1, NOW) == exitcodes.WAIT
+    assert plan_limit(step, Limit(None, "", "You've hit your limit"), "Builder", 1, NOW,
+                      rng=lambda: 0.0) == exitcodes.WAIT
     assert json.loads(step.layout.wait_file.read_text())["until"] == NOW + 3600 + 60
 
 
@@ -98,7 +99,7 @@ def test_an_outage_backs_off_per_attempt_and_stops_after_its_maximum(step, said)
 
 
 def test_sitting_out_a_wait_counts_down_records_it_and_clears_it(step):
-    plan_limit(step, Limit(NOW + 120, "five_hour", "limit"), "Builder", 3, NOW)
+    plan_limit(step, Limit(NOW + 120, "five_hour", "limit"), "Builder", 3, NOW, rng=lambda: 0.0)
     clock = FakeClock(NOW)
     assert sit_out(step, lambda: False, clock, sleep=clock.sleep) == exitcodes.OK
     assert clock.t == NOW + 180 and max(clock.sleeps) <= 1.0

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from genesis.repo.tasks import DONE, MAX_TASKS_BYTES, OPEN, REVIEW, Task, done_tasks, marked, parse, read_tasks
+from genesis.repo.tasks import (DONE, FAILED, MAX_TASKS_BYTES, OPEN, REVIEW, Task, done_tasks, failed_line, marked,
+                                parse, read_tasks)
 
 
 @pytest.mark.fault(69)
@@ -96,3 +97,24 @@ def test_read_tasks_and_done_tasks(tmp_path):
 ])
 def test_marked_sets_a_box_and_keeps_the_rest_of_the_line(line, state, new):
     assert marked(line, state) == new
+
+
+def test_a_failed_task_is_its_own_state_and_not_open():
+    tasks = parse("- [!] gave up (failed: the agent crashed 3 times)\n1. [!]\n- [ ] open\n- [x] done\n")
+    assert tasks.items[:2] == (Task(FAILED, "gave up (failed: the agent crashed 3 times)", 1), Task(FAILED, "", 2))
+    assert (tasks.count(OPEN), tasks.count(FAILED)) == (1, 2)
+    assert tasks.summary() == "1 open, 0 awaiting review, 1 done, 2 failed"
+    assert parse("- [!]no space\n").items == ()
+
+
+@pytest.mark.parametrize("line, reason, new", [
+    ("- [ ] Add alpha\n", "crashed 3 times", "- [!] Add alpha (failed: crashed 3 times)\n"),
+    ("  2) [?] b  \r\n", "a\nmulti-line\treason", "  2) [!] b (failed: a multi-line reason)\r\n"),
+    ("* [ ] c", "", "* [!] c (failed: no reason given)"),
+    ("- [ ] d\n", "x" * 500, f"- [!] d (failed: {'x' * 120})\n"),
+    ("plain\n", "why", None),
+])
+def test_failed_line_marks_the_box_and_says_why_on_the_same_line(line, reason, new):
+    assert failed_line(line, reason) == new
+    if new is not None:
+        assert parse(new).items[0].state == FAILED

@@ -88,7 +88,7 @@ def test_a_weekly_limit_holds_for_its_cli_and_account_only(night, hermetic, tmp_
 
 
 @pytest.mark.fault(62)
-def test_an_older_genesiss_limit_reads_for_its_cli_only_and_a_bad_file_is_kept_aside(night):
+def test_an_older_genesiss_limit_reads_for_its_cli_only_and_a_bad_file_is_kept_aside(night, hermetic):
     project, env, calls = night
     assert run(project, env("limit_seven_day.jsonl", FAKE_RESET_IN="200000")).returncode == 20
     assert calls() == ["Builder"]
@@ -111,7 +111,9 @@ def test_an_older_genesiss_limit_reads_for_its_cli_only_and_a_bad_file_is_kept_a
     assert calls() == ["Builder"]
     assert "of claude (account unknown: remembered by an older Genesis)" in stopped.stderr
 
-    # A file that is not a limit file at all: kept aside, said, and the agent runs.
+    # A file that is not a limit file at all: kept aside, said, and the agent runs (once the
+    # machine-wide account store, which every loop on the account heeds, no longer holds it).
+    (hermetic / ".local" / "state" / "genesis" / "accounts" / "limits.json").unlink()
     limit_file.write_text('{"version": 2, "limits": "all of them"}')
     ran = run(project, env("success.jsonl"), "--max-iterations", "1")
     assert ran.returncode == 0, ran.stderr

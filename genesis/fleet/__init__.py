@@ -1,0 +1,1 @@
+"""A fleet of loops: one monitor, many tasks, each in its own worktree."""

@@ -1,0 +1,130 @@
+"""The ladder of a task (seed 000, section 3.3), as a pure decision.
+
+A child that ends abnormally is restarted with the same settings up to max_task_restarts
+times, with a doubling backoff; then escalated to the next strategy (another agent
+command, the fallback agent, longer windows), its restarts counted again from 0, up to
+max_failed_tasks escalations while a strategy is left; then the task fails permanently.
+
+The decision is a function of the task's retry history, read from the fleet ledger: a
+monitor started again continues the ladder where it was. Only attempts that ended
+"failed" climb it: a usage limit, an outage or a stop never spends a restart.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+
+from genesis.config import Config
+from genesis.fleet.ledger import TERMINAL, Attempt, TaskRow
+
+__all__ = ["Strategy", "strategies", "child_settings", "Rung", "LadderPolicy", "policy_of", "next_rung",
+           "backoff", "ACTIONS"]
+
+LONGER_FACTOR = 2.0
+BACKOFF_CAP = 300.0
+# restart / escalate / fail climb the ladder; resume relaunches after an end that was no
+# failure (limit, outage, stop); none: nothing to do (terminal, running, verified, config).
+ACTIONS = ("restart", "escalate", "fail", "resume", "none")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str                                # configured, fallback, longer, or the command as written
+    agent_cmd: tuple[str, ...] | None        # None: the configured agent command
+    window_factor: float                     # the stale and runtime windows are multiplied by this
+
+
+def strategies(cfg: Config) -> tuple[Strategy, ...]:
+    """Index 0: the configured agent; then GENESIS_FLEET_ESCALATION's entries in order
+    (fallback left out while GENESIS_FALLBACK_AGENT_CMD is unset)."""
+    found = [Strategy("configured", None, 1.0)]
+    for entry in cfg.fleet_escalation:
+        if entry == "fallback":
+            if cfg.fallback_agent_cmd:
+                found.append(Strategy("fallback", tuple(cfg.fallback_agent_cmd), 1.0))
+        elif entry == "longer":
+            found.append(Strategy("longer", None, LONGER_FACTOR))
+        else:
+            found.append(Strategy(entry, tuple(shlex.split(entry)), 1.0))
+    return tuple(found)
+
+
+def child_settings(strategy: Strategy, cfg: Config) -> dict[str, str]:
+    """The settings a child of this strategy gets on top of the fleet's (its --set values)."""
+    settings: dict[str, str] = {}
+    if strategy.agent_cmd is not None:
+        settings["GENESIS_AGENT_CMD"] = shlex.join(strategy.agent_cmd)
+    if strategy.window_factor != 1.0:
+        settings["HEARTBEAT_STALE_SECONDS"] = f"{cfg.stale_after * strategy.window_factor:g}"
+        settings["AGENT_MAX_RUNTIME_SECONDS"] = f"{cfg.max_runtime * strategy.window_factor:g}"
+        if cfg.tool_silent > 0:
+            settings["TOOL_SILENT_SECONDS"] = f"{cfg.tool_silent * strategy.window_factor:g}"
+    return settings
+
+
+@dataclass(frozen=True)
+class LadderPolicy:
+    max_task_restarts: int
+    max_failed_tasks: int
+    backoff_first: float
+    strategies: int                          # how many strategies there are (index 0 included)
+    backoff_cap: float = BACKOFF_CAP
+
+
+def policy_of(cfg: Config) -> LadderPolicy:
+    return LadderPolicy(cfg.fleet_max_task_restarts, cfg.fleet_max_failed_tasks, cfg.fleet_restart_backoff,
+                        len(strategies(cfg)))
+
+
+@dataclass(frozen=True)
+class Rung:
+    action: str          # one of ACTIONS
+    strategy: int        # the strategy the next attempt runs with
+    not_before: float    # the next attempt not before (epoch); inf for none
+    reason: str
+    restarts: int = 0    # the task's counters once the step is taken (for its row)
+    escalations: int = 0
+
+
+def backoff(n: int, policy: LadderPolicy) -> float:
+    """The wait before restart n (1, 2, ...): min(cap, first * 2^(n-1))."""
+    return min(policy.backoff_cap, policy.backoff_first * 2.0 ** min(max(n - 1, 0), 64))
+
+
+def next_rung(row: TaskRow, history: list[Attempt], policy: LadderPolicy, now: float) -> Rung:
+    """What to do with the task now that its last attempt has ended. history: its attempts
+    (others' are ignored), in any order."""
+    mine = sorted((a for a in history if a.task_id == row.id), key=lambda a: a.attempt)
+    escalations = sum(1 for a in mine if a.kind == "escalate")
+    if row.state in TERMINAL:
+        return Rung("none", row.strategy, math.inf, f"the task is {row.state}: never retried", row.restarts,
+                    row.escalations)
+    last = mine[-1] if mine else None
+    if last is None or last.outcome is None:
+        return Rung("none", row.strategy, math.inf, "no attempt has ended", row.restarts, row.escalations)
+    since = (last.ended if last.ended is not None else now)
+    # Failures at the current strategy: since its first attempt (the last escalation).
+    first = max((i for i, a in enumerate(mine) if a.kind == "escalate"), default=0)
+    failures = sum(1 for a in mine[first:] if a.outcome == "failed")
+    restarts = max(failures - 1, 0)  # the first attempt at a strategy is no restart
+    if last.outcome != "failed":
+        if last.outcome in ("limit", "outage", "stopped"):
+            return Rung("resume", row.strategy, since, f"attempt {last.attempt} ended {last.outcome}: no failure, "
+                        f"no restart spent", row.restarts, row.escalations)
+        return Rung("none", row.strategy, math.inf, f"attempt {last.attempt} ended {last.outcome}", row.restarts,
+                    row.escalations)
+    ended = f"attempt {last.attempt} failed" + (f" (exit {last.exit_code})" if last.exit_code is not None else "")
+    if restarts < policy.max_task_restarts:
+        n = restarts + 1
+        return Rung("restart", row.strategy, since + backoff(n, policy),
+                    f"{ended}: restart {n} of {policy.max_task_restarts} in {backoff(n, policy):g}s", n, escalations)
+    if escalations < policy.max_failed_tasks and row.strategy + 1 < policy.strategies:
+        return Rung("escalate", row.strategy + 1, since + backoff(1, policy),
+                    f"{ended} after {restarts} restarts: escalation {escalations + 1} of {policy.max_failed_tasks} "
+                    f"(strategy {row.strategy + 1})", 0, escalations + 1)
+    why = (f"{policy.max_failed_tasks} escalations spent" if escalations >= policy.max_failed_tasks
+           else "no strategy left to escalate to")
+    return Rung("fail", row.strategy, since, f"{ended} after {restarts} restarts; {why}: failed permanently",
+                restarts, escalations)

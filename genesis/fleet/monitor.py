@@ -1,0 +1,950 @@
+"""The fleet's monitor: one long-lived process per project that runs a loop per open task.
+
+It reads the queue from the project branch's TASKS.md (never the user's work tree), starts
+at most N children (ordinary loops in worktrees, see children.py), watches each one's lock
+and ledger every GENESIS_FLEET_CHECK_SECONDS, sends a verified task's branch home through
+the merge queue (one merge at a time, in a thread of its own so the checks go on), climbs
+the ladder for a child that ended abnormally, and records everything in the fleet ledger.
+It makes no model call; only the Merger, run once per conflict, is an agent.
+
+It holds two locks for its life: the fleet's (`<fleet dir>/lock`: one monitor per
+project) and the project's loop lock (a single loop and a fleet on one project refuse each
+other, and `genesis stop` finds the fleet as it finds a loop). Children live in sessions of
+their own: the monitor's death leaves them running, and the next monitor adopts them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+from genesis import exitcodes
+from genesis.agents import adapter_of
+from genesis.alerts import handoff
+from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_TEXT, Ticket
+from genesis.config import Config, layout_for, resolve
+from genesis.fleet import cascade as cascade_mod
+from genesis.fleet import children as kids
+from genesis.fleet import ladder, merging, worktrees
+from genesis.fleet.budget import SPENDING, RestartBudget
+from genesis.fleet.beats import BeatBook, newest_beat
+from genesis.fleet.ledger import TERMINAL, FleetLedger, TaskRow
+from genesis.fleet.planning import fleet_exit, launch_gate, outcome_of
+from genesis.fleet.resources import FleetSettings, available_memory, fleet_settings, parallel_of, port_range
+from genesis.fleet.taskref import TaskRef, branch_for, open_refs
+from genesis.hints import hint
+from genesis.ledger.store import iso
+from genesis.loop import limits
+from genesis.loop.preflight import read_flag
+from genesis.repo.gitcmd import GitFailed, GitTimeout, run_git
+from genesis.repo.tasks import DONE, parse
+from genesis.store import accounts
+from genesis.store.accounts import AccountStore, StoreUnusable
+from genesis.store.atomicio import DiskFull, write_json, write_text
+from genesis.store.layout import Layout, private_dir
+from genesis.store.looplock import FLEET_RUN, Locked, hold, release
+from genesis.trust import approve, judge
+from genesis.watch.waits import honoured
+
+__all__ = ["run_fleet", "Monitor", "fleet_dir_of", "FLEET_DIR", "MONITOR_FILE"]
+
+FLEET_DIR = "fleet"
+MONITOR_FILE = "monitor.json"
+GIT_TIMEOUT = 60.0
+STOP_WAIT = 120.0         # seconds the monitor waits for its children after forwarding a signal
+HELD_RETRY = 30.0         # seconds between two tries of a merge held by the user's dirty checkout
+INTERRUPT_MERGE_WAIT = 10.0  # seconds an interrupted monitor waits for a merge under way (it recovers next start)
+LIMIT_CHECK = 5.0         # seconds between two reads of the account store (it vouches each entry: ledgers)
+LOG_CAP = 8 << 20         # a child's stdout+stderr log: restarted past this (its own console log keeps all)
+SIGNAL_EXIT = {signal.SIGHUP: exitcodes.INTERRUPTED_HUP, signal.SIGINT: exitcodes.INTERRUPTED_INT,
+               signal.SIGTERM: exitcodes.INTERRUPTED_TERM}
+PLANNER = "planner-"         # the id prefix of the Planner's row (not a task of TASKS.md)
+PLANNER_TEXT = "the Planner: new tasks for TASKS.md"
+MERGER_PROMPT = Path(__file__).resolve().parent.parent / "data" / "prompts" / "merger.md"
+
+
+def fleet_dir_of(layout: Layout) -> Path:
+    return layout.state_dir / FLEET_DIR
+
+
+def say(message: str, kind: str = "info") -> None:
+    stamp = time.strftime("%H:%M:%S")
+    prefix = "genesis: error: " if kind == "error" else "genesis: warning: " if kind == "warn" else \
+        f"[genesis fleet {stamp}] "
+    try:
+        print(prefix + message, file=sys.stderr, flush=True)
+    except OSError:
+        pass  # the terminal went away: the ledger keeps the record
+
+
+class FleetLocked(RuntimeError):
+    pass
+
+
+def take_fleet_lock(path: Path) -> int:
+    """flock the fleet's lock for the monitor's life (retrying past a status probe's momentary
+    shared lock, as looplock.acquire does); FleetLocked when another monitor holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    for attempt in range(6):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if attempt == 5:
+                os.close(fd)
+                raise FleetLocked(str(path)) from None
+            time.sleep(0.02)
+    raise AssertionError("unreachable")
+
+
+def _monitor_record(fleet_dir: Path) -> dict:
+    try:
+        data = json.loads((fleet_dir / MONITOR_FILE).read_text()[:4096])
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def project_branch(project: Path) -> str:
+    done = run_git(project, ["symbolic-ref", "--quiet", "--short", "HEAD"], timeout=GIT_TIMEOUT)
+    if done.returncode != 0 or not done.text.strip():
+        raise GitFailed(f"{project} is on a detached HEAD: check out the branch the fleet's work comes home to")
+    return done.text.strip()
+
+
+def tasks_at(project: Path, ref: str) -> str | None:
+    """TASKS.md as committed at ref (the branch's tip, never the user's work tree), or None."""
+    done = run_git(project, ["show", f"{ref}:TASKS.md"], timeout=GIT_TIMEOUT)
+    return done.text if done.returncode == 0 else None
+
+
+def done_at(project: Path, branch: str, text: str) -> bool:
+    """The task is `[x]` in TASKS.md at the branch's tip, by the child's own rule (loop/onetask.py):
+    found by its text, runs of spaces as one; a line of that text still open keeps it not done."""
+    found = tasks_at(project, branch)
+    if found is None:
+        return False
+    same = [t.state for t in parse(found).items if " ".join(t.text.split()) == " ".join(text.split())]
+    return DONE in same and all(state == DONE for state in same)
+
+
+@dataclass
+class Merge:
+    task_id: str
+    future: Future | None = None
+    held_until: float = 0.0
+
+
+@dataclass
+class Monitor:
+    project: Path
+    cfg: Config
+    fleet: FleetSettings
+    parallel: int
+    ledger: FleetLedger
+    fleet_dir: Path
+    run_id: str
+    target: str                                        # the project branch
+    overrides: Mapping[str, str]
+    clock: Callable[[], float] = time.time
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    children: dict[str, kids.Child] = field(default_factory=dict)
+    merges: list[Merge] = field(default_factory=list)
+    stopping: bool = False
+    fatal: int | None = None
+    interrupted: int | None = None
+    last_launch: float = 0.0
+    started: float = 0.0
+    slots: dict[str, int] = field(default_factory=dict)
+    gate_notes: dict[str, str] = field(default_factory=dict)
+    limit_note: str = ""
+    unmarked: dict[str, str] = field(default_factory=dict)   # failed tasks whose `[!]` is held
+    seen_tip: str = ""
+    planned: bool = False
+    open_ids: set[str] = field(default_factory=set)
+    merger_groups: set[int] = field(default_factory=set)     # the Merger's process group while it runs
+    limit_read: float = -1e18
+    launched: bool = False                                   # a child started at the last check
+
+    def __post_init__(self) -> None:
+        self.layout = layout_for(self.cfg)
+        self.root = worktrees.worktree_root(self.project, self.cfg)
+        self.strategies = ladder.strategies(self.cfg)
+        self.policy = ladder.policy_of(self.cfg)
+        self.budget = RestartBudget.from_events(self.cfg.fleet_restart_every,
+                                                [e for kind in SPENDING for e in self.ledger.events(kind)])
+        self.gate = cascade_mod.CascadeGate.from_events(cascade_mod.policy_of(self.cfg), [
+            e for kind in cascade_mod.EVENTS for e in self.ledger.events(kind)])
+        window = self.cfg.fleet_cascade_window
+        self.failures: list[tuple[float, str]] = [
+            (float(e.detail.get("ended_at") or e.at), e.task_id or "") for e in self.ledger.events("child_end")
+            if e.detail.get("outcome") == "failed" and e.at > self.clock() - window]
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-merge")
+        self.beats = BeatBook()
+        self.started = self.started or self.clock()
+        self.last_launch = 0.0
+
+    # -- the monitor's heartbeat -----------------------------------------------------
+
+    def beat(self) -> None:
+        write_json(self.fleet_dir / MONITOR_FILE, {"pid": os.getpid(), "run_id": self.run_id,
+                                                   "started": self.started, "at": self.clock(),
+                                                   "parallel": self.parallel, "host": socket.gethostname()})
+
+    # -- the queue -------------------------------------------------------------------
+
+    def open_tasks(self) -> list[TaskRef]:
+        text = tasks_at(self.project, self.target)
+        return [] if text is None else open_refs(parse(text))
+
+    def sync_queue(self) -> list[TaskRow]:
+        """Every open task of the project branch has a row (a new one: queued); the rows, in order."""
+        known = {row.id: row for row in self.ledger.tasks()}
+        refs = self.open_tasks()
+        self.open_ids = {ref.id for ref in refs}
+        for ref in refs:
+            if ref.id not in known:
+                now = self.clock()
+                row = TaskRow(ref.id, ref.text, "queued", branch=ref.branch, updated=now, created=now)
+                self.ledger.upsert_task(row)
+                known[ref.id] = row
+        return list(self.ledger.tasks())
+
+    # -- re-adoption -----------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """After a monitor's death: adopt the children still running (never a duplicate), take
+        over the ends it missed, resume the merges it queued."""
+        listed = {str(Path(w.path).resolve()): w for w in worktrees.listed(self.project)}
+        for row in self.ledger.tasks():
+            if row.state in TERMINAL or not row.worktree:
+                continue
+            wt = Path(row.worktree)
+            if row.state == "merging":
+                self.merges.append(Merge(row.id))
+                continue
+            probe = kids.Child(row.id, wt, row.pid or 0, 0.0, self.clock(), row.attempts, run_id=row.run_id)
+            holder = kids.holder_of(probe) if str(wt.resolve()) in listed or wt.is_dir() else None
+            if holder is not None and holder.pid:
+                child = kids.adopt(row.id, wt, holder, row.attempts, self.clock())
+                child.layout = probe.layout
+                self.children[row.id] = child
+                self.ledger.set_state(row.id, "running", row.reason, pid=holder.pid, run_id=holder.run_id)
+                self.ledger.record("adopted", row.id, pid=holder.pid, run_id=holder.run_id, attempt=row.attempts)
+                say(f"adopted the running child of {row.text!r} (pid {holder.pid})")
+                continue
+            starting = kids.running_loop_at(wt, row.pid)
+            if starting is not None and row.state == "running":
+                starting.task_id, starting.attempt, starting.layout = row.id, row.attempts, probe.layout
+                self.children[row.id] = starting
+                self.ledger.record("adopted", row.id, pid=starting.pid, run_id="", attempt=row.attempts)
+                continue
+            if row.state == "running":  # it ended while no monitor watched: its end is in its ledger
+                probe.pid = 0
+                self.children[row.id] = probe
+                probe.layout = probe.layout or kids.layout_of(wt)
+
+    # -- launching -------------------------------------------------------------------
+
+    def _slot(self, task_id: str) -> int:
+        if task_id not in self.slots:
+            used = {self.slots[t] for t in self.children if t in self.slots}
+            self.slots[task_id] = next(n for n in range(len(used) + 1) if n not in used)
+        return self.slots[task_id]
+
+    def _settings_for(self, strategy: int) -> dict[str, str]:
+        chosen = self.strategies[min(strategy, len(self.strategies) - 1)]
+        return {**self.overrides, **ladder.child_settings(chosen, self.cfg)}
+
+    def launch(self, row: TaskRow, kind: str) -> bool:
+        """Start the task's child (or adopt one already running in its worktree: never two)."""
+        now = self.clock()
+        try:
+            wt = worktrees.create(self.project, self.root, row.id, row.branch or branch_for(row.id), self.target,
+                                  hooks=self.cfg.git_hooks)
+        except (worktrees.WorktreeError, GitFailed, GitTimeout, OSError) as exc:
+            why = f"no worktree for it: {exc}"  # a person must look (a folder in the way, git refusing)
+            self.ledger.set_state(row.id, "needs-review", why, pid=None)
+            self.ledger.record("needs_review", row.id, reason=why, outcome="worktree")
+            say(f"{row.text!r} needs review: {why}", "error")
+            self.alert(row.id, "high", f"task needs review: {row.text[:80]}", why,
+                       "move away what is in the way, then start the fleet again")
+            return False
+        probe = kids.Child(row.id, wt, 0, 0.0, now, row.attempts)
+        holder = kids.holder_of(probe)
+        if holder is not None and holder.pid:  # a child of an earlier monitor runs there: adopt it
+            child = kids.adopt(row.id, wt, holder, row.attempts, now)
+            child.layout = probe.layout
+            self.children[row.id] = child
+            self.ledger.set_state(row.id, "running", "", worktree=str(wt), pid=holder.pid, run_id=holder.run_id)
+            self.ledger.record("adopted", row.id, pid=holder.pid, run_id=holder.run_id)
+            return True
+        chosen = self.strategies[min(row.strategy, len(self.strategies) - 1)]
+        attempt = self.ledger.begin_attempt(row.id, kind, row.reason if kind != "start" else "", chosen.name, "",
+                                            now)
+        ports = port_range(self._slot(row.id), self.fleet)
+        planner = row.id.startswith(PLANNER)
+        phases = ("Planner",) if planner else tuple(p.name for p in self.cfg.phases if p.name != "Planner") or \
+            ("Builder",)
+        spec = kids.ChildSpec(row.id, "" if planner else row.text, wt, attempt.attempt, phases,
+                              1 if planner else self.fleet.child_iterations,
+                              self.cfg.stop_flag, self.fleet_dir, ports, self._settings_for(row.strategy),
+                              self.fleet_dir / "children" / f"{row.id}.attempt-{attempt.attempt}.log")
+        self._hook_for(wt)
+        try:
+            child = kids.launch(spec, self.env, now)
+        except OSError as exc:
+            self.ledger.end_attempt(row.id, attempt.attempt, None, "failed", now)
+            self.ledger.set_state(row.id, "queued", f"could not start its loop: {exc}")
+            say(f"could not start the child of {row.text!r}: {exc}", "error")
+            return False
+        child.layout = probe.layout
+        self.children[row.id] = child
+        self.last_launch = now
+        self.gate_notes.pop(row.id, None)
+        self.ledger.set_state(row.id, "running", "", worktree=str(wt), pid=child.pid, not_before=0.0)
+        self.ledger.record("launch", row.id, attempt=attempt.attempt, pid=child.pid, how=kind, agent=chosen.name,
+                           port_base=ports[0], port_count=ports[1], worktree=str(wt), log=str(spec.log))
+        say(f"started {row.text!r} ({kind}, attempt {attempt.attempt}, {chosen.name}) in {wt} (pid {child.pid}, "
+            f"ports {ports[0]}-{ports[0] + ports[1] - 1})")
+        return True
+
+    def _hook_for(self, worktree: Path) -> None:
+        """A Claude Code child needs the heartbeat hook in its worktree as the project has it
+        (settings.local.json is untracked: a new worktree lacks it)."""
+        local = self.project / ".claude" / "settings.local.json"
+        try:
+            if adapter_of(self.cfg).name != "claude" or not local.is_file():
+                return
+        except Exception:  # noqa: BLE001 - no adapter to speak of: the child's preflight says what is wrong
+            return
+        genesis = Path(sys.executable).parent / "genesis"
+        argv = [str(genesis) if genesis.is_file() else sys.executable, *([] if genesis.is_file() else
+                                                                         ["-m", "genesis"]),
+                "--project", str(worktree), "hook", "install", "--scope", "local"]
+        try:
+            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=GIT_TIMEOUT, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+    def launches(self, rows: list[TaskRow]) -> None:
+        """Start what may start now: new tasks in TASKS.md's order, then relaunches past their
+        backoff (within the restart budget and the cascade gate)."""
+        self.launched = False
+        if self.stopping or self.fatal is not None:
+            return  # nothing starts; the tasks keep their state for the next start
+        now = self.clock()
+        for row in rows:
+            if row.id in self.children or row.state in TERMINAL or row.state in ("merging", "running") or \
+                    row.id.startswith(PLANNER):
+                continue
+            relaunch = row.state in ("restarting", "escalated")
+            if relaunch and row.not_before > now:
+                continue
+            if not relaunch and row.id not in self.open_ids:
+                continue  # no longer open on the project branch (ticked or removed by hand): not started
+            gate = launch_gate(running=len(self.children), parallel=self.parallel, stopping=self.stopping or
+                               self.fatal is not None, since_last=now - self.last_launch, stagger=self.fleet.stagger,
+                               available=available_memory(), floor=self.fleet.memory_floor,
+                               limit=self.known_limit(now))
+            if not gate.open:
+                self._hold(row, gate.why, "memory_held" if "memory" in gate.why else "")
+                return
+            if relaunch:
+                probe = self.gate.state == "probing" and self.gate.probe_task is None
+                if not self.gate.allows_restart and not probe:
+                    self._hold(row, "the cascade pause: no restart until a probe child succeeds", "")
+                    continue
+                if not self.budget.may_restart(now):
+                    self._hold(row, f"the restart budget: next restart at {iso(self.budget.next_at(now))}",
+                               "budget_held")
+                    continue
+                kind = "escalate" if row.state == "escalated" else "restart"
+                if self.launch(row, kind):
+                    self.launched = True
+                    self.budget.spend(now)
+                    self.ledger.record(kind, row.id, strategy=row.strategy, reason=row.reason)
+                    if probe:
+                        self.gate.probe_started(row.id, now)
+                        self.ledger.record("cascade_probe", row.id, reason="one child probes whether the cause "
+                                                                           "is gone")
+                        say(f"cascade: {row.text!r} probes whether the cause is gone")
+                return  # one launch per check: staggered
+            if self.launch(row, "resume" if row.attempts else "start"):
+                self.launched = True
+                return
+
+    def known_limit(self, now: float) -> str:
+        """Why no child may start: a usage limit this CLI and account met in any loop of this
+        user on this machine (the account store, each entry vouched by its run's ledger); ""
+        when none. A limit never spends a restart: the tasks wait, state `waiting`."""
+        if now - self.limit_read < LIMIT_CHECK:
+            return self.limit_note
+        self.limit_read = now
+        note = ""
+        try:
+            store = AccountStore(accounts.root_of(self.cfg.shared_state_dir, os.environ))
+            entries, _warning = limits.read_shared(store, now)
+            live = [e for e in entries if e.resets_at + self.cfg.limit_margin > now]
+            good, _planted = limits.vouched_shared(live, now)
+            adapter = adapter_of(self.cfg)
+            account = adapter.account({**adapter.environment(), **os.environ})
+            found = limits.binding(good, account, now, self.cfg.limit_margin)
+        except (StoreUnusable, OSError) as exc:
+            found = None
+            say(f"the account store cannot be read: {exc}", "warn")
+        if found is not None:
+            note = (f"a usage limit of {found.account.cli} ({found.account.describe()}) is known until "
+                    f"{limits.when(found.resets_at)} (+{self.cfg.limit_margin:g}s): no child starts before")
+        if note and not self.limit_note:
+            self.ledger.record("limit_hold", None, until=found.resets_at + self.cfg.limit_margin, reason=note)
+            say(note, "warn")
+        elif self.limit_note and not note:
+            self.ledger.record("limit_resume", None, reason="the usage limit's reset passed: children start again, "
+                                                            "one by one")
+            say("the usage limit's reset passed: children start again, one by one")
+        self.limit_note = note
+        return note
+
+    def _hold(self, row: TaskRow, why: str, kind: str) -> None:
+        if not why:
+            return
+        if self.gate_notes.get(row.id) != why:
+            self.gate_notes[row.id] = why
+            if row.state in ("queued", "waiting"):
+                self.ledger.set_state(row.id, "waiting", why)
+            if kind:
+                self.ledger.record(kind, row.id, reason=why)
+                say(why, "warn")
+
+    # -- watching --------------------------------------------------------------------
+
+    def check_children(self) -> None:
+        now = self.clock()
+        sightings = []
+        for task_id, child in list(self.children.items()):
+            if child.popen is not None:
+                self._cap_log(task_id, child)
+            ending = kids.ended(child, now)
+            if ending is None:
+                if child.run_id and child.layout is not None:
+                    seen = self.beats.sight(task_id, child.run_id, newest_beat(child.layout.heartbeat_dir), now)
+                    if seen is not None:
+                        sightings.append(seen)
+                if child.run_id and not getattr(child, "_seen", False):
+                    child._seen = True  # type: ignore[attr-defined]
+                    self.ledger.set_state(task_id, "running", "", run_id=child.run_id, pid=child.pid)
+                    self.ledger.record("child_healthy", task_id, run_id=child.run_id, attempt=child.attempt)
+                continue
+            del self.children[task_id]
+            self.beats.forget(task_id)
+            self.ended(task_id, child, ending)
+        self.ledger.note_beats(sightings)
+
+    def _cap_log(self, task_id: str, child: kids.Child) -> None:
+        log = self.fleet_dir / "children" / f"{task_id}.attempt-{child.attempt}.log"
+        try:
+            if log.stat().st_size > LOG_CAP:
+                os.truncate(log, 0)
+        except OSError:
+            pass
+
+    def ended(self, task_id: str, child: kids.Child, ending: kids.Ending) -> None:
+        row = self.ledger.task(task_id)
+        if row is None:
+            return
+        now = self.clock()
+        if row.id.startswith(PLANNER):
+            self.planner_ended(row, child, ending)
+            return
+        verified = ending.exit_code == exitcodes.OK and done_at(self.project, row.branch, row.text)
+        verdict = outcome_of(ending.exit_code, verified, self.stopping or self.interrupted is not None,
+                             child.signalled is not None, ending.reason)
+        self.ledger.end_attempt(task_id, child.attempt or row.attempts, ending.exit_code, verdict.outcome, now)
+        self.ledger.record("child_end", task_id, run_id=child.run_id, attempt=child.attempt or row.attempts,
+                           exit_code=ending.exit_code, outcome=verdict.outcome, cost_usd=ending.cost,
+                           ended_at=ending.at, reason=verdict.reason)
+        log = self.fleet_dir / "children" / f"{task_id}.attempt-{child.attempt or row.attempts}.log"
+        say(f"{row.text!r} ended: exit {ending.exit_code}, {verdict.outcome} ({verdict.reason})"
+            + ("" if verdict.outcome == "verified" else f"; its output: {log}"))
+        if verdict.fleet_code is not None and self.fatal is None:
+            self.fatal = verdict.fleet_code
+            say(f"the fleet launches nothing more: a child ended with exit {verdict.fleet_code} ({verdict.reason})",
+                "error")
+        if verdict.outcome == "verified":
+            self.ledger.set_state(task_id, "merging", "queued for the merge queue", pid=None)
+            self.ledger.record("merge_queued", task_id)
+            self.merges.append(Merge(task_id))
+        elif verdict.outcome in ("limit", "outage", "stopped", "config"):
+            self.ledger.set_state(task_id, "queued", verdict.reason, pid=None)
+        else:
+            self.failures.append((ending.at, task_id))
+            self.climb(row, verdict.reason)
+        if self.gate.state == "probing" and self.gate.probe_task == task_id:
+            self.gate_step(self.gate.probe_ended(verdict.outcome == "verified", now))
+
+    def planner_ended(self, row: TaskRow, child: kids.Child, ending: kids.Ending) -> None:
+        """The Planner's child: its commits come home (TASKS.md included); none: nothing to plan."""
+        now = self.clock()
+        ahead = run_git(self.project, ["rev-list", "--count", f"{self.target}..{row.branch}"], timeout=GIT_TIMEOUT)
+        commits = int(ahead.text.strip() or 0) if ahead.returncode == 0 else 0
+        outcome = "verified" if ending.exit_code == exitcodes.OK and commits else \
+            "stopped" if ending.exit_code == exitcodes.OK or child.signalled is not None else "failed"
+        self.ledger.end_attempt(row.id, child.attempt or row.attempts, ending.exit_code, outcome, now)
+        self.ledger.record("child_end", row.id, run_id=child.run_id, attempt=child.attempt or row.attempts,
+                           exit_code=ending.exit_code, outcome=outcome, cost_usd=ending.cost, ended_at=ending.at,
+                           reason=ending.reason)
+        if outcome == "verified":
+            self.ledger.set_state(row.id, "merging", "the Planner's tasks, queued for the merge queue", pid=None)
+            self.ledger.record("merge_queued", row.id)
+            self.merges.append(Merge(row.id))
+        elif outcome == "stopped":
+            self.ledger.set_state(row.id, "merged", "the Planner added nothing: the fleet is done", pid=None)
+        else:
+            self.ledger.set_state(row.id, "failed", f"the Planner failed: exit {ending.exit_code} {ending.reason}",
+                                  pid=None)
+        say(f"the Planner ended: exit {ending.exit_code}, {outcome} ({commits} commit(s) on {row.branch})")
+
+    def climb(self, row: TaskRow, reason: str) -> None:
+        """The ladder for an abnormal end: restart, escalate, or fail for good."""
+        now = self.clock()
+        row = self.ledger.task(row.id) or row
+        rung = ladder.next_rung(row, self.ledger.attempts(row.id), self.policy, now)
+        if rung.action in ("restart", "resume"):
+            self.ledger.set_state(row.id, "restarting", f"{reason}; {rung.reason}", not_before=rung.not_before,
+                                  strategy=rung.strategy, restarts=rung.restarts, pid=None)
+        elif rung.action == "escalate":
+            self.ledger.set_state(row.id, "escalated", f"{reason}; {rung.reason}", not_before=rung.not_before,
+                                  strategy=rung.strategy, restarts=rung.restarts, escalations=rung.escalations,
+                                  pid=None)
+        elif rung.action == "fail":
+            self.fail(row, f"{reason}; {rung.reason}")
+        self.gate_step(self.gate.observe(now, self.failures, self._ran_within(now)))
+
+    def _ran_within(self, now: float) -> int:
+        """Children that ran within the cascade window (running at its start or launched in it)."""
+        start = now - self.gate.policy.window
+        return len({a.task_id for a in self.ledger.attempts() if a.started <= now and
+                    (a.ended is None or a.ended > start)})
+
+    def gate_step(self, step: cascade_mod.GateStep) -> None:
+        """Record and tell what the cascade gate decided (a probe is recorded when it launches)."""
+        if step.event is None or step.action == "probe":
+            return
+        self.ledger.record(step.event, None, reason=step.reason)
+        say(f"cascade: {step.reason}", "error" if step.action == "pause" else "info")
+        if step.action == "pause":
+            self.alert("cascade", "critical", "cascade: many children failed at once",
+                       f"{step.reason}. No restart until one probe child succeeds",
+                       f"look at the children's logs (`{hint(self.project, 'fleet', 'status')}`) for a shared cause")
+
+    def mark(self, row: TaskRow, reason: str) -> str:
+        """`- [!]` on the project branch ("" when held by the user's dirty checkout: tried again)."""
+        try:
+            sha = merging.mark_failed(self.project, self.target, TaskRef(row.id, row.text, 0), reason,
+                                      hooks=self.cfg.git_hooks)
+        except (GitFailed, GitTimeout, OSError) as exc:
+            say(f"could not mark {row.text!r} failed in TASKS.md: {exc}", "warn")
+            sha = ""
+        if sha:
+            self.unmarked.pop(row.id, None)
+        else:
+            self.unmarked[row.id] = reason
+        return sha
+
+    def fail(self, row: TaskRow, reason: str) -> None:
+        sha = self.mark(row, reason)
+        self.ledger.set_state(row.id, "failed", reason, pid=None)
+        self.ledger.record("failed_permanently", row.id, reason=reason, sha=sha)
+        say(f"{row.text!r} failed permanently: {reason}; its branch {row.branch} is kept", "error")
+        self.alert(row.id, "critical", f"task failed permanently: {row.text[:80]}",
+                   f"{reason}. Its branch {row.branch} and worktree {row.worktree} are kept",
+                   f"look at its branch and the attempts (`{hint(self.project, 'fleet', 'status')}`), fix, then "
+                   f"reopen the task")
+
+    # -- the merge queue -------------------------------------------------------------
+
+    def merge_step(self) -> None:
+        if not self.merges:
+            return
+        head = self.merges[0]
+        now = self.clock()
+        if head.future is None:
+            if head.held_until > now:
+                if len(self.merges) > 1:  # a held merge lets the others by
+                    self.merges.append(self.merges.pop(0))
+                return
+            row = self.ledger.task(head.task_id)
+            if row is None or (row.state in TERMINAL and row.state != "ready"):
+                self.merges.pop(0)
+                return
+            head.future = self.pool.submit(self._merge, row)
+            return
+        if not head.future.done():
+            return
+        self.merges.pop(0)
+        row = self.ledger.task(head.task_id)
+        try:
+            result = head.future.result()
+        except Exception as exc:  # noqa: BLE001 - a merge that raised is retried, said
+            say(f"the merge of {row.text if row else head.task_id!r} failed: {type(exc).__name__}: {exc}", "error")
+            self.merges.append(Merge(head.task_id, held_until=now + HELD_RETRY))
+            return
+        self.merged(row, result, now)
+
+    def rebase_ready(self) -> None:
+        """GENESIS_FLEET_MERGE=branch: each kept branch is rebased again when the project branch moves."""
+        if self.cfg.fleet_merge != "branch":
+            return
+        done = run_git(self.project, ["rev-parse", "--verify", "-q", f"refs/heads/{self.target}"], timeout=GIT_TIMEOUT)
+        tip = done.text.strip() if done.returncode == 0 else ""
+        if tip and self.seen_tip and tip != self.seen_tip:
+            queued = {m.task_id for m in self.merges}
+            for row in self.ledger.tasks():
+                if row.state == "ready" and row.id not in queued:
+                    self.merges.append(Merge(row.id))
+        self.seen_tip = tip or self.seen_tip
+
+    def _merge(self, row: TaskRow) -> merging.MergeResult:
+        planner = row.id.startswith(PLANNER)
+        task = TaskRef(row.id, "" if planner else row.text, 0)
+        return merging.merge_home(self.project, Path(row.worktree), row.branch, self.target, task, self.cfg,
+                                  resolve=self.resolver(row), keep_tasks=planner)
+
+    def merged(self, row: TaskRow, result: merging.MergeResult, now: float) -> None:
+        if result.outcome == "merged" or result.outcome == "ready":
+            state = result.outcome
+            again = row.state == "ready"  # branch mode: a kept branch rebased as the project branch moved
+            self.ledger.set_state(row.id, state, result.detail, merged_sha=result.sha)
+            self.ledger.record("rebased" if again else "merged", row.id, sha=result.sha, commits=list(result.commits),
+                               outcome=state)
+            say(f"{row.text!r} {'came home' if state == 'merged' else 'is ready for review'}: {result.sha[:12]}")
+        elif result.outcome == "held":
+            if row.reason != f"merge held: {result.detail}":
+                self.ledger.record("merge_held", row.id, reason=result.detail)
+                say(f"the merge of {row.text!r} is held: {result.detail}", "warn")
+            self.ledger.set_state(row.id, "merging", f"merge held: {result.detail}")
+            self.merges.append(Merge(row.id, held_until=now + HELD_RETRY))
+        else:
+            why = result.detail or result.outcome
+            self.ledger.set_state(row.id, "needs-review", why)
+            self.ledger.record("needs_review", row.id, reason=why, outcome=result.outcome)
+            say(f"{row.text!r} needs review: {why}; its branch {row.branch} is kept", "warn")
+            self.alert(row.id, "high", f"task needs review: {row.text[:80]}",
+                       f"{why}. Its branch {row.branch} is kept as it was",
+                       f"merge {row.branch} into {self.target} by hand, then tick the task")
+
+    def resolver(self, row: TaskRow) -> Callable[[Path, list[str]], bool]:
+        """The Merger: the configured agent run once in the worktree on the conflicted files,
+        bounded by AGENT_MAX_RUNTIME; True when no conflicted file is left."""
+
+        def resolve(worktree: Path, files: list[str]) -> bool:
+            try:
+                prompt = MERGER_PROMPT.read_text()
+            except OSError:
+                return False
+            prompt += ("\n\nThe task whose branch is being replayed: " + row.text +
+                       "\nThe conflicted files: " + ", ".join(files) + "\n")
+            adapter = adapter_of(self.cfg)
+            argv = [*adapter.command(self.cfg.agent_cmd), prompt]
+            env = {**self.env, **adapter.environment(), "GENESIS_TASK": row.text, "GENESIS_TASK_ID": row.id,
+                   "GENESIS_AGENT": "Merger", "GENESIS_PHASE": "Merger", "GENESIS_PROJECT_DIR": str(worktree)}
+            self.ledger.record("merger", row.id, files=files)
+            if not bounded_run(argv, worktree, env, self.cfg.max_runtime, self.merger_groups):
+                return False
+            left = run_git(worktree, ["diff", "--name-only", "--diff-filter=U"], timeout=GIT_TIMEOUT)
+            return left.returncode == 0 and not left.text.strip()
+
+        return resolve
+
+    # -- alerts ----------------------------------------------------------------------
+
+    def alert(self, about: str, severity: str, cause: str, what: str, action: str) -> None:
+        """Tell the alert channels (one ticket, its deliverer detached); recorded in the fleet ledger."""
+        self.ledger.record("alert", None if about == "cascade" else about, severity=severity, cause=cause)
+
+        def line(text: str, most: int) -> str:
+            text = " ".join(text.split())
+            return text if len(text) <= most else text[:most - 3] + "..."
+
+        try:
+            ticket = Ticket(ticket_id=uuid.uuid4().hex, created_at=iso(self.clock()), run_id=self.run_id,
+                            iteration=None, phase=None, project=str(self.project), severity=severity,
+                            cause=line(cause, MAX_CAUSE), reasoning=line(what, MAX_TEXT),
+                            suggested_action=line(action, MAX_TEXT), evidence=line(what, MAX_EVIDENCE),
+                            steps_since_success=None, stall_minutes=None, kind="fleet", final=False,
+                            headline=line(cause, MAX_HEADLINE), lines=(line(what, MAX_LINE), line(action, MAX_LINE)))
+            handoff.dispatch(ticket, self.cfg.alerts, self.layout.ledger_file)
+        except Exception as exc:  # noqa: BLE001 - an alert is never worth failing the fleet
+            say(f"the alert could not be sent: {exc}", "warn")
+
+    # -- the whole run ---------------------------------------------------------------
+
+    def read_stop(self) -> None:
+        if read_flag(self.cfg.stop_flag) == "false":
+            if not self.stopping:
+                say(f"stop flag {self.cfg.stop_flag} says false: the children stop after their current phase; "
+                    f"nothing more starts")
+            self.stopping = True
+        elif self.stopping:  # a child's preflight set it back: every child must still see it
+            write_text(self.cfg.stop_flag, "false\n")
+
+    def done(self, rows: list[TaskRow]) -> bool:
+        """Over when no child runs and no merge is under way or due, and either the fleet is
+        stopping (a merge held by the user's checkout then waits for the next start) or every
+        task is finished. A held merge alone keeps the fleet waiting for the checkout."""
+        if self.children or any(m.future is not None for m in self.merges):
+            return False
+        if any(m.held_until <= self.clock() for m in self.merges):
+            return False
+        if self.stopping or self.fatal is not None:
+            return True
+        return not self.merges and all(r.state in TERMINAL or (r.state in ("queued", "waiting") and
+                                                               r.id not in self.open_ids) for r in rows)
+
+    def tick(self) -> bool:
+        """One check; True when the fleet is over."""
+        self.beat()
+        self.read_stop()
+        self.check_children()
+        now = self.clock()
+        self.failures = [f for f in self.failures if f[0] > now - self.gate.policy.window]
+        if self.gate.state != "open" or self.failures:
+            self.gate_step(self.gate.observe(now, self.failures, self._ran_within(now)))
+        self.merge_step()
+        self.rebase_ready()
+        for task, reason in list(self.unmarked.items()):
+            row = self.ledger.task(task)
+            if row is not None:
+                self.mark(row, reason)
+        rows = self.sync_queue()
+        if self.interrupted is None:
+            self.launches(rows)
+            if self.done(rows) and self.plan():
+                return False
+        return self.done(self.ledger.tasks())
+
+    def plan(self) -> bool:
+        """No task open and none running: the Planner once per fleet run (when GENESIS_PHASES has
+        it), as a child on a branch of its own whose TASKS.md edits come home; True if started."""
+        if self.planned or self.stopping or self.fatal is not None or \
+                "Planner" not in [p.name for p in self.cfg.phases]:
+            return False
+        self.planned = True
+        now = self.clock()
+        ident = PLANNER + self.run_id.lower()
+        row = TaskRow(ident, PLANNER_TEXT, "queued", branch=f"genesis/plan/{self.run_id}", updated=now, created=now)
+        self.ledger.upsert_task(row)
+        return self.launch(row, "start")
+
+    def forward(self, sig: int) -> None:
+        """Every child loop gets the signal (they reap their trees and record their end); the
+        monitor then waits for them, bounded, and SIGKILLs a loop that outlives the bound (its
+        companion records and reaps it)."""
+        for child in self.children.values():
+            kids.signal_child(child, sig)
+        until = time.monotonic() + STOP_WAIT
+        while self.children and time.monotonic() < until:
+            self.check_children()
+            time.sleep(0.1)
+        for child in list(self.children.values()):
+            kids.signal_child(child, signal.SIGKILL)
+        until = time.monotonic() + 10
+        while self.children and time.monotonic() < until:
+            self.check_children()
+            time.sleep(0.1)
+
+    def prune_merged(self) -> None:
+        """Remove the worktrees and branches of merged tasks, once no child runs: a running child's
+        history check would take another task's deleted branch for history it rewrote. Only what
+        is proven merged goes (worktrees.prune checks it again)."""
+        if self.children:
+            return
+        for row in self.ledger.tasks():
+            if row.state != "merged" or not row.worktree or not Path(row.worktree).exists():
+                continue
+            try:
+                if worktrees.prune(self.project, Path(row.worktree), row.branch, self.target):
+                    self.ledger.record("pruned", row.id, worktree=row.worktree, branch=row.branch)
+            except (GitFailed, GitTimeout, worktrees.WorktreeError, OSError) as exc:
+                say(f"the worktree of {row.text!r} is kept: {exc}", "warn")
+
+    def exit_code(self) -> int:
+        """The Planner's own end is said, never the fleet's code: no task of the list failed."""
+        return fleet_exit((r.state for r in self.ledger.tasks() if not r.id.startswith(PLANNER)), self.fatal,
+                          self.interrupted)
+
+    def held_merges(self) -> list[str]:
+        return [m.task_id for m in self.merges]
+
+
+def bounded_run(argv: list[str], cwd: Path, env: Mapping[str, str], timeout: float, groups: set[int]) -> bool:
+    """argv in cwd, its own process group (in `groups` while it runs, for an interrupt to end),
+    at most timeout seconds (then the group is killed)."""
+    try:
+        proc = subprocess.Popen(argv, cwd=str(cwd), env=dict(env), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return False
+    groups.add(proc.pid)
+    try:
+        return proc.wait(timeout=timeout) == 0
+    except subprocess.TimeoutExpired:
+        end_group(proc.pid)
+        proc.wait()
+        return False
+    finally:
+        groups.discard(proc.pid)
+
+
+def end_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _check_trust(cfg: Config, state_dir: Path, trust: bool) -> str | None:
+    """The single loop's trust check, once for the whole fleet (children start with --trust)."""
+    verdict = judge(cfg.settings, state_dir)
+    if verdict.unapproved and not trust:
+        shown = "; ".join(f"{c.shown()} ({c.state} since the last approved start)" for c in verdict.unapproved)
+        return (f"orchestrator/genesis.conf names commands you have not approved: {shown}. Approve them with "
+                f"`{hint(cfg.project, 'config', 'trust')}` or start with --trust")
+    approve(verdict.commands, state_dir)
+    return None
+
+
+def run_fleet(project: Path, overrides: Mapping[str, str], parallel: str, *, trust: bool = False,
+              clock: Callable[[], float] = time.time) -> int:
+    """The monitor's whole life; its exit code."""
+    cfg = resolve(project, flags=overrides)
+    fleet = fleet_settings(cfg.settings)
+    n = parallel_of(parallel, fleet)
+    layout = layout_for(cfg)
+    private_dir(layout.state_dir)
+    fleet_dir = private_dir(fleet_dir_of(layout))
+    try:
+        fleet_fd = take_fleet_lock(fleet_dir / "lock")
+    except FleetLocked:
+        other = _monitor_record(fleet_dir)
+        say(f"a fleet monitor already runs on {cfg.project} (pid {other.get('pid', '?')}, run "
+            f"{other.get('run_id', '?')}): `{hint(cfg.project, 'fleet', 'status')}` shows it, "
+            f"`{hint(cfg.project, 'stop')}` stops it", "error")
+        return exitcodes.LOCKED
+    run_id = FLEET_RUN + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    try:
+        loop_fd = hold(layout.loop_lock, layout.loop_record, run_id)
+    except Locked as exc:
+        os.close(fleet_fd)
+        say(f"a single Genesis loop runs on {cfg.project} (pid {exc.holder.pid}, run {exc.holder.run_id}): a fleet "
+            f"and a loop never work on one project at once; stop it first (`{hint(cfg.project, 'stop')}`)",
+            "error")
+        return exitcodes.LOCKED
+    try:
+        refused = _check_trust(cfg, layout.state_dir, trust)
+        if refused:
+            say(refused, "error")
+            return exitcodes.UNTRUSTED_COMMAND
+        target = project_branch(cfg.project)
+        if read_flag(cfg.stop_flag) == "false":
+            write_text(cfg.stop_flag, "true\n")
+            say(f"stop flag {cfg.stop_flag} said false (an earlier stop); set it back to true")
+        with FleetLedger.open(fleet_dir / "ledger.sqlite3", clock=clock) as ledger:
+            if ledger.reset_note:
+                say(ledger.reset_note, "warn")
+            monitor = Monitor(cfg.project, cfg, fleet, n, ledger, fleet_dir, run_id, target, overrides, clock=clock)
+            code = _run(monitor)
+            unfinished = any(m.future is not None and not m.future.done() for m in monitor.merges)
+    finally:
+        release(layout.loop_record, run_id)
+        os.close(loop_fd)
+        os.close(fleet_fd)
+    if unfinished:  # an interrupted merge's thread would hold the exit: its worktree recovers next start
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run(monitor: Monitor) -> int:
+    ledger = monitor.ledger
+    got: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        got.append(signum)
+
+    old = {sig: signal.signal(sig, on_signal) for sig in honoured()}  # SIGHUP under nohup stays ignored
+    last = ledger.last_event("fleet_start", "fleet_end")
+    if last is not None and last.kind == "fleet_start":  # the monitor before was killed: its end, as known now
+        ledger.record("fleet_end", exit_code=None, reason="the monitor was killed (SIGKILL?): no end recorded; "
+                      "the next monitor took its children over", pid=last.detail.get("pid"),
+                      run_id=last.detail.get("run_id"))
+    ledger.record("fleet_start", run_id=monitor.run_id, parallel=monitor.parallel, pid=os.getpid(),
+                  target=monitor.target)
+    say(f"fleet on {monitor.project} (branch {monitor.target}): at most {monitor.parallel} children at once; "
+        f"`{hint(monitor.project, 'fleet', 'status')}` shows every task, `{hint(monitor.project, 'stop')}` stops "
+        f"them after their current phase")
+    reason, code = "", exitcodes.ERROR
+    try:
+        monitor.reconcile()
+        while True:
+            if got:
+                sig = got[0]
+                monitor.interrupted = SIGNAL_EXIT[sig]
+                say(f"received SIG{kids.SIGNALS[sig]}: stopping every child now")
+                monitor.forward(sig)
+                reason = f"interrupted by SIG{kids.SIGNALS[sig]}"
+                break
+            if monitor.tick():
+                reason = ("stopped by the stop flag" if monitor.stopping else
+                          f"a child ended with exit {monitor.fatal}" if monitor.fatal is not None else
+                          "every task is finished")
+                break
+            # One launch a check; after one, the next check comes as soon as the stagger allows.
+            _sleep(min(monitor.fleet.check, monitor.fleet.stagger) if monitor.launched else monitor.fleet.check, got)
+        if monitor.interrupted is not None:  # now: the Merger ended, a merge under way given a moment
+            for group in list(monitor.merger_groups):
+                end_group(group)
+            running = [m.future for m in monitor.merges if m.future is not None]
+            until = time.monotonic() + INTERRUPT_MERGE_WAIT
+            while running and not all(f.done() for f in running) and time.monotonic() < until:
+                time.sleep(0.05)
+        monitor.pool.shutdown(wait=monitor.interrupted is None, cancel_futures=True)
+        while monitor.merges and monitor.merges[0].future is not None and monitor.merges[0].future.done():
+            monitor.merge_step()  # a merge that finished meanwhile is recorded
+        monitor.prune_merged()
+        code = monitor.exit_code()
+        return code
+    except DiskFull as exc:
+        reason, code = f"disk full: {exc}", exitcodes.DISK_FULL
+        raise
+    finally:
+        try:
+            ledger.record("fleet_end", exit_code=code, reason=reason, pid=os.getpid())
+        except Exception:  # noqa: BLE001 - the end is said on stderr at least
+            pass
+        counts: dict[str, int] = {}
+        for row in ledger.tasks():
+            counts[row.state] = counts.get(row.state, 0) + 1
+        say(f"fleet ended ({reason or 'error'}), exit {code}: "
+            + (", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no task"))
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _sleep(seconds: float, got: list[int]) -> None:
+    until = time.monotonic() + seconds
+    while not got and time.monotonic() < until:
+        time.sleep(min(0.05, max(0.0, until - time.monotonic())))

@@ -1,0 +1,71 @@
+"""A fleet of three children with the real `claude` against the stub API: one meets a 5-hour
+usage limit; the account's limit holds every child (each meets it at most once, mid-turn), no
+phase starts while it is known, and all resume after the reset, one by one; every task comes home.
+
+Time is read only as the order of recorded timestamps against the stub's window.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+from e2e.harness import LOOP, NIGHT_KNOBS, night_env, plan_night
+from helpers.git import git, new_repo
+
+from genesis import exitcodes
+from genesis.fleet.ledger import FleetLedger
+from genesis.store.layout import state_dir_of
+
+pytestmark = pytest.mark.claude
+
+TASKS = ["Add a /health endpoint", "Log each request", "Add a README section"]
+
+
+def whose(request: dict, worktrees: list[str]) -> str:
+    """The child whose request it is: its worktree is its working directory, in the prompt."""
+    text = json.dumps(request["body"])
+    found = [w for w in worktrees if w in text]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_limit_one_child_meets_holds_the_whole_fleet_until_the_reset(claude, fast_stub, tmp_path):
+    project = new_repo(tmp_path / "project")
+    plan_night(project, TASKS)
+    window = fast_stub.limit_after(4, 8)  # the 4th request from now: the three children are mid-phase
+    env = night_env(fast_stub, subscriber=True, GENESIS_FLEET_STAGGER_SECONDS="0.5", GENESIS_FLEET_CHECK_SECONDS="0.5",
+                    GENESIS_FLEET_MEMORY_FLOOR_MB="0")
+    fleet = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--parallel", "3", "--set",
+                              "GENESIS_MAX_ITERATIONS=4"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out = fleet.communicate(timeout=400)[0]
+    except subprocess.TimeoutExpired:  # never leave a fleet behind
+        os.killpg(fleet.pid, signal.SIGTERM)
+        out = fleet.communicate(timeout=150)[0]
+        pytest.fail(f"the fleet did not end: {out[-4000:]}")
+    assert fleet.returncode == exitcodes.OK, out[-4000:]
+    with FleetLedger.open(state_dir_of(project) / "fleet" / "ledger.sqlite3", readonly=True) as led:
+        assert {r.text: r.state for r in led.tasks() if r.text in TASKS} == {t: "merged" for t in TASKS}
+        every = led.events("launch")  # the tasks' children, then the Planner's once they are done
+    launches = [e for e in every if not e.task_id.startswith("planner-")]
+    assert len(launches) == 3  # a limit spends no restart: no child was launched twice
+    assert all(f"- [x] {t}" in git(project, "show", "HEAD:TASKS.md") for t in TASKS)
+    margin = float(NIGHT_KNOBS["GENESIS_LIMIT_MARGIN_SECONDS"])
+    children = [e.detail["worktree"] for e in every]
+    asked = [(r, whose(r, children)) for r in fast_stub.messages()]
+    refused = [(r, child) for r, child in asked if r["status"] == 429]
+    # Requests that met the limit: each child's at most once (it was mid-turn when the limit began).
+    assert refused and len({child for _r, child in refused}) == len(refused) <= 3, refused
+    assert window.resets_at is not None
+    first = min(r["at"] for r, _child in refused)
+    # Nothing asked the API while the limit was known but what met it: no phase started meanwhile.
+    assert not [r for r, _child in asked if first <= r["at"] < window.resets_at + margin and r["status"] != 429]
+    # Every child worked after the reset plus the margin, and they resumed one by one.
+    after = {child: min(r["at"] for r, c in asked if c == child and r["at"] >= window.resets_at + margin)
+             for _r, child in refused}
+    assert len(set(after.values())) == len(after)

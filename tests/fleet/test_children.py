@@ -1,0 +1,109 @@
+"""One child of a fleet: its command line and environment, its liveness by its lock, and a
+signal sent only to the loop it still is (re-confirmed at that moment)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from helpers.git import git
+from helpers.procs import alive, lock_held
+
+from genesis.config import default_layout
+from genesis.fleet import children as kids
+from genesis.ledger.store import Ledger
+
+
+def spec(tmp_path: Path, **kw) -> kids.ChildSpec:
+    base = dict(task_id="add-a-thing-abc123", text="add a thing", worktree=tmp_path / "wt", attempt=2,
+                phases=("Builder", "Criticizer"), iterations=6, stop_flag=tmp_path / "project" / "hooks" / "stop.txt",
+                fleet_dir=tmp_path / "fleet", ports=(20010, 10), settings={}, log=tmp_path / "fleet" / "c.log")
+    return kids.ChildSpec(**{**base, **kw})
+
+
+def sets(argv: list[str]) -> dict[str, str]:
+    return dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--set")
+
+
+def test_a_childs_command_line_its_fixed_settings_win_over_the_fleets(tmp_path):
+    argv = kids.child_argv(spec(tmp_path, settings={"GENESIS_PHASES": "Planner", "AUTO_PUSH": "true",
+                                                    "GENESIS_AGENT_CMD": "codex exec"}))
+    assert argv[:5] == ["bash", str(kids.LOOP_SCRIPT), "--project", str(tmp_path / "wt"), "--trust"]
+    assert kids.LOOP_SCRIPT.is_file()
+    given = sets(argv)
+    assert given == {"GENESIS_PHASES": "Builder Criticizer", "AUTO_PUSH": "true", "GENESIS_AGENT_CMD": "codex exec",
+                     "GENESIS_STOP_FLAG": str(tmp_path / "project" / "hooks" / "stop.txt"),
+                     "GENESIS_MAX_ITERATIONS": "6"}
+    assert argv.count("--set") == 5  # the fleet's GENESIS_PHASES is not passed at all: no ambiguity
+
+
+def test_a_childs_environment_carries_its_task_fleet_and_ports(tmp_path):
+    env = kids.child_env(spec(tmp_path), {"PATH": "/bin", "GENESIS_TASK": "someone else's", "HOME": "/h"})
+    assert env["GENESIS_TASK"] == "add a thing" and env["GENESIS_TASK_ID"] == "add-a-thing-abc123"
+    assert (env["PORT"], env["GENESIS_PORT_BASE"], env["GENESIS_PORT_COUNT"]) == ("20010", "20010", "10")
+    assert env["GENESIS_FLEET_DIR"] == str(tmp_path / "fleet") and env["HOME"] == "/h"
+    planner = kids.child_env(spec(tmp_path, text=""), {"GENESIS_TASK": "stale", "GENESIS_TASK_ID": "x"})
+    assert "GENESIS_TASK" not in planner and "GENESIS_TASK_ID" not in planner
+
+
+def worktree(project: Path, tmp_path: Path) -> Path:
+    wt = tmp_path / "wt"
+    git(project, "worktree", "add", "-q", "-b", "genesis/task/t", str(wt))
+    return wt
+
+
+def test_an_adopted_child_lives_while_its_lock_is_held_and_its_end_is_its_ledgers(project, tmp_path):
+    wt = worktree(project, tmp_path)
+    layout = default_layout(wt)
+    with lock_held(layout, "run-7") as holder:
+        child = kids.Child("t", wt, 0, 0.0, time.time(), 1)
+        found = kids.holder_of(child)
+        assert found is not None and found.pid == holder.pid
+        adopted = kids.adopt("t", wt, found, 1, time.time())
+        assert kids.ended(adopted, time.time()) is None
+        with Ledger.open(layout.ledger_file) as led:
+            led.record("run-7", "loop_end", reason="done: the work is finished", exit_code=0)
+    ending = kids.ended(adopted, time.time())
+    assert ending is not None and (ending.exit_code, ending.reason) == (0, "done: the work is finished")
+
+
+def test_a_child_that_vanished_without_an_end_is_said_so(project, tmp_path):
+    wt = worktree(project, tmp_path)
+    with lock_held(default_layout(wt), "run-8") as holder:
+        adopted = kids.adopt("t", wt, kids.holder_of(kids.Child("t", wt, 0, 0.0, 0.0, 1)), 1, time.time())
+        assert adopted.pid == holder.pid
+    ending = kids.ended(adopted, time.time())
+    assert ending is not None and ending.exit_code is None and "vanished" in ending.reason
+
+
+def test_a_signal_goes_only_to_the_loop_the_child_still_is(project, tmp_path):
+    wt = worktree(project, tmp_path)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        # The pid recorded, but another process now (its start time differs): never signalled.
+        recycled = kids.Child("t", wt, sleeper.pid, 12345.0, time.time(), 1)
+        assert not kids.signal_child(recycled, signal.SIGTERM)
+        # The same process, but the worktree's lock is another loop's: never signalled.
+        with lock_held(default_layout(wt), "run-9"):
+            other = kids.Child("t", wt, sleeper.pid, 0.0, time.time(), 1, popen=sleeper)
+            assert not kids.signal_child(other, signal.SIGTERM)
+        assert alive(sleeper.pid)
+        # Its own loop, confirmed: signalled.
+        mine = kids.Child("t", wt, sleeper.pid, 0.0, time.time(), 1, popen=sleeper)
+        assert kids.signal_child(mine, signal.SIGTERM) and mine.signalled == signal.SIGTERM
+        assert sleeper.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_loop_whose_record_is_let_go_but_lock_still_held_is_still_ending_not_vanished(project, tmp_path):
+    wt = worktree(project, tmp_path)
+    layout = default_layout(wt)
+    with lock_held(layout, "run-10"):
+        adopted = kids.adopt("t", wt, kids.holder_of(kids.Child("t", wt, 0, 0.0, 0.0, 1)), 1, time.time())
+        layout.loop_record.unlink()  # finish lets the record go first, then records loop_end
+        assert kids.ended(adopted, time.time()) is None

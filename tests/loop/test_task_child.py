@@ -1,0 +1,162 @@
+"""One real loop in a linked worktree, told its one task (GENESIS_TASK), as a fleet's monitor
+starts a child: the prompt and the environment name the task, the agent's own commit works in
+the default box, the loop ends exit 0 "done" when THIS task is ticked whatever the others, and
+a monitor that dies mid-night is told once while the child goes on to its own end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.agent import script
+from helpers.git import git, new_repo
+from helpers.loop import GENESIS, LOOP, loop_env, run_loop
+from helpers.receiver import Receiver
+from helpers.waits import wait_for
+
+from genesis import exitcodes
+from genesis.ledger.store import Ledger, LedgerError
+
+TASK = "Serve it over HTTP"
+TASKS = f"# Tasks\n\n- [ ] Add a greeting\n- [ ] {TASK}\n- [ ] Log each request\n"
+CHILD = {"GENESIS_TASK": TASK, "GENESIS_TASK_ID": "serve-it-over-http-5d41e2", "PORT": "20040",
+         "GENESIS_PORT_BASE": "20040", "GENESIS_PORT_COUNT": "10"}
+
+# Builder: notes what it was told, commits its own work with git, marks its task [?];
+# Criticizer: marks it [x]. Scripted as a model would follow the prompt: the task named first.
+AGENT = r"""#!/usr/bin/env bash
+set -euo pipefail
+prompt="${!#}"
+mkdir -p notes
+{ printf 'task=%s\nid=%s\nport=%s\nbase=%s\ncount=%s\nfleet=%s\n' "${GENESIS_TASK:-}" "${GENESIS_TASK_ID:-}" \
+    "${PORT:-}" "${GENESIS_PORT_BASE:-}" "${GENESIS_PORT_COUNT:-}" "${GENESIS_FLEET_DIR:-}"
+  printf '%s\n' "$prompt" | head -3; } > "notes/$GENESIS_AGENT.txt"
+if [ "$GENESIS_AGENT" = Builder ]; then
+  echo "served" > server.txt
+  git add server.txt && git -c user.name=Agent -c user.email=agent@example.invalid commit -qm "Serve it"
+  sed -i "s/^- \[ \] $GENESIS_TASK\$/- [?] $GENESIS_TASK/" TASKS.md
+else
+  sed -i "s/^- \[?\] $GENESIS_TASK\$/- [x] $GENESIS_TASK/" TASKS.md
+fi
+"""
+
+
+@pytest.fixture
+def child(tmp_path: Path) -> dict[str, Path]:
+    """A project with three open tasks and a linked worktree for one of them, where a fleet makes it."""
+    main = new_repo(tmp_path / "repo")
+    (main / "TASKS.md").write_text(TASKS)
+    git(main, "add", "TASKS.md")
+    git(main, "commit", "-qm", "tasks")
+    tree = main / ".git" / "genesis-worktrees" / "serve-it-over-http-5d41e2"
+    git(main, "worktree", "add", "-q", "-b", "genesis/task/serve-it-over-http-5d41e2", str(tree))
+    git(tree, "config", "user.name", "Agent")
+    git(tree, "config", "user.email", "agent@example.invalid")
+    return {"main": main, "tree": tree, "agent": script(tmp_path / "agent.sh", AGENT),
+            "state": main / ".git" / "worktrees" / tree.name / "genesis"}
+
+
+def events(state: Path, kind: str | None = None) -> list[dict]:
+    path = state / "ledger.sqlite3"
+    if not path.exists():
+        return []
+    try:
+        with Ledger.open(path, readonly=True) as led:
+            return [e for e in led.events(None) if kind is None or e["event"] == kind]
+    except LedgerError:  # read while the loop makes it: nothing yet
+        return []
+
+
+def test_a_loop_in_a_linked_worktree_works_its_one_task_to_done(child):
+    main, tree = child["main"], child["tree"]
+    head = git(main, "rev-parse", "HEAD")
+    done = run_loop(tree, "--trust", "--agent-cmd", f"bash {child['agent']}", "--max-iterations", "3",
+                    "--set", "GENESIS_PHASES=Builder Criticizer", env=loop_env(**CHILD))
+    assert done.returncode == 0, done.stderr
+    assert "iteration 1: done: the task 'Serve it over HTTP' is done in TASKS.md" in done.stderr
+    (end,) = events(child["state"], "loop_end")
+    assert end["exit_code"] == 0 and end["reason"].startswith("done")
+    # Only this task is ticked, in the worktree; the others stay open for other loops.
+    assert (tree / "TASKS.md").read_text() == TASKS.replace(f"- [ ] {TASK}", f"- [x] {TASK}")
+    # The agent was told its task, first, and had its task and ports, not the fleet's state.
+    notes = (tree / "notes" / "Builder.txt").read_text().splitlines()
+    assert notes[:6] == [f"task={TASK}", "id=serve-it-over-http-5d41e2", "port=20040", "base=20040", "count=10",
+                         "fleet="]
+    assert notes[6] == "This run works on ONE task of TASKS.md (id serve-it-over-http-5d41e2):"
+    assert notes[8] == f"    {TASK}"
+    # Its own commit in the box, then Genesis's auto-commits, on the task's branch; the project's untouched.
+    subjects = git(tree, "log", "--format=%s", f"{head.strip()}..HEAD").splitlines()
+    assert subjects[-1] == "Serve it" and len(subjects) == 3, subjects
+    assert git(main, "rev-parse", "HEAD") == head and git(main, "status", "--porcelain") == ""
+    (box,) = events(child["state"], "sandbox")
+    assert box["box"] == "bubblewrap"
+    assert [e["breaker"] for e in events(child["state"], "iteration_end")] == ["CLOSED"]
+    status = subprocess.run([*GENESIS, "--project", str(tree), "status"], capture_output=True, text=True,
+                            timeout=60, env=loop_env())
+    assert status.returncode == exitcodes.NOT_RUNNING, status.stderr  # the loop has ended: said, and read
+    assert "2 open, 0 awaiting review, 1 done (TASKS.md)" in status.stdout, status.stdout
+
+
+# A monitor stand-in: beats into monitor.json as the fleet's monitor does, until it is killed.
+MONITOR = r"""import json, os, sys, time
+folder = sys.argv[1]
+while True:
+    tmp = os.path.join(folder, ".monitor.json.tmp")
+    with open(tmp, "w") as fh:
+        json.dump({"pid": os.getpid(), "run_id": "fleet-run", "started": 0, "at": time.time()}, fh)
+    os.replace(tmp, os.path.join(folder, "monitor.json"))
+    time.sleep(0.1)
+"""
+
+# Builder only: ticks its task on its fourth run, each run a second and a half long.
+SLOW = r"""#!/usr/bin/env bash
+set -euo pipefail
+n=$(( $(cat runs 2>/dev/null || echo 0) + 1 )); echo "$n" > runs
+sleep 1.5
+echo "run $n"
+if [ "$n" -ge 4 ]; then sed -i "s/^- \[ \] $GENESIS_TASK\$/- [x] $GENESIS_TASK/" TASKS.md; fi
+"""
+
+
+@pytest.mark.fault(96)
+def test_a_child_whose_monitor_is_killed_raises_one_monitor_down_and_goes_on_to_its_end(child, tmp_path, procs):
+    main, tree = child["main"], child["tree"]
+    fleet = main / ".git" / "genesis" / "fleet"
+    fleet.mkdir(parents=True, mode=0o700)
+    monitor = procs([sys.executable, "-c", MONITOR, str(fleet)])
+    wait_for(lambda: (fleet / "monitor.json").exists(), what="the monitor's first beat")
+    agent = script(tmp_path / "slow.sh", SLOW)
+    with Receiver() as rx:
+        env = loop_env(**CHILD, GENESIS_FLEET_DIR=str(fleet), GENESIS_FLEET_MONITOR_STALE_SECONDS="2",
+                       GENESIS_NOTIFY_DESKTOP="false", GENESIS_NOTIFY_WEBHOOK=f"{rx.url}/hook")
+        loop = subprocess.Popen(["bash", str(LOOP), "--project", str(tree), "--trust", "--agent-cmd", f"bash {agent}",
+                                 "--max-iterations", "6", "--set", "GENESIS_PHASES=Builder"], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: events(child["state"], "phase_start"), timeout=60, what="the child's first phase")
+            assert events(child["state"], "monitor_down") == []  # beating: nothing said
+            os.kill(monitor.pid, signal.SIGKILL)
+            monitor.wait(timeout=10)
+            out, err = loop.communicate(timeout=120)
+        finally:
+            if loop.poll() is None:
+                loop.kill()
+                loop.wait()
+        assert loop.returncode == 0, err
+        wait_for(lambda: any(r.json["genesis"].get("final") for r in rx.requests), timeout=60,
+                 what="the final alert")
+        kinds = [r.json["genesis"]["kind"] for r in rx.requests]
+    # One record and one alert, however many checks between phases found the monitor down.
+    (down,) = events(child["state"], "monitor_down")
+    assert down["pid"] == monitor.pid and down["age"] >= 2 and down["task_id"] == "serve-it-over-http-5d41e2"
+    assert kinds.count("monitor_down") == 1, kinds
+    assert "monitor_back" not in kinds
+    assert err.count("the fleet's monitor looks down") == 1
+    # The child went on to its own end: every run, its task ticked, exit 0 "done".
+    assert [e["iteration"] for e in events(child["state"], "iteration_start")] == [1, 2, 3, 4]
+    assert events(child["state"], "loop_end")[-1]["reason"].startswith("done")
+    assert f"iteration 3: not done: the task '{TASK}' is open in TASKS.md" in err
