@@ -4,10 +4,10 @@ only once the user approved that exact value.
 genesis.conf lives in the project, which the agent can write: a `GENESIS_NOTIFY_CMD` it
 appends there would otherwise run at the next start, outside the agent's supervision. So
 every command-valued setting taken from the file (`*_CMD`, `when:` triggers and done
-rules) is fingerprinted, and the fingerprints the user approved are kept in Genesis's
-private state. Values from the environment and `--set` are the user's own word and need no
-approval. With no record at all (Genesis never started here) the file's commands are
-trusted on first use, and the start says so.
+rules, a fleet's escalation naming an agent command) is fingerprinted, and the fingerprints
+the user approved are kept in Genesis's private state. Values from the environment and
+`--set` are the user's own word and need no approval. With no record at all (Genesis never
+started here) the file's commands are trusted on first use, and the start says so.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ __all__ = ["TRUST_FILE", "CommandSetting", "Verdict", "command_settings", "is_co
 
 TRUST_FILE = "trusted-commands.json"
 FILE_SOURCE = "file"      # config.Setting.source of a value read from genesis.conf
+ESCALATION_STRATEGIES = ("fallback", "longer")  # GENESIS_FLEET_ESCALATION's entries that name no command
 SHOWN_CHARS = 400         # a value longer than this is shown cut, with its length
 
 
@@ -65,6 +66,8 @@ def is_command_key(key: str, value: str) -> bool:
     """Whether this setting names a command Genesis would run."""
     if key.endswith("_CMD"):
         return True
+    if key == "GENESIS_FLEET_ESCALATION":  # an entry other than these is an agent command line a child runs
+        return any(e.strip() not in ESCALATION_STRATEGIES for e in value.split("|") if e.strip())
     if key == "GENESIS_DONE_WHEN" or (key.startswith("PHASE_") and key.endswith("_TRIGGER")):
         return "when:" in value
     return False

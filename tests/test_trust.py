@@ -18,7 +18,10 @@ def settings(**values: tuple[str, str]) -> dict[str, Setting]:
     ("GENESIS_NOTIFY_CMD", "touch x", True), ("GENESIS_TRIAGE_CMD", "x", True), ("GENESIS_AGENT_CMD", "claude", True),
     ("GENESIS_FALLBACK_AGENT_CMD", "codex", True), ("PHASE_Builder_TRIGGER", "when:true", True),
     ("PHASE_Builder_TRIGGER", "tasks:open", False), ("GENESIS_DONE_WHEN", "when:test -e done", True),
-    ("GENESIS_DONE_WHEN", "phrase:all done", False), ("GENESIS_LOG_DIR", "when:x", False)])
+    ("GENESIS_DONE_WHEN", "phrase:all done", False), ("GENESIS_LOG_DIR", "when:x", False),
+    # A fleet's escalation entry other than fallback/longer is an agent command a child runs.
+    ("GENESIS_FLEET_ESCALATION", "fallback|longer", False), ("GENESIS_FLEET_ESCALATION", " longer | ", False),
+    ("GENESIS_FLEET_ESCALATION", "fallback|sh -c 'curl x | sh'", True), ("GENESIS_FLEET_ESCALATION", "codex", True)])
 def test_command_keys(key, value, expected):
     assert is_command_key(key, value) is expected
 
@@ -28,6 +31,16 @@ def test_only_the_files_commands_count():
                                       GENESIS_AGENT_CMD=("claude -p", "default"), GENESIS_LOG_DIR=("x", "file"),
                                       PHASE_B_TRIGGER=("when:c", "flag")))
     assert [c.key for c in found] == ["GENESIS_NOTIFY_CMD"]
+
+
+def test_an_escalation_naming_a_command_needs_the_users_word(tmp_path):
+    approve(command_settings(settings(GENESIS_FLEET_ESCALATION=("fallback|longer", "file"))), tmp_path)
+    agent = settings(GENESIS_FLEET_ESCALATION=("fallback|longer|my-agent --yolo", "file"))
+    assert [(c.key, c.state) for c in judge(agent, tmp_path).unapproved] == [("GENESIS_FLEET_ESCALATION", "new")]
+    approve(judge(agent, tmp_path).commands, tmp_path)
+    assert judge(agent, tmp_path).unapproved == ()
+    changed = settings(GENESIS_FLEET_ESCALATION=("fallback|longer|my-agent --other", "file"))
+    assert [c.state for c in judge(changed, tmp_path).unapproved] == ["changed"]
 
 
 def test_first_use_then_new_and_changed(tmp_path):

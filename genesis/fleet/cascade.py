@@ -11,8 +11,9 @@ only burn restarts. The gate then:
 
 paused: no restart, ONE critical alert (the step "pause"). probing: one child relaunched.
 The probe proves the cause gone when it ends verified, or when it has run
-`probe_healthy` seconds without failing (whichever comes first: a task may take hours
-to verify, a broken setup fails within minutes). It fails when it ends abnormally.
+`probe_healthy` seconds without failing, counted from its launch (whichever comes first: a
+task may take hours to verify, a broken setup fails within minutes); no probe launched yet
+(a usage limit, the memory floor), nothing is proved. It fails when it ends abnormally.
 
 Every input is passed in (the time included): the monitor observes, records the step's
 event and acts; the gate is rebuilt from those events after a monitor restart.
@@ -132,8 +133,9 @@ class CascadeGate:
                 self._to("probing", now)
                 return GateStep("probing", "probe", "relaunching one child to probe whether the cause is gone")
             return GateStep("paused", "none", "")
-        if self.probe_task is not None and any(
-                isinstance(f, tuple) and f[1] == self.probe_task and f[0] >= self.since for f in failures):
+        if self.probe_task is None:  # no probe launched yet (a limit, the memory floor): nothing proves the cause gone
+            return GateStep("probing", "none", "")
+        if any(isinstance(f, tuple) and f[1] == self.probe_task and f[0] >= self.since for f in failures):
             return self.probe_ended(False, now)
         if now >= self.since + self.policy.probe_healthy:
             return self._resume(now, f"the probe ran {self.policy.probe_healthy:g}s without failing")

@@ -6,8 +6,9 @@ branch's TASKS.md is the fleet's, so those edits never conflict and never tick t
 task), the project's test command runs (bounded), and a commit ticks the task `[x]`. The
 branch is moved to that result, then the project branch:
 - checked out in a work tree with no uncommitted change to a tracked file: fast-forwarded there;
-- checked out with such changes (the user's, mid-edit), or being rebased: not moved, outcome
-  "held", nothing of the user's touched (the monitor tries again later);
+- checked out with such changes (the user's, mid-edit), being rebased, or with an untracked or
+  ignored file where the merge brings one (git would overwrite an ignored one): not moved,
+  outcome "held", nothing of the user's touched (the monitor tries again later);
 - checked out nowhere: moved by compare-and-swap (`git update-ref new old`).
 At the first conflicting commit, the rest of the branch is applied as one change and its
 conflicts go to `resolve` once (the monitor runs the Merger agent there); still
@@ -390,6 +391,12 @@ def _advance(project: Path, target: str, old: str, new: str, hooks: bool) -> str
                 f"stashed or undone")
     if rev(user, "HEAD") != old:
         return ""
+    kept = _in_the_way(user, old, new)
+    if kept:
+        return (f"{where} has {target} checked out with files git does not track where the merge brings files "
+                f"of its own ({_listing(kept)}: ignored or untracked, which a fast-forward would overwrite); "
+                f"{target} is left at {old[:10]} and nothing there is touched. The work waits on the task's "
+                f"branch; it comes home at the next try once they are moved away (or committed)")
     done = user("merge", "-q", "--ff-only", "--no-edit", new)
     if done.returncode == 0:
         return None
@@ -397,6 +404,46 @@ def _advance(project: Path, target: str, old: str, new: str, hooks: bool) -> str
         return ""
     return (f"fast-forwarding {target} in {where} failed, so it stays at {old[:10]}: "
             f"{(done.stderr or done.text).strip()[-300:]}")
+
+
+def _in_the_way(user: Git, old: str, new: str) -> list[str]:
+    """The files in user's work tree, untracked or ignored there, that moving it from old to new
+    would overwrite: git refuses to for an untracked file but counts an ignored one (the user's
+    own `.env`, say) as expendable. A path new adds, or a folder on its way, that is on disk as
+    something old does not track."""
+    diff = user("diff", "--name-status", "--no-renames", "-z", old, new)
+    if diff.returncode != 0:
+        raise GitFailed(f"`git diff {old[:10]} {new[:10]}` failed in {user.cwd}: {diff.stderr[-300:]}")
+    fields = [os.fsdecode(f) for f in diff.stdout.split(b"\0")]
+    changes = list(zip(fields[0::2], fields[1::2]))
+    gone = {path for status, path in changes if status == "D"}  # files of old that new replaces, by a folder say
+    found: dict[str, None] = {}
+    for status, path in changes:
+        if status != "A":
+            continue
+        parts = path.split("/")
+        for n in range(1, len(parts) + 1):
+            here = "/".join(parts[:n])
+            full = os.path.join(user.cwd, here)
+            last = n == len(parts)
+            # A folder on the way that is a file or a symlink (never followed), or the path itself
+            if os.path.islink(full) or (os.path.lexists(full) and (last or not os.path.isdir(full))):
+                if here not in gone:
+                    found[here] = None
+                break
+            if not os.path.lexists(full):
+                break
+    if not found:
+        return []
+    # Confirmed by git: what it does not track there (a folder in the way: only when it holds such files).
+    others = user("ls-files", "-z", "--others", "--", *found, env={"GIT_LITERAL_PATHSPECS": "1"})
+    if others.returncode != 0:
+        raise GitFailed(f"`git ls-files --others` failed in {user.cwd}: {others.stderr[-300:]}")
+    hit: set[str] = set()
+    for entry in others.stdout.split(b"\0"):
+        parts = os.fsdecode(entry).split("/") if entry else []
+        hit.update(p for p in ("/".join(parts[:n]) for n in range(1, len(parts) + 1)) if p in found)
+    return [p for p in found if p in hit]
 
 
 def _rebasing(work_tree: Path, target: str) -> str:

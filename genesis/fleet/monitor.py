@@ -37,6 +37,7 @@ from genesis.config import Config, layout_for, resolve
 from genesis.fleet import cascade as cascade_mod
 from genesis.fleet import children as kids
 from genesis.fleet import ladder, merging, worktrees
+from genesis.fleet.leftovers import make_startable
 from genesis.fleet.budget import SPENDING, RestartBudget
 from genesis.fleet.beats import BeatBook, newest_beat
 from genesis.fleet.ledger import TERMINAL, FleetLedger, TaskRow
@@ -44,7 +45,7 @@ from genesis.fleet.planning import fleet_exit, launch_gate, outcome_of
 from genesis.fleet.resources import FleetSettings, available_memory, fleet_settings, parallel_of, port_range
 from genesis.fleet.taskref import TaskRef, branch_for, open_refs
 from genesis.hints import hint
-from genesis.ledger.store import iso
+from genesis.ledger.store import LedgerError, iso
 from genesis.loop import limits
 from genesis.loop.preflight import read_flag
 from genesis.repo.gitcmd import GitFailed, GitTimeout, run_git
@@ -66,6 +67,9 @@ STOP_WAIT = 120.0         # seconds the monitor waits for its children after for
 HELD_RETRY = 30.0         # seconds between two tries of a merge held by the user's dirty checkout
 INTERRUPT_MERGE_WAIT = 10.0  # seconds an interrupted monitor waits for a merge under way (it recovers next start)
 LIMIT_CHECK = 5.0         # seconds between two reads of the account store (it vouches each entry: ledgers)
+WORKTREE_RETRY = 30.0     # seconds before a worktree that git could not make (a lock, a timeout) is tried again
+WORKTREE_TRIES = 5        # ... and after this many tries in a row, the task needs review
+TICK_ERRORS = 5           # checks in a row that fail (git, the disk, the ledger) before the monitor gives up
 LOG_CAP = 8 << 20         # a child's stdout+stderr log: restarted past this (its own console log keeps all)
 SIGNAL_EXIT = {signal.SIGHUP: exitcodes.INTERRUPTED_HUP, signal.SIGINT: exitcodes.INTERRUPTED_INT,
                signal.SIGTERM: exitcodes.INTERRUPTED_TERM}
@@ -176,6 +180,8 @@ class Monitor:
     merger_groups: set[int] = field(default_factory=set)     # the Merger's process group while it runs
     limit_read: float = -1e18
     launched: bool = False                                   # a child started at the last check
+    start_seq: int = 0                                       # this run's fleet_start event: its outcomes after it
+    worktree_tries: dict[str, tuple[int, float]] = field(default_factory=dict)  # transient failures, retry at
 
     def __post_init__(self) -> None:
         self.layout = layout_for(self.cfg)
@@ -193,6 +199,7 @@ class Monitor:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-merge")
         self.beats = BeatBook()
         self.started = self.started or self.clock()
+        self.unmarked.update(self.pending_marks())
         self.last_launch = 0.0
 
     # -- the monitor's heartbeat -----------------------------------------------------
@@ -219,7 +226,24 @@ class Monitor:
                 row = TaskRow(ref.id, ref.text, "queued", branch=ref.branch, updated=now, created=now)
                 self.ledger.upsert_task(row)
                 known[ref.id] = row
+            elif self.reopened(known[ref.id]):
+                self.reopen(known[ref.id])
         return list(self.ledger.tasks())
+
+    def reopened(self, row: TaskRow) -> bool:
+        """A task the fleet closed on the project branch (`[!]` failed, `[x]` merged) that is open
+        there again: the user reopened it, or a new task reads the same. Not one needing review
+        (the fleet never closed its line) nor a failed one whose `[!]` still waits."""
+        return row.state in ("failed", "merged") and row.id not in self.unmarked and row.id not in self.children
+
+    def reopen(self, row: TaskRow) -> None:
+        """A fresh start: counters and strategy reset; the old attempts stay in the history (the
+        ladder counts from the newest `start`)."""
+        why = f"open again on {self.target} after it was {row.state}: a fresh start"
+        self.ledger.set_state(row.id, "queued", why, strategy=0, attempts=0, restarts=0, escalations=0,
+                              not_before=0.0, pid=None, merged_sha="")
+        self.ledger.record("reopened", row.id, was=row.state, reason=why)
+        say(f"{row.text!r}: {why}")
 
     # -- re-adoption -----------------------------------------------------------------
 
@@ -254,14 +278,24 @@ class Monitor:
                 probe.pid = 0
                 self.children[row.id] = probe
                 probe.layout = probe.layout or kids.layout_of(wt)
+        now = self.clock()
+        for attempt in self.ledger.attempts():  # the end of an attempt nobody watches any more is unknown
+            if attempt.ended is None and attempt.task_id not in self.children and \
+                    not any(m.task_id == attempt.task_id for m in self.merges):
+                self.ledger.end_attempt(attempt.task_id, attempt.attempt, None, "stopped", now)
+                self.ledger.record("attempt_closed", attempt.task_id, attempt=attempt.attempt,
+                                   reason="no child runs for it and its end was never recorded")
 
     # -- launching -------------------------------------------------------------------
 
     def _slot(self, task_id: str) -> int:
-        if task_id not in self.slots:
-            used = {self.slots[t] for t in self.children if t in self.slots}
-            self.slots[task_id] = next(n for n in range(len(used) + 1) if n not in used)
-        return self.slots[task_id]
+        """The task's port slot: the one it had, unless a running child holds it now; else the lowest free."""
+        used = {self.slots[t] for t in self.children if t in self.slots and t != task_id}
+        slot = self.slots.get(task_id)
+        if slot is None or slot in used:
+            slot = next(n for n in range(len(used) + 1) if n not in used)
+        self.slots[task_id] = slot
+        return slot
 
     def _settings_for(self, strategy: int) -> dict[str, str]:
         chosen = self.strategies[min(strategy, len(self.strategies) - 1)]
@@ -270,17 +304,25 @@ class Monitor:
     def launch(self, row: TaskRow, kind: str) -> bool:
         """Start the task's child (or adopt one already running in its worktree: never two)."""
         now = self.clock()
+        self.beat()  # the steps below may block for minutes: the children must not think the monitor down
+        branch = row.branch or branch_for(row.id)
         try:
-            wt = worktrees.create(self.project, self.root, row.id, row.branch or branch_for(row.id), self.target,
-                                  hooks=self.cfg.git_hooks)
-        except (worktrees.WorktreeError, GitFailed, GitTimeout, OSError) as exc:
-            why = f"no worktree for it: {exc}"  # a person must look (a folder in the way, git refusing)
-            self.ledger.set_state(row.id, "needs-review", why, pid=None)
-            self.ledger.record("needs_review", row.id, reason=why, outcome="worktree")
-            say(f"{row.text!r} needs review: {why}", "error")
-            self.alert(row.id, "high", f"task needs review: {row.text[:80]}", why,
-                       "move away what is in the way, then start the fleet again")
-            return False
+            wt = worktrees.create(self.project, self.root, row.id, branch, self.target, hooks=self.cfg.git_hooks)
+        except (GitFailed, OSError, worktrees.WorktreeError) as exc:
+            if isinstance(exc, worktrees.WorktreeError) and not _lock_held(str(exc)):
+                return self._no_worktree(row, f"no worktree for it: {exc}")  # something in the way: a person looks
+            # A ref or index lock another git holds, a timeout: tried again later, a few times.
+            tries = self.worktree_tries.get(row.id, (0, 0.0))[0] + 1
+            if tries < WORKTREE_TRIES:
+                self.worktree_tries[row.id] = (tries, now + WORKTREE_RETRY)
+                why = f"git could not make its worktree (try {tries} of {WORKTREE_TRIES}; again in " \
+                      f"{WORKTREE_RETRY:g}s): {exc}"
+                self.ledger.set_state(row.id, "waiting" if row.state == "queued" else row.state, why)
+                say(f"{row.text!r}: {why}", "warn")
+                return False
+            self.worktree_tries.pop(row.id, None)
+            return self._no_worktree(row, f"no worktree for it after {tries} tries: {exc}")
+        self.worktree_tries.pop(row.id, None)
         probe = kids.Child(row.id, wt, 0, 0.0, now, row.attempts)
         holder = kids.holder_of(probe)
         if holder is not None and holder.pid:  # a child of an earlier monitor runs there: adopt it
@@ -290,6 +332,26 @@ class Monitor:
             self.ledger.set_state(row.id, "running", "", worktree=str(wt), pid=holder.pid, run_id=holder.run_id)
             self.ledger.record("adopted", row.id, pid=holder.pid, run_id=holder.run_id)
             return True
+        if row.attempts:  # what an earlier attempt left would stop the next child's start
+            try:
+                done = make_startable(wt, branch, row.attempts, row.reason or "unknown", hooks=self.cfg.git_hooks)
+            except (GitFailed, OSError) as exc:
+                done = []
+                say(f"the worktree of {row.text!r} could not be tidied for its next attempt: {exc}", "warn")
+            if done:
+                self.ledger.record("leftovers", row.id, attempt=row.attempts, done=done)
+                say(f"{row.text!r}: " + "; ".join(done))
+        return self._start(row, kind, wt, probe, now)
+
+    def _no_worktree(self, row: TaskRow, why: str) -> bool:
+        self.ledger.set_state(row.id, "needs-review", why, pid=None)
+        self.ledger.record("needs_review", row.id, reason=why, outcome="worktree")
+        say(f"{row.text!r} needs review: {why}", "error")
+        self.alert(row.id, "high", f"task needs review: {row.text[:80]}", why,
+                   "move away what is in the way, then start the fleet again")
+        return False
+
+    def _start(self, row: TaskRow, kind: str, wt: Path, probe: kids.Child, now: float) -> bool:
         chosen = self.strategies[min(row.strategy, len(self.strategies) - 1)]
         attempt = self.ledger.begin_attempt(row.id, kind, row.reason if kind != "start" else "", chosen.name, "",
                                             now)
@@ -301,6 +363,7 @@ class Monitor:
                               1 if planner else self.fleet.child_iterations,
                               self.cfg.stop_flag, self.fleet_dir, ports, self._settings_for(row.strategy),
                               self.fleet_dir / "children" / f"{row.id}.attempt-{attempt.attempt}.log")
+        self.beat()
         self._hook_for(wt)
         try:
             child = kids.launch(spec, self.env, now)
@@ -351,10 +414,15 @@ class Monitor:
                     row.id.startswith(PLANNER):
                 continue
             relaunch = row.state in ("restarting", "escalated")
+            if row.id not in self.open_ids:  # ticked or removed by hand on the project branch: not started
+                if relaunch:
+                    self.ledger.set_state(row.id, "queued", f"no longer open on {self.target}", not_before=0.0)
+                    say(f"{row.text!r} is no longer open on {self.target}: not relaunched")
+                continue
             if relaunch and row.not_before > now:
                 continue
-            if not relaunch and row.id not in self.open_ids:
-                continue  # no longer open on the project branch (ticked or removed by hand): not started
+            if self.worktree_tries.get(row.id, (0, 0.0))[1] > now:
+                continue  # its worktree is tried again later
             gate = launch_gate(running=len(self.children), parallel=self.parallel, stopping=self.stopping or
                                self.fatal is not None, since_last=now - self.last_launch, stagger=self.fleet.stagger,
                                available=available_memory(), floor=self.fleet.memory_floor,
@@ -521,7 +589,9 @@ class Monitor:
         """The ladder for an abnormal end: restart, escalate, or fail for good."""
         now = self.clock()
         row = self.ledger.task(row.id) or row
-        rung = ladder.next_rung(row, self.ledger.attempts(row.id), self.policy, now)
+        history = self.ledger.attempts(row.id)
+        fresh = max((a.attempt for a in history if a.kind == "start"), default=0)  # a reopened task's count
+        rung = ladder.next_rung(row, [a for a in history if a.attempt >= fresh], self.policy, now)
         if rung.action in ("restart", "resume"):
             self.ledger.set_state(row.id, "restarting", f"{reason}; {rung.reason}", not_before=rung.not_before,
                                   strategy=rung.strategy, restarts=rung.restarts, pid=None)
@@ -534,10 +604,11 @@ class Monitor:
         self.gate_step(self.gate.observe(now, self.failures, self._ran_within(now)))
 
     def _ran_within(self, now: float) -> int:
-        """Children that ran within the cascade window (running at its start or launched in it)."""
+        """Children that ran within the cascade window: running now, or ended in it (an attempt
+        whose end was never recorded counts only while its child is watched)."""
         start = now - self.gate.policy.window
         return len({a.task_id for a in self.ledger.attempts() if a.started <= now and
-                    (a.ended is None or a.ended > start)})
+                    (a.task_id in self.children if a.ended is None else a.ended > start)})
 
     def gate_step(self, step: cascade_mod.GateStep) -> None:
         """Record and tell what the cascade gate decided (a probe is recorded when it launches)."""
@@ -552,6 +623,7 @@ class Monitor:
 
     def mark(self, row: TaskRow, reason: str) -> str:
         """`- [!]` on the project branch ("" when held by the user's dirty checkout: tried again)."""
+        self.beat()  # a merge in the user's checkout may take minutes
         try:
             sha = merging.mark_failed(self.project, self.target, TaskRef(row.id, row.text, 0), reason,
                                       hooks=self.cfg.git_hooks)
@@ -559,10 +631,19 @@ class Monitor:
             say(f"could not mark {row.text!r} failed in TASKS.md: {exc}", "warn")
             sha = ""
         if sha:
-            self.unmarked.pop(row.id, None)
-        else:
+            if self.unmarked.pop(row.id, None) is not None:
+                self.ledger.record("marked", row.id, sha=sha)
+        elif row.id not in self.unmarked:
             self.unmarked[row.id] = reason
+            self.ledger.record("mark_pending", row.id, reason=reason)  # kept: the next monitor marks it
         return sha
+
+    def pending_marks(self) -> dict[str, str]:
+        """Failed tasks whose `[!]` waits (an earlier monitor found the user's checkout dirty)."""
+        done = {e.task_id: e.seq for e in self.ledger.events("marked")}
+        waiting = {e.task_id: (e.seq, e.detail.get("reason", "")) for e in self.ledger.events("mark_pending")}
+        return {task: reason for task, (seq, reason) in waiting.items() if task and done.get(task, 0) < seq and
+                (row := self.ledger.task(task)) is not None and row.state == "failed"}
 
     def fail(self, row: TaskRow, reason: str) -> None:
         sha = self.mark(row, reason)
@@ -782,12 +863,21 @@ class Monitor:
                 say(f"the worktree of {row.text!r} is kept: {exc}", "warn")
 
     def exit_code(self) -> int:
-        """The Planner's own end is said, never the fleet's code: no task of the list failed."""
-        return fleet_exit((r.state for r in self.ledger.tasks() if not r.id.startswith(PLANNER)), self.fatal,
-                          self.interrupted)
+        """From this run's outcomes: a task failed or sent to review by an earlier run (the user
+        may have dealt with it since) is not this run's news. The Planner's own end is said,
+        never the fleet's code: no task of the list failed."""
+        decided = {e.task_id for kind in ("failed_permanently", "needs_review")
+                   for e in self.ledger.events(kind, after=self.start_seq)}
+        return fleet_exit((r.state for r in self.ledger.tasks() if r.id in decided and not r.id.startswith(PLANNER)),
+                          self.fatal, self.interrupted)
 
     def held_merges(self) -> list[str]:
         return [m.task_id for m in self.merges]
+
+
+def _lock_held(message: str) -> bool:
+    """git failed on a lock another git process holds (it goes away): not something in the way."""
+    return ".lock" in message or "cannot lock ref" in message
 
 
 def bounded_run(argv: list[str], cwd: Path, env: Mapping[str, str], timeout: float, groups: set[int]) -> bool:
@@ -866,7 +956,15 @@ def run_fleet(project: Path, overrides: Mapping[str, str], parallel: str, *, tru
             if ledger.reset_note:
                 say(ledger.reset_note, "warn")
             monitor = Monitor(cfg.project, cfg, fleet, n, ledger, fleet_dir, run_id, target, overrides, clock=clock)
-            code = _run(monitor)
+            try:
+                code = _run(monitor)
+            except BaseException:
+                if any(m.future is not None and not m.future.done() for m in monitor.merges):
+                    # A merge thread that outlived its bound: never let a new monitor merge beside it.
+                    say("the monitor failed while a merge was under way: it ends now, the locks with it", "error")
+                    sys.stderr.flush()
+                    os._exit(exitcodes.ERROR)
+                raise
             unfinished = any(m.future is not None and not m.future.done() for m in monitor.merges)
     finally:
         release(layout.loop_record, run_id)
@@ -891,12 +989,13 @@ def _run(monitor: Monitor) -> int:
         ledger.record("fleet_end", exit_code=None, reason="the monitor was killed (SIGKILL?): no end recorded; "
                       "the next monitor took its children over", pid=last.detail.get("pid"),
                       run_id=last.detail.get("run_id"))
-    ledger.record("fleet_start", run_id=monitor.run_id, parallel=monitor.parallel, pid=os.getpid(),
-                  target=monitor.target)
+    monitor.start_seq = ledger.record("fleet_start", run_id=monitor.run_id, parallel=monitor.parallel,
+                                      pid=os.getpid(), target=monitor.target)
     say(f"fleet on {monitor.project} (branch {monitor.target}): at most {monitor.parallel} children at once; "
         f"`{hint(monitor.project, 'fleet', 'status')}` shows every task, `{hint(monitor.project, 'stop')}` stops "
         f"them after their current phase")
     reason, code = "", exitcodes.ERROR
+    errors = 0
     try:
         monitor.reconcile()
         while True:
@@ -907,28 +1006,49 @@ def _run(monitor: Monitor) -> int:
                 monitor.forward(sig)
                 reason = f"interrupted by SIG{kids.SIGNALS[sig]}"
                 break
-            if monitor.tick():
+            try:
+                over = monitor.tick()
+                errors = 0
+            except DiskFull:
+                raise
+            except (GitFailed, OSError, LedgerError) as exc:  # git, the disk, the ledger: said, tried again
+                errors += 1
+                say(f"a check failed ({errors} of {TICK_ERRORS} in a row): {type(exc).__name__}: {exc}", "error")
+                if errors >= TICK_ERRORS:
+                    reason = f"{TICK_ERRORS} checks in a row failed; the last: {type(exc).__name__}: {exc}"
+                    monitor.interrupted = exitcodes.ERROR  # nothing more starts
+                    break
+                _sleep(min(60.0, monitor.fleet.check * 2 ** errors), got)
+                continue
+            if over:
                 reason = ("stopped by the stop flag" if monitor.stopping else
                           f"a child ended with exit {monitor.fatal}" if monitor.fatal is not None else
                           "every task is finished")
                 break
             # One launch a check; after one, the next check comes as soon as the stagger allows.
             _sleep(min(monitor.fleet.check, monitor.fleet.stagger) if monitor.launched else monitor.fleet.check, got)
-        if monitor.interrupted is not None:  # now: the Merger ended, a merge under way given a moment
-            for group in list(monitor.merger_groups):
-                end_group(group)
-            running = [m.future for m in monitor.merges if m.future is not None]
-            until = time.monotonic() + INTERRUPT_MERGE_WAIT
-            while running and not all(f.done() for f in running) and time.monotonic() < until:
-                time.sleep(0.05)
+        if monitor.interrupted is not None:
+            _end_merges(monitor)
+        if errors >= TICK_ERRORS:  # the children go on to their own end; the next monitor adopts them
+            code = exitcodes.ERROR
+            return code
         monitor.pool.shutdown(wait=monitor.interrupted is None, cancel_futures=True)
         while monitor.merges and monitor.merges[0].future is not None and monitor.merges[0].future.done():
             monitor.merge_step()  # a merge that finished meanwhile is recorded
         monitor.prune_merged()
         code = monitor.exit_code()
+        for task in monitor.unmarked:
+            row = ledger.task(task)
+            say(f"{row.text if row else task!r} failed; its `- [!]` mark in TASKS.md waits for a clean checkout "
+                f"of {monitor.target} (the next fleet start makes it)", "warn")
         return code
     except DiskFull as exc:
         reason, code = f"disk full: {exc}", exitcodes.DISK_FULL
+        _end_merges(monitor)
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a crash: no merge may outlive the locks released next
+        reason = reason or f"the monitor failed: {type(exc).__name__}: {exc}"
+        _end_merges(monitor)
         raise
     finally:
         try:
@@ -942,6 +1062,18 @@ def _run(monitor: Monitor) -> int:
             + (", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no task"))
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+def _end_merges(monitor: Monitor) -> None:
+    """The Merger's process group ended, a merge under way given a moment (its worktree recovers
+    at the next start), no new one begun: before the monitor lets its locks go."""
+    for group in list(monitor.merger_groups):
+        end_group(group)
+    monitor.pool.shutdown(wait=False, cancel_futures=True)
+    running = [m.future for m in monitor.merges if m.future is not None]
+    until = time.monotonic() + INTERRUPT_MERGE_WAIT
+    while running and not all(f.done() for f in running) and time.monotonic() < until:
+        time.sleep(0.05)
 
 
 def _sleep(seconds: float, got: list[int]) -> None:

@@ -13,9 +13,10 @@ from genesis import exitcodes
 __all__ = ["Verdict", "outcome_of", "fleet_exit", "LaunchGate", "launch_gate", "SIGNAL_CODES"]
 
 SIGNAL_CODES = frozenset({exitcodes.INTERRUPTED_HUP, exitcodes.INTERRUPTED_INT, exitcodes.INTERRUPTED_TERM})
-# Ends that would fail every child the same way: the fleet stops with the child's code.
-FLEET_STOPPING = frozenset({exitcodes.USAGE, exitcodes.UNTRUSTED_COMMAND, exitcodes.SANDBOX_UNAVAILABLE,
-                            exitcodes.DISK_FULL})
+# Ends that would fail every child the same way: the fleet stops with the child's code. Not 2:
+# a child's preflight also says 2 for what is its own worktree's (leftovers of a killed attempt),
+# so a 2 climbs that task's ladder like any abnormal end.
+FLEET_STOPPING = frozenset({exitcodes.UNTRUSTED_COMMAND, exitcodes.SANDBOX_UNAVAILABLE, exitcodes.DISK_FULL})
 CEILINGS = frozenset({exitcodes.MAX_RUNTIME, exitcodes.MAX_COST})
 
 

@@ -78,6 +78,20 @@ def test_the_probe_fails_the_fleet_stays_paused_then_a_healthy_probe_resumes_it(
     assert gate.observe(NOW + 352, later, 5).action == "pause"
 
 
+def test_no_probe_launched_no_resume_however_long_the_gate_probes():
+    gate = CascadeGate(POLICY)
+    failures = [(NOW - 1, "a"), (NOW - 1, "b"), (NOW - 1, "c")]
+    assert gate.observe(NOW, failures, 5).action == "pause"
+    assert gate.observe(NOW + 60, failures, 2).action == "probe"
+    # No probe could start (a usage limit, the memory floor, every task's wait ahead): nothing proved.
+    for t in (NOW + 180, NOW + 181, NOW + 3600):
+        step = gate.observe(t, failures, 2)
+        assert (step.action, step.state, gate.allows_restart) == ("none", "probing", False)
+    gate.probe_started("a", NOW + 4000)  # the healthy time counts from the probe's launch
+    assert gate.observe(NOW + 4000 + 119, failures, 2).action == "none"
+    assert gate.observe(NOW + 4000 + 120, failures, 2).action == "resume"
+
+
 def test_a_verified_probe_resumes_at_once_and_a_failed_one_said_by_the_monitor_pauses():
     gate = CascadeGate(POLICY, state="probing", since=NOW)
     assert gate.probe_ended(True, NOW + 5).action == "resume"

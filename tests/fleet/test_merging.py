@@ -118,6 +118,51 @@ def test_a_dirty_checkout_of_the_project_branch_holds_the_merge_and_keeps_every_
     assert (project / "draft.txt").read_bytes() == b"\x00the user's untracked draft\n"
 
 
+@pytest.mark.fault(92)
+def test_the_users_ignored_and_untracked_files_are_never_overwritten_by_a_merge(project, fleet):
+    commit_file(project, ".gitignore", ".env\nlogs\ncache/\n")
+    alpha, wt = _child(project, fleet, "Add alpha", {"alpha.txt": "a\n"})
+    (wt / ".env").write_text("TOKEN=the agent's\n")          # the agent forced in files the user ignores
+    (wt / "logs").mkdir()
+    (wt / "logs" / "keep.txt").write_text("the agent's\n")
+    (wt / "notes.txt").write_text("the agent's notes\n")
+    git(wt, "add", "-f", ".env", "logs/keep.txt", "notes.txt")
+    git(wt, "commit", "-qm", "config")
+    before = _tip(project, fleet)
+    (project / ".env").write_bytes(b"TOKEN=the user's own secret\n")   # ignored there: git would overwrite it
+    (project / "logs").write_bytes(b"the user's log, a file\n")       # ignored, where the branch brings a folder
+    result = merge_home(project, wt, alpha.branch, fleet, alpha, _cfg(project), resolve=None)
+
+    assert result.outcome == "held", result.detail
+    assert ".env" in result.detail and "logs" in result.detail, result.detail
+    assert "alpha.txt" not in result.detail and ".gitignore" not in result.detail
+    assert _tip(project, fleet) == before and git(project, "rev-parse", "HEAD").strip() == before
+    assert (project / ".env").read_bytes() == b"TOKEN=the user's own secret\n"
+    assert (project / "logs").read_bytes() == b"the user's log, a file\n"
+    assert not (project / "alpha.txt").exists()
+
+    # An ignored folder the user keeps files in where the branch brings a file, and an untracked
+    # file: held too, naming them.
+    for name in (".env", "logs"):
+        os.unlink(project / name)
+    (project / ".env").mkdir()
+    (project / ".env" / "local").write_text("the user's\n")
+    (project / "notes.txt").write_bytes(b"the user's untracked notes\n")
+    again = merge_home(project, wt, alpha.branch, fleet, alpha, _cfg(project), resolve=None)
+    assert again.outcome == "held" and ".env" in again.detail and "notes.txt" in again.detail, again.detail
+    assert (project / ".env" / "local").read_text() == "the user's\n" and _tip(project, fleet) == before
+    assert (project / "notes.txt").read_bytes() == b"the user's untracked notes\n"
+
+    (project / ".env" / "local").unlink()  # moved away: an empty folder holds nothing of the user's
+    (project / "notes.txt").unlink()
+    (project / "cache").mkdir()            # an ignored folder the branch brings nothing into is no obstacle
+    (project / "cache" / "big.bin").write_bytes(b"\x00" * 10)
+    done = merge_home(project, wt, alpha.branch, fleet, alpha, _cfg(project), resolve=None)
+    assert done.outcome == "merged", done.detail
+    assert (project / ".env").read_text() == "TOKEN=the agent's\n" and (project / "alpha.txt").is_file()
+    assert (project / "cache" / "big.bin").read_bytes() == b"\x00" * 10
+
+
 @pytest.mark.fault(93)
 def test_two_tasks_changing_the_same_lines_the_second_goes_to_the_merger_once(project, fleet):
     alpha, alpha_wt = _child(project, fleet, "Add alpha", {"shared.txt": "one\nALPHA\nthree\n"})

@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from helpers.git import git
 from helpers.procs import lock_held
 from helpers.waits import wait_for
@@ -134,3 +135,240 @@ def test_a_fleet_alert_reaches_the_users_alert_command(project, tmp_path):
     ticket = json.loads(told.read_text())
     assert ticket["severity"] == "critical" and ticket["cause"] == f"task failed permanently: {TASK}"
     assert all(len(line) <= 200 and "\n" not in line for line in ticket["lines"])
+
+
+# -- the review's findings: each with the monitor over a real repository and a real ledger ------------
+
+
+class Clock:
+    def __init__(self, at: float = 1_000_000.0) -> None:
+        self.at = at
+
+    def __call__(self) -> float:
+        return self.at
+
+
+def clocked(project: Path, ledger: FleetLedger, clock: Clock, **flags: str) -> mon.Monitor:
+    cfg = resolve(project, flags={"GENESIS_FLEET_MEMORY_FLOOR_MB": "0", "GENESIS_FLEET_STAGGER_SECONDS": "0",
+                                  **flags})
+    fleet_dir = private_dir(private_dir(state_dir_of(project)) / "fleet")
+    return mon.Monitor(project, cfg, fleet_settings(cfg.settings), 3, ledger, fleet_dir, "fleet-test",
+                       mon.project_branch(project), {}, clock=clock)
+
+
+def no_child(monkeypatch) -> list:
+    """The child's start fails as an exec would (nothing real is launched); the specs asked for."""
+    asked: list = []
+
+    def launch(spec, env, now, *a, **kw):
+        asked.append(spec)
+        raise OSError("no loop in this test")
+
+    monkeypatch.setattr(mon.kids, "launch", launch)
+    return asked
+
+
+def test_a_relaunch_commits_what_the_killed_attempt_left_so_the_next_child_can_start(project, tmp_path, monkeypatch):
+    with_tasks(project, TASK)
+    ident = task_id(TASK)
+    asked = no_child(monkeypatch)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        monitor = clocked(project, led, Clock())
+        wt = worktrees_create(monitor, ident)
+        led.upsert_task(TaskRow(ident, TASK, "restarting", attempts=1, branch=branch_for(ident), worktree=str(wt),
+                                reason="exit 137"))
+        led.begin_attempt(ident, "start", "", "configured", "", 1.0)
+        led.end_attempt(ident, 1, 137, "failed", 2.0)
+        (wt / "README.md").write_text("half done by the killed agent\n")
+        monitor.launches(monitor.sync_queue())
+        assert [s.attempt for s in asked] == [2]
+        assert git(wt, "status", "--porcelain") == ""
+        assert git(wt, "log", "-1", "--format=%s").strip() == "Genesis: work left by attempt 1, which ended: exit 137"
+        assert [e.detail["attempt"] for e in led.events("leftovers")] == [1]
+
+
+def worktrees_create(monitor: mon.Monitor, ident: str) -> Path:
+    return mon.worktrees.create(monitor.project, monitor.root, ident, branch_for(ident), monitor.target)
+
+
+def test_the_exit_code_is_this_runs_a_task_failed_in_an_earlier_run_is_not_its_news(project, tmp_path):
+    with_tasks(project, TASK)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        led.upsert_task(TaskRow("old-one", "an old task", "failed"))
+        led.record("failed_permanently", "old-one", reason="an earlier night")
+        led.upsert_task(TaskRow("old-two", "another old task", "needs-review"))
+        led.record("needs_review", "old-two", reason="an earlier night")
+        monitor = clocked(project, led, Clock())
+        monitor.start_seq = led.record("fleet_start", run_id="fleet-test")
+        assert monitor.exit_code() == exitcodes.OK
+        led.upsert_task(TaskRow("new", "a task of tonight", "needs-review"))
+        led.record("needs_review", "new", reason="a conflict tonight")
+        assert monitor.exit_code() == exitcodes.FLEET_NEEDS_REVIEW
+
+
+@pytest.mark.parametrize("was", ["failed", "merged"])
+def test_a_task_open_again_on_the_project_branch_starts_fresh(project, tmp_path, monkeypatch, was):
+    with_tasks(project, TASK)  # reopened by the user (`[!]` -> `[ ]`), or a new task that reads the same
+    ident = task_id(TASK)
+    asked = no_child(monkeypatch)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        led.upsert_task(TaskRow(ident, TASK, was, strategy=2, attempts=8, restarts=3, escalations=2,
+                                branch=branch_for(ident)))
+        for n in range(1, 9):
+            led.begin_attempt(ident, "start" if n == 1 else "restart", "", "configured", "", float(n))
+            led.end_attempt(ident, n, 1, "failed", n + 0.5)
+        monitor = clocked(project, led, Clock())
+        monitor.launches(monitor.sync_queue())
+        row = led.task(ident)
+        assert (row.state, row.strategy, row.restarts, row.escalations) == ("queued", 0, 0, 0)
+        assert [s.attempt for s in asked] == [9] and led.attempts(ident)[-1].kind == "start"
+        assert len(led.attempts(ident)) == 9  # the old attempts stay in the history
+        assert [e.detail["was"] for e in led.events("reopened")] == [was]
+
+
+def test_a_failed_tasks_held_mark_survives_the_monitor_and_is_made_once_the_checkout_is_clean(project, tmp_path):
+    with_tasks(project, TASK)
+    ident = task_id(TASK)
+    (project / "README.md").write_text("the user's edit, not committed\n")
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        led.upsert_task(TaskRow(ident, TASK, "restarting", branch=branch_for(ident)))
+        first = clocked(project, led, Clock())
+        first.fail(led.task(ident), "3 escalations spent")
+        assert led.task(ident).state == "failed" and "[ ]" in git(project, "show", "HEAD:TASKS.md")
+        assert [e.task_id for e in led.events("mark_pending")] == [ident]
+        second = clocked(project, led, Clock())  # the next night's monitor
+        assert second.unmarked == {ident: "3 escalations spent"}
+        second.sync_queue()
+        assert led.task(ident).state == "failed"  # still `[ ]` only because the mark waits: not reopened
+        git(project, "checkout", "README.md")
+        second.tick()
+        assert "- [!] " + TASK in git(project, "show", "HEAD:TASKS.md")
+        assert not second.unmarked and [e.task_id for e in led.events("marked")] == [ident]
+        assert clocked(project, led, Clock()).unmarked == {}
+
+
+def test_a_task_removed_by_hand_is_not_relaunched_and_holds_nothing_open(project, tmp_path, monkeypatch):
+    with_tasks(project, "another task")  # TASK was removed from the list by the user
+    ident = task_id(TASK)
+    asked = no_child(monkeypatch)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        led.upsert_task(TaskRow(ident, TASK, "restarting", attempts=1, branch=branch_for(ident), not_before=0.0))
+        led.begin_attempt(ident, "start", "", "configured", "", 1.0)
+        led.end_attempt(ident, 1, 1, "failed", 2.0)
+        monitor = clocked(project, led, Clock())
+        rows = monitor.sync_queue()
+        monitor.launches([r for r in rows if r.id == ident])
+        assert not asked and len(led.attempts(ident)) == 1
+        row = led.task(ident)
+        assert (row.state, row.reason) == ("queued", f"no longer open on {monitor.target}")
+        assert monitor.done([r for r in led.tasks() if r.id == ident])
+
+
+def test_checks_that_keep_failing_end_the_fleet_with_1_and_its_end_recorded(project, tmp_path, monkeypatch, capsys):
+    with_tasks(project, TASK)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        monitor = clocked(project, led, Clock(), GENESIS_FLEET_CHECK_SECONDS="0.05")
+        calls = []
+
+        def tick():
+            calls.append(1)
+            raise mon.GitTimeout("git show", project, 60)
+
+        monkeypatch.setattr(monitor, "tick", tick)
+        assert mon._run(monitor) == exitcodes.ERROR
+        assert len(calls) == mon.TICK_ERRORS
+        (end,) = led.events("fleet_end")
+        assert end.detail["exit_code"] == exitcodes.ERROR and "checks in a row failed" in end.detail["reason"]
+    assert "a check failed (1 of" in capsys.readouterr().err
+
+
+def test_a_relaunched_task_gets_a_port_slot_no_running_child_holds(project, tmp_path):
+    with_tasks(project, TASK)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        monitor = clocked(project, led, Clock())
+        assert monitor._slot("a") == 0
+        monitor.children["a"] = None
+        assert monitor._slot("b") == 1
+        monitor.children["b"] = None
+        del monitor.children["a"]  # A failed
+        assert monitor._slot("c") == 0
+        monitor.children["c"] = None
+        assert monitor._slot("a") == 2  # A relaunches: slot 0 is C's now
+        del monitor.children["c"]
+        monitor.children["a"] = None
+        assert monitor._slot("a") == 2  # its own slot while it holds it
+
+
+def test_a_worktree_git_cannot_make_for_a_moment_is_tried_again_not_sent_to_review(project, tmp_path, monkeypatch):
+    with_tasks(project, TASK)
+    ident = task_id(TASK)
+    asked = no_child(monkeypatch)
+    lock = project / ".git" / "refs" / "heads" / "genesis" / "task" / f"{ident}.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")  # another git holds the branch's ref lock
+    clock = Clock()
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        monitor = clocked(project, led, clock)
+        monitor.launches(monitor.sync_queue())
+        row = led.task(ident)
+        assert row.state == "waiting" and "try 1 of" in row.reason and not led.events("needs_review")
+        clock.at += 5
+        monitor.launches(monitor.sync_queue())
+        assert "try 1 of" in led.task(ident).reason  # not before its retry time
+        lock.unlink()
+        clock.at += mon.WORKTREE_RETRY
+        monitor.launches(monitor.sync_queue())
+        assert [s.attempt for s in asked] == [1] and not led.events("needs_review")
+
+
+def test_a_worktree_that_keeps_failing_needs_review_in_the_end(project, tmp_path, monkeypatch):
+    with_tasks(project, TASK)
+    ident = task_id(TASK)
+    no_child(monkeypatch)
+
+    def create(*a, **kw):
+        raise mon.GitTimeout("git worktree add", project, 120)
+
+    monkeypatch.setattr(mon.worktrees, "create", create)
+    clock = Clock()
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        monitor = clocked(project, led, clock)
+        for _ in range(mon.WORKTREE_TRIES):
+            monitor.launches(monitor.sync_queue())
+            clock.at += mon.WORKTREE_RETRY + 1
+        assert led.task(ident).state == "needs-review"
+        assert [e.detail["outcome"] for e in led.events("needs_review")] == ["worktree"]
+
+
+def test_an_attempt_whose_end_was_never_recorded_is_closed_and_stops_counting(project, tmp_path):
+    with_tasks(project, TASK)
+    ident = task_id(TASK)
+    clock = Clock()
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        led.upsert_task(TaskRow(ident, TASK, "restarting", attempts=1, branch=branch_for(ident)))
+        led.begin_attempt(ident, "start", "", "configured", "", clock.at - 3600)  # the monitor was SIGKILLed
+        monitor = clocked(project, led, clock)
+        monitor.reconcile()
+        (attempt,) = led.attempts(ident)
+        assert attempt.ended == clock.at and attempt.outcome == "stopped"
+        assert monitor._ran_within(clock.at + monitor.gate.policy.window + 1) == 0
+
+
+def test_the_monitor_beats_before_each_step_that_may_block(project, tmp_path, monkeypatch):
+    with_tasks(project, TASK)
+    clock = Clock()
+    seen = []
+    real = mon.worktrees.create
+
+    def create(*a, **kw):
+        seen.append(json.loads((monitor.fleet_dir / mon.MONITOR_FILE).read_text())["at"])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(mon.worktrees, "create", create)
+    no_child(monkeypatch)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        monitor = clocked(project, led, clock)
+        monitor.beat()
+        clock.at += 50  # a check's earlier steps took a while
+        monitor.launches(monitor.sync_queue())
+        assert seen == [clock.at]

@@ -16,7 +16,7 @@ MB = 1 << 20
     (0, False, True, False, "stopped", None),          # the stop flag ended it
     (20, False, False, False, "limit", None),          # a limit is no failure: no restart spent
     (21, False, False, False, "outage", None),
-    (2, False, False, False, "config", 2),             # would fail every child: the fleet stops with it
+    (2, False, False, False, "failed", None),          # a child's own worktree in the way: its ladder
     (28, False, False, False, "config", 28),
     (29, False, False, False, "config", 29),
     (6, False, False, False, "config", 6),

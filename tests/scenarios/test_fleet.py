@@ -19,7 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers.fakeclaude import FIXTURES, replay
-from helpers.fleet import fleet_dir, fleet_env, fleet_ledger, fleet_project, start_fleet, task_agent, tasks_on
+from helpers.fleet import (TASK_AGENT, fleet_dir, fleet_env, fleet_ledger, fleet_project, start_fleet, task_agent,
+                           tasks_on)
 from helpers.git import git, new_repo
 from helpers.loop import GENESIS, LOOP
 from helpers.procs import alive, carries
@@ -537,3 +538,46 @@ def test_a_task_whose_agent_always_fails_climbs_the_whole_ladder_to_a_permanent_
     assert row.state == "failed" and failed.task_id == ident and len(criticals) == 1
     assert "- [!] never works (failed: " in tasks_on(project)  # marked on the project branch
     assert git(project, "rev-parse", "--verify", "-q", row.branch).strip()  # its branch kept
+
+
+# The first attempt edits a tracked file and is killed mid-phase (as OOM or kill -9 would); the
+# next attempt does the task.
+KILLED_FIRST = """#!/usr/bin/env bash
+set -euo pipefail
+if [[ ! -e ${FIRST}/tried ]]; then
+  touch "${FIRST}/tried"
+  printf 'half done by the first attempt\\n' >README.md
+  touch "${FIRST}/working"
+  sleep 300
+fi
+""" + TASK_AGENT.split("\n", 2)[2]
+
+
+def test_a_child_killed_mid_phase_leaves_work_the_next_attempt_starts_on_top_of(project, tmp_path):
+    fleet_project(project, ["the task"])
+    first = tmp_path / "first"
+    first.mkdir()
+    env = fleet_env(FIRST=str(first), HEARTBEAT_STALE_SECONDS="600")
+    proc = start_fleet(project, "1", task_agent(tmp_path / "agent.sh", KILLED_FIRST), env=env,
+                       log=tmp_path / "fleet.log")
+    try:
+        wait_for((first / "working").exists, 120, "the first attempt at work")
+        (launch,) = fleet_ledger_events(project, "launch")
+        # The child's whole tree killed at once (the OOM killer, a kill -9 of its group): its loop's
+        # companion too, so nothing commits the agent's edit.
+        os.killpg(launch.detail["pid"], signal.SIGKILL)
+        for pid in carrying("GENESIS_TASK_ID", task_id("the task")):  # whatever of it left its group
+            os.kill(pid, signal.SIGKILL)
+        assert proc.wait(timeout=180) == exitcodes.OK, (tmp_path / "fleet.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=180)
+    with fleet_ledger(project) as led:
+        assert [a.outcome for a in led.attempts(task_id("the task"))] == ["failed", "verified"]
+        (left,) = led.events("leftovers")
+    assert any("committed 1 file(s) left uncommitted by attempt 1" in d for d in left.detail["done"])
+    log = git(project, "log", "--format=%s", "HEAD")
+    assert "Genesis: work left by attempt 1, which ended:" in log
+    assert git(project, "show", "HEAD:README.md") == "half done by the first attempt\n"  # kept, and home
+    assert parse(tasks_on(project)).items[0].state == DONE
