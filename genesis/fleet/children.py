@@ -179,6 +179,11 @@ def ended(child: Child, now: float) -> Ending | None:
             if holder is not None and holder.pid == child.pid and not child.run_id:
                 child.run_id = holder.run_id
             return None
+        if code < 0 and child.signalled is None:
+            # Killed by a signal this monitor did not send (the OOM killer, a kill -9): known
+            # now, from its own exit status. Its phase's watcher may hold its lock a while
+            # longer, ending its agent: the relaunch waits for that (Monitor.launch), not this.
+            return Ending(128 - code, now, f"killed by signal {-code}")
         holder = holder_of(child)
         if holder is not None and holder.pid in (0, child.pid):
             return None  # a step of the ended loop still holds its lock: its end is being recorded

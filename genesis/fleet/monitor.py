@@ -325,6 +325,11 @@ class Monitor:
         self.worktree_tries.pop(row.id, None)
         probe = kids.Child(row.id, wt, 0, 0.0, now, row.attempts)
         holder = kids.holder_of(probe)
+        if holder is not None and (not holder.pid or not holder.alive()):
+            # The last attempt's loop is gone but its steps still end (they hold its lock): not
+            # a loop to adopt, and no new one may start there yet. The next check looks again.
+            self.ledger.set_state(row.id, row.state, "waiting for the last attempt's steps to end")
+            return False
         if holder is not None and holder.pid:  # a child of an earlier monitor runs there: adopt it
             child = kids.adopt(row.id, wt, holder, row.attempts, now)
             child.layout = probe.layout
