@@ -109,8 +109,9 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
     plan_night(project, ["Add a /health endpoint with a test"])
     # Iteration 1's Builder: its third request hangs (the API accepted it and went silent).
     fast_stub.hang_after(3, 120)
-    # Its retry makes 5 requests; the Criticizer's second request (the 10th) meets a usage limit.
-    window = fast_stub.limit_after(10, 10)
+    # Its retry makes 5 requests; the Criticizer's second request (the 10th) meets a usage limit,
+    # whose 30 s leave the probes below time to look on a loaded machine.
+    window = fast_stub.limit_after(10, 30)
     with Receiver() as hook, Receiver() as phone:
         env = night_env(fast_stub, subscriber=True, HEARTBEAT_STALE_SECONDS="5", PHASE_RETRY_DELAY_SECONDS="1",
                         GENESIS_DONE_WHEN="never", CB_WARNING_THRESHOLD="1", CB_STOP_THRESHOLD="2",
