@@ -142,8 +142,8 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
             # The screen refreshes on its own clock: on a loaded machine the probe may run before
             # the wait it shows is recorded as this loop's, so it asks again for a few seconds.
             probes: list[dict] = []
-            wait_for(lambda: probes.append(status_json(project)) or probes[-1]["wait"] is not None, timeout=15,
-                     what="the wait in status --json")
+            wait_for(lambda: probes.append(status_json(project)) or (probes[-1]["wait"] or {}).get("kind") == "limit",
+                     timeout=60, what="the usage limit's wait in status --json")
             waiting = probes[-1]
             assert (waiting["state"], waiting["wait"]["kind"], waiting["wait"]["phase"]) == ("waiting", "limit",
                                                                                           "Criticizer"), waiting
