@@ -203,17 +203,52 @@ class _Signals:
         self.resized = False
 
 
+class _Reader:
+    """Reads frames on a thread of its own, every interval: a read that takes long (many loops
+    on a loaded machine) never holds the screen, whose clock and countdowns move each second."""
+
+    def __init__(self, view: _View, interval: float, first: Frame):
+        self.view = view
+        self.interval = interval
+        self.frame = first
+        self.count = 0                     # frames read so far: the screen redraws on a new one
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="status-reader", daemon=True)
+
+    def __enter__(self) -> "_Reader":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()  # a read under way is not waited for: the thread is a daemon
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.frame = self.view.read()
+            except BaseException as exc:  # noqa: BLE001 - raised again on the screen's thread
+                self.error = exc
+                return
+            self.count += 1
+
+
 def _live(console: Console, view: _View, interval: float) -> int:
     sigs = _Signals()
     try:
         with sigs, Live(console=console, screen=True, auto_refresh=False, redirect_stdout=False,
-                        redirect_stderr=False) as live:
-            frame, next_read = view.read(), time.monotonic() + interval
+                        redirect_stderr=False) as live, _Reader(view, interval, view.read()) as reader:
             while sigs.code is None:
-                if time.monotonic() >= next_read:
-                    frame, next_read = view.read(), time.monotonic() + interval
-                live.update(view.draw(frame, watching=True), refresh=True)
-                sigs.sleep(min(TICK, max(0.0, next_read - time.monotonic())))
+                if reader.error is not None:
+                    raise reader.error
+                drawn = reader.count
+                live.update(view.draw(reader.frame, watching=True), refresh=True)
+                # The next drawing: after a TICK, at once on a new frame, a stop or a resize.
+                deadline = time.monotonic() + TICK
+                while sigs.code is None and not sigs.resized and reader.count == drawn and \
+                        time.monotonic() < deadline:
+                    time.sleep(POLL)
+                sigs.resized = False
     except OSError:
         if sigs.code != exitcodes.INTERRUPTED_HUP:
             raise  # after a hang-up the terminal is gone: restoring it cannot work, nor matter

@@ -165,3 +165,54 @@ def test_watch_into_a_pipe_whose_reader_goes_ends_quietly(project):
     finally:
         proc.kill()
         proc.wait()
+
+
+class _SlowView:
+    """A view whose reads after the first hang until released, as on a loaded machine with many
+    loops to read; its drawings are counted, each with the clock it was drawn at."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+        self.reads = 0
+        self.drawn: list[float] = []
+
+    def read(self):
+        from genesis.status.screen import Frame
+
+        self.reads += 1
+        if self.reads > 1:
+            self.release.wait(30)
+        return Frame(None, ())
+
+    def draw(self, frame, watching=False):
+        self.drawn.append(time.monotonic())
+        if len(self.drawn) >= 3:
+            raise _Enough
+        return "frame"
+
+
+class _Enough(Exception):
+    pass
+
+
+def test_a_slow_read_never_holds_the_live_screen_whose_clock_moves_each_second():
+    """The screen is drawn again every second from the last frame while a read is under way:
+    its clock and countdowns move even when reading every loop takes long."""
+    import io
+
+    from rich.console import Console
+
+    from genesis.status import screen
+
+    view = _SlowView()
+    console = Console(file=io.StringIO(), force_terminal=True, width=80, height=20)
+    try:
+        with pytest.raises(_Enough):
+            screen._live(console, view, interval=0.2)
+        assert view.reads == 2, "the second read is the one still under way"
+        gaps = [b - a for a, b in zip(view.drawn, view.drawn[1:])]
+        assert all(0.5 * screen.TICK <= gap < 5 * screen.TICK for gap in gaps), gaps
+    finally:
+        view.release.set()
