@@ -62,9 +62,18 @@ trap 'kill -- "-${bats_pid}" 2>/dev/null || true; rm -f "${tally}" "${tap}" "${t
 # worker, one after the other, and no two files mark their agents with the same run id,
 # so no watcher's sweep or reaper of one worker can take the other's processes for its own.
 # (--dist loadfile is in pyproject.toml's pytest options.)
-GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-3}" "${lane[@]}" "$@" \
-  || status=$?
+# In a whole run the tests marked heavy (the 50-child fleet, which loads both cores on its own)
+# run after all the others, alone: no test that waits on a window runs beside them.
+split=()
+if [[ ${quick} == false ]] && (($# == 0)); then
+  split=(-m "not heavy")
+fi
+GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-3}" \
+  ${lane[@]+"${lane[@]}"} ${split[@]+"${split[@]}"} "$@" || status=$?
 wait "${bats_pid}" || status=$?
+if ((${#split[@]} > 0)); then
+  GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 0 -m heavy || status=$?
+fi
 cat "${tap}"
 cat "${tap_err}" >&2
 # The fault suite's tally (pytest and bats together), then the total over every test: only

@@ -8,6 +8,7 @@ ticks its task in the worktree's TASKS.md, as the shipped prompts ask. A gate fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -567,7 +568,8 @@ def test_a_child_killed_mid_phase_leaves_work_the_next_attempt_starts_on_top_of(
         # companion too, so nothing commits the agent's edit.
         os.killpg(launch.detail["pid"], signal.SIGKILL)
         for pid in carrying("GENESIS_TASK_ID", task_id("the task")):  # whatever of it left its group
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # ...unless it has ended since it was listed
+                os.kill(pid, signal.SIGKILL)
         assert proc.wait(timeout=180) == exitcodes.OK, (tmp_path / "fleet.log").read_text()[-3000:]
     finally:
         if proc.poll() is None:

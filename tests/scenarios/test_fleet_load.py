@@ -14,11 +14,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from fleet_load import run_load  # noqa: E402
 
 CHILDREN, BEATS = 50, 3
+
+# Run last and alone by run-tests.sh: 50 loops would slow every window-timed test beside them.
+pytestmark = pytest.mark.heavy
 
 
 def test_fifty_children_with_heartbeats_every_beat_seen_none_missed(tmp_path):
