@@ -4,11 +4,16 @@
 #
 # Usage: ./start-multi-agent-loop.sh [--project DIR] [--agent-cmd CMD] [--max-iterations N]
 #                                    [--set KEY=VALUE]... [--allow-dirty] [--allow-detached]
-#                                    [--trust] [--demo] [--parallel N|auto] [--help]
+#                                    [--trust] [--demo] [--parallel N|auto] [--fleet FILE] [--help]
 #
 # --parallel N runs a fleet instead: one loop per open task of TASKS.md (each in its own git
 # worktree and branch), at most N at once (auto: from the cores and the free memory), under
 # one monitor (`genesis fleet run`) that merges each verified task home.
+#
+# --fleet FILE runs the fleets of several projects under that one monitor: FILE (TOML) lists
+# each project's path, parallel and settings (README: "Several projects"). The account's
+# usage limits, the cascade pause and max_parallel span them all. Not with --project or
+# --parallel (the file says both).
 #
 # This script only sequences steps, handles signals and never dies silently; every
 # decision about time, JSON, git or processes is a `genesis` subcommand. A step prints on
@@ -53,6 +58,8 @@ readonly GENESIS_HOME
 project="."
 demo=0
 parallel=""
+fleet=""
+project_given=0
 allow_dirty=()
 allow_detached=()
 trust=()
@@ -370,10 +377,14 @@ main() {
   local quoted rc=0
   while (($# > 0)); do
     case "$1" in  # --option=value reads as --option value
-      --project=* | --agent-cmd=* | --max-iterations=* | --set=* | --parallel=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+      --project=* | --agent-cmd=* | --max-iterations=* | --set=* | --parallel=* | --fleet=*)
+        set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
     esac
     case "$1" in
-      --project) needs "$1" "a directory, the git project to work on" '.' "${@:2:1}"; project="$2"; shift 2 ;;
+      --project) needs "$1" "a directory, the git project to work on" '.' "${@:2:1}"; project="$2"
+        project_given=1; shift 2 ;;
+      --fleet) needs "$1" "a fleet file (TOML) listing the projects, e.g. --fleet fleet.toml" '.' "${@:2:1}"
+        fleet="$2"; shift 2 ;;
       --agent-cmd) needs "$1" "the agent's command line, e.g. --agent-cmd 'claude -p'" '.' "${@:2:1}"
         overrides+=(--set "GENESIS_AGENT_CMD=$2"); shift 2 ;;
       --max-iterations) needs "$1" "a whole number, e.g. --max-iterations 40 (0: no limit)" '^[0-9]+$' "${@:2:1}"
@@ -397,7 +408,21 @@ main() {
         exit "${EXIT_USAGE}" ;;
     esac
   done
+  if [[ -n ${fleet} ]] && { ((project_given || demo)) || [[ -n ${parallel} ]]; }; then
+    err "--fleet runs the projects its file lists, each with its own parallel: not with --project, --parallel or --demo"
+    exit "${EXIT_USAGE}"
+  fi
   bootstrap
+  if [[ -n ${fleet} ]]; then
+    if [[ ! -f ${fleet} ]]; then
+      err "--fleet ${fleet}: no such file"
+      exit "${EXIT_USAGE}"
+    fi
+    fleet="$(cd "$(dirname "${fleet}")" && pwd)/$(basename "${fleet}")"
+    # As --parallel: the monitor replaces this script and its exit code is the whole fleet's.
+    exec "${genesis_cmd[@]}" ${overrides[@]+"${overrides[@]}"} fleet run --fleet "${fleet}" \
+      ${trust[@]+"${trust[@]}"}
+  fi
   if ((demo)); then
     project="$(mktemp -d "${TMPDIR:-/tmp}/genesis-demo.XXXXXX")/project"
     say "demo: creating a throwaway git project in ${project}"

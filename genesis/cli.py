@@ -148,6 +148,20 @@ def _run_id(_ctx, _param, value: str | None) -> str | None:
 
 
 run_id_opt = click.option("--run-id", required=True, callback=_run_id, help="The loop run's id (its marker).")
+
+
+def _fleet_file(path: Path):
+    """The fleet file (`--fleet`), checked whole: a mistake is a usage error saying what to fix."""
+    from genesis.fleet.fleetfile import FleetFileError, load
+
+    try:
+        return load(path)
+    except FleetFileError as exc:
+        raise Fail(str(exc), exitcodes.USAGE) from None
+
+
+fleet_opt = click.option("--fleet", "fleet_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+                         help="A fleet file (TOML) listing several projects: every one of them.")
 iteration_opt = click.option("--iteration", type=click.IntRange(min=1), required=True)
 
 
@@ -346,15 +360,33 @@ def reap(obj: Context, dry_run: bool) -> None:
 
 
 @cli.command()
+@fleet_opt
 @pass_ctx
 @guarded
-def stop(obj: Context) -> None:
-    """Ask the running loop to stop after the current phase (writes false to the stop flag)."""
+def stop(obj: Context, fleet_file: Path | None) -> None:
+    """Ask the running loop to stop after the current phase (writes false to the stop flag); with --fleet,
+    every project's fleet the file lists."""
+    if fleet_file is None:
+        _stop(obj.config())
+        return
+    stopped = 0
+    for p in _fleet_file(fleet_file).projects:
+        try:
+            _stop(resolve(p.path, flags={**obj.overrides, **p.settings}))
+            stopped += 1
+        except Fail as exc:
+            if exc.exit_code != exitcodes.NOT_RUNNING:
+                raise
+            click.echo(f"nothing runs on {p.path}")
+    if not stopped:
+        raise Fail(f"no fleet of {fleet_file} is running; nothing to stop", exitcodes.NOT_RUNNING)
+
+
+def _stop(cfg: Config) -> None:
     from genesis.fleet.children import live_children
     from genesis.status.loops import running_loops
     from genesis.store.looplock import FLEET_RUN, current_holder
 
-    cfg = obj.config()
     layout = layout_for(cfg)
     holder = current_holder(layout.loop_lock, layout.loop_record)
     orphans = [] if holder is not None else live_children(layout.state_dir / "fleet" / "ledger.sqlite3")
@@ -718,18 +750,30 @@ def status(ctx: click.Context, watch: bool, all_loops: bool, as_json: bool, inte
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (with each run's events).")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Also write the report as one self-contained HTML page to FILE.")
+@fleet_opt
 @pass_ctx
 @guarded
 def report(obj: Context, run_id: str | None, since: str | None, list_runs: bool, as_json: bool,
-           html_file: Path | None) -> None:
-    """The morning report of a loop run (default: the latest, or the fleet's if a fleet ran last); exit 1 if
-    there is no such run."""
+           html_file: Path | None, fleet_file: Path | None) -> None:
+    """The morning report of a loop run (default: the latest, or the fleet's if a fleet ran last; with --fleet,
+    one report across the projects of a fleet file); exit 1 if there is no such run."""
     import sqlite3
 
     from genesis.ledger.store import LedgerError
     from genesis.reporting.command import PageNotWritten
     from genesis.reporting.command import report as run
 
+    if fleet_file is not None:
+        from genesis.reporting.fleets import report as across
+
+        if run_id or since or list_runs:
+            raise Fail("--fleet reports every project's fleet: without --run-id, --since or --list", exitcodes.USAGE)
+        ff = _fleet_file(fleet_file)
+        try:
+            across(ff.path, [p.path for p in ff.projects], as_json=as_json, html_file=html_file, echo=click.echo)
+        except PageNotWritten as exc:
+            raise Fail(str(exc), exitcodes.ERROR) from None
+        return
     try:
         run(obj.bare_layout(), run_id=run_id, since=since, list_runs=list_runs, as_json=as_json, html_file=html_file,
             echo=click.echo)
@@ -739,6 +783,40 @@ def report(obj: Context, run_id: str | None, since: str | None, list_runs: bool,
         raise Fail(str(exc), exitcodes.ERROR) from None
     except (LedgerError, sqlite3.Error) as exc:  # a damaged ledger: a clear line, never a traceback
         raise Fail(f"the ledger cannot be read: {exc}", exitcodes.ERROR) from None
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address to listen on; another than loopback needs --token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="The port (0: any free one; the first line says which).")
+@click.option("--project", "projects", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Also show this project (repeatable), running or not.")
+@click.option("--fleet", "fleets", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Also show every project this fleet file lists (repeatable).")
+@click.option("--token", is_flag=True, help="Require a token (generated, printed once) on every request.")
+@click.pass_context
+@guarded
+def serve(ctx: click.Context, host: str, port: int, projects: tuple[Path, ...], fleets: tuple[Path, ...],
+          token: bool) -> None:
+    """A live web dashboard of every loop and fleet on this machine (read-only; exit 33: cannot listen)."""
+    try:
+        from genesis.web.app import Settings
+        from genesis.web.server import NotServed, Refused
+        from genesis.web.server import serve as run
+    except ImportError:
+        raise Fail("genesis serve needs the web extra: pip install 'genesis-loop[web]' (in a checkout: "
+                   "pip install -e '.[web]')", exitcodes.USAGE) from None
+
+    given = ctx.parent.get_parameter_source("project") is not click.core.ParameterSource.DEFAULT
+    chosen = ([ctx.obj.project] if given else []) + list(projects)
+    try:
+        ctx.exit(run(Settings(host=host, port=port, projects=tuple(p.resolve() for p in chosen),
+                              fleets=tuple(f.resolve() for f in fleets)), token=token))
+    except Refused as exc:
+        raise Fail(str(exc), exitcodes.USAGE) from None
+    except NotServed as exc:
+        raise Fail(str(exc), exitcodes.SERVE_FAILED) from None
 
 
 @cli.command()
@@ -943,14 +1021,21 @@ def fleet_group() -> None:
 
 
 @fleet_group.command("run", hidden=True)
-@click.option("--parallel", required=True, metavar="N|auto", help="At most N children at once, or auto.")
+@click.option("--parallel", metavar="N|auto", help="At most N children at once, or auto.")
+@fleet_opt
 @click.option("--trust", is_flag=True, help="Approve the commands genesis.conf names as they are now.")
 @pass_ctx
 @guarded
-def fleet_run(obj: Context, parallel: str, trust: bool) -> None:
-    """The fleet's monitor (start-multi-agent-loop.sh --parallel runs it): children, merges, the end."""
-    from genesis.fleet.monitor import run_fleet
+def fleet_run(obj: Context, parallel: str | None, fleet_file: Path | None, trust: bool) -> None:
+    """The fleet's monitor (start-multi-agent-loop.sh --parallel or --fleet runs it): children, merges, the end."""
+    from genesis.fleet.monitor import run_fleet, run_projects
 
+    if (parallel is None) == (fleet_file is None):
+        raise Fail("give --parallel N|auto (one project) or --fleet FILE (the projects it lists)", exitcodes.USAGE)
+    if fleet_file is not None:
+        ff = _fleet_file(fleet_file)
+        sys.exit(run_projects([(p.path, {**obj.overrides, **p.settings}, p.parallel) for p in ff.projects],
+                              max_parallel=ff.max_parallel, trust=trust))
     if parallel != "auto" and not (parallel.isdigit() and int(parallel) >= 1):
         raise Fail(f"--parallel {parallel!r}: a whole number from 1, or auto", exitcodes.USAGE)
     sys.exit(run_fleet(obj.project.resolve(), obj.overrides, parallel, trust=trust))
@@ -959,12 +1044,17 @@ def fleet_run(obj: Context, parallel: str, trust: bool) -> None:
 @fleet_group.command("status")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON document (schema: docs/fleet-status-json.md); same exit code.")
+@fleet_opt
 @click.pass_context
 @guarded
-def fleet_status(ctx: click.Context, as_json: bool) -> None:
-    """Every task of the project's fleet, live; exit 0 if a fleet ran on the project, 5 if none ever did."""
-    from genesis.fleet.status import run_fleet_status
+def fleet_status(ctx: click.Context, as_json: bool, fleet_file: Path | None) -> None:
+    """Every task of the project's fleet (with --fleet: of every project listed), live; exit 0 if a fleet
+    ran on the project (on one of them), 5 if none ever did."""
+    from genesis.fleet.status import run_fleet_status, run_fleets_status
 
+    if fleet_file is not None:
+        ff = _fleet_file(fleet_file)
+        ctx.exit(run_fleets_status(ff.path, [p.path for p in ff.projects], as_json=as_json))
     ctx.exit(run_fleet_status(ctx.obj.project, as_json=as_json))
 
 

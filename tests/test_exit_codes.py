@@ -31,6 +31,7 @@ STEPS_ONLY = {
     "AGENT_STALE": "run-phase: the stuck agent was killed, the loop goes on",
     "AGENT_OVERTIME": "run-phase: the agent over its cap was killed, the loop goes on",
     "ALERT_FAILED": "only `genesis alert test` exits with it",
+    "SERVE_FAILED": "only `genesis serve` exits with it",
 }
 # Codes the loop ends with without naming them: it passes a step's status straight through.
 PASSED_THROUGH = {

@@ -11,6 +11,10 @@ It holds two locks for its life: the fleet's (`<fleet dir>/lock`: one monitor pe
 project) and the project's loop lock (a single loop and a fleet on one project refuse each
 other, and `genesis stop` finds the fleet as it finds a loop). Children live in sessions of
 their own: the monitor's death leaves them running, and the next monitor adopts them.
+
+A fleet file (`--fleet`, fleet/fleetfile.py) puts several projects under one such process:
+a Monitor each, with everything above its own, checked in turn (run_projects); they share
+one cascade gate and failure window, max_parallel, the stagger and the port slots (share()).
 """
 
 from __future__ import annotations
@@ -25,15 +29,17 @@ import sys
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from genesis import exitcodes
 from genesis.agents import adapter_of
+from genesis.agents.models import cli_and_model
 from genesis.alerts import handoff
 from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_TEXT, Ticket
-from genesis.config import Config, layout_for, resolve
+from genesis.config import Config, ConfigError, layout_for, resolve
 from genesis.fleet import cascade as cascade_mod
 from genesis.fleet import children as kids
 from genesis.fleet import ladder, merging, worktrees
@@ -58,7 +64,7 @@ from genesis.store.looplock import FLEET_RUN, Locked, hold, release
 from genesis.trust import approve, judge
 from genesis.watch.waits import honoured
 
-__all__ = ["run_fleet", "Monitor", "fleet_dir_of", "FLEET_DIR", "MONITOR_FILE"]
+__all__ = ["run_fleet", "run_projects", "share", "worst_exit", "Monitor", "fleet_dir_of", "FLEET_DIR", "MONITOR_FILE"]
 
 FLEET_DIR = "fleet"
 MONITOR_FILE = "monitor.json"
@@ -182,6 +188,14 @@ class Monitor:
     launched: bool = False                                   # a child started at the last check
     start_seq: int = 0                                       # this run's fleet_start event: its outcomes after it
     worktree_tries: dict[str, tuple[int, float]] = field(default_factory=dict)  # transient failures, retry at
+    # Several projects under one monitor (a fleet file): the monitors of all of them (sharing one
+    # cascade gate and failure window, see share()), and the cap on their children at once.
+    peers: list["Monitor"] = field(default_factory=list)
+    max_parallel: int | None = None
+    reason: str = ""                                         # why this project's fleet ended
+    errors: int = 0                                          # checks in a row that failed
+    due: float = 0.0                                         # the next check (time.monotonic)
+    ended_code: int | None = None                            # its fleet_end recorded, with this code
 
     def __post_init__(self) -> None:
         self.layout = layout_for(self.cfg)
@@ -289,8 +303,10 @@ class Monitor:
     # -- launching -------------------------------------------------------------------
 
     def _slot(self, task_id: str) -> int:
-        """The task's port slot: the one it had, unless a running child holds it now; else the lowest free."""
-        used = {self.slots[t] for t in self.children if t in self.slots and t != task_id}
+        """The task's port slot: the one it had, unless a running child holds it now; else the lowest free
+        (the children of every project of a fleet file count: their ports never overlap)."""
+        used = {m.slots[t] for m in self.peers or [self] for t in m.children
+                if t in m.slots and (m is not self or t != task_id)}
         slot = self.slots.get(task_id)
         if slot is None or slot in used:
             slot = next(n for n in range(len(used) + 1) if n not in used)
@@ -382,8 +398,10 @@ class Monitor:
         self.last_launch = now
         self.gate_notes.pop(row.id, None)
         self.ledger.set_state(row.id, "running", "", worktree=str(wt), pid=child.pid, not_before=0.0)
+        cli, model = cli_and_model(self.cfg, chosen.agent_cmd)  # what the dashboard's metrics count it by
         self.ledger.record("launch", row.id, attempt=attempt.attempt, pid=child.pid, how=kind, agent=chosen.name,
-                           port_base=ports[0], port_count=ports[1], worktree=str(wt), log=str(spec.log))
+                           port_base=ports[0], port_count=ports[1], worktree=str(wt), log=str(spec.log),
+                           cli=cli, model=model)
         say(f"started {row.text!r} ({kind}, attempt {attempt.attempt}, {chosen.name}) in {wt} (pid {child.pid}, "
             f"ports {ports[0]}-{ports[0] + ports[1] - 1})")
         return True
@@ -428,8 +446,12 @@ class Monitor:
                 continue
             if self.worktree_tries.get(row.id, (0, 0.0))[1] > now:
                 continue  # its worktree is tried again later
+            if self.max_parallel is not None and sum(len(p.children) for p in self.peers) >= self.max_parallel:
+                self._hold(row, f"max_parallel: {self.max_parallel} children run across the fleet file's projects", "")
+                return
+            last = max(p.last_launch for p in self.peers or [self])  # one stagger across the projects
             gate = launch_gate(running=len(self.children), parallel=self.parallel, stopping=self.stopping or
-                               self.fatal is not None, since_last=now - self.last_launch, stagger=self.fleet.stagger,
+                               self.fatal is not None, since_last=now - last, stagger=self.fleet.stagger,
                                available=available_memory(), floor=self.fleet.memory_floor,
                                limit=self.known_limit(now))
             if not gate.open:
@@ -450,9 +472,9 @@ class Monitor:
                     self.budget.spend(now)
                     self.ledger.record(kind, row.id, strategy=row.strategy, reason=row.reason)
                     if probe:
-                        self.gate.probe_started(row.id, now)
-                        self.ledger.record("cascade_probe", row.id, reason="one child probes whether the cause "
-                                                                           "is gone")
+                        self.gate.probe_started(self.who(row.id), now)
+                        self.record_everywhere("cascade_probe", row.id, reason="one child probes whether the "
+                                                                              "cause is gone")
                         say(f"cascade: {row.text!r} probes whether the cause is gone")
                 return  # one launch per check: staggered
             if self.launch(row, "resume" if row.attempts else "start"):
@@ -563,9 +585,9 @@ class Monitor:
         elif verdict.outcome in ("limit", "outage", "stopped", "config"):
             self.ledger.set_state(task_id, "queued", verdict.reason, pid=None)
         else:
-            self.failures.append((ending.at, task_id))
+            self.failures.append((ending.at, self.who(task_id)))
             self.climb(row, verdict.reason)
-        if self.gate.state == "probing" and self.gate.probe_task == task_id:
+        if self.gate.state == "probing" and self.gate.probe_task == self.who(task_id):
             self.gate_step(self.gate.probe_ended(verdict.outcome == "verified", now))
 
     def planner_ended(self, row: TaskRow, child: kids.Child, ending: kids.Ending) -> None:
@@ -612,14 +634,28 @@ class Monitor:
         """Children that ran within the cascade window: running now, or ended in it (an attempt
         whose end was never recorded counts only while its child is watched)."""
         start = now - self.gate.policy.window
-        return len({a.task_id for a in self.ledger.attempts() if a.started <= now and
-                    (a.task_id in self.children if a.ended is None else a.ended > start)})
+        return sum(len({a.task_id for a in m.ledger.attempts() if a.started <= now and
+                        (a.task_id in m.children if a.ended is None else a.ended > start)})
+                   for m in self.peers or [self])
+
+    def who(self, task_id: str) -> str:
+        """The task as the cascade gate counts it: with several projects, two tasks of the same text
+        in two projects are two children."""
+        return f"{self.project}\0{task_id}" if self.peers else task_id
+
+    def record_everywhere(self, kind: str, task_id: str | None, **detail) -> None:
+        """A move of the shared cascade gate, in every project's fleet ledger (each one's status
+        and report show the pause); the task's id only in its own project's."""
+        self.ledger.record(kind, task_id, **detail)
+        for peer in self.peers:
+            if peer is not self:
+                peer.ledger.record(kind, None, project=str(self.project), task=task_id, **detail)
 
     def gate_step(self, step: cascade_mod.GateStep) -> None:
         """Record and tell what the cascade gate decided (a probe is recorded when it launches)."""
         if step.event is None or step.action == "probe":
             return
-        self.ledger.record(step.event, None, reason=step.reason)
+        self.record_everywhere(step.event, None, reason=step.reason)
         say(f"cascade: {step.reason}", "error" if step.action == "pause" else "info")
         if step.action == "pause":
             self.alert("cascade", "critical", "cascade: many children failed at once",
@@ -806,7 +842,7 @@ class Monitor:
         self.read_stop()
         self.check_children()
         now = self.clock()
-        self.failures = [f for f in self.failures if f[0] > now - self.gate.policy.window]
+        self.failures[:] = [f for f in self.failures if f[0] > now - self.gate.policy.window]  # shared: in place
         if self.gate.state != "open" or self.failures:
             self.gate_step(self.gate.observe(now, self.failures, self._ran_within(now)))
         self.merge_step()
@@ -836,21 +872,8 @@ class Monitor:
         return self.launch(row, "start")
 
     def forward(self, sig: int) -> None:
-        """Every child loop gets the signal (they reap their trees and record their end); the
-        monitor then waits for them, bounded, and SIGKILLs a loop that outlives the bound (its
-        companion records and reaps it)."""
-        for child in self.children.values():
-            kids.signal_child(child, sig)
-        until = time.monotonic() + STOP_WAIT
-        while self.children and time.monotonic() < until:
-            self.check_children()
-            time.sleep(0.1)
-        for child in list(self.children.values()):
-            kids.signal_child(child, signal.SIGKILL)
-        until = time.monotonic() + 10
-        while self.children and time.monotonic() < until:
-            self.check_children()
-            time.sleep(0.1)
+        """Every child loop gets the signal; the monitor waits for them, bounded (see _forward)."""
+        _forward([self], sig)
 
     def prune_merged(self) -> None:
         """Remove the worktrees and branches of merged tasks, once no child runs: a running child's
@@ -922,9 +945,22 @@ def _check_trust(cfg: Config, state_dir: Path, trust: bool) -> str | None:
     return None
 
 
-def run_fleet(project: Path, overrides: Mapping[str, str], parallel: str, *, trust: bool = False,
-              clock: Callable[[], float] = time.time) -> int:
-    """The monitor's whole life; its exit code."""
+@dataclass
+class _Held:
+    """A project's start, checked and locked: what its Monitor is made of."""
+    cfg: Config
+    layout: Layout
+    fleet: FleetSettings
+    parallel: int
+    fleet_dir: Path
+    target: str
+    overrides: Mapping[str, str]
+    fleet_fd: int
+    loop_fd: int
+
+
+def _take(project: Path, overrides: Mapping[str, str], parallel: str, trust: bool, run_id: str) -> _Held | int:
+    """Lock one project for the monitor and check it may start (its exit code when not: said)."""
     cfg = resolve(project, flags=overrides)
     fleet = fleet_settings(cfg.settings)
     n = parallel_of(parallel, fleet)
@@ -939,7 +975,6 @@ def run_fleet(project: Path, overrides: Mapping[str, str], parallel: str, *, tru
             f"{other.get('run_id', '?')}): `{hint(cfg.project, 'fleet', 'status')}` shows it, "
             f"`{hint(cfg.project, 'stop')}` stops it", "error")
         return exitcodes.LOCKED
-    run_id = FLEET_RUN + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     try:
         loop_fd = hold(layout.loop_lock, layout.loop_record, run_id)
     except Locked as exc:
@@ -948,47 +983,129 @@ def run_fleet(project: Path, overrides: Mapping[str, str], parallel: str, *, tru
             f"and a loop never work on one project at once; stop it first (`{hint(cfg.project, 'stop')}`)",
             "error")
         return exitcodes.LOCKED
+    held = _Held(cfg, layout, fleet, n, fleet_dir, "", overrides, fleet_fd, loop_fd)
     try:
         refused = _check_trust(cfg, layout.state_dir, trust)
         if refused:
             say(refused, "error")
+            _let_go(held, run_id)
             return exitcodes.UNTRUSTED_COMMAND
-        target = project_branch(cfg.project)
+        held.target = project_branch(cfg.project)
         if read_flag(cfg.stop_flag) == "false":
             write_text(cfg.stop_flag, "true\n")
             say(f"stop flag {cfg.stop_flag} said false (an earlier stop); set it back to true")
-        with FleetLedger.open(fleet_dir / "ledger.sqlite3", clock=clock) as ledger:
-            if ledger.reset_note:
-                say(ledger.reset_note, "warn")
-            monitor = Monitor(cfg.project, cfg, fleet, n, ledger, fleet_dir, run_id, target, overrides, clock=clock)
+    except BaseException:
+        _let_go(held, run_id)
+        raise
+    return held
+
+
+def _let_go(held: _Held, run_id: str) -> None:
+    release(held.layout.loop_record, run_id)
+    os.close(held.loop_fd)
+    os.close(held.fleet_fd)
+
+
+def run_fleet(project: Path, overrides: Mapping[str, str], parallel: str, *, trust: bool = False,
+              clock: Callable[[], float] = time.time) -> int:
+    """The monitor's whole life over one project (`--parallel`); its exit code."""
+    return run_projects([(project, overrides, parallel)], trust=trust, clock=clock)
+
+
+def run_projects(projects: Sequence[tuple[Path, Mapping[str, str], str]], *, max_parallel: int | None = None,
+                 trust: bool = False, clock: Callable[[], float] = time.time) -> int:
+    """One monitor over the projects (a fleet file's: path, settings as --set flags, parallel):
+    each is checked and locked first (one that cannot start stops the whole start, saying which,
+    before any child runs), then all are watched in turn; the worst of their exit codes."""
+    if len(projects) > 1:  # every project's settings checked before any lock is taken
+        for project, overrides, parallel in projects:
             try:
-                code = _run(monitor)
+                parallel_of(parallel, fleet_settings(resolve(project, flags=overrides).settings))
+            except ConfigError as exc:
+                raise ConfigError(f"{project}: {exc}") from None
+    run_id = FLEET_RUN + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    held: list[_Held] = []
+    unfinished = False
+    try:
+        for project, overrides, parallel in projects:
+            got = _take(project, overrides, parallel, trust, run_id)
+            if isinstance(got, int):
+                if len(projects) > 1:
+                    say(f"the fleet does not start: {project} cannot (said above); nothing was started", "error")
+                return got
+            held.append(got)
+        with ExitStack() as stack:
+            monitors: list[Monitor] = []
+            for h in held:
+                ledger = stack.enter_context(FleetLedger.open(h.fleet_dir / "ledger.sqlite3", clock=clock))
+                if ledger.reset_note:
+                    say(ledger.reset_note, "warn")
+                monitors.append(Monitor(h.cfg.project, h.cfg, h.fleet, h.parallel, ledger, h.fleet_dir, run_id,
+                                        h.target, h.overrides, clock=clock))
+            if len(monitors) > 1:
+                share(monitors, max_parallel)
+            try:
+                code = _run_all(monitors)
             except BaseException:
-                if any(m.future is not None and not m.future.done() for m in monitor.merges):
+                if any(m.future is not None and not m.future.done() for mon in monitors for m in mon.merges):
                     # A merge thread that outlived its bound: never let a new monitor merge beside it.
                     say("the monitor failed while a merge was under way: it ends now, the locks with it", "error")
                     sys.stderr.flush()
                     os._exit(exitcodes.ERROR)
                 raise
-            unfinished = any(m.future is not None and not m.future.done() for m in monitor.merges)
+            unfinished = any(m.future is not None and not m.future.done() for mon in monitors for m in mon.merges)
     finally:
-        release(layout.loop_record, run_id)
-        os.close(loop_fd)
-        os.close(fleet_fd)
+        for h in reversed(held):
+            _let_go(h, run_id)
     if unfinished:  # an interrupted merge's thread would hold the exit: its worktree recovers next start
         sys.stderr.flush()
         os._exit(code)
     return code
 
 
+def share(monitors: list[Monitor], max_parallel: int | None) -> None:
+    """The projects' monitors share one cascade gate and one failure window (a burst of failures
+    in one project pauses the restarts of all: the cause is most likely shared), rebuilt from
+    the ledger that saw the gate move last (each move is recorded in all of them); the first
+    project's cascade settings rule. max_parallel caps their children at once."""
+    def newest(m: Monitor) -> float:
+        return max((e.at for kind in cascade_mod.EVENTS for e in m.ledger.events(kind)), default=-1.0)
+
+    source = max(monitors, key=newest)
+    moves = [e for kind in cascade_mod.EVENTS for e in source.ledger.events(kind)]
+    gate = cascade_mod.CascadeGate.from_events(cascade_mod.policy_of(monitors[0].cfg), moves)
+    for m in monitors:
+        m.peers, m.max_parallel = monitors, max_parallel
+    probes = sorted((e for e in moves if e.kind == "cascade_probe"), key=lambda e: e.seq)
+    if gate.state == "probing" and probes:  # the probe as the shared gate counts it (see who())
+        last = probes[-1]
+        project = str(source.project) if last.task_id else str(last.detail.get("project") or "")
+        task = last.task_id or last.detail.get("task")
+        gate.probe_task = f"{project}\0{task}" if task else None
+    failures = sorted((at, m.who(task)) for m in monitors for at, task in m.failures)
+    for m in monitors:
+        m.gate, m.failures = gate, failures
+
+
+def worst_exit(codes: Iterable[int]) -> int:
+    """The whole's exit code from the projects': an interruption's, then any other failure's,
+    then 31 (a task failed), then 32 (a task needs review), else 0."""
+    codes = list(codes)
+    for group in (set(SIGNAL_EXIT.values()),
+                  set(codes) - {exitcodes.OK, exitcodes.FLEET_TASKS_FAILED, exitcodes.FLEET_NEEDS_REVIEW},
+                  {exitcodes.FLEET_TASKS_FAILED}, {exitcodes.FLEET_NEEDS_REVIEW}):
+        found = [c for c in codes if c in group]
+        if found:
+            return found[0]
+    return exitcodes.OK
+
+
 def _run(monitor: Monitor) -> int:
+    return _run_all([monitor])
+
+
+def _begin(monitor: Monitor) -> None:
     ledger = monitor.ledger
-    got: list[int] = []
-
-    def on_signal(signum, _frame) -> None:
-        got.append(signum)
-
-    old = {sig: signal.signal(sig, on_signal) for sig in honoured()}  # SIGHUP under nohup stays ignored
     last = ledger.last_event("fleet_start", "fleet_end")
     if last is not None and last.kind == "fleet_start":  # the monitor before was killed: its end, as known now
         ledger.record("fleet_end", exit_code=None, reason="the monitor was killed (SIGKILL?): no end recorded; "
@@ -999,43 +1116,92 @@ def _run(monitor: Monitor) -> int:
     say(f"fleet on {monitor.project} (branch {monitor.target}): at most {monitor.parallel} children at once; "
         f"`{hint(monitor.project, 'fleet', 'status')}` shows every task, `{hint(monitor.project, 'stop')}` stops "
         f"them after their current phase")
-    reason, code = "", exitcodes.ERROR
-    errors = 0
+
+
+def _run_all(monitors: list[Monitor]) -> int:
+    """Every project's monitor checked in turn until each is over (or a signal ends them all)."""
+    got: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        got.append(signum)
+
+    old = {sig: signal.signal(sig, on_signal) for sig in honoured()}  # SIGHUP under nohup stays ignored
+    active: list[Monitor] = []
     try:
-        monitor.reconcile()
-        while True:
+        for monitor in monitors:
+            _begin(monitor)
+            active.append(monitor)
+        for monitor in monitors:
+            monitor.reconcile()
+        while active:
             if got:
                 sig = got[0]
-                monitor.interrupted = SIGNAL_EXIT[sig]
+                for monitor in active:
+                    monitor.interrupted = SIGNAL_EXIT[sig]
+                    monitor.reason = f"interrupted by SIG{kids.SIGNALS[sig]}"
                 say(f"received SIG{kids.SIGNALS[sig]}: stopping every child now")
-                monitor.forward(sig)
-                reason = f"interrupted by SIG{kids.SIGNALS[sig]}"
+                _forward(active, sig)
+                while active:
+                    _end(active.pop(0))
                 break
-            try:
-                over = monitor.tick()
-                errors = 0
-            except DiskFull:
-                raise
-            except (GitFailed, OSError, LedgerError) as exc:  # git, the disk, the ledger: said, tried again
-                errors += 1
-                say(f"a check failed ({errors} of {TICK_ERRORS} in a row): {type(exc).__name__}: {exc}", "error")
-                if errors >= TICK_ERRORS:
-                    reason = f"{TICK_ERRORS} checks in a row failed; the last: {type(exc).__name__}: {exc}"
-                    monitor.interrupted = exitcodes.ERROR  # nothing more starts
-                    break
-                _sleep(min(60.0, monitor.fleet.check * 2 ** errors), got)
-                continue
-            if over:
-                reason = ("stopped by the stop flag" if monitor.stopping else
-                          f"a child ended with exit {monitor.fatal}" if monitor.fatal is not None else
-                          "every task is finished")
-                break
-            # One launch a check; after one, the next check comes as soon as the stagger allows.
-            _sleep(min(monitor.fleet.check, monitor.fleet.stagger) if monitor.launched else monitor.fleet.check, got)
+            for monitor in list(active):
+                if monitor.due > time.monotonic():
+                    continue
+                try:
+                    over = monitor.tick()
+                    monitor.errors = 0
+                except DiskFull:
+                    raise
+                except (GitFailed, OSError, LedgerError) as exc:  # git, the disk, the ledger: said, tried again
+                    monitor.errors += 1
+                    say(f"a check failed ({monitor.errors} of {TICK_ERRORS} in a row): {type(exc).__name__}: {exc}",
+                        "error")
+                    if monitor.errors >= TICK_ERRORS:
+                        monitor.reason = f"{TICK_ERRORS} checks in a row failed; the last: {type(exc).__name__}: {exc}"
+                        monitor.interrupted = exitcodes.ERROR  # nothing more starts
+                        active.remove(monitor)
+                        _end(monitor, gave_up=True)  # its children go on to their own end; the next monitor adopts them
+                        continue
+                    monitor.due = time.monotonic() + min(60.0, monitor.fleet.check * 2 ** monitor.errors)
+                    continue
+                if over:
+                    monitor.reason = ("stopped by the stop flag" if monitor.stopping else
+                                      f"a child ended with exit {monitor.fatal}" if monitor.fatal is not None else
+                                      "every task is finished")
+                    active.remove(monitor)
+                    _end(monitor)
+                    continue
+                # One launch a check; after one, the next check comes as soon as the stagger allows.
+                monitor.due = time.monotonic() + (min(monitor.fleet.check, monitor.fleet.stagger) if monitor.launched
+                                                  else monitor.fleet.check)
+            if active:
+                _sleep(max(0.0, min(m.due for m in active) - time.monotonic()), got)
+        return worst_exit(m.ended_code if m.ended_code is not None else exitcodes.ERROR for m in monitors)
+    except DiskFull as exc:
+        for monitor in active:
+            monitor.reason = f"disk full: {exc}"
+            monitor.ended_code = exitcodes.DISK_FULL
+            _end_merges(monitor)
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a crash: no merge may outlive the locks released next
+        for monitor in active:
+            monitor.reason = monitor.reason or f"the monitor failed: {type(exc).__name__}: {exc}"
+            _end_merges(monitor)
+        raise
+    finally:
+        for monitor in active:
+            _record_end(monitor, monitor.ended_code if monitor.ended_code is not None else exitcodes.ERROR)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _end(monitor: Monitor, gave_up: bool = False) -> int:
+    """One project's fleet is over: merges settled, merged worktrees pruned, its end recorded."""
+    code = exitcodes.ERROR
+    try:
         if monitor.interrupted is not None:
             _end_merges(monitor)
-        if errors >= TICK_ERRORS:  # the children go on to their own end; the next monitor adopts them
-            code = exitcodes.ERROR
+        if gave_up:
             return code
         monitor.pool.shutdown(wait=monitor.interrupted is None, cancel_futures=True)
         while monitor.merges and monitor.merges[0].future is not None and monitor.merges[0].future.done():
@@ -1043,30 +1209,56 @@ def _run(monitor: Monitor) -> int:
         monitor.prune_merged()
         code = monitor.exit_code()
         for task in monitor.unmarked:
-            row = ledger.task(task)
+            row = monitor.ledger.task(task)
             say(f"{row.text if row else task!r} failed; its `- [!]` mark in TASKS.md waits for a clean checkout "
                 f"of {monitor.target} (the next fleet start makes it)", "warn")
         return code
     except DiskFull as exc:
-        reason, code = f"disk full: {exc}", exitcodes.DISK_FULL
+        monitor.reason, code = f"disk full: {exc}", exitcodes.DISK_FULL
         _end_merges(monitor)
         raise
     except BaseException as exc:  # noqa: BLE001 - a crash: no merge may outlive the locks released next
-        reason = reason or f"the monitor failed: {type(exc).__name__}: {exc}"
+        monitor.reason = monitor.reason or f"the monitor failed: {type(exc).__name__}: {exc}"
         _end_merges(monitor)
         raise
     finally:
-        try:
-            ledger.record("fleet_end", exit_code=code, reason=reason, pid=os.getpid())
-        except Exception:  # noqa: BLE001 - the end is said on stderr at least
-            pass
-        counts: dict[str, int] = {}
+        _record_end(monitor, code)
+
+
+def _record_end(monitor: Monitor, code: int) -> None:
+    monitor.ended_code = code
+    ledger = monitor.ledger
+    try:
+        ledger.record("fleet_end", exit_code=code, reason=monitor.reason, pid=os.getpid())
+    except Exception:  # noqa: BLE001 - the end is said on stderr at least
+        pass
+    counts: dict[str, int] = {}
+    try:
         for row in ledger.tasks():
             counts[row.state] = counts.get(row.state, 0) + 1
-        say(f"fleet ended ({reason or 'error'}), exit {code}: "
-            + (", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no task"))
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+    except Exception:  # noqa: BLE001 - a ledger that cannot be read: the end is still said
+        pass
+    say(f"fleet {'on ' + str(monitor.project) + ' ' if monitor.peers else ''}ended ({monitor.reason or 'error'}), "
+        f"exit {code}: " + (", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no task"))
+
+
+def _forward(monitors: Sequence[Monitor], sig: int) -> None:
+    """Every child loop gets the signal (they reap their trees and record their end); the
+    monitor then waits for them, bounded, and SIGKILLs a loop that outlives the bound (its
+    companion records and reaps it)."""
+    for monitor in monitors:
+        for child in monitor.children.values():
+            kids.signal_child(child, sig)
+    for bound, then in ((STOP_WAIT, signal.SIGKILL), (10.0, None)):
+        until = time.monotonic() + bound
+        while any(m.children for m in monitors) and time.monotonic() < until:
+            for monitor in monitors:
+                monitor.check_children()
+            time.sleep(0.1)
+        if then is not None:
+            for monitor in monitors:
+                for child in list(monitor.children.values()):
+                    kids.signal_child(child, then)
 
 
 def _end_merges(monitor: Monitor) -> None:

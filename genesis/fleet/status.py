@@ -37,7 +37,8 @@ from genesis.store.layout import state_dir_of, work_tree_of
 from genesis.words import duration, one_line
 
 __all__ = ["SCHEMA", "STATES", "ChildView", "TaskView", "Monitor", "Hold", "FleetStatus", "read", "document",
-           "render", "run_fleet_status", "fleet_dir_of", "lock_held", "READ_CHILDREN_SECONDS", "SHOWN"]
+           "render", "run_fleet_status", "run_fleets_status", "fleet_dir_of", "lock_held", "READ_CHILDREN_SECONDS",
+           "SHOWN"]
 
 SCHEMA = 1
 # The words `fleet status` shows, in the order it lists them: the live ones first.
@@ -477,3 +478,27 @@ def run_fleet_status(project: Path, as_json: bool = False, out: TextIO | None = 
     else:
         Console(file=out, highlight=False).print(render(fs))
     return fs.code
+
+
+def run_fleets_status(fleet_file: Path, projects: Sequence[Path], as_json: bool = False, out: TextIO | None = None,
+                      clock: Callable[[], float] = time.time) -> int:
+    """Every project of a fleet file (`--fleet`): one section each, or one JSON document whose
+    `projects` are the documents `fleet status --json` gives for each (schema 1:
+    docs/fleet-status-json.md). Exit 0 when a fleet ran on one of them, NOT_RUNNING otherwise."""
+    out = out if out is not None else sys.stdout
+    now = clock()
+    found = [read(project, now=now) for project in projects]
+    code = exitcodes.OK if any(fs.ran for fs in found) else exitcodes.NOT_RUNNING
+    if as_json:
+        doc = {"schema": SCHEMA, **_time("generated_at", now), "fleet_file": str(fleet_file), "exit_code": code,
+               "projects": [document(fs) for fs in found]}
+        out.write(json.dumps(doc, indent=2) + "\n")
+        return code
+    console = Console(file=out, highlight=False)
+    console.print(Text(f"fleet file {fleet_file}: {len(found)} project(s), "
+                       f"{sum(1 for fs in found if fs.monitor.alive)} running"))
+    for fs in found:
+        console.print()
+        console.rule(str(fs.project), align="left")
+        console.print(render(fs))
+    return code

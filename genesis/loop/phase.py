@@ -15,6 +15,7 @@ from pathlib import Path
 from genesis import exitcodes
 from genesis.agents import adapter_of
 from genesis.agents.base import Adapter
+from genesis.agents.models import model_of
 from genesis.config import read_prompt
 from genesis.health.toollog import tool_log_path
 from genesis.ledger.store import WATCH_TIMEOUT, LedgerError
@@ -85,7 +86,8 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     at_start = keep_at_phase(step, iteration, phase.name)
     _note_leftovers(step, f"when {phase.name} started, iteration {iteration}")
     step.event("phase_start", iteration=iteration, phase=phase.name, log=str(attempt.log), epoch=started,
-               attempt=attempt.number, raw_log=str(attempt.raw_log) if attempt.raw_log else None)
+               attempt=attempt.number, raw_log=str(attempt.raw_log) if attempt.raw_log else None,
+               agent=attempt.adapter.name, model=model_of(attempt.adapter.name, attempt.argv, attempt.env))
     outcome = _watch(step, phase, iteration, attempt)
     ending = how_it_ended(outcome)
     lines = transcript_tail(attempt.log)  # this attempt's own evidence, kept with its end

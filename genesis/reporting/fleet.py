@@ -41,7 +41,7 @@ from genesis.when import clock, stamp
 from genesis.words import duration, money, one_line, plural, sanitize
 
 __all__ = ["TaskReport", "FleetKpis", "FleetReport", "fleet_ledger_of", "load", "compute_kpis", "render_text",
-           "render_html", "plain", "kpi_rows", "RETRIES", "COMPLETE"]
+           "render_html", "sections", "plain", "kpi_rows", "RETRIES", "COMPLETE"]
 
 RETRIES = frozenset({"restart", "escalate"})   # attempt kinds that are a retry of the task
 COMPLETE = frozenset({"merged", "ready"})
@@ -109,6 +109,9 @@ class FleetReport:
     tasks: tuple[TaskReport, ...]
     kpis: FleetKpis
     cost_usd: float | None
+    # The cascade gate's moves (at, event, reason): with several projects under one monitor,
+    # a pause that began in another project is recorded here too.
+    cascade: tuple[tuple[float, str, str], ...] = ()
 
 
 def _num(value: Any) -> float | None:
@@ -241,7 +244,9 @@ def _report(project: Path, rows: Sequence[Any], history: Sequence[Attempt], even
                        code if isinstance(code, int) and not isinstance(code, bool) else None,
                        str(ed.get("reason") or ""), running,
                        parallel if isinstance(parallel, int) and not isinstance(parallel, bool) else None,
-                       tuple(tasks), kpis, sum(every) if every else None)
+                       tuple(tasks), kpis, sum(every) if every else None,
+                       tuple((e.at, e.kind, str(_detail(e).get("reason") or "")) for e in events
+                             if e.kind.startswith("cascade_")))
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -350,6 +355,12 @@ def _head(r: FleetReport) -> list[str]:
     lines.append(f"{plural(len(r.tasks), 'task')}: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                                                           or "none") +
                  (f"; cost {money(r.cost_usd)}" if r.cost_usd is not None else ""))
+    pauses = [c for c in r.cascade if c[1] == "cascade_pause"]
+    if pauses:
+        at, _kind, why = pauses[-1]
+        resumed = any(c[1] == "cascade_resume" and c[0] >= at for c in r.cascade)
+        lines.append(f"cascade: restarts paused {plural(len(pauses), 'time')}; the last at {stamp(at)}"
+                     + (", since resumed" if resumed else ", not resumed") + (f": {_line(why)}" if why else ""))
     return lines
 
 
@@ -417,6 +428,12 @@ def render_html(r: FleetReport) -> str:
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>Genesis fleet · {_e(Path(r.project).name)}</title>", f"<style>{CSS}</style>", "</head><body>"]
+    return "\n".join([*head, *sections(r), "</body></html>\n"])
+
+
+def sections(r: FleetReport, prefix: str = "") -> list[str]:
+    """The page's body: the fleet's head, its tasks and KPIs (prefix: the sections' ids, for a
+    page that holds several fleets)."""
     intro = "".join(f"<p>{_e(line)}</p>" for line in _head(r))
     rows = [[_e(f"{t.id}: {_line(t.text, 200)}"), _e(t.state), _e(t.attempts), _e(t.restarts), _e(t.escalations),
              _e(duration(t.seconds)), _e(money(t.cost_usd) if t.cost_usd is not None else "-"),
@@ -426,5 +443,4 @@ def render_html(r: FleetReport) -> str:
                    rows, numeric=(2, 3, 4, 5, 6), text=(0, 8))
     kpis = _table(["KPI", "value", "what it measures"], [[_e(a), _e(b), _e(c)] for a, b, c in kpi_rows(r.kpis)],
                   text=(2,))
-    body = [intro, _section("tasks", "Tasks", tasks), _section("kpis", "Fleet KPIs (seed 000)", kpis)]
-    return "\n".join([*head, *body, "</body></html>\n"])
+    return [intro, _section(prefix + "tasks", "Tasks", tasks), _section(prefix + "kpis", "Fleet KPIs (seed 000)", kpis)]

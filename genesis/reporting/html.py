@@ -19,7 +19,7 @@ from genesis.reporting.text import (between, clock, ending_line, iteration_cells
 from genesis.when import day, zone
 from genesis.words import WAIT_LABELS, duration, ending_label, money, one_line, sanitize
 
-__all__ = ["render_html", "render_pages", "tick_step", "CSP", "FORENSICS_LIMIT", "LEGEND"]
+__all__ = ["render_html", "render_pages", "timeline_svg", "tick_step", "CSP", "FORENSICS_LIMIT", "LEGEND"]
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 FORENSICS_LIMIT = 20_000   # characters of one incident's forensics shown; the rest is one command away
@@ -220,7 +220,13 @@ def _phase_title(p: PhaseRow, end: float, running: bool) -> str:
     return f"iteration {p.iteration} {p.phase}{retry}: {what}, {lasting}{cost}{reason}"
 
 
-def _timeline(night: Night, now: float, prefix: str = "") -> str:
+def timeline_svg(night: Night, now: float, prefix: str = "live-") -> str:
+    """The night's timeline alone, for a page whose CSP allows no style attribute: its running
+    bars take their stripes from the page's stylesheet (`rect.phase.ending-running`)."""
+    return _timeline(night, now, prefix, inline_style=False)
+
+
+def _timeline(night: Night, now: float, prefix: str = "", inline_style: bool = True) -> str:
     names = phase_names(night) or ["(no phase)"]
     start, end = _span(night, now)
     x = _Scale(start, end)
@@ -275,7 +281,7 @@ def _timeline(night: Night, now: float, prefix: str = "") -> str:
         left = x(p.started)
         width = max(x(bar_end(p)) - left, MIN_BAR)
         y = TOP + row_of[p.phase] * ROW + (ROW - BAR) / 2
-        fill = f' style="fill: url(#{prefix}running)"' if p.ending == "running" else ""
+        fill = f' style="fill: url(#{prefix}running)"' if p.ending == "running" and inline_style else ""
         out.append(f'<rect class="phase ending-{_css_name(p.ending)}"{fill} x="{_f(left)}" y="{_f(y)}" '
                    f'width="{_f(width)}" height="{BAR}" rx="2" data-phase="{_e(p.phase)}" '
                    f'data-iteration="{p.iteration}" data-attempt="{p.attempt}" data-ending="{_e(p.ending)}">'

@@ -28,7 +28,7 @@ from genesis.ledger.store import Ledger, LedgerError
 from genesis.repo.gitcmd import GitFailed, NotARepository
 from genesis.status.view import KILLED_PREFIX, Phase, Wait, build, layout_of
 from genesis.store.layout import Layout, state_dir_of
-from genesis.store.looplock import current_holder
+from genesis.store.looplock import Holder, current_holder
 
 __all__ = ["Loop", "Ended", "Scanner", "running_loops", "running_layouts", "ended_loops", "LOOP_SCRIPT", "MARKER",
            "SCAN_BUDGET", "ENDED_WITHIN"]
@@ -79,6 +79,16 @@ class Scanner:
 
     def scan(self, now: float | None = None) -> list[Loop]:
         """Every loop whose lock is held, by project path."""
+        loops = []
+        for layout, holder in self.held():
+            st = build(layout, now=now, recent=0, holder=holder)
+            loops.append(Loop(st.project, st.run_id, st.pid or 0, st.started, st.iteration, st.phase, st.wait,
+                              st.health.classification if st.health else ""))
+        return sorted(loops, key=lambda lp: (str(lp.project), lp.pid))
+
+    def held(self) -> list[tuple[Layout, Holder]]:
+        """Where each loop whose lock is held keeps its state, and its lock's holder: the loops
+        found without reading any of them (a dashboard reads them itself, when they change)."""
         deadline = self.clock() + self.budget
         hints: dict[Path, set[Path]] = {}           # state folder -> the projects that led to it
         for kind, path in _clues(deadline, self.clock):
@@ -88,17 +98,15 @@ class Scanner:
             state = self._state_of(path)
             if state is not None:
                 hints.setdefault(state, set()).add(path)
-        loops = []
+        found = []
         for state, projects in hints.items():
             layout = layout_of(_project_of(state, projects), state)
             holder = current_holder(layout.loop_lock, layout.loop_record)
             if holder is None:
                 continue  # looks like a loop, holds no lock: not one
             self.seen[state] = layout
-            st = build(layout, now=now, recent=0, holder=holder)
-            loops.append(Loop(st.project, st.run_id, st.pid or 0, st.started, st.iteration, st.phase, st.wait,
-                              st.health.classification if st.health else ""))
-        return sorted(loops, key=lambda lp: (str(lp.project), lp.pid))
+            found.append((layout, holder))
+        return found
 
     def _state_of(self, project: Path) -> Path | None:
         if project not in self._state:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.git import git
+from helpers.git import git, new_repo
 from helpers.procs import lock_held
 from helpers.waits import wait_for
 
@@ -372,3 +372,43 @@ def test_the_monitor_beats_before_each_step_that_may_block(project, tmp_path, mo
         clock.at += 50  # a check's earlier steps took a while
         monitor.launches(monitor.sync_queue())
         assert seen == [clock.at]
+
+
+def test_several_projects_exit_with_the_worst_of_their_codes():
+    assert mon.worst_exit([exitcodes.OK, exitcodes.FLEET_NEEDS_REVIEW, exitcodes.FLEET_TASKS_FAILED]) == \
+        exitcodes.FLEET_TASKS_FAILED
+    assert mon.worst_exit([exitcodes.FLEET_NEEDS_REVIEW, exitcodes.OK]) == exitcodes.FLEET_NEEDS_REVIEW
+    assert mon.worst_exit([exitcodes.FLEET_TASKS_FAILED, exitcodes.DISK_FULL]) == exitcodes.DISK_FULL
+    assert mon.worst_exit([exitcodes.DISK_FULL, exitcodes.INTERRUPTED_TERM, exitcodes.OK]) == \
+        exitcodes.INTERRUPTED_TERM
+    assert mon.worst_exit([exitcodes.OK, exitcodes.OK]) == exitcodes.OK
+
+
+def test_several_projects_share_one_cascade_gate_rebuilt_from_the_ledger_that_saw_it_last(project, tmp_path):
+    other = with_tasks(new_repo(tmp_path / "other"), "add the gadget")
+    with_tasks(project, TASK)
+    with FleetLedger.open(tmp_path / "a.sqlite3") as a, FleetLedger.open(tmp_path / "b.sqlite3") as b:
+        b.record("cascade_pause", None, reason="3 of 4 children failed")  # an earlier night paused the gate
+        first, second = monitor_of(project, a), monitor_of(other, b)
+        assert first.gate.state == "open" and second.gate.state == "paused"
+        mon.share([first, second], max_parallel=2)
+        assert first.gate is second.gate and first.gate.state == "paused"
+        assert first.failures is second.failures and first.peers == [first, second]
+        step = first.gate.probe_ended(False, time.time())  # not probing: nothing; a resume is recorded everywhere
+        assert step.event is None
+        first.gate_step(first.gate._resume(time.time(), "the probe's task was verified"))
+        assert [e.task_id for e in a.events("cascade_resume")] == [None]
+        assert [e.detail["project"] for e in b.events("cascade_resume")] == [str(project)]
+
+
+def test_the_same_task_failing_in_two_projects_counts_as_two_children_for_the_shared_gate(project, tmp_path):
+    other = with_tasks(new_repo(tmp_path / "other"), TASK)
+    with_tasks(project, TASK)
+    now = time.time()
+    with FleetLedger.open(tmp_path / "a.sqlite3") as a, FleetLedger.open(tmp_path / "b.sqlite3") as b:
+        first, second = monitor_of(project, a), monitor_of(other, b)
+        mon.share([first, second], max_parallel=None)
+        for monitor in (first, second):  # one task id, two projects: two children failed
+            monitor.failures.append((now, monitor.who(task_id(TASK))))
+        assert first.gate.observe(now, first.failures, 2).action == "pause"
+        assert second.gate.state == "paused"

@@ -1,0 +1,277 @@
+"""The dashboard's Starlette app: the pages, the JSON API they use, and the event stream.
+
+One poller rebuilds the snapshot every POLL seconds while a page listens (in a worker thread:
+it reads files and ledgers) and wakes every listener when the document changed; a page that
+only asks `/api/state` gets the newest document, built afresh if it is older than POLL. Every
+request passes the guard first: its Host must name this server (DNS rebinding), the token when
+one is set, GET only; every answer carries the security headers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from contextlib import asynccontextmanager
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Sequence
+from urllib.parse import parse_qsl, urlencode
+
+import anyio
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response, \
+    StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from genesis.redact import redact
+from genesis.web import pages
+from genesis.web.discovery import Discovery
+from genesis.web.loopview import loop_document
+from genesis.web.metrics import metrics
+from genesis.web.security import API_HEADERS, COOKIE, PAGE_HEADERS, allowed_hosts, bearer, host_ok, token_ok
+from genesis.web.snapshot import Reader, snapshot
+
+__all__ = ["Settings", "Hub", "create_app", "Guard", "POLL", "KEEPALIVE", "STATIC"]
+
+POLL = 0.5            # seconds between two snapshots while a page listens
+KEEPALIVE = 15.0      # seconds of silence after which a comment keeps the stream open
+METRICS_EVERY = 10.0  # seconds a metrics document is reused
+STATIC = Path(__file__).resolve().parent / "static"
+KEY = re.compile(r"p-[0-9a-f]{12}(?:--[A-Za-z0-9._-]{1,120})?")
+# Keys of the snapshot that change with the clock alone: the page computes them from the epochs,
+# so a document that differs only in them is no news.
+TICKING = frozenset({"generated_at", "generated_at_epoch", "heartbeat_age_seconds", "running_seconds", "seconds_left",
+                     "duration_seconds", "seconds"})
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    token: str | None = None
+    projects: Sequence[Path] = ()
+    fleets: Sequence[Path] = ()
+    scan_machine: bool = True
+    clock: Callable[[], float] = time.time
+
+
+def _news(value: Any) -> Any:
+    """The document without what changes with the clock alone."""
+    if isinstance(value, dict):
+        return {k: _news(v) for k, v in value.items() if k not in TICKING}
+    if isinstance(value, list):
+        return [_news(v) for v in value]
+    return value
+
+
+@dataclass
+class Hub:
+    """The newest snapshot and who waits for the next one."""
+    settings: Settings
+    discovery: Discovery = field(init=False)
+    reader: Reader = field(default_factory=Reader)
+    document: dict[str, Any] | None = None
+    built: float = 0.0                     # monotonic time of the document
+    listeners: int = 0
+    version: int = 0
+    _news_json: str = ""
+    _changed: anyio.Event | None = None
+    _lock: anyio.Lock | None = None
+    _metrics: tuple[float, dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.discovery = Discovery(projects=s.projects, fleets=s.fleets, scan_machine=s.scan_machine)
+
+    def build(self) -> dict[str, Any]:
+        """A new snapshot (blocking: run it in a worker thread). What fails here is said on the
+        page, with the last good document, and the next tick tries again: the server goes on."""
+        try:
+            sources = self.discovery.sources()
+            return snapshot(sources, self.settings.clock(), self.reader, problems=self.discovery.problems)
+        except Exception as exc:  # noqa: BLE001 - a page that stops updating says why, never dies
+            problem = f"the dashboard could not read this machine's loops: {type(exc).__name__}: {exc}"
+            last = self.document if self.document is not None else snapshot([], self.settings.clock())
+            return {**last, "problems": [redact(problem)]}
+
+    async def refresh(self) -> dict[str, Any]:
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        async with self._lock:
+            if self.document is None or time.monotonic() - self.built >= POLL:
+                doc = await anyio.to_thread.run_sync(self.build)
+                self.document, self.built = doc, time.monotonic()
+                news = json.dumps(_news(doc), sort_keys=True)
+                if news != self._news_json:
+                    self._news_json = news
+                    self.version += 1
+                    if self._changed is not None:
+                        self._changed.set()
+                    self._changed = anyio.Event()
+            return self.document
+
+    async def next_change(self, seen: int, timeout: float) -> bool:
+        """Wait for a version after `seen`; False when timeout passed first."""
+        if self.version != seen:
+            return True
+        if self._changed is None:
+            self._changed = anyio.Event()
+        with anyio.move_on_after(timeout):
+            await self._changed.wait()
+        return self.version != seen
+
+    async def poll(self) -> None:
+        """Keep the snapshot fresh while someone listens."""
+        while True:
+            if self.listeners:
+                await self.refresh()
+            await anyio.sleep(POLL)
+
+    def metrics_document(self) -> dict[str, Any]:
+        now = time.monotonic()
+        if self._metrics is None or now - self._metrics[0] >= METRICS_EVERY:
+            self._metrics = (now, metrics(self.discovery.sources(), self.settings.clock()))
+        return self._metrics[1]
+
+
+class Guard:
+    """The gate every request passes: Host, token, method; then the security headers on the answer."""
+
+    def __init__(self, app: ASGIApp, settings: Settings):
+        self.app = app
+        self.allowed = allowed_hosts(settings.host, settings.port)
+        self.token = settings.token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        answer = refusal if refusal is not None else self.app
+        api = scope.get("path", "").startswith("/api/")
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in (API_HEADERS if api else PAGE_HEADERS).items():
+                    headers[name] = value
+            await send(message)
+
+        await answer(scope, receive, send_with_headers)
+
+    def _refusal(self, scope: Scope) -> ASGIApp | None:
+        headers = Headers(scope=scope)
+        if not host_ok(headers.get("host"), self.allowed):
+            return PlainTextResponse("this server answers only to its own address (Host refused)\n", status_code=421)
+        if scope.get("method") not in ("GET", "HEAD"):
+            return PlainTextResponse("the dashboard is read-only\n", status_code=405, headers={"Allow": "GET, HEAD"})
+        if self.token is None:
+            return None
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        given = next((v for k, v in query if k == "token"), None)
+        if given is not None:
+            if not token_ok(given, self.token):
+                return PlainTextResponse("wrong token\n", status_code=401)
+            rest = urlencode([(k, v) for k, v in query if k != "token"])
+            target = scope.get("path", "/") + (f"?{rest}" if rest else "")
+            answer = RedirectResponse(target, status_code=303)
+            answer.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
+            return answer
+        cookie = _cookie(headers.get("cookie"), COOKIE)
+        if token_ok(bearer(headers.get("authorization")), self.token) or token_ok(cookie, self.token):
+            return None
+        return PlainTextResponse("a token is needed: open the URL `genesis serve` printed at start\n",
+                                 status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _cookie(header: str | None, name: str) -> str | None:
+    for part in (header or "").split(";"):
+        k, _, v = part.strip().partition("=")
+        if k == name:
+            return v
+    return None
+
+
+def _json(doc: Any, status: int = 200) -> Response:
+    return JSONResponse(doc, status_code=status)
+
+
+def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
+    """The dashboard app for these settings (wrapped in its Guard: see `guarded`)."""
+    hub = hub if hub is not None else Hub(settings)
+
+    async def overview(_request: Request) -> Response:
+        return HTMLResponse(pages.overview())
+
+    async def loop_page(request: Request) -> Response:
+        key = request.path_params["key"]
+        if not KEY.fullmatch(key):
+            return PlainTextResponse("no such loop\n", status_code=404)
+        return HTMLResponse(pages.loop(key))
+
+    async def metrics_page(_request: Request) -> Response:
+        return HTMLResponse(pages.metrics())
+
+    async def api_state(_request: Request) -> Response:
+        return _json(await hub.refresh())
+
+    async def api_loop(request: Request) -> Response:
+        key = request.path_params["key"]
+        if not KEY.fullmatch(key):
+            return _json({"error": "no such loop"}, 404)
+        doc = await hub.refresh()
+
+        def read() -> dict[str, Any] | None:
+            return loop_document(hub.discovery.sources(), key, settings.clock(), hub.reader, doc)
+
+        found = await anyio.to_thread.run_sync(read)
+        return _json(found if found is not None else {"error": "no such loop"}, 200 if found is not None else 404)
+
+    async def api_metrics(_request: Request) -> Response:
+        return _json(await anyio.to_thread.run_sync(hub.metrics_document))
+
+    async def api_events(_request: Request) -> Response:
+        async def stream() -> AsyncIterator[str]:
+            hub.listeners += 1
+            try:
+                doc = await hub.refresh()
+                seen = hub.version
+                yield f"retry: 2000\nevent: state\ndata: {json.dumps(doc)}\n\n"
+                while True:
+                    if await hub.next_change(seen, KEEPALIVE):
+                        seen = hub.version
+                        yield f"event: state\ndata: {json.dumps(hub.document)}\n\n"
+                    else:
+                        yield ": keepalive\n\n"
+            finally:
+                hub.listeners -= 1
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hub.poll)
+            yield
+            tg.cancel_scope.cancel()
+
+    app = Starlette(routes=[
+        Route("/", overview), Route("/loop/{key}", loop_page), Route("/metrics", metrics_page),
+        Route("/api/state", api_state), Route("/api/loop/{key}", api_loop), Route("/api/metrics", api_metrics),
+        Route("/api/events", api_events),
+        Mount("/static", app=StaticFiles(directory=STATIC, follow_symlink=False), name="static"),
+    ], lifespan=lifespan)
+    app.state.hub = hub
+    return app
+
+
+def guarded(settings: Settings, hub: Hub | None = None) -> Guard:
+    """The app behind its guard: what the server runs."""
+    return Guard(create_app(settings, hub), settings)

@@ -1,0 +1,88 @@
+"""One loop's page (`/api/loop/{key}`): its status, its timeline so far (the morning report's,
+growing while the run goes on), its incidents with their forensics, and the live tail of the
+running attempt's transcript.
+
+The key is a project's (its own loop) or `<project key>--<task id>` (a fleet task's child loop,
+in its worktree). The ledger is opened read-only; the transcript is read from its end, never
+through a symlink, stripped of escape sequences and redacted (watch/evidence.py).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any, Sequence
+
+from genesis import exitcodes
+from genesis.clock import iso
+from genesis.ledger.store import Ledger, LedgerError
+from genesis.redact import redact
+from genesis.reporting.html import timeline_svg
+from genesis.reporting.load import night
+from genesis.status.document import document as status_document
+from genesis.status.view import build
+from genesis.store.layout import Layout
+from genesis.watch.evidence import transcript_tail
+from genesis.web.discovery import key_of
+from genesis.web.metrics import ProjectSource
+from genesis.web.snapshot import Reader
+from genesis.words import one_line
+
+__all__ = ["loop_document", "TAIL_LINES", "TAIL_BYTES", "FORENSICS_LIMIT"]
+
+TAIL_LINES = 200
+TAIL_BYTES = 64 << 10
+FORENSICS_LIMIT = 20_000
+
+
+def _where(sources: Sequence[ProjectSource], key: str, snapshot: dict[str, Any] | None,
+           reader: Reader) -> tuple[Layout, str] | None:
+    """The layout of the loop the key names, and its title; None for a key no project has."""
+    pkey, _, task_id = key.partition("--")
+    source = next((s for s in sources if key_of(s.project) == pkey), None)
+    if source is None:
+        return None
+    if not task_id:
+        return source.layout, source.name
+    project = next((p for p in (snapshot or {}).get("projects", []) if p.get("key") == pkey), None)
+    task = next((t for t in ((project or {}).get("fleet") or {}).get("tasks", []) if t.get("id") == task_id), None)
+    if task is None or not task.get("worktree"):
+        return None
+    layout = reader.layout(Path(task["worktree"]))
+    return (layout, f"{task.get('text') or task_id}") if layout is not None else None
+
+
+def loop_document(sources: Sequence[ProjectSource], key: str, now: float, reader: Reader,
+                  snapshot: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The document of the loop the key names, None when no project shown has it."""
+    found = _where(sources, key, snapshot, reader)
+    if found is None:
+        return None
+    layout, title = found
+    out: dict[str, Any] = {"schema": 1, "key": key, "title": one_line(redact(title), 300),
+                           "generated_at": iso(now), "generated_at_epoch": round(now, 3), "status": None,
+                           "timeline": None, "incidents": [], "tail": [], "tail_file": None, "run_id": None,
+                           "error": None}
+    try:
+        st = build(layout, now=now)
+        out["status"] = status_document(st, exitcodes.OK if st.running else exitcodes.NOT_RUNNING, now)
+        if layout.ledger_file.is_file():
+            with Ledger.open(layout.ledger_file, readonly=True) as led:
+                runs = led.runs()
+                if runs:
+                    run_id = st.run_id if st.run_id in {r.run_id for r in runs} else runs[-1].run_id
+                    out["run_id"] = run_id
+                    n = night(led, run_id, running=st.running, incidents_dir=layout.state_dir / "incidents", now=now)
+                    out["timeline"] = timeline_svg(n, now)
+                    out["incidents"] = [{"id": i.id, "at": iso(i.at), "at_epoch": round(i.at, 3), "kind": i.kind,
+                                         "phase": i.phase, "iteration": i.iteration,
+                                         "reason": one_line(redact(i.reason), 300),
+                                         "forensics": redact(i.forensics[:FORENSICS_LIMIT])} for i in n.incidents]
+                    starts = led.events(run_id, kinds=("phase_start",))
+                    log = starts[-1].get("log") if starts else None
+                    if isinstance(log, str) and log:
+                        out["tail_file"] = one_line(redact(log), 1000)
+                        out["tail"] = transcript_tail(Path(log), TAIL_LINES, TAIL_BYTES)
+    except (LedgerError, sqlite3.Error, OSError, StopIteration, ValueError) as exc:
+        out["error"] = one_line(redact(f"{type(exc).__name__}: {exc}"), 2000)
+    return out

@@ -1,0 +1,368 @@
+// Genesis dashboard: fills the page shells from the JSON API and keeps them live.
+// Every string from a ledger, an agent, a task or a tool is set with textContent, never as HTML;
+// the one exception is the loop's timeline, an SVG the server renders and escapes.
+"use strict";
+
+(function () {
+  const body = document.body;
+  const page = body.dataset.page;
+  let offset = 0;                      // browser clock minus server clock, in seconds
+
+  function serverNow() { return Date.now() / 1000 - offset; }
+
+  function el(tag, cls, text) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function dur(seconds) {
+    if (seconds === null || seconds === undefined || !isFinite(seconds)) return "–";
+    let s = Math.max(0, Math.round(seconds));
+    if (s < 60) return s + "s";
+    const m = Math.floor(s / 60); s %= 60;
+    if (m < 60) return m + "m " + String(s).padStart(2, "0") + "s";
+    const h = Math.floor(m / 60);
+    return h + "h " + String(m % 60).padStart(2, "0") + "m";
+  }
+
+  function localTime(epoch) {
+    if (!epoch) return "–";
+    return new Date(epoch * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  }
+
+  function money(x) { return (x === null || x === undefined) ? "–" : "$" + Number(x).toFixed(2); }
+
+  function scoreClass(n) { return n >= 80 ? "good" : n >= 50 ? "fair" : "poor"; }
+
+  // Countdowns and ages tick every second from the epochs the snapshot gave.
+  function tick() {
+    const now = serverNow();
+    document.querySelectorAll("[data-until]").forEach(function (node) {
+      const left = Number(node.dataset.until) - now;
+      node.textContent = (node.dataset.label || "") + (left > 0 ? dur(left) + " left" : "due");
+    });
+    document.querySelectorAll("[data-since]").forEach(function (node) {
+      node.textContent = (node.dataset.label || "") + dur(now - Number(node.dataset.since)) + " ago";
+    });
+  }
+
+  // --- the overview --------------------------------------------------------------------------
+
+  function row(parent, label, value, cls) {
+    if (value === null || value === undefined) return null;
+    const line = el("div", "tile-row " + (cls || ""));
+    line.appendChild(el("span", "k", label));
+    const v = el("span", "v " + (cls || ""), value);
+    line.appendChild(v);
+    parent.appendChild(line);
+    return v;
+  }
+
+  function tile(t, generated) {
+    const node = el("article", "tile");
+    node.dataset.key = t.key;
+    node.dataset.colour = t.colour;
+    const head = el("div", "tile-head");
+    const link = el("a", "tile-title", t.title);
+    link.href = t.href;
+    head.appendChild(link);
+    head.appendChild(el("span", "tile-state", t.state));
+    node.appendChild(head);
+    row(node, "phase", t.phase || "–", "tile-phase");
+    row(node, "health", t.health, "tile-health");
+    if (t.heartbeat_age_seconds !== null && t.heartbeat_age_seconds !== undefined) {
+      const v = row(node, "heartbeat", "", "tile-beat");
+      v.dataset.since = String(generated - t.heartbeat_age_seconds);
+    }
+    row(node, "tool", t.tool, "tile-tool");
+    if (t.wait) {
+      const v = row(node, "wait", "", "tile-wait");
+      if (t.wait.until_epoch) {
+        v.dataset.until = String(t.wait.until_epoch);
+        v.dataset.label = (t.wait.kind || "wait") + ": ";
+      } else {
+        v.textContent = t.wait.kind || "wait";
+      }
+      if (t.wait.reason) v.title = t.wait.reason;
+    }
+    row(node, "breaker", t.breaker, "tile-breaker breaker-" + String(t.breaker || "").toLowerCase());
+    row(node, "attempts", t.attempts ? String(t.attempts) : null, "tile-attempts");
+    return node;
+  }
+
+  function list(title, items, text) {
+    const box = el("div", "mini");
+    box.appendChild(el("h3", null, title));
+    const ul = el("ul");
+    items.forEach(function (item) { ul.appendChild(el("li", null, text(item))); });
+    box.appendChild(ul);
+    return box;
+  }
+
+  function project(p, generated) {
+    const sec = el("section", "project");
+    sec.dataset.key = p.key;
+    const head = el("div", "project-head");
+    head.appendChild(el("h2", "project-name", p.name));
+    const badge = el("span", "score-badge " + scoreClass(p.score), String(p.score));
+    badge.title = "health score";
+    head.appendChild(badge);
+    head.appendChild(el("span", "muted project-cost", money(p.cost_usd)));
+    sec.appendChild(head);
+    sec.appendChild(el("p", "muted path", p.path));
+    if (p.error) sec.appendChild(el("p", "error", p.error));
+    if (p.reasons && p.reasons.length) {
+      const ul = el("ul", "reasons");
+      p.reasons.forEach(function (r) { ul.appendChild(el("li", null, r.why)); });
+      sec.appendChild(ul);
+    }
+    const extra = el("div", "minis");
+    if (p.pauses.length) extra.appendChild(list("Pauses", p.pauses, function (x) {
+      return x.kind + (x.until_epoch ? " until " + localTime(x.until_epoch) : "") + (x.reason ? ": " + x.reason : "");
+    }));
+    if (p.retries.length) extra.appendChild(list("Active retries", p.retries, function (x) {
+      return x.title + " (attempt " + x.attempt + ")" + (x.reason ? ": " + x.reason : "");
+    }));
+    if (p.escalations.length) extra.appendChild(list("Escalations in progress", p.escalations, function (x) {
+      return x.title + (x.reason ? ": " + x.reason : "");
+    }));
+    if (extra.childNodes.length) sec.appendChild(extra);
+    const tiles = el("div", "tiles");
+    p.tiles.forEach(function (t) { tiles.appendChild(tile(t, generated)); });
+    if (!p.tiles.length) tiles.appendChild(el("p", "muted", "no loop has run here yet"));
+    sec.appendChild(tiles);
+    return sec;
+  }
+
+  function drawOverview(doc) {
+    offset = Date.now() / 1000 - doc.generated_at_epoch;
+    const m = doc.machine;
+    const score = document.getElementById("machine-score");
+    score.textContent = String(m.score);
+    score.className = "score " + scoreClass(m.score);
+    document.getElementById("loops-running").textContent = String(m.loops_running);
+    document.getElementById("machine-cost").textContent = money(m.cost_usd);
+    const reasons = document.getElementById("machine-reasons");
+    reasons.replaceChildren();
+    m.reasons.slice(0, 6).forEach(function (r) { reasons.appendChild(el("li", null, r.why)); });
+    const problems = document.getElementById("problems");
+    problems.hidden = !doc.problems.length;
+    problems.textContent = doc.problems.join("; ");
+    const box = document.getElementById("projects");
+    const sections = doc.projects.map(function (p) { return project(p, doc.generated_at_epoch); });
+    if (!sections.length) sections.push(el("p", "muted", "No loop or fleet runs on this machine, and no project was given."));
+    box.replaceChildren.apply(box, sections);
+    const alerts = document.getElementById("alerts");
+    alerts.replaceChildren();
+    doc.alerts.forEach(function (a) {
+      const li = el("li", "alert severity-" + a.severity);
+      li.appendChild(el("span", "when", localTime(a.at_epoch)));
+      li.appendChild(el("span", "sev", a.severity));
+      li.appendChild(el("span", "who", a.project));
+      li.appendChild(el("span", "what", a.title));
+      li.appendChild(el("span", "decision muted", a.decision));
+      alerts.appendChild(li);
+    });
+    if (!doc.alerts.length) alerts.appendChild(el("li", "muted", "no alert"));
+    tick();
+    body.dataset.updated = String(doc.generated_at_epoch);
+  }
+
+  function live(draw) {
+    const state = document.getElementById("live");
+    const source = new EventSource("/api/events");
+    source.addEventListener("open", function () {
+      body.dataset.live = "yes";
+      body.dataset.stream = "open";
+      state.textContent = "live";
+      state.className = "live on";
+    });
+    source.addEventListener("error", function () {
+      body.dataset.stream = "lost";
+      state.textContent = "reconnecting…";
+      state.className = "live off";
+    });
+    source.addEventListener("state", function (event) { draw(JSON.parse(event.data)); });
+    return source;
+  }
+
+  function overview() {
+    fetch("/api/state", { cache: "no-store" }).then(function (r) { return r.json(); }).then(drawOverview)
+      .catch(function () { /* the event stream draws it */ });
+    live(drawOverview);
+    setInterval(tick, 1000);
+  }
+
+  // --- a loop's page -------------------------------------------------------------------------
+
+  let lastSvg = null;
+
+  function drawLoop(doc) {
+    offset = Date.now() / 1000 - doc.generated_at_epoch;
+    document.getElementById("loop-title").textContent = doc.title;
+    document.title = "Genesis: " + doc.title;
+    const st = doc.status || {};
+    const bits = [st.state || "unknown"];
+    if (st.phase) bits.push(st.phase.name + (st.phase.health_class ? " (" + st.phase.health_class + ")" : ""));
+    if (doc.run_id) bits.push("run " + doc.run_id);
+    if (doc.error) bits.push(doc.error);
+    document.getElementById("loop-state").textContent = bits.join(" · ");
+    if (doc.timeline !== lastSvg) {
+      lastSvg = doc.timeline;
+      const box = document.getElementById("timeline");
+      if (doc.timeline) {
+        // Parsed as SVG (XML), never as HTML; the server escaped every string in it.
+        const parsed = new DOMParser().parseFromString(doc.timeline, "image/svg+xml").documentElement;
+        if (parsed && parsed.nodeName === "svg") box.replaceChildren(document.importNode(parsed, true));
+      } else {
+        box.replaceChildren(el("p", "muted", "no run recorded yet"));
+      }
+    }
+    const pre = document.getElementById("transcript");
+    const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    const text = doc.tail.join("\n");
+    if (pre.textContent !== text) {
+      pre.textContent = text;
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+    }
+    document.getElementById("tail-file").textContent = doc.tail_file || "";
+    const inc = document.getElementById("incidents");
+    const open = new Set(Array.from(inc.querySelectorAll("details[open]")).map(function (d) { return d.dataset.id; }));
+    inc.replaceChildren();
+    doc.incidents.forEach(function (i) {
+      const d = el("details", "incident");
+      d.dataset.id = i.id;
+      if (open.has(i.id)) d.open = true;
+      d.appendChild(el("summary", null, localTime(i.at_epoch) + " " + i.kind + " · " + (i.phase || "?") +
+        " iteration " + (i.iteration === null ? "?" : i.iteration) + ": " + i.reason));
+      d.appendChild(el("pre", "forensics", i.forensics || "(no forensics kept)"));
+      inc.appendChild(d);
+    });
+    if (!doc.incidents.length) inc.appendChild(el("p", "muted", "no incident in this run"));
+    body.dataset.updated = String(doc.generated_at_epoch);
+  }
+
+  function loopPage() {
+    const key = body.dataset.key;
+    function poll() {
+      fetch("/api/loop/" + encodeURIComponent(key), { cache: "no-store" })
+        .then(function (r) { return r.json(); })
+        .then(function (doc) {
+          if (doc.error && !doc.key) {
+            document.getElementById("loop-title").textContent = "no such loop";
+            return;
+          }
+          drawLoop(doc);
+          body.dataset.live = "yes";
+        })
+        .catch(function () { document.getElementById("live").textContent = "reconnecting…"; })
+        .finally(function () { setTimeout(poll, 1000); });
+    }
+    document.getElementById("live").textContent = "live (every second)";
+    document.getElementById("live").className = "live on";
+    poll();
+  }
+
+  // --- metrics -------------------------------------------------------------------------------
+
+  const charts = {};
+
+  function css(name, fallback) {
+    const v = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+    return v || fallback;
+  }
+
+  function chart(id, config) {
+    config.options = Object.assign({ animation: false, responsive: true, maintainAspectRatio: false }, config.options);
+    config.options.plugins = Object.assign({ title: { display: !!config.title, text: config.title } },
+                                           config.options.plugins);
+    if (charts[id]) {
+      charts[id].data = config.data;
+      charts[id].update("none");
+    } else {
+      charts[id] = new window.Chart(document.getElementById(id), config);
+    }
+  }
+
+  const SHOWN = 15;                    // bars per chart: the keys with the most runs
+
+  function cut(text, n) { text = String(text); return text.length > n ? text.slice(0, n - 1) + "…" : text; }
+
+  function byChart(id, all, sideways) {
+    const ok = css("--ok", "#3a9d5d"), bad = css("--bad", "#d64541");
+    const rows = all.slice().sort(function (a, b) { return b.phases - a.phases; }).slice(0, SHOWN);
+    const axis = { stacked: true, ticks: { callback: function (v) { return cut(this.getLabelForValue(v), 26); } } };
+    const count = { stacked: true, beginAtZero: true, ticks: { precision: 0 } };
+    chart(id, {
+      type: "bar",
+      data: {
+        labels: rows.map(function (r) { return r.key; }),
+        datasets: [{ label: "succeeded", data: rows.map(function (r) { return r.succeeded; }), backgroundColor: ok },
+                   { label: "failed", data: rows.map(function (r) { return r.failed; }), backgroundColor: bad }],
+      },
+      options: { indexAxis: sideways ? "y" : "x", scales: sideways ? { y: axis, x: count } : { x: axis, y: count },
+                 plugins: { tooltip: { callbacks: { footer: function (items) {
+                   const r = rows[items[0].dataIndex];
+                   return r && r.failure_rate !== null ? "failure rate " + Math.round(r.failure_rate * 100) + "%" : "";
+                 } } } } },
+    });
+  }
+
+  function drawMetrics(doc) {
+    window.Chart.defaults.color = css("--muted", "#59636e");
+    window.Chart.defaults.borderColor = css("--line", "#d8dee4");
+    const by = doc.by || {};
+    byChart("chart-by-agent", by.agent || [], false);
+    byChart("chart-by-model", by.model || [], false);
+    byChart("chart-by-task", by.task || [], true);
+    byChart("chart-by-project", by.project || [], true);
+    const t = doc.over_time || { buckets_epoch: [], restarts: [], escalations: [], failures: [] };
+    chart("chart-over-time", {
+      type: "line",
+      data: {
+        labels: (t.buckets_epoch || []).map(function (e) {
+          return new Date(e * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+        }),
+        datasets: [{ label: "restarts", data: t.restarts || [], borderColor: css("--warn", "#e08a1e") },
+                   { label: "escalations", data: t.escalations || [], borderColor: css("--info", "#3d7fd6") },
+                   { label: "failures", data: t.failures || [], borderColor: css("--bad", "#d64541") }],
+      },
+      options: { scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } },
+    });
+    const h = doc.retry_histogram || { labels: [], counts: [] };
+    chart("chart-retries", {
+      type: "bar",
+      data: { labels: h.labels, datasets: [{ label: "runs", data: h.counts, backgroundColor: css("--info", "#3d7fd6") }] },
+      options: { scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } },
+    });
+    const retry = Number(doc.retry_cost_usd || 0), all = Number(doc.cost_usd || 0);
+    chart("chart-retry-cost", {
+      type: "bar", title: "Cost of retries: " + money(retry) + " of " + money(all),
+      data: { labels: ["first attempts", "retries"],
+              datasets: [{ label: "USD", data: [Math.max(0, all - retry), retry],
+                           backgroundColor: [css("--ok", "#3a9d5d"), css("--warn", "#e08a1e")] }] },
+      options: { indexAxis: "y", scales: { x: { beginAtZero: true } } },
+    });
+    const note = document.getElementById("metrics-note");
+    note.textContent = "As of " + localTime(doc.generated_at_epoch) + (doc.error ? " · " + doc.error : "");
+    body.dataset.updated = String(doc.generated_at_epoch);
+    body.dataset.charts = "drawn";
+  }
+
+  function metricsPage() {
+    function load() {
+      fetch("/api/metrics", { cache: "no-store" }).then(function (r) { return r.json(); }).then(drawMetrics)
+        .catch(function (e) { document.getElementById("metrics-note").textContent = "cannot load the metrics: " + e; })
+        .finally(function () { setTimeout(load, 30000); });
+    }
+    document.getElementById("live").textContent = "every 30 s";
+    body.dataset.live = "yes";
+    load();
+  }
+
+  if (page === "overview") overview();
+  else if (page === "loop") loopPage();
+  else if (page === "metrics") metricsPage();
+})();
