@@ -369,15 +369,19 @@ def stop(obj: Context, fleet_file: Path | None) -> None:
     if fleet_file is None:
         _stop(obj.config())
         return
-    stopped = 0
+    stopped, failed = 0, []
     for p in _fleet_file(fleet_file).projects:
-        try:
-            _stop(resolve(p.path, flags={**obj.overrides, **p.settings}))
+        try:  # one project that cannot be stopped never leaves the next ones running
+            guarded(_stop)(guarded(resolve)(p.path, flags={**obj.overrides, **p.settings}))
             stopped += 1
         except Fail as exc:
-            if exc.exit_code != exitcodes.NOT_RUNNING:
-                raise
-            click.echo(f"nothing runs on {p.path}")
+            if exc.exit_code == exitcodes.NOT_RUNNING:
+                click.echo(f"nothing runs on {p.path}")
+                continue
+            click.echo(f"genesis: error: {p.path}: {exc.format_message()}", err=True)
+            failed.append(exc.exit_code)
+    if failed:
+        raise Fail(f"{plural(len(failed), 'project')} of {fleet_file} could not be stopped (said above)", failed[0])
     if not stopped:
         raise Fail(f"no fleet of {fleet_file} is running; nothing to stop", exitcodes.NOT_RUNNING)
 

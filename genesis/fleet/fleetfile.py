@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 from genesis.config import MAX_VALUE_CHARS, closest, is_genesis_key
 from genesis.fleet.resources import MAX_PARALLEL
+from genesis.hints import program
 from genesis.repo.gitcmd import GitTimeout, run_git
 
 __all__ = ["FleetFile", "FleetProject", "FleetFileError", "load", "MAX_PROJECTS", "MAX_BYTES"]
@@ -80,7 +81,7 @@ def _settings(value: Any, where: str) -> dict[str, str]:
         if not is_genesis_key(key):
             near = closest(key)
             raise FleetFileError(f"{where}: unknown setting {key}" + (f"; did you mean {near}?" if near else "")
-                                 + "; `genesis config show --explain` lists the settings")
+                                 + f"; `{program()} config show --explain` lists the settings")
         if isinstance(setting, bool):
             setting = "true" if setting else "false"
         elif isinstance(setting, (int, float)):

@@ -192,6 +192,7 @@ class Monitor:
     # cascade gate and failure window, see share()), and the cap on their children at once.
     peers: list["Monitor"] = field(default_factory=list)
     max_parallel: int | None = None
+    kept_slots: set[int] = field(default_factory=set)        # port slots of children a monitor that gave up left
     reason: str = ""                                         # why this project's fleet ended
     errors: int = 0                                          # checks in a row that failed
     due: float = 0.0                                         # the next check (time.monotonic)
@@ -219,6 +220,18 @@ class Monitor:
     # -- the monitor's heartbeat -----------------------------------------------------
 
     def beat(self) -> None:
+        """This project's heartbeat, and every live peer's: one project's step may block for
+        minutes (a worktree, a mark), and the other projects' children must not think the monitor
+        down meanwhile."""
+        self._beat()
+        for peer in self.peers:
+            if peer is not self:
+                try:
+                    peer._beat()
+                except OSError:
+                    pass  # the peer's own check meets it and says so
+
+    def _beat(self) -> None:
         write_json(self.fleet_dir / MONITOR_FILE, {"pid": os.getpid(), "run_id": self.run_id,
                                                    "started": self.started, "at": self.clock(),
                                                    "parallel": self.parallel, "host": socket.gethostname()})
@@ -306,7 +319,7 @@ class Monitor:
         """The task's port slot: the one it had, unless a running child holds it now; else the lowest free
         (the children of every project of a fleet file count: their ports never overlap)."""
         used = {m.slots[t] for m in self.peers or [self] for t in m.children
-                if t in m.slots and (m is not self or t != task_id)}
+                if t in m.slots and (m is not self or t != task_id)} | self.kept_slots
         slot = self.slots.get(task_id)
         if slot is None or slot in used:
             slot = next(n for n in range(len(used) + 1) if n not in used)
@@ -1036,16 +1049,29 @@ def run_projects(projects: Sequence[tuple[Path, Mapping[str, str], str]], *, max
             held.append(got)
         with ExitStack() as stack:
             monitors: list[Monitor] = []
+            locks: dict[int, _Held] = {}
             for h in held:
                 ledger = stack.enter_context(FleetLedger.open(h.fleet_dir / "ledger.sqlite3", clock=clock))
                 if ledger.reset_note:
                     say(ledger.reset_note, "warn")
                 monitors.append(Monitor(h.cfg.project, h.cfg, h.fleet, h.parallel, ledger, h.fleet_dir, run_id,
                                         h.target, h.overrides, clock=clock))
+                locks[id(monitors[-1])] = h
+
+            def finished(monitor: Monitor) -> None:
+                """A project whose fleet ended lets its locks go now, not when the last project ends
+                (a loop or a fleet may start on it); not while a merge of the project still runs."""
+                if any(m.future is not None and not m.future.done() for m in monitor.merges):
+                    return
+                h = locks.pop(id(monitor), None)
+                if h is not None:
+                    held.remove(h)
+                    _let_go(h, run_id)
+
             if len(monitors) > 1:
                 share(monitors, max_parallel)
             try:
-                code = _run_all(monitors)
+                code = _run_all(monitors, finished if len(monitors) > 1 else None)
             except BaseException:
                 if any(m.future is not None and not m.future.done() for mon in monitors for m in mon.merges):
                     # A merge thread that outlived its bound: never let a new monitor merge beside it.
@@ -1074,8 +1100,9 @@ def share(monitors: list[Monitor], max_parallel: int | None) -> None:
     source = max(monitors, key=newest)
     moves = [e for kind in cascade_mod.EVENTS for e in source.ledger.events(kind)]
     gate = cascade_mod.CascadeGate.from_events(cascade_mod.policy_of(monitors[0].cfg), moves)
+    crew, kept = list(monitors), set()  # one list, shared: an ended project leaves it (_run_all)
     for m in monitors:
-        m.peers, m.max_parallel = monitors, max_parallel
+        m.peers, m.max_parallel, m.kept_slots = crew, max_parallel, kept
     probes = sorted((e for e in moves if e.kind == "cascade_probe"), key=lambda e: e.seq)
     if gate.state == "probing" and probes:  # the probe as the shared gate counts it (see who())
         last = probes[-1]
@@ -1118,9 +1145,19 @@ def _begin(monitor: Monitor) -> None:
         f"them after their current phase")
 
 
-def _run_all(monitors: list[Monitor]) -> int:
-    """Every project's monitor checked in turn until each is over (or a signal ends them all)."""
+def _run_all(monitors: list[Monitor], finished: Callable[[Monitor], None] | None = None) -> int:
+    """Every project's monitor checked in turn until each is over (or a signal ends them all).
+    A project whose fleet ended (or gave up) leaves its peers (its children no longer count, its
+    ledger is no longer read) and `finished` is called for it (its locks let go)."""
     got: list[int] = []
+
+    def retire(monitor: Monitor) -> None:
+        if monitor in monitor.peers:
+            monitor.peers.remove(monitor)
+            # The children of one that gave up run on, unwatched: their ports stay theirs for this run.
+            monitor.kept_slots.update(monitor.slots[t] for t in monitor.children if t in monitor.slots)
+        if finished is not None:
+            finished(monitor)
 
     def on_signal(signum, _frame) -> None:
         got.append(signum)
@@ -1142,8 +1179,11 @@ def _run_all(monitors: list[Monitor]) -> int:
                 say(f"received SIG{kids.SIGNALS[sig]}: stopping every child now")
                 _forward(active, sig)
                 while active:
-                    _end(active.pop(0))
+                    ending = active.pop(0)
+                    _end(ending)
+                    retire(ending)
                 break
+            launcher: Monitor | None = None
             for monitor in list(active):
                 if monitor.due > time.monotonic():
                     continue
@@ -1161,6 +1201,7 @@ def _run_all(monitors: list[Monitor]) -> int:
                         monitor.interrupted = exitcodes.ERROR  # nothing more starts
                         active.remove(monitor)
                         _end(monitor, gave_up=True)  # its children go on to their own end; the next monitor adopts them
+                        retire(monitor)
                         continue
                     monitor.due = time.monotonic() + min(60.0, monitor.fleet.check * 2 ** monitor.errors)
                     continue
@@ -1170,10 +1211,21 @@ def _run_all(monitors: list[Monitor]) -> int:
                                       "every task is finished")
                     active.remove(monitor)
                     _end(monitor)
+                    retire(monitor)
                     continue
                 # One launch a check; after one, the next check comes as soon as the stagger allows.
                 monitor.due = time.monotonic() + (min(monitor.fleet.check, monitor.fleet.stagger) if monitor.launched
                                                   else monitor.fleet.check)
+                launcher = monitor if monitor.launched else launcher
+            if launcher is not None and launcher in active and len(active) > 1:
+                # Round robin: the project that launched checks last next time, and every project's
+                # next check comes with its (the stagger), so the next launch goes to another one.
+                active.remove(launcher)
+                active.append(launcher)
+                soon = launcher.due
+                for monitor in active:
+                    if not monitor.errors:  # a failing project keeps its backoff
+                        monitor.due = min(monitor.due, soon)
             if active:
                 _sleep(max(0.0, min(m.due for m in active) - time.monotonic()), got)
         return worst_exit(m.ended_code if m.ended_code is not None else exitcodes.ERROR for m in monitors)

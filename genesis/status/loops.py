@@ -30,7 +30,7 @@ from genesis.status.view import KILLED_PREFIX, Phase, Wait, build, layout_of
 from genesis.store.layout import Layout, state_dir_of
 from genesis.store.looplock import Holder, current_holder
 
-__all__ = ["Loop", "Ended", "Scanner", "running_loops", "running_layouts", "ended_loops", "LOOP_SCRIPT", "MARKER",
+__all__ = ["option", "Loop", "Ended", "Scanner", "running_loops", "running_layouts", "ended_loops", "LOOP_SCRIPT", "MARKER",
            "SCAN_BUDGET", "ENDED_WITHIN"]
 
 LOOP_SCRIPT = "start-multi-agent-loop.sh"
@@ -176,7 +176,7 @@ def _clues(deadline: float, clock: Callable[[], float]) -> Iterator[tuple[str, P
 def _from_command(proc: psutil.Process, cmd: Sequence[str]) -> Iterator[tuple[str, Path]]:
     loop = next((i for i, arg in enumerate(cmd[:2]) if os.path.basename(arg) == LOOP_SCRIPT), None)
     if loop is not None:
-        project = _option(cmd[loop + 1:], "--project") or "."  # the loop's default is its working directory
+        project = option(cmd[loop + 1:], "--project") or "."  # the loop's default is its working directory
         yield from _resolved(proc, project)
         for f in proc.open_files():
             if os.path.basename(f.path) == "loop.lock":  # the loop keeps its lock open for its whole life
@@ -184,7 +184,7 @@ def _from_command(proc: psutil.Process, cmd: Sequence[str]) -> Iterator[tuple[st
         return
     rest = _genesis_args(cmd)
     if rest is not None:
-        project = _option(rest, "--project")
+        project = option(rest, "--project")
         if project:
             yield from _resolved(proc, project)
 
@@ -205,7 +205,8 @@ def _genesis_args(cmd: Sequence[str]) -> Sequence[str] | None:
     return None
 
 
-def _option(args: Sequence[str], name: str) -> str | None:
+def option(args: Sequence[str], name: str) -> str | None:
+    """The value of `name VALUE` or `name=VALUE` in a command line's arguments."""
     for i, arg in enumerate(args):
         if arg == name and i + 1 < len(args):
             return args[i + 1]

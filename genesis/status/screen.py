@@ -37,7 +37,7 @@ from genesis.status.view import RECENT, LastRun, Status, Totals, Wait, build, la
 from genesis.store.layout import Layout, work_tree_of
 from genesis.words import duration, money, one_line
 
-__all__ = ["run_status", "find_layout", "render", "Frame", "TICK", "MIN_INTERVAL", "MAX_INTERVAL"]
+__all__ = ["run_status", "find_layout", "render", "home_short", "Frame", "TICK", "MIN_INTERVAL", "MAX_INTERVAL"]
 
 TICK = 1.0             # the live screen is redrawn at least this often
 POLL = 0.05            # how soon a watch sees Ctrl-C or a resize
@@ -517,7 +517,7 @@ def _loop_table(loops: Sequence[Loop], now: float, mine: Path | None) -> Group:
         up = f" · up {duration(now - lp.started)}" if lp.started is not None else ""
         line = Text.assemble("▶ " if lp.project == mine else "  ", (name.ljust(width), "bold"),
                              f"  pid {lp.pid or '?'}{up}  ", _doing(lp, now), "  ",
-                             (_safe(_home(lp.project), 300), "dim"), no_wrap=True, overflow="ellipsis")
+                             (_safe(home_short(lp.project), 300), "dim"), no_wrap=True, overflow="ellipsis")
         lines.append(line)
         if lp.project != mine:
             lines.append(Text(f"    {_safe(hint(lp.project, 'status'), 600)}", style="dim", no_wrap=True,
@@ -538,12 +538,13 @@ def _ended_table(ended: Sequence[Ended], now: float, mine: Path | None) -> Group
             how.append(f"{_safe(e.reason or '?', 120)} (exit {e.exit_code if e.exit_code is not None else '?'})",
                        style="green" if e.exit_code == 0 else "red")
         lines.append(Text.assemble("▶ " if e.project == mine else "  ", (name.ljust(width), "bold"),
-                                   f"  run {_safe(e.run_id, 80)}  ", how, "  ", (_safe(_home(e.project), 300), "dim"),
-                                   no_wrap=True, overflow="ellipsis"))
+                                   f"  run {_safe(e.run_id, 80)}  ", how, "  ",
+                                   (_safe(home_short(e.project), 300), "dim"), no_wrap=True, overflow="ellipsis"))
     return Group(*lines)
 
 
-def _home(path: Path) -> str:
+def home_short(path: Path) -> str:
+    """path as its reader says it: `~/...` under the home folder."""
     home = os.path.expanduser("~")
     text = str(path)
     return "~" + text[len(home):] if home not in ("", "/") and text.startswith(home + os.sep) else text

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import threading
 from contextlib import asynccontextmanager
 import time
 from dataclasses import dataclass, field
@@ -34,7 +36,7 @@ from genesis.web import pages
 from genesis.web.discovery import Discovery
 from genesis.web.loopview import loop_document
 from genesis.web.metrics import metrics
-from genesis.web.security import API_HEADERS, COOKIE, PAGE_HEADERS, allowed_hosts, bearer, host_ok, token_ok
+from genesis.web.security import API_HEADERS, PAGE_HEADERS, cookie_name, allowed_hosts, bearer, host_ok, token_ok
 from genesis.web.snapshot import Reader, snapshot
 
 __all__ = ["Settings", "Hub", "create_app", "Guard", "POLL", "KEEPALIVE", "STATIC"]
@@ -84,6 +86,7 @@ class Hub:
     _changed: anyio.Event | None = None
     _lock: anyio.Lock | None = None
     _metrics: tuple[float, dict[str, Any]] | None = None
+    closing: threading.Event = field(default_factory=threading.Event)  # set at shutdown: every stream ends
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -117,20 +120,34 @@ class Hub:
             return self.document
 
     async def next_change(self, seen: int, timeout: float) -> bool:
-        """Wait for a version after `seen`; False when timeout passed first."""
-        if self.version != seen:
-            return True
-        if self._changed is None:
-            self._changed = anyio.Event()
-        with anyio.move_on_after(timeout):
-            await self._changed.wait()
+        """Wait for a version after `seen`; False when timeout passed first or the server closes.
+        (closing is set from a signal handler, where an event loop's Event cannot be set: it is
+        looked at every POLL.)"""
+        deadline = time.monotonic() + timeout
+        while self.version == seen and not self.closing.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            if self._changed is None:
+                self._changed = anyio.Event()
+            with anyio.move_on_after(min(left, POLL)):
+                await self._changed.wait()
         return self.version != seen
 
     async def poll(self) -> None:
-        """Keep the snapshot fresh while someone listens."""
+        """Keep the snapshot fresh while someone listens; what fails is said once and the next tick
+        tries again (a poller that died would freeze every page)."""
+        said = False
         while True:
             if self.listeners:
-                await self.refresh()
+                try:
+                    await self.refresh()
+                    said = False
+                except Exception as exc:  # noqa: BLE001 - the stream goes on with the last document
+                    if not said:
+                        print(f"genesis serve: the snapshot failed: {redact(f'{type(exc).__name__}: {exc}')}",
+                              file=sys.stderr, flush=True)
+                        said = True
             await anyio.sleep(POLL)
 
     def metrics_document(self) -> dict[str, Any]:
@@ -147,10 +164,16 @@ class Guard:
         self.app = app
         self.allowed = allowed_hosts(settings.host, settings.port)
         self.token = settings.token
+        self.cookie = cookie_name(settings.port)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # a websocket (none is served) is refused before Host or token is looked at
+            if scope["type"] == "websocket":
+                await receive()
+                await send({"type": "websocket.close", "code": 1008})
             return
         refusal = self._refusal(scope)
         answer = refusal if refusal is not None else self.app
@@ -179,11 +202,12 @@ class Guard:
             if not token_ok(given, self.token):
                 return PlainTextResponse("wrong token\n", status_code=401)
             rest = urlencode([(k, v) for k, v in query if k != "token"])
-            target = scope.get("path", "/") + (f"?{rest}" if rest else "")
+            # One leading slash: `//evil.example/` would be another site's address (an open redirect).
+            target = "/" + scope.get("path", "/").lstrip("/") + (f"?{rest}" if rest else "")
             answer = RedirectResponse(target, status_code=303)
-            answer.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
+            answer.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
             return answer
-        cookie = _cookie(headers.get("cookie"), COOKIE)
+        cookie = _cookie(headers.get("cookie"), self.cookie)
         if token_ok(bearer(headers.get("authorization")), self.token) or token_ok(cookie, self.token):
             return None
         return PlainTextResponse("a token is needed: open the URL `genesis serve` printed at start\n",
@@ -243,11 +267,11 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
                 doc = await hub.refresh()
                 seen = hub.version
                 yield f"retry: 2000\nevent: state\ndata: {json.dumps(doc)}\n\n"
-                while True:
+                while not hub.closing.is_set():
                     if await hub.next_change(seen, KEEPALIVE):
                         seen = hub.version
                         yield f"event: state\ndata: {json.dumps(hub.document)}\n\n"
-                    else:
+                    elif not hub.closing.is_set():
                         yield ": keepalive\n\n"
             finally:
                 hub.listeners -= 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +22,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 import psutil
 
 from genesis.config import default_layout
-from genesis.fleet.fleetfile import FleetFileError, load
+from genesis.fleet.fleetfile import FleetFile, FleetFileError, load
 from genesis.repo.gitcmd import GitFailed, NotARepository
-from genesis.status.loops import SCAN_BUDGET, Scanner
+from genesis.status.loops import SCAN_BUDGET, Scanner, option
 from genesis.store.layout import Layout
 from genesis.web.metrics import ProjectSource
 
@@ -70,26 +71,17 @@ def fleet_files_running(clock: Callable[[], float] = time.monotonic,
             if at + 1 >= len(cmd) or cmd[at + 1] != "run" or not any(os.path.basename(a) in ("genesis", "-m")
                                                                        for a in cmd[:3]):
                 continue
-            given = _option(cmd[at + 2:], "--fleet")
+            given = option(cmd[at + 2:], "--fleet")
             if given:
                 yield "fleet", _absolute(proc, given)
                 continue
-            yield "project", _absolute(proc, _option(cmd[:at], "--project") or ".")
+            yield "project", _absolute(proc, option(cmd[:at], "--project") or ".")
         except GONE:
             continue
 
 
 def _absolute(proc: psutil.Process, path: str) -> Path:
     return Path(os.path.normpath(path if os.path.isabs(path) else os.path.join(proc.cwd(), path)))
-
-
-def _option(args: Sequence[str], name: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == name and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(name + "="):
-            return arg[len(name) + 1:]
-    return None
 
 
 @dataclass
@@ -106,15 +98,21 @@ class Discovery:
     _known: dict[Path, Layout] = field(default_factory=dict)  # main work tree -> its layout, in the order found
     _scanner: Scanner | None = None
     _last: float | None = None
+    # A fleet file as last read, by (inode, mtime, size): reading one runs git once per project.
+    _fleet_files: dict[Path, tuple[tuple[int, int, int], FleetFile]] = field(default_factory=dict)
+    # The build thread and the API's worker threads ask at once: one look at a time.
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def sources(self) -> list[ProjectSource]:
         """Every project to show now, in the order each was first found."""
-        now = self.clock()
-        if self._last is None or now - self._last >= self.rescan:
-            self._last = now
-            self._find()
+        with self._lock:
+            now = self.clock()
+            if self._last is None or now - self._last >= self.rescan:
+                self._last = now
+                self._find()
+            known = list(self._known.items())
         return [ProjectSource(project=p, name=p.name or str(p), layout=layout, fleet_ledger=fleet_ledger_of(layout))
-                for p, layout in self._known.items()]
+                for p, layout in known]
 
     def _find(self) -> None:
         problems: list[str] = []
@@ -137,7 +135,14 @@ class Discovery:
 
     def _add_fleet(self, path: Path) -> list[str]:
         try:
-            fleet = load(path)
+            st = os.stat(path)
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            cached = self._fleet_files.get(path)
+            if cached is not None and cached[0] == stamp:
+                fleet = cached[1]
+            else:
+                fleet = load(path)
+                self._fleet_files[path] = (stamp, fleet)
         except (FleetFileError, OSError) as exc:
             return [f"{path}: {exc}"]
         self._add_all(p.path for p in fleet.projects)

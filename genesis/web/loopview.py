@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from genesis import exitcodes
 from genesis.clock import iso
 from genesis.ledger.store import Ledger, LedgerError
-from genesis.redact import redact
+from genesis.redact import redact, redact_all
 from genesis.reporting.html import timeline_svg
 from genesis.reporting.load import night
 from genesis.status.document import document as status_document
@@ -59,10 +59,20 @@ def loop_document(sources: Sequence[ProjectSource], key: str, now: float, reader
     if found is None:
         return None
     layout, title = found
-    out: dict[str, Any] = {"schema": 1, "key": key, "title": one_line(redact(title), 300),
-                           "generated_at": iso(now), "generated_at_epoch": round(now, 3), "status": None,
-                           "timeline": None, "incidents": [], "tail": [], "tail_file": None, "run_id": None,
-                           "error": None}
+    out, log = reader.loop(key, layout, lambda: _read(layout, now))
+    out = {**out, "schema": 1, "key": key, "title": one_line(redact(title), 300), "generated_at": iso(now),
+           "generated_at_epoch": round(now, 3)}
+    if log is not None:  # the tail is read every time: it is what grows
+        out["tail"] = transcript_tail(log, TAIL_LINES, TAIL_BYTES)
+    return out
+
+
+def _read(layout: Layout, now: float) -> tuple[dict[str, Any], Path | None]:
+    """What the loop's files say (its status, timeline and incidents), and its running phase's
+    transcript when it lies in the loop's log folder."""
+    out: dict[str, Any] = {"status": None, "timeline": None, "incidents": [], "tail": [], "tail_file": None,
+                           "run_id": None, "error": None}
+    transcript = None
     try:
         st = build(layout, now=now)
         out["status"] = status_document(st, exitcodes.OK if st.running else exitcodes.NOT_RUNNING, now)
@@ -72,7 +82,10 @@ def loop_document(sources: Sequence[ProjectSource], key: str, now: float, reader
                 if runs:
                     run_id = st.run_id if st.run_id in {r.run_id for r in runs} else runs[-1].run_id
                     out["run_id"] = run_id
-                    n = night(led, run_id, running=st.running, incidents_dir=layout.state_dir / "incidents", now=now)
+                    # Redacted whole before rendering, as the morning report does: reasons and
+                    # forensics come from agents' words and files.
+                    n = redact_all(night(led, run_id, running=st.running, incidents_dir=layout.incidents_dir,
+                                         now=now))
                     out["timeline"] = timeline_svg(n, now)
                     out["incidents"] = [{"id": i.id, "at": iso(i.at), "at_epoch": round(i.at, 3), "kind": i.kind,
                                          "phase": i.phase, "iteration": i.iteration,
@@ -82,7 +95,18 @@ def loop_document(sources: Sequence[ProjectSource], key: str, now: float, reader
                     log = starts[-1].get("log") if starts else None
                     if isinstance(log, str) and log:
                         out["tail_file"] = one_line(redact(log), 1000)
-                        out["tail"] = transcript_tail(Path(log), TAIL_LINES, TAIL_BYTES)
+                        transcript = _in_log_dir(Path(log), layout)
     except (LedgerError, sqlite3.Error, OSError, StopIteration, ValueError) as exc:
         out["error"] = one_line(redact(f"{type(exc).__name__}: {exc}"), 2000)
-    return out
+    return out, transcript
+
+
+def _in_log_dir(log: Path, layout: Layout) -> Path | None:
+    """The transcript when it lies in the loop's log folder: the ledger names it, and a ledger
+    is a file anyone who can write the state folder can write; the file itself is still opened
+    without following a symlink."""
+    try:
+        folder = log.parent.resolve(strict=True)
+        return log if folder.is_relative_to(layout.log_dir.resolve(strict=True)) else None
+    except OSError:
+        return None

@@ -11,7 +11,7 @@ import hmac
 import ipaddress
 import secrets
 
-__all__ = ["CSP", "PAGE_HEADERS", "API_HEADERS", "COOKIE", "new_token", "token_ok", "is_loopback", "allowed_hosts",
+__all__ = ["CSP", "PAGE_HEADERS", "API_HEADERS", "cookie_name", "new_token", "token_ok", "is_loopback", "allowed_hosts",
            "host_ok", "bearer"]
 
 # No inline script or style anywhere, nothing from another origin: a title that slips past
@@ -21,7 +21,14 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 PAGE_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
                 "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY"}
 API_HEADERS = {**PAGE_HEADERS, "Cache-Control": "no-store"}
-COOKIE = "genesis_token"
+
+
+def cookie_name(port: int) -> str:
+    """The token's cookie: a cookie is the host's, whatever its port, so two dashboards on one
+    machine must not share a name (each would overwrite the other's)."""
+    return f"genesis_token_{port}"
+
+
 LOCAL_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
 
 
@@ -46,7 +53,8 @@ def bearer(header: str | None) -> str | None:
 
 
 def is_loopback(host: str) -> bool:
-    """host is this machine only: a loopback address or the name localhost."""
+    """host is this machine only: a loopback address or the name localhost (what the name
+    resolves to is checked on the bound socket: server.serve)."""
     if host.strip("[]").lower() == "localhost":
         return True
     try:

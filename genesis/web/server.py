@@ -12,12 +12,13 @@ import signal
 import socket
 import sys
 from dataclasses import replace
+from types import FrameType
 from typing import Callable
 
 import uvicorn
 
 from genesis import exitcodes
-from genesis.web.app import Settings, guarded
+from genesis.web.app import Hub, Settings, guarded
 from genesis.web.security import is_loopback, new_token
 
 __all__ = ["serve", "Refused", "NotServed", "bind", "url_of", "FIRST_LINE", "GRACE"]
@@ -64,18 +65,37 @@ def url_of(host: str, port: int, token: str | None = None) -> str:
     return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server that also tells the open event streams to end: uvicorn waits for open
+    connections before it stops, and a stream never ends by itself."""
+
+    def __init__(self, config: uvicorn.Config, hub: Hub):
+        super().__init__(config)
+        self.hub = hub
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.hub.closing.set()
+        super().handle_exit(sig, frame)
+
+
 def serve(settings: Settings, token: bool = False, echo: Callable[[str], None] | None = None) -> int:
     """Serve the dashboard until a signal ends it; 0 then. Refused, NotServed otherwise."""
     echo = echo if echo is not None else (lambda line: print(line, flush=True))
     check(settings, token)
     sock = bind(settings.host, settings.port)
-    port = sock.getsockname()[1]
+    bound, port = sock.getsockname()[:2]
+    if not token and not is_loopback(bound):  # a name like localhost said loopback: the socket says where
+        sock.close()
+        raise Refused(f"--host {settings.host} is {bound}, not this machine only: add --token, or leave --host "
+                      f"out to bind 127.0.0.1")
     settings = replace(settings, port=port, token=new_token() if token else None)
-    config = uvicorn.Config(guarded(settings), log_level="warning", access_log=False, lifespan="on",
+    hub = Hub(settings)
+    config = uvicorn.Config(guarded(settings, hub), log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=GRACE)
-    server = uvicorn.Server(config)
+    server = _Server(config, hub)
 
     def stop(_sig: int, _frame: object) -> None:
+        hub.closing.set()
         server.should_exit = True  # before uvicorn runs, or after it ran and raised the signal again
 
     # uvicorn shuts down on SIGINT/SIGTERM, then raises the signal again for the handler it found:
@@ -89,9 +109,13 @@ def serve(settings: Settings, token: bool = False, echo: Callable[[str], None] |
     echo("  read-only; Ctrl-C stops it")
     try:
         server.run(sockets=[sock])
+    except SystemExit:
+        pass  # uvicorn's word for a failed startup (it said why on stderr): exit 33 below
     finally:
         sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     sys.stdout.flush()
+    if not server.started:  # uvicorn said why on stderr (the app's startup failed)
+        return exitcodes.SERVE_FAILED
     return exitcodes.OK

@@ -28,6 +28,7 @@ from genesis.redact import redact
 from genesis.repo.gitcmd import GitFailed, NotARepository
 from genesis.repo.tasks import TASKS_FILE
 from genesis.status.document import document as status_document
+from genesis.status.screen import home_short
 from genesis.status.view import Status, build
 from genesis.store.layout import Layout
 from genesis.store.looplock import FLEET_RUN
@@ -43,6 +44,11 @@ ALERTS = 10             # alerts listed, per project and for the machine
 READ_BOUND = 3.0        # seconds the children of one project are read within; the rest are said unread
 REFRESH = 5.0           # a loop's state is rebuilt at least this often even when no file changed
 TEXT_LIMIT = 300
+LOOP_PAGES = 64         # loop pages whose last read is kept
+# A loop whose agent was just killed as stuck or wedged stays red this long: its retry starts
+# healthy a second later, and a page that looks every half second would miss the red.
+STUCK_RED = 60.0
+STUCK_KINDS = ("stuck", "wedged")
 TASK_YELLOW = frozenset({"merging", "restarting", "escalated", "waiting", "queued"})
 TASK_RED = frozenset({"needs-review", "failed"})
 TASK_LIVE = frozenset({"running", "merging", "restarting", "escalated", "waiting", "queued"})
@@ -99,6 +105,8 @@ class Reader:
         self._fleets: dict[Path, _Seen] = {}
         self._touched: set[Path] = set()
         self._layouts: dict[Path, Layout | None] = {}
+        self._loops: dict[str, _Seen] = {}
+        self._stuck: dict[Path, _Seen] = {}
 
     def layout(self, worktree: Path) -> Layout | None:
         """A worktree's layout (asked of git once per worktree); None when it is no work tree."""
@@ -139,6 +147,30 @@ class Reader:
             seen.doc = status_document(st, exitcodes.OK if st.running else exitcodes.NOT_RUNNING, now)
         return st, seen.doc
 
+    def loop(self, key: str, layout: Layout, make: Callable[[], Any]) -> Any:
+        """make()'s value for a loop's page, made again only when the loop's files changed (or
+        REFRESH passed): each open loop page asks every second, and a page costs a ledger read
+        and a timeline. Called from several threads: a value is made at worst twice."""
+        sig, tick = _signature(layout), self.clock()
+        seen = self._loops.get(key)
+        if seen is None or seen.signature != sig or tick - seen.at >= self.refresh:
+            seen = _Seen(sig, tick, make())
+            self._loops[key] = seen
+            while len(self._loops) > LOOP_PAGES:
+                self._loops.pop(next(iter(self._loops)), None)  # the oldest read first
+        return seen.value
+
+    def stuck_at(self, layout: Layout) -> float | None:
+        """When the loop's newest stuck or wedged incident was recorded (None: never), read
+        again only when its ledger changed."""
+        ledger = layout.ledger_file
+        sig = (_stamp(ledger), _stamp(ledger.with_name(ledger.name + "-wal")))
+        seen = self._stuck.get(ledger)
+        if seen is None or seen.signature != sig:
+            seen = _Seen(sig, self.clock(), _read_stuck(ledger))
+            self._stuck[ledger] = seen
+        return seen.value
+
     def alerts(self, layout: Layout, name: str) -> list[dict[str, Any]]:
         """The project's last ALERTS alerts, newest first."""
         ledger = layout.ledger_file
@@ -154,7 +186,20 @@ class Reader:
         night of fleets must not grow the server."""
         for state in [s for s in self._status if s not in self._touched]:
             del self._status[state]
+            self._stuck.pop(state / "ledger.sqlite3", None)
         self._touched = set()
+
+
+def _read_stuck(ledger: Path) -> float | None:
+    if not ledger.is_file():
+        return None
+    try:
+        with Ledger.open(ledger, readonly=True) as led:
+            rows = led.query(f"SELECT MAX(at) AS at FROM incidents WHERE kind IN ({','.join('?' * len(STUCK_KINDS))})",
+                             STUCK_KINDS)
+    except (LedgerError, sqlite3.Error, OSError):
+        return None
+    return float(rows[0]["at"]) if rows and rows[0]["at"] is not None else None
 
 
 def _read_alerts(ledger: Path, name: str) -> list[dict[str, Any]]:
@@ -205,12 +250,20 @@ def colour_of_task(task: dict[str, Any], child: dict[str, Any] | None, fleet_sta
 
 # --- tiles ---------------------------------------------------------------------------------------
 
-def _tile_of_loop(key: str, title: str, kind: str, doc: dict[str, Any] | None, now: float) -> dict[str, Any]:
+def _killed_lately(stuck_at: float | None, now: float) -> bool:
+    return stuck_at is not None and 0 <= now - stuck_at < STUCK_RED
+
+
+def _tile_of_loop(key: str, title: str, kind: str, doc: dict[str, Any] | None, now: float,
+                  stuck_at: float | None = None) -> dict[str, Any]:
     doc = doc or {}
+    colour = colour_of_loop(doc) if doc else "grey"
+    if doc.get("state") in ("running", "waiting", "frozen") and _killed_lately(stuck_at, now):
+        colour = "red"  # its agent was killed as stuck a moment ago: its retry has yet to prove itself
     phase, wait, breaker = doc.get("phase") or {}, doc.get("wait"), doc.get("breaker") or {}
     tool = phase.get("tool_in_flight") or {}
     beat = phase.get("heartbeat_at_epoch")
-    return {"key": key, "kind": kind, "title": title, "colour": colour_of_loop(doc) if doc else "grey",
+    return {"key": key, "kind": kind, "title": title, "colour": colour,
             "state": doc.get("state") or "not_running", "phase": phase.get("name"),
             "health": phase.get("health_class"),
             "heartbeat_age_seconds": round(max(0.0, now - beat), 1) if beat is not None else None,
@@ -218,15 +271,17 @@ def _tile_of_loop(key: str, title: str, kind: str, doc: dict[str, Any] | None, n
             "wait": {"kind": wait.get("kind"), "until_epoch": wait.get("until_epoch"), "reason": wait.get("reason")}
             if wait else None,
             "breaker": breaker.get("state"), "attempts": (phase.get("attempt") or 0) + 1 if phase else 0,
-            "href": f"/loop/{key}"}
+            "href": f"/loop/{key}", "stuck_at_epoch": stuck_at if _killed_lately(stuck_at, now) else None}
 
 
 def _tile_of_task(pkey: str, task: dict[str, Any], child: dict[str, Any] | None, fleet_state: str,
-                  now: float) -> dict[str, Any]:
+                  now: float, stuck_at: float | None = None) -> dict[str, Any]:
     key = f"{pkey}--{task['id']}"
-    tile = _tile_of_loop(key, task.get("text") or task["id"], "task", child, now)
-    tile.update(colour=colour_of_task(task, child, fleet_state), state=task.get("state"),
-                attempts=task.get("attempts") or 0)
+    tile = _tile_of_loop(key, task.get("text") or task["id"], "task", child, now, stuck_at)
+    colour = colour_of_task(task, child, fleet_state)
+    if task.get("state") in TASK_LIVE and _killed_lately(stuck_at, now):
+        colour = "red"  # its agent was killed as stuck a moment ago: its retry has yet to prove itself
+    tile.update(colour=colour, state=task.get("state"), attempts=task.get("attempts") or 0)
     if tile["wait"] is None and task.get("not_before_epoch"):
         tile["wait"] = {"kind": "retry", "until_epoch": task["not_before_epoch"], "reason": task.get("reason")}
     return tile
@@ -243,11 +298,12 @@ def _child_view(st: Status) -> ChildView:
 
 
 def _fleet(source: ProjectSource, reader: Reader, now: float,
-           clock: Callable[[], float]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+           clock: Callable[[], float]) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, float | None]]:
     """The fleet's document, its running children read by the reader (within READ_BOUND), and
-    each read child's own status document by task id."""
+    each read child's own status document and newest stuck kill by task id."""
     fs = reader.fleet(source, now)
     children: dict[str, dict[str, Any]] = {}
+    stuck: dict[str, float | None] = {}
     tasks, unread, deadline = [], 0, clock() + READ_BOUND
     for t in fs.tasks:
         if t.child is None or not t.row.worktree:
@@ -259,20 +315,24 @@ def _fleet(source: ProjectSource, reader: Reader, now: float,
             tasks.append(t)
             continue
         st, children[t.row.id] = reader.child(layout, now)
+        stuck[t.row.id] = reader.stuck_at(layout)
         tasks.append(replace(t, child=_child_view(st)))
-    return fleet_document(replace(fs, tasks=tuple(tasks), unread=unread)), children
+    return fleet_document(replace(fs, tasks=tuple(tasks), unread=unread)), children, stuck
 
 
 def _project(source: ProjectSource, reader: Reader, now: float,
              clock: Callable[[], float]) -> tuple[dict[str, Any], Score]:
     pkey = key_of(source.project)
     out: dict[str, Any] = {"key": pkey, "name": _text(source.name, 100), "path": _text(source.project, 1000),
+                           "shown_path": _text(home_short(source.project), 1000),
                            "error": None, "status": None, "fleet": None, "tiles": [], "retries": [],
                            "escalations": [], "pauses": [], "alerts": [], "cost_usd": None}
     try:
         st = reader.status(source.layout, now)
         status = status_document(st, exitcodes.OK if st.running else exitcodes.NOT_RUNNING, now)
-        fleet, children = _fleet(source, reader, now, clock) if source.fleet_ledger is not None else (None, {})
+        fleet, children, stuck = _fleet(source, reader, now, clock) if source.fleet_ledger is not None \
+            else (None, {}, {})
+        own_stuck = reader.stuck_at(source.layout)
         alerts = reader.alerts(source.layout, out["name"])
     except Exception as exc:  # noqa: BLE001 - one project's damage must never take the page down
         out["error"] = _text(f"{type(exc).__name__}: {exc}", 2000)
@@ -285,12 +345,12 @@ def _project(source: ProjectSource, reader: Reader, now: float,
     own_ran = (status.get("run") is not None or status.get("state") in ("running", "waiting", "frozen")) and \
         not run_id.startswith(FLEET_RUN)
     if own_ran:
-        out["tiles"].append(_tile_of_loop(pkey, out["name"], "loop", status, now))
+        out["tiles"].append(_tile_of_loop(pkey, out["name"], "loop", status, now, own_stuck))
     costs = [(status.get("totals") or {}).get("cost_usd")]
     if fleet is not None:
         for task in fleet["tasks"]:
             child = children.get(task["id"])
-            tile = _tile_of_task(pkey, task, child, fleet["state"], now)
+            tile = _tile_of_task(pkey, task, child, fleet["state"], now, stuck.get(task["id"]))
             out["tiles"].append(tile)
             costs.append(((child or {}).get("totals") or {}).get("cost_usd"))
             if task["state"] == "restarting" or (task["state"] in TASK_LIVE and (task.get("restarts") or 0) > 0):

@@ -67,7 +67,8 @@ def test_parallel_defaults_to_one_and_max_parallel_to_none(tmp_path):
     ('[[project]]\npath = "p/sub"\n', "is inside the git work tree"),
     ('[[project]]\npath = "p"\n[[project]]\npath = "./p/"\n', "is listed twice (projects 1 and 2): keep one"),
 ])
-def test_each_mistake_is_refused_saying_what_to_fix(tmp_path, text, said):
+def test_each_mistake_is_refused_saying_what_to_fix(tmp_path, monkeypatch, text, said):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # "plain" is no work tree wherever the test runs
     new_repo(tmp_path / "p")
     (tmp_path / "p" / "sub").mkdir()
     (tmp_path / "plain").mkdir()

@@ -23,6 +23,7 @@ from genesis.fleet.taskref import branch_for, task_id
 from genesis.ledger.store import Ledger
 from genesis.store.atomicio import write_json
 from genesis.store.layout import private_dir, state_dir_of
+from genesis.store.looplock import current_holder
 from genesis.trust import approve
 
 TASK = "add the widget"
@@ -412,3 +413,93 @@ def test_the_same_task_failing_in_two_projects_counts_as_two_children_for_the_sh
             monitor.failures.append((now, monitor.who(task_id(TASK))))
         assert first.gate.observe(now, first.failures, 2).action == "pause"
         assert second.gate.state == "paused"
+
+
+def test_a_check_that_blocks_in_one_project_beats_for_every_project_of_the_fleet_file(project, tmp_path):
+    other = with_tasks(new_repo(tmp_path / "other"), "add the gadget")
+    with_tasks(project, TASK)
+    clock = Clock()
+    with FleetLedger.open(tmp_path / "a.sqlite3") as a, FleetLedger.open(tmp_path / "b.sqlite3") as b:
+        first, second = clocked(project, a, clock), clocked(other, b, clock)
+        mon.share([first, second], max_parallel=None)
+        clock.at += 50
+        first.beat()  # before a step of the first project's that may block for minutes
+        assert json.loads((second.fleet_dir / mon.MONITOR_FILE).read_text())["at"] == clock.at
+
+
+def test_launches_go_round_the_projects_not_to_the_first_in_the_file(project, tmp_path, monkeypatch):
+    other = with_tasks(new_repo(tmp_path / "other"), "add the gadget")
+    with_tasks(project, TASK)
+    order: list[str] = []
+    last = [-1e9]
+
+    def tick(self):  # a launch whenever the shared stagger allows, six in all
+        self.launched = len(order) < 6 and time.monotonic() - last[0] >= self.fleet.stagger
+        if self.launched:
+            order.append(self.project.name)
+            last[0] = time.monotonic()
+        return len(order) >= 6
+
+    monkeypatch.setattr(mon.Monitor, "tick", tick)
+    knobs = {"GENESIS_FLEET_CHECK_SECONDS": "2", "GENESIS_FLEET_STAGGER_SECONDS": "0.1"}
+    with FleetLedger.open(tmp_path / "a.sqlite3") as a, FleetLedger.open(tmp_path / "b.sqlite3") as b:
+        first, second = clocked(project, a, Clock(), **knobs), clocked(other, b, Clock(), **knobs)
+        mon.share([first, second], max_parallel=None)
+        assert mon._run_all([first, second]) == exitcodes.OK
+    assert order == [project.name, other.name] * 3
+
+
+@pytest.mark.parametrize("ends", ["finished", "gave up"])
+def test_a_project_whose_fleet_ended_lets_its_locks_go_and_leaves_its_peers(project, tmp_path, monkeypatch, ends):
+    other = with_tasks(new_repo(tmp_path / "other"), "add the gadget")
+    with_tasks(project, TASK)
+    layout = default_layout(project)
+    seen = []
+
+    def fleet_lock_free() -> bool:
+        fd = os.open(layout.state_dir / "fleet" / "lock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+
+    def tick(self):
+        if self.project == project.resolve():
+            if ends == "gave up":  # its checks keep failing: the monitor gives up on it
+                raise mon.GitTimeout("git show", project, 60)
+            return True  # every task of the first project is finished at once
+        seen.append((current_holder(layout.loop_lock, layout.loop_record), fleet_lock_free(),
+                     [m.project for m in self.peers]))
+        return seen[-1][0] is None or len(seen) >= 100  # the other goes on (bounded)
+
+    monkeypatch.setattr(mon.Monitor, "tick", tick)
+    knobs = {"GENESIS_FLEET_CHECK_SECONDS": "0.05"}
+    code = mon.run_projects([(project, knobs, "1"), (other, knobs, "1")])
+    assert code == (exitcodes.OK if ends == "finished" else exitcodes.ERROR)
+    assert seen[-1] == (None, True, [other.resolve()])
+
+
+def test_the_ports_of_the_children_a_project_that_gave_up_left_running_stay_theirs(project, tmp_path, monkeypatch):
+    other = with_tasks(new_repo(tmp_path / "other"), "add the gadget")
+    with_tasks(project, TASK)
+    slots = []
+
+    def tick(self):
+        if self is first:
+            raise mon.GitTimeout("git show", project, 60)  # the monitor gives up on it: its child runs on
+        if first.ended_code is None:
+            return False
+        slots.append(self._slot("b"))
+        return True
+
+    monkeypatch.setattr(mon.Monitor, "tick", tick)
+    knobs = {"GENESIS_FLEET_CHECK_SECONDS": "0.05"}
+    with FleetLedger.open(tmp_path / "a.sqlite3") as a, FleetLedger.open(tmp_path / "b.sqlite3") as b:
+        first, second = clocked(project, a, Clock(), **knobs), clocked(other, b, Clock(), **knobs)
+        first.children["a"], first.slots["a"] = None, 0
+        mon.share([first, second], max_parallel=None)
+        assert mon._run_all([first, second]) == exitcodes.ERROR
+    assert slots == [1]  # not slot 0, its child's

@@ -6,12 +6,16 @@ child loop in a real linked worktree, alerts in a ledger.
   fleet_running(project, now, tasks)          -> the monitor lock's descriptor
   child_loop(project, task_id, now, ...)      -> (worktree, the child's lock descriptor)
   alert(project, run_id, at, cause, ...)      one alert row in the project's ledger
+  first_line(proc)                            a started `genesis serve`'s first line, or "" after 30 s
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import queue
+import subprocess
+import threading
 from pathlib import Path
 
 from helpers.git import git
@@ -24,7 +28,18 @@ from genesis.ledger.store import Ledger, iso
 from genesis.store.atomicio import write_json
 from genesis.store.looplock import hold
 
-__all__ = ["loop_mid_phase", "fleet_running", "child_loop", "alert", "task", "beat"]
+__all__ = ["first_line", "loop_mid_phase", "fleet_running", "child_loop", "alert", "task", "beat"]
+
+
+def first_line(proc: subprocess.Popen, timeout: float = 30.0) -> str:
+    """The first line a process writes (text mode), "" when none came in time: a server that
+    hangs before it prints fails the test rather than hanging it."""
+    got: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: got.put(proc.stdout.readline()), daemon=True).start()
+    try:
+        return got.get(timeout=timeout)
+    except queue.Empty:
+        return ""
 
 
 def beat(project: Path, phase: str, run_id: str, epoch: float, tool: str = "Bash") -> None:
@@ -36,12 +51,14 @@ def beat(project: Path, phase: str, run_id: str, epoch: float, tool: str = "Bash
 
 def loop_mid_phase(project: Path, run_id: str, now: float, *, health: str = "healthy",
                    tool_text: str = "Bash: pytest -x", transcript: str = "", hold_lock: bool = True) -> int | None:
-    """The loop in iteration 1's Criticizer, inside a tool call; its transcript at `<project>/c.log`.
+    """The loop in iteration 1's Criticizer, inside a tool call; its transcript where the loop
+    writes it (`<log dir>/<run id>/iter-0001-Criticizer.log`).
     The lock's descriptor (None with hold_lock False: a loop that was killed)."""
     lay = default_layout(project)
     lay.state_dir.mkdir(parents=True, exist_ok=True)
     fd = hold(lay.loop_lock, lay.loop_record, run_id) if hold_lock else None
-    log = project.parent / f"{project.name}-c.log"
+    log = lay.run_dir(run_id) / "iter-0001-Criticizer.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(transcript)
     with Ledger.open(lay.ledger_file) as led:
         first_hour(led, run_id, now)

@@ -9,23 +9,25 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
+import psutil
 import pytest
 from helpers.fakeclaude import replay
 from helpers.fleet import TASK_AGENT, fleet_env, fleet_ledger, fleet_project, task_agent, tasks_on
 from helpers.git import git, new_repo
 from helpers.loop import GENESIS, LOOP
-from helpers.procs import lock_held
+from helpers.procs import carries, lock_held
 from helpers.waits import wait_for
 
 from genesis import exitcodes
-from genesis.config import default_layout
+from genesis.config import default_layout, resolve
 from genesis.fleet.ledger import FleetLedgerError
+from genesis.fleet.monitor import MONITOR_FILE
 from genesis.fleet.taskref import task_id
 from genesis.repo.tasks import DONE, parse
 from genesis.store.layout import state_dir_of
+from genesis.store.looplock import current_holder
 
 # The task agent, held while GATES/<task id> exists (its pid and task recorded first).
 GATED = TASK_AGENT.replace('if [[ -n ${HANG:-} ]]; then sleep 300; fi\n',
@@ -64,6 +66,42 @@ def gated(tmp_path: Path, texts: list[str]) -> Path:
     return gates
 
 
+def marked(tmp_path: Path) -> dict[str, str]:
+    """A mark in the environment of the monitor and of everything it starts: end_all proves its processes by it."""
+    return {"FLEET_TEST_MARK": str(tmp_path)}
+
+
+def end_all(proc: subprocess.Popen, mark: dict[str, str]) -> None:
+    """After a failure: the monitor and every process it started that still runs (its children live in
+    sessions of their own), each proven this test's by the mark in its environment, killed."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    for one in psutil.process_iter():
+        if one.pid != os.getpid() and carries(one.pid, mark):
+            try:
+                one.kill()
+            except psutil.Error:
+                pass
+    proc.wait(timeout=30)
+
+
+def checks(project: Path, n: int) -> None:
+    """Wait until the monitor's heartbeat in the project's fleet directory has moved n times: every
+    check of any project of the file beats it, so n moves are at least n // 2 checks of its own."""
+    seen: list[float] = []
+
+    def moved() -> bool:
+        try:
+            at = json.loads((state_dir_of(project) / "fleet" / MONITOR_FILE).read_text())["at"]
+        except (OSError, ValueError, KeyError):
+            return False
+        if not seen or at != seen[-1]:
+            seen.append(at)
+        return len(seen) > n
+
+    wait_for(moved, 60, f"{n} checks of the monitor")
+
+
 def agents(path: Path) -> list[str]:
     """The task ids of the agents started so far."""
     return [line.split()[1] for line in path.read_text().splitlines() if line] if path.exists() else []
@@ -73,9 +111,13 @@ def test_two_projects_under_one_monitor_all_come_home_and_status_and_report_show
     fleet = two_projects(tmp_path, ["add the parser", "add the printer"], ["add the endpoint"],
                          extra="max_parallel = 2")
     app, api = tmp_path / "app", tmp_path / "api"
-    env = fleet_env()
+    env = fleet_env(**marked(tmp_path))
     proc = start(fleet, task_agent(tmp_path / "agent.sh"), env, tmp_path / "fleet.log")
-    assert proc.wait(timeout=240) == exitcodes.OK, (tmp_path / "fleet.log").read_text()[-3000:]
+    try:
+        code = proc.wait(timeout=240)
+    finally:
+        end_all(proc, marked(tmp_path))
+    assert code == exitcodes.OK, (tmp_path / "fleet.log").read_text()[-3000:]
 
     for project, texts in ((app, {"add the parser", "add the printer"}), (api, {"add the endpoint"})):
         # Each project's tasks came home on its own branch, ticked, its work there.
@@ -134,7 +176,7 @@ def test_genesis_stop_with_the_fleet_file_stops_every_projects_fleet(tmp_path):
     fleet = two_projects(tmp_path, texts_app, texts_api)
     fleet.write_text(fleet.read_text().replace("parallel = 2", "parallel = 1"))
     gates, pids = gated(tmp_path, texts_app + texts_api), tmp_path / "pids"
-    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE_SECONDS="600")
+    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE_SECONDS="600", **marked(tmp_path))
     proc = start(fleet, task_agent(tmp_path / "agent.sh", GATED), env, tmp_path / "fleet.log")
     try:
         wait_for(lambda: len(agents(pids)) == 2, 120, "one agent at work in each project")
@@ -147,7 +189,11 @@ def test_genesis_stop_with_the_fleet_file_stops_every_projects_fleet(tmp_path):
     finally:
         for gate in gates.iterdir():  # the phases under way finish
             gate.unlink()
-    assert proc.wait(timeout=120) == exitcodes.OK, (tmp_path / "fleet.log").read_text()[-3000:]
+        try:
+            code = proc.wait(timeout=120)
+        finally:
+            end_all(proc, marked(tmp_path))
+    assert code == exitcodes.OK, (tmp_path / "fleet.log").read_text()[-3000:]
     for project in (tmp_path / "app", tmp_path / "api"):
         with fleet_ledger(project) as led:
             assert sorted(r.state for r in led.tasks()) == ["merged", "queued"]
@@ -169,7 +215,8 @@ def test_fault_103_a_fleet_file_with_a_mistake_is_refused_before_anything_starts
     (tmp_path / "fleet.toml").write_text(mistake)
     calls = tmp_path / "agent-calls"
     agent = task_agent(tmp_path / "agent.sh", f"#!/usr/bin/env bash\necho ran >>{calls}\n")
-    proc = start(tmp_path / "fleet.toml", agent, fleet_env(), tmp_path / "fleet.log")
+    env = fleet_env(GIT_CEILING_DIRECTORIES=str(tmp_path))  # "plain" is no work tree wherever the test runs
+    proc = start(tmp_path / "fleet.toml", agent, env, tmp_path / "fleet.log")
     assert proc.wait(timeout=60) == exitcodes.USAGE
     log = (tmp_path / "fleet.log").read_text()
     assert said in log and str(tmp_path / "fleet.toml") in log
@@ -201,7 +248,7 @@ def test_fault_104_a_burst_of_crashes_in_one_project_pauses_the_restarts_of_the_
     fleet.write_text(fleet.read_text().replace('path = "app"\nparallel = 2', 'path = "app"\nparallel = 3'))
     app, api = tmp_path / "app", tmp_path / "api"
     gates, pids = gated(tmp_path, app_texts + api_texts), tmp_path / "pids"
-    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE_SECONDS="600")
+    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE_SECONDS="600", **marked(tmp_path))
     proc = start(fleet, task_agent(tmp_path / "agent.sh", GATED), env, tmp_path / "fleet.log")
     try:
         wait_for(lambda: len(agents(pids)) == 4, 180, "four agents at work")
@@ -214,16 +261,19 @@ def test_fault_104_a_burst_of_crashes_in_one_project_pauses_the_restarts_of_the_
             (victim,) = [e.detail["pid"] for e in led.events("launch")]
         os.kill(victim, signal.SIGKILL)  # then api's own child crashes: one failure of its own
         wait_for(lambda: fleet_events(api, "child_end"), 60, "api's crash seen")
-        time.sleep(3)  # many checks, far past its restart backoff: still no restart while paused
+        checks(api, 20)  # many checks, far past its restart backoff (0.5 s): still no restart while paused
         with fleet_ledger(api) as led:
             events = led.events()
             (row,) = led.tasks()
         status = json.loads(genesis(env, "fleet", "status", "--fleet", str(fleet), "--json").stdout)
     finally:
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=180)
-        for gate in gates.iterdir():
-            gate.unlink()
+        try:
+            code = proc.wait(timeout=180)
+        finally:
+            for gate in gates.iterdir():  # a gated agent left by a failure ends too
+                gate.unlink()
+            end_all(proc, marked(tmp_path))
     assert code == exitcodes.INTERRUPTED_TERM
     assert [e.detail["outcome"] for e in events if e.kind == "child_end"] == ["failed"]
     assert row.state == "restarting"  # its backoff long past: held by the shared gate alone
@@ -260,14 +310,14 @@ def test_a_usage_limit_met_by_a_child_of_one_project_holds_the_launches_of_the_o
     ra = replay(app, tmp_path / "ra")
     replay(api, tmp_path / "rb")
     env = {**ra.env("limit_five_hour.jsonl", FAKE_RESET_IN="600", GENESIS_MAX_LIMIT_WAIT="1m"),
-           **{k: v for k, v in fleet_env().items() if k.startswith("GENESIS_FLEET")}}
+           **{k: v for k, v in fleet_env().items() if k.startswith("GENESIS_FLEET")}, **marked(tmp_path)}
     out = open(tmp_path / "fleet.log", "ab")
     proc = subprocess.Popen(["bash", str(LOOP), "--fleet", str(fleet), "--set", "GENESIS_PHASES=Builder"], env=env,
                             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
     out.close()
     try:
         wait_for(lambda: fleet_events(api, "limit_hold"), 90, "api's hold")
-        time.sleep(1)  # several checks more: still nothing starts in api
+        checks(api, 10)  # several checks more: still nothing starts in api
         with fleet_ledger(api) as led:
             (row,) = led.tasks()
             launches = led.events("launch")
@@ -275,7 +325,10 @@ def test_a_usage_limit_met_by_a_child_of_one_project_holds_the_launches_of_the_o
             ends = [e.detail["exit_code"] for e in led.events("child_end")]
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
+        try:
+            proc.wait(timeout=120)
+        finally:
+            end_all(proc, marked(tmp_path))
     assert ends and set(ends) == {exitcodes.USAGE_LIMIT}  # met by app's child (the next read holds app too)
     assert not launches and row.state == "waiting" and "usage limit of claude" in row.reason
 
@@ -301,3 +354,40 @@ def test_a_bad_setting_of_the_second_project_is_refused_before_any_lock_is_taken
     neither = genesis(fleet_env(), "--project", str(tmp_path / "app"), "fleet", "run")
     assert neither.returncode == exitcodes.USAGE and "give --parallel N|auto (one project) or --fleet FILE" in \
         neither.stderr
+
+
+def test_genesis_stop_with_the_fleet_file_stops_the_projects_after_one_it_cannot(tmp_path):
+    fleet = two_projects(tmp_path, ["add the parser"], ["add the endpoint"])
+    fleet.write_text(fleet.read_text().replace('path = "app"\nparallel = 2\n', 'path = "app"\nparallel = 2\n'
+                                               '[project.settings]\nGENESIS_MAX_ITERATIONS = "many"\n'))
+    api = tmp_path / "api"
+    with lock_held(default_layout(api), "single-run"):  # a loop runs on api, listed after app's mistake
+        done = genesis(fleet_env(), "stop", "--fleet", str(fleet))
+    assert resolve(api).stop_flag.read_text() == "false\n"  # api stopped after all
+    assert "stops before its next phase" in done.stdout
+    assert done.returncode == exitcodes.USAGE and "GENESIS_MAX_ITERATIONS" in done.stderr
+    assert f"{tmp_path / 'app'}: " in done.stderr and "1 project of" in done.stderr
+
+
+def test_a_project_whose_fleet_ended_is_free_while_another_project_still_works(tmp_path):
+    fleet = two_projects(tmp_path, ["app one"], ["api one"])
+    app = tmp_path / "app"
+    gates, pids = gated(tmp_path, ["api one"]), tmp_path / "pids"  # api's agent held, app's runs through
+    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE_SECONDS="600", **marked(tmp_path))
+    proc = start(fleet, task_agent(tmp_path / "agent.sh", GATED), env, tmp_path / "fleet.log")
+    try:
+        wait_for(lambda: fleet_events(app, "fleet_end"), 120, "app's fleet over")
+        live = json.loads(genesis(env, "fleet", "status", "--fleet", str(fleet), "--json").stdout)
+        layout = default_layout(app)
+        holder = current_holder(layout.loop_lock, layout.loop_record)
+        working = proc.poll() is None
+    finally:
+        for gate in gates.iterdir():
+            gate.unlink()
+        try:
+            code = proc.wait(timeout=120)
+        finally:
+            end_all(proc, marked(tmp_path))
+    assert code == exitcodes.OK, (tmp_path / "fleet.log").read_text()[-3000:]
+    assert working  # api still at work, and app free: a loop or a fleet may start there
+    assert holder is None and [p["state"] for p in live["projects"]] == ["ended", "running"]

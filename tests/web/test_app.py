@@ -13,19 +13,27 @@ import signal
 import subprocess
 import time
 import warnings
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import httpx
-from helpers.dashboard import beat, child_loop, fleet_running, loop_mid_phase, task
+from helpers.dashboard import first_line, beat, child_loop, fleet_running, loop_mid_phase, task
 from helpers.loop import GENESIS
 
 from genesis import exitcodes
-from genesis.web.app import Settings, guarded
+from genesis.config import default_layout
+from genesis.ledger import store as ledger_store
+from genesis.ledger.store import Ledger
+from genesis.web import loopview
+from genesis.web import server as server_module
+from genesis.web.app import POLL, Hub, Settings, guarded
 from genesis.web.discovery import key_of
 from genesis.web.loopview import TAIL_LINES
 
 with warnings.catch_warnings():  # the TestClient's note about httpx's next name
     warnings.simplefilter("ignore")
+    from starlette.applications import Starlette
     from starlette.testclient import TestClient
 
 T0 = float(calendar.timegm((2025, 11, 21, 1, 30, 0)))
@@ -72,7 +80,7 @@ def test_a_loops_page_has_its_timeline_transcript_tail_and_incidents(project):
     assert svg.startswith('<svg class="timeline"') and 'data-phase="Criticizer"' in svg and "ending-running" in svg
     assert " style=" not in svg  # the CSP allows no style attribute: the stripes come from app.css
     assert len(doc["tail"]) == TAIL_LINES and doc["tail"][-1] == f"line {TAIL_LINES + 49}: working"
-    assert doc["tail_file"].endswith("project-c.log")
+    assert doc["tail_file"].endswith(f"{RUN}/iter-0001-Criticizer.log")
     assert [(i["id"], i["kind"], i["phase"]) for i in doc["incidents"]] == [("inc-1", "stuck", "Criticizer")]
 
 
@@ -120,7 +128,7 @@ def test_genesis_serve_answers_over_http_streams_each_change_and_ends_on_sigterm
     server = subprocess.Popen([*GENESIS, "serve", "--port", "0", "--project", str(project)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
-        first = server.stdout.readline()
+        first = first_line(server)
         assert first.startswith("genesis serve: http://127.0.0.1:") and first.endswith("/\n"), first
         url = first.split(": ", 1)[1].strip()
         with httpx.Client(base_url=url, timeout=20) as http:
@@ -134,10 +142,13 @@ def test_genesis_serve_answers_over_http_streams_each_change_and_ends_on_sigterm
                 assert kind == "state" and doc["projects"][0]["key"] == key_of(project)
                 written = time.time()
                 beat(project, "Criticizer", RUN, written, tool="Edit")  # the next tool call
-                for _ in range(5):  # the next state sent carries it (or one soon after, if something else moved)
-                    kind, doc = next(events)
-                    phase = doc["projects"][0]["status"]["phase"]
-                    if phase["heartbeat_at_epoch"] == round(written, 3):
+                # The next state sent carries it, or one soon after: the server also shows the other
+                # loops of this machine, and each of their moves is a state of its own.
+                deadline = time.monotonic() + 60
+                for kind, doc in events:
+                    mine = next(p for p in doc["projects"] if p["key"] == key_of(project))
+                    phase = mine["status"]["phase"]
+                    if phase["heartbeat_at_epoch"] == round(written, 3) or time.monotonic() > deadline:
                         break
                 assert kind == "state" and phase["heartbeat_at_epoch"] == round(written, 3)
                 assert phase["heartbeat_tool"] == "Edit" and doc["generated_at_epoch"] >= written
@@ -172,3 +183,119 @@ def test_a_failure_to_read_the_machine_is_said_on_the_page_and_the_server_goes_o
         assert doc["problems"] == ["the dashboard could not read this machine's loops: PermissionError: "
                                    "no access to /proc"]
         assert [p["key"] for p in doc["projects"]] == [key_of(project)]  # the last good one, still shown
+
+
+def test_sigterm_with_a_page_open_ends_its_stream_and_the_server_cleanly(project, tmp_path):
+    """A page left open must not turn a stop into tracebacks (uvicorn cancelling the stream)."""
+    server = subprocess.Popen([*GENESIS, "serve", "--port", "0", "--project", str(project)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        first = first_line(server)
+        assert first.startswith("genesis serve: http://127.0.0.1:"), first
+        with httpx.Client(base_url=first.split(": ", 1)[1].strip(), timeout=20) as http:
+            with http.stream("GET", "/api/events") as stream:
+                events = _events(stream)
+                kind, _doc = next(events)
+                assert kind == "state"
+                server.send_signal(signal.SIGTERM)  # the page still open
+                for _ in events:  # until the server ends the stream
+                    pass
+                out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == exitcodes.OK, err
+    assert "Traceback" not in err and "Cancel" not in err and "Exception in ASGI" not in err, err
+
+
+def test_a_failed_start_is_exit_33_not_0(project, monkeypatch):
+    @asynccontextmanager
+    async def broken(_app):
+        raise OSError("no access to /proc")
+        yield
+
+    monkeypatch.setattr(server_module, "guarded", lambda settings, hub=None: Starlette(lifespan=broken))
+    code = server_module.serve(Settings(port=0, projects=(project,), scan_machine=False), echo=lambda _: None)
+    assert code == exitcodes.SERVE_FAILED
+
+
+def test_the_poller_survives_a_failed_refresh(project, capsys):
+    """Anything raised while refreshing is said once; the next tick tries again."""
+    hub = Hub(Settings(port=PORT, projects=(project,), scan_machine=False))
+    calls = []
+
+    async def refresh():
+        calls.append(1)
+        if len(calls) <= 2:
+            raise RuntimeError("the disk went away")
+        return {}
+
+    hub.refresh = refresh
+    hub.listeners = 1
+
+    async def main():
+        with anyio.move_on_after(POLL * 6):
+            await hub.poll()
+
+    anyio.run(main)
+    assert len(calls) >= 4
+    assert capsys.readouterr().err.count("the disk went away") == 1
+
+
+def test_a_transcript_the_ledger_names_outside_the_log_folder_is_not_read(project, tmp_path):
+    fd = loop_mid_phase(project, RUN, T0, transcript="the loop's own words\n")
+    elsewhere = tmp_path / "private.txt"
+    elsewhere.write_text("someone else's file\n")
+    try:
+        with client(project) as c:
+            assert c.get(f"/api/loop/{key_of(project)}").json()["tail"] == ["the loop's own words"]
+            with Ledger.open(default_layout(project).ledger_file) as led:
+                led.record(RUN, "phase_start", at=T0 - 10, iteration=2, phase="Builder", epoch=T0 - 10,
+                           log=str(elsewhere), attempt=0)
+            assert c.get(f"/api/loop/{key_of(project)}").json()["tail"] == []
+    finally:
+        os.close(fd)
+
+
+def test_a_secret_in_a_reason_is_redacted_in_the_timeline_and_the_loop_page(project, monkeypatch):
+    """A ledger written by an older Genesis kept its events as they came: the page redacts them."""
+    secret = "sk-ant-api03-" + "W" * 44
+    fd = loop_mid_phase(project, RUN, T0)
+    monkeypatch.setattr(ledger_store, "redact_all", lambda detail: detail)
+    with Ledger.open(default_layout(project).ledger_file) as led:
+        led.record(RUN, "incident", at=T0 - 60, iteration=1, phase="Criticizer", id="inc-2", kind="wedged",
+                   reason=f"the agent printed {secret}")
+    monkeypatch.undo()
+    try:
+        with client(project) as c:
+            answer = c.get(f"/api/loop/{key_of(project)}")
+            page = c.get(f"/loop/{key_of(project)}")
+    finally:
+        os.close(fd)
+    assert "inc-2" in [i["id"] for i in answer.json()["incidents"]]
+    assert "[redacted]" in answer.json()["timeline"]
+    for text in (answer.text, page.text):
+        assert secret not in text and "WWWWWWWWWWWW" not in text
+
+
+def test_a_loop_page_is_read_again_only_when_its_files_changed(project, monkeypatch):
+    """Each open loop page asks every second: its ledger and timeline are read once per change."""
+    fd = loop_mid_phase(project, RUN, T0, transcript="one\n")
+    reads = []
+    real = loopview.night
+    monkeypatch.setattr(loopview, "night", lambda *a, **kw: reads.append(1) or real(*a, **kw))
+    try:
+        with client(project) as c:
+            for _ in range(3):
+                assert c.get(f"/api/loop/{key_of(project)}").json()["tail"] == ["one"]
+            assert len(reads) == 1
+            log = default_layout(project).run_dir(RUN) / "iter-0001-Criticizer.log"
+            with log.open("a") as f:
+                f.write("two\n")
+            assert c.get(f"/api/loop/{key_of(project)}").json()["tail"] == ["one", "two"]  # the tail: always
+            beat(project, "Criticizer", RUN, T0 - 1, tool="Edit")
+            c.get(f"/api/loop/{key_of(project)}")
+            assert len(reads) == 2
+    finally:
+        os.close(fd)

@@ -10,6 +10,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from helpers.dashboard import child_loop, fleet_running, loop_mid_phase, task
 from helpers.git import new_repo
 
 from genesis.config import default_layout
+from genesis.web import discovery
 from genesis.web.discovery import Discovery, key_of, main_project_of
 
 T0 = float(calendar.timegm((2025, 11, 21, 1, 30, 0)))
@@ -121,7 +124,7 @@ def test_a_fleet_monitor_is_found_by_its_command_line(tmp_path, started):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     genesis = bin_dir / "genesis"  # a stand-in: its command line is what is looked at
-    genesis.write_text("#!/bin/sh\nsleep 60\n")
+    genesis.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")  # one process: the kill ends it
     genesis.chmod(0o755)
     started([str(genesis), "--project", str(one), "fleet", "run", "--parallel", "2"])
     started([str(genesis), "fleet", "run", "--fleet", "fleet.toml"], cwd=tmp_path)
@@ -142,3 +145,42 @@ def test_the_machine_is_looked_at_no_more_than_every_rescan_seconds(tmp_path, mo
     clock[0] += 1.5
     d.sources()
     assert len(looks) == 2
+
+
+def test_a_fleet_file_is_read_again_only_when_it_changed(tmp_path, monkeypatch):
+    """Reading one runs git once per project: not every RESCAN seconds for a file that stays."""
+    one, two = new_repo(tmp_path / "one"), new_repo(tmp_path / "two")
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[[project]]\npath = "{one}"\nparallel = 1\n')
+    reads = []
+    real = discovery.load
+    monkeypatch.setattr(discovery, "load", lambda path: reads.append(path) or real(path))
+    d = Discovery(fleets=[fleet], scan_machine=False, rescan=0.0)
+    for _ in range(3):
+        assert shown(d) == [one.resolve()]
+    assert len(reads) == 1
+    fleet.write_text(f'[[project]]\npath = "{one}"\nparallel = 1\n\n[[project]]\npath = "{two}"\nparallel = 1\n')
+    assert shown(d) == [one.resolve(), two.resolve()] and len(reads) == 2
+
+
+def test_one_look_at_a_time_when_threads_ask_at_once(tmp_path, monkeypatch):
+    """The snapshot's thread and the API's ask at once: a look must not change the projects
+    while another walks them."""
+    inside, most = [0], [0]
+
+    def slow_look(clock, budget):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.2)
+        inside[0] -= 1
+        return iter(())
+
+    monkeypatch.setattr(discovery, "fleet_files_running", slow_look)
+    monkeypatch.setattr(discovery, "Scanner", lambda budget: type("S", (), {"held": lambda self: []})())
+    d = Discovery(projects=[new_repo(tmp_path / "a")], rescan=0.0)
+    threads = [threading.Thread(target=d.sources) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert most[0] == 1

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 from click.testing import CliRunner
-from helpers.dashboard import alert, child_loop, fleet_running, task
+from helpers.dashboard import first_line, alert, child_loop, fleet_running, task
 from helpers.loop import GENESIS
 
 from genesis import exitcodes
 from genesis.cli import cli
-from genesis.web import security
+from genesis.web import security, server
 from genesis.web.app import Settings, guarded
 from genesis.web.discovery import key_of
 from genesis.web.security import CSP, allowed_hosts, bearer, host_ok, is_loopback, token_ok
@@ -29,6 +30,7 @@ from genesis.web.security import CSP, allowed_hosts, bearer, host_ok, is_loopbac
 with warnings.catch_warnings():  # the TestClient's note about httpx's next name
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
+    from starlette.websockets import WebSocketDisconnect
 
 T0 = float(calendar.timegm((2025, 11, 21, 1, 30, 0)))
 RUN = "20251121T003000Z-4242"
@@ -80,7 +82,7 @@ def test_serve_with_token_prints_it_once_in_its_address_and_asks_it_of_every_req
     server = subprocess.Popen([*GENESIS, "serve", "--port", "0", "--token", "--project", str(project)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
-        first = server.stdout.readline()
+        first = first_line(server)
         assert first.startswith("genesis serve: http://127.0.0.1:") and "/?token=" in first, first
         url, token = first.split(": ", 1)[1].strip().split("?token=")
         assert len(token) >= 40
@@ -113,7 +115,7 @@ def test_with_a_token_every_request_needs_it(project):
         assert c.get("/api/state").status_code == 200  # the client keeps the cookie
         c.cookies.clear()
         assert c.get("/api/state").status_code == 401
-        c.cookies.set(security.COOKIE, "not-it")
+        c.cookies.set(security.cookie_name(PORT), "not-it")
         assert c.get("/api/state").status_code == 401
 
 
@@ -180,3 +182,34 @@ def test_the_page_script_sets_every_text_with_textcontent_never_as_html():
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
         assert sink not in js, sink
     assert "textContent" in js and "DOMParser" in js  # the timeline SVG: parsed as XML, never as HTML
+
+
+@pytest.mark.fault(101)
+def test_the_token_link_redirects_only_within_the_dashboard_and_its_cookie_is_this_ports(project):
+    """`//evil.example/?token=...` is a path here, but as a Location it is another site's address."""
+    token = security.new_token()
+    with client(Settings(host="0.0.0.0", port=PORT, token=token, projects=(project,), scan_machine=False),
+                base=f"http://192.0.2.10:{PORT}") as c:
+        r = c.get(f"http://192.0.2.10:{PORT}//evil.example/?token={token}")
+        assert r.status_code == 303 and r.headers["location"] == "/evil.example/", r.headers.get("location")
+        assert r.headers["set-cookie"].startswith(f"genesis_token_{PORT}={token};")
+
+
+@pytest.mark.fault(101)
+def test_a_websocket_is_refused_even_with_the_right_host(project):
+    with client(Settings(port=PORT, projects=(project,), scan_machine=False)) as c:
+        with pytest.raises(WebSocketDisconnect) as refused:
+            with c.websocket_connect("/api/events"):
+                pass
+    assert refused.value.code == 1008
+
+
+@pytest.mark.fault(101)
+def test_a_name_that_is_not_loopback_on_the_socket_needs_the_token(project, monkeypatch):
+    """`--host localhost` on a machine whose localhost resolves elsewhere: the bound socket decides."""
+    real = socket.getaddrinfo
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, port, *a, **kw: real("0.0.0.0" if host == "localhost"
+                                                                                  else host, port, *a, **kw))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda *a, **kw: pytest.fail("served 0.0.0.0 without a token"))
+    with pytest.raises(server.Refused, match="0.0.0.0"):
+        server.serve(Settings(host="localhost", port=0, projects=(project,), scan_machine=False), echo=lambda _: None)

@@ -197,3 +197,28 @@ def test_an_ended_loops_colour_is_how_it_ended_as_the_score_judges_it(project, c
         led.record(RUN, "loop_end", at=T0 - 1, reason="it ended", exit_code=code)
     [tile] = only(snapshot([source(project)], T0), project)["tiles"]
     assert (tile["colour"], tile["state"]) == (colour, "not_running")
+
+
+def test_a_task_killed_as_stuck_stays_red_while_its_retry_starts_then_turns_green(project):
+    """The watcher's verdict lasts until the phase ends, a second: the retry starts healthy. The
+    tile stays red for STUCK_RED seconds after the kill, so a page that looks twice a second sees it."""
+    worktree, child = child_loop(project, "t-stuck1", T0)  # its retry: healthy, in its tool call
+    with Ledger.open(default_layout(worktree).ledger_file) as led:
+        led.record("child-t-stuck1", "incident", at=T0 - 3, iteration=1, phase="Criticizer", id="inc-9",
+                   kind="stuck", reason="no heartbeat for 600s")
+    mon = fleet_running(project, T0, [task("t-stuck1", "running", T0, worktree=str(worktree), pid=os.getpid())])
+    try:
+        just_after = only(snapshot([source(project)], T0), project)["tiles"]
+        later = only(snapshot([source(project)], T0 + 60), project)["tiles"]  # STUCK_RED later
+    finally:
+        os.close(child)
+        os.close(mon)
+    assert [(t["colour"], t["health"]) for t in just_after] == [("red", "healthy")]
+    assert [t.get("stuck_at_epoch") for t in just_after] == [T0 - 3]
+    assert [(t["colour"], t.get("stuck_at_epoch")) for t in later] == [("green", None)]
+
+
+def test_a_path_under_home_is_shown_from_the_tilde_the_api_keeps_it_whole(project, monkeypatch):
+    monkeypatch.setenv("HOME", str(project.parent))
+    p = only(snapshot([source(project)], T0), project)
+    assert (p["shown_path"], p["path"]) == ("~/project", str(project.resolve()))

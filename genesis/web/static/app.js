@@ -77,6 +77,12 @@
       v.dataset.since = String(generated - t.heartbeat_age_seconds);
     }
     row(node, "tool", t.tool, "tile-tool");
+    if (t.stuck_at_epoch) {
+      // Why a tile whose retry already runs is red: its agent was killed as stuck lately.
+      const v = row(node, "stuck", "", "tile-killed");
+      v.dataset.since = String(t.stuck_at_epoch);
+      v.dataset.label = "killed ";
+    }
     if (t.wait) {
       const v = row(node, "wait", "", "tile-wait");
       if (t.wait.until_epoch) {
@@ -111,7 +117,7 @@
     head.appendChild(badge);
     head.appendChild(el("span", "muted project-cost", money(p.cost_usd)));
     sec.appendChild(head);
-    sec.appendChild(el("p", "muted path", p.path));
+    sec.appendChild(el("p", "muted path", p.shown_path || p.path));
     if (p.error) sec.appendChild(el("p", "error", p.error));
     if (p.reasons && p.reasons.length) {
       const ul = el("ul", "reasons");
