@@ -69,6 +69,8 @@ COSTS: dict[str, Cost] = {c.key: c for c in (
     Cost("breaker_open", -30, None, "circuit breaker OPEN (a loop it stopped: once, as its end)"),
     Cost("stuck", -25, None, "an agent stuck or wedged (each)"),
     Cost("frozen", -25, None, "the loop's process is stopped by a signal (frozen)"),
+    Cost("killed", -15, -30, "an agent killed as stuck in the last minute, its retry perhaps already running "
+                             "(each, at most -30)"),
     Cost("cascade", -25, None, "a cascade pause: too many children failed, restarts held"),
     Cost("failed", -20, None, "a fleet task failed permanently (each)"),
     Cost("silent", -15, -30, "a running agent's heartbeat older than 15 min that its watcher does not call stuck "
@@ -107,13 +109,17 @@ class _Tally:
 
 
 def score(status_doc: Mapping[str, Any] | None, fleet_doc: Mapping[str, Any] | None, now: float,
-          error: str | None = None) -> Score:
+          error: str | None = None, killed: Sequence[str] = ()) -> Score:
     """A project's score from its `status --json` and `fleet status --json` documents (either may be
-    None: no loop, no fleet); `error`, or neither document: the project cannot be read."""
+    None: no loop, no fleet); `error`, or neither document: the project cannot be read. killed: the
+    loops or tasks whose agent was killed as stuck lately and whose health no longer says so (a
+    retry runs): the documents alone would call them healthy."""
     tally = _Tally()
     if error is not None or (status_doc is None and fleet_doc is None):
         tally.take("unreadable", f"cannot be read: {error or 'no status'}")
         return tally.score()
+    for name in killed:
+        tally.take("killed", f"{name} killed as stuck in the last minute")
     if status_doc is not None:
         _loop(tally, status_doc, now)
     if fleet_doc is not None:

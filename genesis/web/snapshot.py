@@ -338,8 +338,7 @@ def _project(source: ProjectSource, reader: Reader, now: float,
         out["error"] = _text(f"{type(exc).__name__}: {exc}", 2000)
         s = score(None, None, now, error=out["error"])
         return {**out, "score": s.value, "reasons": [r.as_json() for r in s.reasons]}, s
-    s = score(status, fleet, now)
-    out.update(status=status, fleet=fleet, alerts=alerts, score=s.value, reasons=[r.as_json() for r in s.reasons])
+    out.update(status=status, fleet=fleet, alerts=alerts)
     run_id = str((status.get("run") or {}).get("id") or "")
     # A fleet's monitor holds the project's loop lock under a fleet run id: its tasks are the tiles.
     own_ran = (status.get("run") is not None or status.get("state") in ("running", "waiting", "frozen")) and \
@@ -371,6 +370,10 @@ def _project(source: ProjectSource, reader: Reader, now: float,
         out["pauses"].append({"kind": "limit", "until_epoch": wait.get("until_epoch"), "reason": wait.get("reason")})
     known = [c for c in costs if isinstance(c, (int, float))]
     out["cost_usd"] = round(sum(known), 4) if known else None
+    # A tile red from a recent kill whose health no longer says stuck (its retry runs) costs too.
+    killed = [t["title"] for t in out["tiles"] if t.get("stuck_at_epoch") and t.get("health") not in STUCK_KINDS]
+    s = score(status, fleet, now, killed=killed)
+    out.update(score=s.value, reasons=[r.as_json() for r in s.reasons])
     return out, s
 
 

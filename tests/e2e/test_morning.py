@@ -110,8 +110,8 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
     # Iteration 1's Builder: its third request hangs (the API accepted it and went silent).
     fast_stub.hang_after(3, 120)
     # Its retry makes 5 requests; the Criticizer's second request (the 10th) meets a usage limit,
-    # whose 30 s leave the probes below time to look on a loaded machine.
-    window = fast_stub.limit_after(10, 30)
+    # whose 60 s leave the probes below time to look on a loaded machine.
+    window = fast_stub.limit_after(10, 60)
     with Receiver() as hook, Receiver() as phone:
         env = night_env(fast_stub, subscriber=True, HEARTBEAT_STALE_SECONDS="10", PHASE_RETRY_DELAY_SECONDS="1",
                         GENESIS_DONE_WHEN="never", CB_WARNING_THRESHOLD="1", CB_STOP_THRESHOLD="2",

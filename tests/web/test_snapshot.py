@@ -208,14 +208,18 @@ def test_a_task_killed_as_stuck_stays_red_while_its_retry_starts_then_turns_gree
                    kind="stuck", reason="no heartbeat for 600s")
     mon = fleet_running(project, T0, [task("t-stuck1", "running", T0, worktree=str(worktree), pid=os.getpid())])
     try:
-        just_after = only(snapshot([source(project)], T0), project)["tiles"]
-        later = only(snapshot([source(project)], T0 + 60), project)["tiles"]  # STUCK_RED later
+        first = only(snapshot([source(project)], T0), project)
+        second = only(snapshot([source(project)], T0 + 60), project)  # STUCK_RED later
     finally:
         os.close(child)
         os.close(mon)
+    just_after, later = first["tiles"], second["tiles"]
     assert [(t["colour"], t["health"]) for t in just_after] == [("red", "healthy")]
     assert [t.get("stuck_at_epoch") for t in just_after] == [T0 - 3]
     assert [(t["colour"], t.get("stuck_at_epoch")) for t in later] == [("green", None)]
+    # The score says why the tile is red while its health says healthy, and forgets it with the red.
+    killed = [r for r in first["reasons"] if "killed as stuck" in r["why"]]
+    assert [r["points"] for r in killed] == [-15] and first["score"] == second["score"] - 15, (first, second)
 
 
 def test_a_path_under_home_is_shown_from_the_tilde_the_api_keeps_it_whole(project, monkeypatch):
