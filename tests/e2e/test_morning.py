@@ -110,8 +110,8 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
     # Iteration 1's Builder: its third request hangs (the API accepted it and went silent).
     fast_stub.hang_after(3, 120)
     # Its retry makes 5 requests; the Criticizer's second request (the 10th) meets a usage limit,
-    # whose 60 s leave the probes below time to look on a loaded machine.
-    window = fast_stub.limit_after(10, 60)
+    # whose 30 s leave the probes below time to look on a loaded machine.
+    window = fast_stub.limit_after(10, 30)
     with Receiver() as hook, Receiver() as phone:
         env = night_env(fast_stub, subscriber=True, HEARTBEAT_STALE_SECONDS="10", PHASE_RETRY_DELAY_SECONDS="1",
                         GENESIS_DONE_WHEN="never", CB_WARNING_THRESHOLD="1", CB_STOP_THRESHOLD="2",
@@ -149,10 +149,9 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
                                                                                           "Criticizer"), waiting
             # The stuck Builder before it: an abnormal phase and an incident of this run.
             assert waiting["totals"]["incidents"] == 1 and waiting["totals"]["abnormal_phases"] >= 1, waiting
-            # Until the wait is over at the latest: on a loaded machine each look at the pane is slow.
-            later = term.until(lambda s: (countdown(s) or 10**6) < countdown(first), max(10, countdown(first)),
-                               "the countdown going down")
-            assert "Criticizer" in first and countdown(later) < countdown(first)
+            # The countdown moving each second is tests/status/test_screen.py's (a watch in tmux, and
+            # a read that hangs); here, the wait is the usage limit's, in the Criticizer.
+            assert "Criticizer" in first and 0 < countdown(first) <= 60
             assert loop.wait(timeout=300) == 3
         finally:
             if term is not None:
