@@ -81,9 +81,14 @@ def check(m: ToolMemory, beat: Heartbeat | None, now: float, output_grew: bool,
 
 def _hookless(m: ToolMemory, now: float, change: Change) -> tuple[ToolMemory, ToolVerdict]:
     """Without hooks: a tree that works is alive (up to busy_max of unbroken work); an idle
-    one is judged by the general window, since the CLI may be waiting on its model."""
+    one is judged by the general window, since the CLI may be waiting on its model. Work is
+    unbroken until the tree rests a whole tool-silent window: on a loaded machine a busy tree
+    can miss a check's CPU, and that must not give it a fresh allowance."""
     if not change.busy:
-        return replace(m, busy_since=None), ToolVerdict(change=change)
+        if m.busy_since is not None and now - m.last_active >= m.silent_after:
+            m = replace(m, busy_since=None)
+        return m, ToolVerdict(change=change)
+    m = replace(m, last_active=now)
     note = ""
     if m.busy_since is None:
         m = replace(m, busy_since=now)

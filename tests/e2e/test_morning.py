@@ -150,8 +150,9 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
             # The stuck Builder before it: an abnormal phase and an incident of this run.
             assert waiting["totals"]["incidents"] == 1 and waiting["totals"]["abnormal_phases"] >= 1, waiting
             # The countdown moving each second is tests/status/test_screen.py's (a watch in tmux, and
-            # a read that hangs); here, the wait is the usage limit's, in the Criticizer.
-            assert "Criticizer" in first and 0 < countdown(first) <= 60
+            # a read that hangs); here, the screen shows the usage limit's wait within its window
+            # (which phase met it is the probe's to say, above: the screen's events may have moved on).
+            assert 0 < countdown(first) <= 30 + 5, first  # the reset rounds up a second, then a 1 s margin
             assert loop.wait(timeout=300) == 3
         finally:
             if term is not None:

@@ -114,6 +114,24 @@ def test_a_hookless_agent_whose_processes_work_past_the_ceiling_is_ended_by_the_
     assert "busy past the tool-busy maximum (20s)" in verdicts[-1].end.detail
 
 
+def test_a_hookless_tree_that_misses_a_checks_cpu_on_a_loaded_machine_gets_no_fresh_allowance():
+    # Every third check the busy tree got no CPU (the machine is loaded): a gap shorter than the
+    # tool-silent window does not break its work, so the ceiling still ends it.
+    r = rules(tool_silent=3.0, tool_busy_max=20.0, hookless=True)
+    used = [t - t // 3 for t in range(1, 100)]  # the CPU seconds used by check t: none in every third second
+    _, verdicts = replay(r, [at(t, activity=cpu(used[t - 1])) for t in range(1, 100)])
+    assert verdicts[-1].end is not None and verdicts[-1].end.window == "tool_busy", verdicts[-1].end
+    assert len(verdicts) < 40  # ended by the ceiling (20 s) and the window (10 s), not left to run
+
+
+def test_a_hookless_tree_that_rests_a_whole_tool_silent_window_starts_a_fresh_allowance():
+    # It works 15 s, rests 5 s (more than the 3 s window), works again: the ceiling counts anew.
+    r = rules(tool_silent=3.0, tool_busy_max=20.0, hookless=True)
+    used = [min(t, 15) + max(0, t - 20) for t in range(1, 36)]
+    _, verdicts = replay(r, [at(t, activity=cpu(used[t - 1])) for t in range(1, 36)])
+    assert all(v.end is None for v in verdicts), [v.end for v in verdicts if v.end]
+
+
 def test_an_idle_tool_past_the_ceiling_is_not_said_to_be_busy():
     # In a tool whose tree never works, a tool-silent window longer than the general one: the
     # general window fires, long past the busy ceiling, and that is what it is called.
