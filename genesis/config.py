@@ -181,6 +181,22 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_LOG_DIR", "orchestrator/logs", "agent logs and the console's copy, relative to the project"),
     Knob("GENESIS_STOP_FLAG", "hooks/loop_multi_agent.txt",
          "the loop stops when this file says false (relative to the project)"),
+    Knob("GENESIS_FLEET_ENGINE", "local", "a fleet: local (one machine, one monitor process) or temporal (a "
+         "Temporal server carries it, with a `genesis worker` on each machine; the temporal extra)"),
+    Knob("GENESIS_TEMPORAL_ADDRESS", "127.0.0.1:7233", "the temporal engine: the Temporal frontend, HOST:PORT"),
+    Knob("GENESIS_TEMPORAL_NAMESPACE", "default", "the temporal engine: the Temporal namespace"),
+    Knob("GENESIS_TEMPORAL_TASK_QUEUE", "genesis", "the temporal engine: the prefix of its task queues "
+         "(<prefix>-fleet, <prefix>-any, <prefix>@<host>)"),
+    Knob("GENESIS_TEMPORAL_HOST", "", "the temporal engine: this machine's name in its task queue (empty: the "
+         "hostname)"),
+    Knob("GENESIS_TEMPORAL_HEARTBEAT_SECONDS", "60", "the temporal engine: a phase whose worker has not "
+         "heartbeaten for this long is retried (1-3600)"),
+    Knob("GENESIS_TEMPORAL_HOST_WAIT_SECONDS", "300", "the temporal engine: how long a task's phase waits for "
+         "the machine holding its worktree before it moves to another machine's fresh clone (1-86400)"),
+    Knob("GENESIS_TEMPORAL_REMOTE", "origin", "the temporal engine: the git remote every machine clones the "
+         "tasks' branches from and pushes them to"),
+    Knob("GENESIS_TEMPORAL_ACCOUNT", "", "the temporal engine: a name for the agent subscription machines share, "
+         "so a usage limit met on one holds all (empty: from the API key's fingerprint, else per machine)"),
 )
 KNOB_NAMES = {k.name for k in KNOBS}
 PHASE_SUFFIXES = ("TRIGGER", "PROMPT", "MAX_TURNS", "MAX_BUDGET_USD")

@@ -9,6 +9,7 @@ from genesis.cli import cli
 from genesis.config import (KNOBS, MAX_CONFIG_BYTES, MAX_PROMPT_BYTES, MAX_VALUE_CHARS, ConfigError, advice,
                             closest, read_prompt, resolve)
 from genesis.fleet.resources import fleet_settings
+from genesis.temporal.settings import temporal_settings
 
 
 def conf(project, text):
@@ -111,6 +112,16 @@ READ = {
        for name, key in (("desktop", "DESKTOP"), ("webhook", "WEBHOOK"), ("ntfy", "NTFY"), ("command", "CMD"))},
     "GENESIS_LOG_DIR": (lambda c: c.log_dir.relative_to(c.project).as_posix(), str),
     "GENESIS_STOP_FLAG": (lambda c: c.stop_flag.relative_to(c.project).as_posix(), str),
+    "GENESIS_FLEET_ENGINE": (lambda c: temporal_settings(c.settings).engine, str),
+    "GENESIS_TEMPORAL_ADDRESS": (lambda c: temporal_settings(c.settings).address, str),
+    "GENESIS_TEMPORAL_NAMESPACE": (lambda c: temporal_settings(c.settings).namespace, str),
+    "GENESIS_TEMPORAL_TASK_QUEUE": (lambda c: temporal_settings(c.settings).queue_prefix, str),
+    "GENESIS_TEMPORAL_HOST": (lambda c: temporal_settings(c.settings, "box.example").host,
+                              lambda t: t or "box"),
+    "GENESIS_TEMPORAL_HEARTBEAT_SECONDS": (lambda c: temporal_settings(c.settings).heartbeat, float),
+    "GENESIS_TEMPORAL_HOST_WAIT_SECONDS": (lambda c: temporal_settings(c.settings).host_wait, float),
+    "GENESIS_TEMPORAL_REMOTE": (lambda c: temporal_settings(c.settings).remote, str),
+    "GENESIS_TEMPORAL_ACCOUNT": (lambda c: temporal_settings(c.settings).account, str),
 }
 
 

@@ -261,3 +261,20 @@ def test_the_allowlist_is_current_and_explained():
     assert not stale, f"ALLOWED_LAZY in {THIS} lists imports that are no longer in a function: {stale}; remove them"
     bare = sorted(key for key, reason in ALLOWED_LAZY.items() if not reason.strip())
     assert not bare, f"ALLOWED_LAZY in {THIS}: say why each of these stays in a function: {bare}"
+
+
+ENGINE = f"{PACKAGE}.temporal"
+
+
+def test_only_the_temporal_engine_imports_temporalio():
+    """The local fleet stays the default and needs nothing installed: temporalio is imported by
+    genesis/temporal/ alone, and genesis/temporal/ by the command line alone, in the command
+    that asks for it."""
+    inside = lambda module: module == ENGINE or module.startswith(f"{ENGINE}.")  # noqa: E731
+    outside = [f"  {imp.where}: {imp.text}" for imp in all_imports()
+               if (imp.target == "temporalio" or imp.target.startswith("temporalio.")) and not inside(imp.module)]
+    assert not outside, "temporalio imported outside genesis/temporal/:\n" + "\n".join(outside)
+    reaching = [imp for imp in all_imports() if inside(imp.target) and not inside(imp.module)]
+    eager = [f"  {imp.where}: {imp.text}" for imp in reaching if imp.module != COMMAND_BOUNDARY or not imp.lazy]
+    assert not eager, (f"genesis/temporal/ is imported by {COMMAND_BOUNDARY} alone, inside the command that "
+                       f"needs it:\n" + "\n".join(eager))

@@ -1,0 +1,177 @@
+"""What travels between the home driver, the workflows and the activities: frozen records,
+the task-queue and workflow-id names, the error types.
+
+Stdlib only: workflow code imports this inside Temporal's sandbox, where anything touching
+the disk at import time fails every workflow of the module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+__all__ = ["fleet_queue", "any_queue", "host_queue", "home_host", "fingerprint", "fleet_workflow_id",
+           "task_workflow_id", "account_workflow_id", "commit_key", "AGENT_FAILED", "USAGE_LIMIT", "PERMANENT",
+           "PAUSED", "FLEET_STOPPING", "HELD", "NO_REMOTE", "LadderSpec", "FleetSpec", "TaskSpec", "AttemptInput",
+           "AttemptResult", "MergeInput", "MergeOutcome", "MarkInput", "TaskOutcome", "ENGINE_FILE"]
+
+ENGINE_FILE = "engine.json"   # <fleet dir>/engine.json at home: which engine runs the fleet, and where
+
+# ApplicationError.type of an activity's failure, as workflow code reads it.
+AGENT_FAILED = "AgentFailed"            # the child ended abnormally: the ladder's business, never Temporal's retry
+USAGE_LIMIT = "UsageLimit"              # the account's limit: a shared durable wait, never a failed attempt
+PERMANENT = "TaskFailedPermanently"     # the ladder is spent: never retried
+PAUSED = "FleetPaused"                  # found paused just before an agent would start: nothing ran, nothing spent
+FLEET_STOPPING = "FleetStopping"        # an end that would stop every child alike (trust, sandbox, disk)
+HELD = "MergeHeld"                      # the user's checkout holds the merge: tried again later
+NO_REMOTE = "NoRemote"                  # the shared git remote is missing or unreachable from this machine
+
+
+def fleet_queue(prefix: str) -> str:
+    """Workflow tasks: any worker (workflow code runs nothing of a machine's own)."""
+    return f"{prefix}-fleet"
+
+
+def any_queue(prefix: str) -> str:
+    """An attempt of a task with no machine yet, or whose machine is gone: any worker, fresh clone."""
+    return f"{prefix}-any"
+
+
+def host_queue(prefix: str, host: str) -> str:
+    """An attempt pinned to the machine holding the task's worktree, or the home's activities."""
+    return f"{prefix}@{host}"
+
+
+def home_host(project_fingerprint: str) -> str:
+    return f"home-{project_fingerprint}"
+
+
+def fingerprint(*parts: str) -> str:
+    """A short stable name for what the parts say (a project: its remote's URL and target branch)."""
+    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:12]
+
+
+def fleet_workflow_id(project_fingerprint: str) -> str:
+    return f"genesis-fleet-{project_fingerprint}"
+
+
+def task_workflow_id(fleet_id: str, task_id: str) -> str:
+    return f"{fleet_id}/{task_id}"
+
+
+def account_workflow_id(cli: str, account: str) -> str:
+    """One per agent subscription: never a machine-local path (two machines on one subscription
+    must name the same workflow); `account` is a key's fingerprint or GENESIS_TEMPORAL_ACCOUNT,
+    else a machine's own name (the limit is then per machine)."""
+    return f"genesis-account-{cli}-{fingerprint(account)}"
+
+
+def commit_key(task_workflow: str, attempt: int) -> str:
+    """GENESIS_COMMIT_KEY of an attempt's child: its auto-commits carry it, so a retry of a lost
+    attempt finds what that attempt pushed (the loop adds the iteration and phase)."""
+    return f"{task_workflow}#{attempt}"
+
+
+@dataclass(frozen=True)
+class LadderSpec:
+    """The ladder's knobs as the home read them (fleet/ladder.LadderPolicy's inputs)."""
+    max_task_restarts: int
+    max_failed_tasks: int
+    backoff_first: float
+    strategies: tuple[str, ...]       # names, index 0 the configured agent
+    settings: tuple[tuple[tuple[str, str], ...], ...]   # each strategy's child settings (ladder.child_settings)
+    factors: tuple[float, ...]        # each strategy's window factor (a longer heartbeat window for "longer")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    task_id: str
+    text: str
+    branch: str
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    fleet_id: str
+    project: str                      # the home checkout (named in messages only; no machine reads it but home)
+    remote_url: str                   # what every machine clones from and pushes to
+    target: str                       # the project branch the work comes home to
+    queue_prefix: str
+    home: str                         # the home's host name in queue names (home_host)
+    account_workflow: str
+    parallel: int                     # attempts at once across all machines
+    heartbeat: float                  # seconds
+    host_wait: float                  # seconds: schedule_to_start of a pinned attempt
+    check: float                      # seconds between two reads of the queue
+    stagger: float                    # seconds between two launches
+    ladder: LadderSpec
+    phases: tuple[str, ...]
+    iterations: int
+    overrides: tuple[tuple[str, str], ...]   # the fleet's --set values, given to every child
+    infra_attempts: int = 3           # Temporal's own retries of an attempt whose worker was lost
+
+
+@dataclass(frozen=True)
+class AttemptInput:
+    fleet_workflow: str
+    task_workflow: str
+    task: TaskSpec
+    number: int                       # the task's attempt number (the ladder's), 1, 2, ...
+    kind: str                         # start | restart | escalate | resume
+    strategy: int
+    remote_url: str
+    target: str
+    account_workflow: str
+    phases: tuple[str, ...]
+    iterations: int
+    settings: tuple[tuple[str, str], ...]    # the fleet's --set values, then the strategy's
+    window_factor: float
+    previous_end: str = ""            # how the task's last attempt ended (for make_startable's commit)
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    host: str
+    outcome: str                      # verified | failed | limit | outage | stopped | config
+    exit_code: int | None
+    reason: str
+    cost: float
+    run_id: str
+    seconds: float
+    adopted: bool                     # a loop the machine's previous worker started was adopted
+    fresh_clone: bool                 # the worktree was cloned from the remote for this attempt
+    activity_attempt: int             # Temporal's attempt number (> 1: a lost worker's retry)
+    tip: str                          # the task branch's tip as pushed
+    resets_at: float = 0.0            # a limit: when it resets (epoch)
+
+
+@dataclass(frozen=True)
+class MergeInput:
+    fleet_id: str
+    task: TaskSpec
+    target: str
+    remote_url: str
+
+
+@dataclass(frozen=True)
+class MergeOutcome:
+    outcome: str                      # merged | conflict | tests_failed | ready
+    sha: str
+    detail: str
+    commits: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MarkInput:
+    task: TaskSpec
+    target: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    task_id: str
+    state: str                        # verified | failed | needs-review | stopped | config
+    reason: str = ""
+    hosts: tuple[str, ...] = field(default_factory=tuple)
+    fleet_code: int | None = None     # an end that stops the fleet with this code
