@@ -1024,16 +1024,48 @@ def fleet_group() -> None:
     """Many tasks at once: one loop per open task of TASKS.md, under one monitor."""
 
 
+def temporal_opts(fn):
+    """--temporal-address, --temporal-namespace and --temporal-task-queue: their knobs, as flags."""
+    for flag, knob in reversed(TEMPORAL_FLAGS):
+        fn = click.option(f"--{flag}", flag.replace("-", "_"), metavar="VALUE",
+                          help=f"{knob} (see the README's knob table).")(fn)
+    return fn
+
+
+TEMPORAL_FLAGS = (("temporal-address", "GENESIS_TEMPORAL_ADDRESS"),
+                  ("temporal-namespace", "GENESIS_TEMPORAL_NAMESPACE"),
+                  ("temporal-task-queue", "GENESIS_TEMPORAL_TASK_QUEUE"))
+
+
+def _temporal_flags(values: dict) -> dict[str, str]:
+    return {knob: values[flag.replace("-", "_")] for flag, knob in TEMPORAL_FLAGS
+            if values.get(flag.replace("-", "_")) is not None}
+
+
 @fleet_group.command("run", hidden=True)
 @click.option("--parallel", metavar="N|auto", help="At most N children at once, or auto.")
 @fleet_opt
 @click.option("--trust", is_flag=True, help="Approve the commands genesis.conf names as they are now.")
+@click.option("--engine", type=click.Choice(["local", "temporal"]),
+              help="local (this machine, one monitor) or temporal (GENESIS_FLEET_ENGINE; workers on each machine).")
+@temporal_opts
 @pass_ctx
 @guarded
-def fleet_run(obj: Context, parallel: str | None, fleet_file: Path | None, trust: bool) -> None:
+def fleet_run(obj: Context, parallel: str | None, fleet_file: Path | None, trust: bool, engine: str | None,
+              **temporal: str | None) -> None:
     """The fleet's monitor (start-multi-agent-loop.sh --parallel or --fleet runs it): children, merges, the end."""
     from genesis.fleet.monitor import run_fleet, run_projects
 
+    obj.overrides = {**obj.overrides, **_temporal_flags(temporal),
+                     **({"GENESIS_FLEET_ENGINE": engine} if engine else {})}
+    if fleet_file is None and parallel is not None and \
+            obj.config().settings["GENESIS_FLEET_ENGINE"].value.strip().lower() == "temporal":
+        from genesis.temporal.starting import run_home
+        from genesis.temporal.worker import exit_now
+
+        if parallel != "auto" and not (parallel.isdigit() and int(parallel) >= 1):
+            raise Fail(f"--parallel {parallel!r}: a whole number from 1, or auto", exitcodes.USAGE)
+        exit_now(run_home(obj.project.resolve(), obj.overrides, parallel, trust=trust))
     if (parallel is None) == (fleet_file is None):
         raise Fail("give --parallel N|auto (one project) or --fleet FILE (the projects it lists)", exitcodes.USAGE)
     if fleet_file is not None:
@@ -1060,6 +1092,31 @@ def fleet_status(ctx: click.Context, as_json: bool, fleet_file: Path | None) -> 
         ff = _fleet_file(fleet_file)
         ctx.exit(run_fleets_status(ff.path, [p.path for p in ff.projects], as_json=as_json))
     ctx.exit(run_fleet_status(ctx.obj.project, as_json=as_json))
+
+
+@cli.command()
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path),
+              help="Where this machine keeps its clones, worktrees and logs (default: temporal-worker in the "
+                   "shared state folder).")
+@click.option("--host", help="This machine's name in its task queue (GENESIS_TEMPORAL_HOST; default: the hostname).")
+@click.option("--parallel", metavar="N|auto", default="auto", show_default=True,
+              help="At most N attempts at once on this machine.")
+@temporal_opts
+@guarded
+def worker(root: Path | None, host: str | None, parallel: str, **temporal: str | None) -> None:
+    """Run this machine's share of every fleet on Temporal (--engine temporal): one per machine,
+    as a service. SIGTERM stops it; its running attempts move to other machines."""
+    from genesis.fleet.resources import fleet_settings, parallel_of
+    from genesis.store.accounts import root_of
+    from genesis.temporal.settings import from_environment
+    from genesis.temporal.worker import main as worker_main
+
+    flags = {**_temporal_flags(temporal), **({"GENESIS_TEMPORAL_HOST": host} if host else {})}
+    settings = from_environment(os.environ, flags)
+    n = parallel_of(parallel, fleet_settings({}))
+    folder = private_dir(root or root_of(os.environ.get("GENESIS_SHARED_STATE_DIR", ""), os.environ) /
+                         "temporal-worker")
+    worker_main(settings, folder.resolve(), n, dict(os.environ))
 
 
 @cli.group("temporal")

@@ -48,6 +48,7 @@ from genesis.fleet.budget import SPENDING, RestartBudget
 from genesis.fleet.beats import BeatBook, newest_beat
 from genesis.fleet.ledger import TERMINAL, FleetLedger, TaskRow
 from genesis.fleet.planning import fleet_exit, launch_gate, outcome_of
+from genesis.fleet.queue import check_trust, done_at, project_branch, tasks_at
 from genesis.fleet.resources import FleetSettings, available_memory, fleet_settings, parallel_of, port_range
 from genesis.fleet.taskref import TaskRef, branch_for, open_refs
 from genesis.hints import hint
@@ -55,13 +56,12 @@ from genesis.ledger.store import LedgerError, iso
 from genesis.loop import limits
 from genesis.loop.preflight import read_flag
 from genesis.repo.gitcmd import GitFailed, GitTimeout, run_git
-from genesis.repo.tasks import DONE, parse
+from genesis.repo.tasks import parse
 from genesis.store import accounts
 from genesis.store.accounts import AccountStore, StoreUnusable
 from genesis.store.atomicio import DiskFull, write_json, write_text
 from genesis.store.layout import Layout, private_dir
 from genesis.store.looplock import FLEET_RUN, Locked, hold, release
-from genesis.trust import approve, judge
 from genesis.watch.waits import honoured
 
 __all__ = ["run_fleet", "run_projects", "share", "worst_exit", "Monitor", "fleet_dir_of", "FLEET_DIR", "MONITOR_FILE"]
@@ -124,29 +124,6 @@ def _monitor_record(fleet_dir: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def project_branch(project: Path) -> str:
-    done = run_git(project, ["symbolic-ref", "--quiet", "--short", "HEAD"], timeout=GIT_TIMEOUT)
-    if done.returncode != 0 or not done.text.strip():
-        raise GitFailed(f"{project} is on a detached HEAD: check out the branch the fleet's work comes home to")
-    return done.text.strip()
-
-
-def tasks_at(project: Path, ref: str) -> str | None:
-    """TASKS.md as committed at ref (the branch's tip, never the user's work tree), or None."""
-    done = run_git(project, ["show", f"{ref}:TASKS.md"], timeout=GIT_TIMEOUT)
-    return done.text if done.returncode == 0 else None
-
-
-def done_at(project: Path, branch: str, text: str) -> bool:
-    """The task is `[x]` in TASKS.md at the branch's tip, by the child's own rule (loop/onetask.py):
-    found by its text, runs of spaces as one; a line of that text still open keeps it not done."""
-    found = tasks_at(project, branch)
-    if found is None:
-        return False
-    same = [t.state for t in parse(found).items if " ".join(t.text.split()) == " ".join(text.split())]
-    return DONE in same and all(state == DONE for state in same)
 
 
 @dataclass
@@ -947,17 +924,6 @@ def end_group(pgid: int) -> None:
         pass
 
 
-def _check_trust(cfg: Config, state_dir: Path, trust: bool) -> str | None:
-    """The single loop's trust check, once for the whole fleet (children start with --trust)."""
-    verdict = judge(cfg.settings, state_dir)
-    if verdict.unapproved and not trust:
-        shown = "; ".join(f"{c.shown()} ({c.state} since the last approved start)" for c in verdict.unapproved)
-        return (f"orchestrator/genesis.conf names commands you have not approved: {shown}. Approve them with "
-                f"`{hint(cfg.project, 'config', 'trust')}` or start with --trust")
-    approve(verdict.commands, state_dir)
-    return None
-
-
 @dataclass
 class _Held:
     """A project's start, checked and locked: what its Monitor is made of."""
@@ -998,7 +964,7 @@ def _take(project: Path, overrides: Mapping[str, str], parallel: str, trust: boo
         return exitcodes.LOCKED
     held = _Held(cfg, layout, fleet, n, fleet_dir, "", overrides, fleet_fd, loop_fd)
     try:
-        refused = _check_trust(cfg, layout.state_dir, trust)
+        refused = check_trust(cfg, layout.state_dir, trust)
         if refused:
             say(refused, "error")
             _let_go(held, run_id)

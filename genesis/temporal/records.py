@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 __all__ = ["fleet_queue", "any_queue", "host_queue", "home_host", "fingerprint", "fleet_workflow_id",
            "task_workflow_id", "account_workflow_id", "commit_key", "AGENT_FAILED", "USAGE_LIMIT", "PERMANENT",
            "PAUSED", "FLEET_STOPPING", "HELD", "NO_REMOTE", "LadderSpec", "FleetSpec", "TaskSpec", "AttemptInput",
-           "AttemptResult", "MergeInput", "MergeOutcome", "MarkInput", "TaskOutcome", "ENGINE_FILE"]
+           "AttemptResult", "TaskInput", "MergeInput", "MergeOutcome", "MarkInput", "TaskOutcome", "ENGINE_FILE"]
 
 ENGINE_FILE = "engine.json"   # <fleet dir>/engine.json at home: which engine runs the fleet, and where
 
@@ -108,7 +108,16 @@ class FleetSpec:
     phases: tuple[str, ...]
     iterations: int
     overrides: tuple[tuple[str, str], ...]   # the fleet's --set values, given to every child
-    infra_attempts: int = 3           # Temporal's own retries of an attempt whose worker was lost
+    attempt_timeout: float            # seconds: the bound on one child-loop attempt, start to close
+    merge_timeout: float              # seconds: the bound on one merge (its tests included)
+    infra_attempts: int = 3           # Temporal's own tries of an attempt whose worker was lost
+
+
+@dataclass(frozen=True)
+class TaskInput:
+    fleet: FleetSpec
+    task: TaskSpec
+    fleet_workflow: str
 
 
 @dataclass(frozen=True)
@@ -143,6 +152,7 @@ class AttemptResult:
     activity_attempt: int             # Temporal's attempt number (> 1: a lost worker's retry)
     tip: str                          # the task branch's tip as pushed
     resets_at: float = 0.0            # a limit: when it resets (epoch)
+    lost: str = ""                    # a retry: what the lost try of this attempt last reported (its host, stage)
 
 
 @dataclass(frozen=True)

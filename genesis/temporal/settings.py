@@ -93,3 +93,12 @@ def temporal_settings(settings: Mapping[str, Setting], hostname: str | None = No
         remote=name("GENESIS_TEMPORAL_REMOTE", remote, source),
         account=name("GENESIS_TEMPORAL_ACCOUNT", account, source_account) if account else "",
     )
+
+
+def from_environment(env: Mapping[str, str], flags: Mapping[str, str] | None = None,
+                     hostname: str | None = None) -> TemporalSettings:
+    """The engine's knobs for a process that has no project (`genesis worker`): the environment,
+    then the command's flags."""
+    found = {key: Setting(env[key], "env") for key in DEFAULTS if env.get(key) is not None}
+    found.update({key: Setting(value, "flag") for key, value in (flags or {}).items()})
+    return temporal_settings(found, hostname)

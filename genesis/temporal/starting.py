@@ -1,0 +1,178 @@
+"""The fleet's home (`genesis fleet run --engine temporal`, at the project's checkout): it
+checks the start as the local monitor does, starts the account and fleet workflows, runs the
+workflow code and the home-only activities (the queue, merges, failure marks) in-process,
+writes `<fleet dir>/engine.json` (so status and stop find the fleet), follows the fleet to
+its end and exits with the local fleet's codes. The attempts run on `genesis worker`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Mapping
+
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.worker import Worker
+
+from genesis import exitcodes
+from genesis.agents import adapter_of
+from genesis.config import Config, layout_for, resolve
+from genesis.fleet import ladder
+from genesis.fleet.queue import check_trust, project_branch
+from genesis.fleet.resources import fleet_settings, parallel_of
+from genesis.repo.gitcmd import run_git
+from genesis.store.atomicio import write_json
+from genesis.store.layout import private_dir
+from genesis.temporal.activities import HomeActivities
+from genesis.temporal.records import (ENGINE_FILE, FleetSpec, LadderSpec, account_workflow_id, fingerprint,
+                                      fleet_queue, fleet_workflow_id, home_host, host_queue)
+from genesis.temporal.settings import TemporalSettings, temporal_settings
+from genesis.temporal.workflows import WORKFLOWS, AccountWorkflow, FleetWorkflow
+
+__all__ = ["run_home", "fleet_spec", "account_of", "FLEET_DIR"]
+
+FLEET_DIR = "fleet"
+GIT_TIMEOUT = 60.0
+RUN_MARGIN = 600.0        # seconds added to an attempt's bound (its steps between phases, a slow start)
+
+
+def say(message: str, kind: str = "info") -> None:
+    prefix = {"error": "genesis: error: ", "warn": "genesis: warning: "}.get(
+        kind, f"[genesis fleet {time.strftime('%H:%M:%S')}] ")
+    try:
+        print(prefix + message, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def account_of(cfg: Config, settings: TemporalSettings, env: Mapping[str, str]) -> str:
+    """The agent subscription's workflow id: from the API key's fingerprint when one is set, else
+    GENESIS_TEMPORAL_ACCOUNT, else this machine alone (the limit is then per machine)."""
+    adapter = adapter_of(cfg)
+    key = adapter.account(env).key
+    name = key or settings.account or f"machine {settings.host}"
+    return account_workflow_id(adapter.name, name)
+
+
+def fleet_spec(cfg: Config, settings: TemporalSettings, overrides: Mapping[str, str], parallel: int, target: str,
+               remote_url: str, env: Mapping[str, str]) -> FleetSpec:
+    fleet = fleet_settings(cfg.settings)
+    strategies = ladder.strategies(cfg)
+    phases = tuple(p.name for p in cfg.phases if p.name != "Planner") or ("Builder",)
+    print_ = fingerprint(remote_url, target)
+    spec = LadderSpec(cfg.fleet_max_task_restarts, cfg.fleet_max_failed_tasks, cfg.fleet_restart_backoff,
+                      tuple(s.name for s in strategies),
+                      tuple(tuple(sorted(ladder.child_settings(s, cfg).items())) for s in strategies),
+                      tuple(s.window_factor for s in strategies))
+    return FleetSpec(
+        fleet_id=fleet_workflow_id(print_), project=str(cfg.project), remote_url=remote_url, target=target,
+        queue_prefix=settings.queue_prefix, home=home_host(print_), account_workflow=account_of(cfg, settings, env),
+        parallel=parallel, heartbeat=settings.heartbeat, host_wait=settings.host_wait, check=fleet.check,
+        stagger=fleet.stagger, ladder=spec, phases=phases, iterations=fleet.child_iterations,
+        overrides=tuple(sorted(overrides.items())),
+        attempt_timeout=cfg.max_runtime * len(phases) * fleet.child_iterations + RUN_MARGIN,
+        merge_timeout=cfg.merge_test_timeout + RUN_MARGIN)
+
+
+def _remote_url(project: Path, remote: str) -> str:
+    done = run_git(project, ["remote", "get-url", remote], timeout=GIT_TIMEOUT)
+    return done.text.strip() if done.returncode == 0 else ""
+
+
+def run_home(project: Path, overrides: Mapping[str, str], parallel: str, *, trust: bool = False,
+             env: Mapping[str, str] | None = None) -> int:
+    """The home's whole life for one project's fleet; its exit code."""
+    env = dict(os.environ if env is None else env)
+    cfg = resolve(project, flags=overrides)
+    settings = temporal_settings(cfg.settings)
+    n = parallel_of(parallel, fleet_settings(cfg.settings))
+    layout = layout_for(cfg)
+    private_dir(layout.state_dir)
+    fleet_dir = private_dir(layout.state_dir / FLEET_DIR)
+    refused = check_trust(cfg, layout.state_dir, trust)
+    if refused:
+        say(refused, "error")
+        return exitcodes.UNTRUSTED_COMMAND
+    target = project_branch(cfg.project)
+    url = _remote_url(cfg.project, settings.remote)
+    if not url:
+        say(f"--engine temporal needs a git remote every machine can clone and push to; {cfg.project} has no "
+            f"remote named {settings.remote!r}: add one (`git remote add {settings.remote} URL`) or name yours "
+            f"with GENESIS_TEMPORAL_REMOTE", "error")
+        return exitcodes.USAGE
+    pushed = run_git(cfg.project, ["push", "-q", "--no-follow-tags", settings.remote,
+                                   f"refs/heads/{target}:refs/heads/{target}"], timeout=GIT_TIMEOUT)
+    if pushed.returncode != 0:
+        say(f"{target} could not be pushed to {settings.remote} (every machine starts its tasks from it there): "
+            f"{(pushed.stderr or pushed.text).strip()[-300:]}; bring the two together (`git pull`), then start "
+            f"again", "error")
+        return exitcodes.USAGE
+    spec = fleet_spec(cfg, settings, overrides, n, target, url, env)
+    home = HomeActivities(cfg.project, cfg, settings.remote)
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=4, thread_name_prefix="genesis-home"))
+    try:
+        return loop.run_until_complete(_follow(settings, spec, home, fleet_dir))
+    except RuntimeError as exc:
+        say(f"cannot reach Temporal at {settings.address}: {exc}", "error")
+        return exitcodes.ERROR
+
+
+async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivities, fleet_dir: Path) -> int:
+    client = await Client.connect(settings.address, namespace=settings.namespace,
+                                  identity=f"genesis-home@{settings.host}:{os.getpid()}")
+    queue = fleet_queue(spec.queue_prefix)
+    await client.start_workflow(AccountWorkflow.run, id=spec.account_workflow, task_queue=queue,
+                                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="genesis-merge")
+    workers = [Worker(client, task_queue=queue, workflows=WORKFLOWS, graceful_shutdown_timeout=timedelta(seconds=5)),
+               Worker(client, task_queue=host_queue(spec.queue_prefix, spec.home),
+                      activities=[home.open_tasks, home.merge, home.mark], activity_executor=pool,
+                      max_concurrent_activities=2, graceful_shutdown_timeout=timedelta(seconds=30))]
+    runs = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        try:
+            handle = await client.start_workflow(FleetWorkflow.run, spec, id=spec.fleet_id, task_queue=queue,
+                                                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL)
+        except WorkflowAlreadyStartedError:
+            say(f"a fleet of this project ({spec.target} of {spec.remote_url}) already runs on Temporal as "
+                f"{spec.fleet_id}: its home is another process or machine", "error")
+            return exitcodes.LOCKED
+        write_json(fleet_dir / ENGINE_FILE, {"engine": "temporal", "address": settings.address,
+                                             "namespace": settings.namespace, "workflow_id": spec.fleet_id,
+                                             "run_id": handle.result_run_id, "queue_prefix": spec.queue_prefix,
+                                             "started": time.time(), "pid": os.getpid()})
+        say(f"fleet {spec.fleet_id} started on {settings.address}: {spec.parallel} at once across the workers "
+            f"polling {spec.queue_prefix}-any")
+        got: list[int] = []
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.add_signal_handler(sig, lambda s=sig: _stop(handle, got, s))
+        try:
+            result = await handle.result()
+        except WorkflowFailureError as exc:
+            say(f"the fleet's workflow failed: {exc.cause or exc}", "error")
+            return exitcodes.ERROR
+        code = int(result.get("exit_code", exitcodes.ERROR))
+        return {signal.SIGHUP: exitcodes.INTERRUPTED_HUP, signal.SIGINT: exitcodes.INTERRUPTED_INT,
+                signal.SIGTERM: exitcodes.INTERRUPTED_TERM}.get(got[0], code) if got else code
+    finally:
+        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        await asyncio.gather(*runs, return_exceptions=True)
+
+
+def _stop(handle, got: list[int], sig: int) -> None:
+    """A signal at home stops the whole fleet, as it stops the local monitor: every task's loop is
+    stopped where it runs, and the home follows until the fleet's workflow ends."""
+    if not got:
+        say("stopping the fleet: every running attempt is stopped where it runs")
+        asyncio.ensure_future(handle.signal("stop"))
+    got.append(sig)

@@ -1,0 +1,437 @@
+"""The fleet's decisions as Temporal workflows: deterministic code, no I/O of its own.
+
+- FleetWorkflow, one per fleet: reads the queue (an activity at home), runs a TaskWorkflow per
+  open task (at most `parallel` at once), brings each verified branch home through the merge
+  queue (one merge at a time, once per task), marks a failed task, and ends with the local
+  fleet's exit code (fleet/planning.fleet_exit).
+- TaskWorkflow, one per task: its attempts (each one child loop, the `run_attempt` activity),
+  where they run (pinned to the machine holding its worktree, moved to any machine when that
+  one is gone), and the ladder (fleet/ladder.next_rung over its own attempts).
+- AccountWorkflow, one per agent subscription: a usage limit met anywhere holds every task
+  on that account by ONE durable timer to its reset.
+
+Genesis's pure modules are imported passed through the sandbox: re-importing them per run
+would be slow, and some of what they import reads files at import time. Every change to
+this code that adds, removes or reorders a command must go behind `workflow.patched()`:
+fleets running across an upgrade replay their history against it (tests/temporal's replay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, replace
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (ActivityError, ApplicationError, CancelledError, ChildWorkflowError,
+                                   TimeoutError, TimeoutType)
+
+with workflow.unsafe.imports_passed_through():
+    from genesis.fleet import ladder
+    from genesis.fleet.ledger import Attempt, TaskRow
+    from genesis.fleet.planning import fleet_exit
+    from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, PAUSED, PERMANENT, USAGE_LIMIT,
+                                          AttemptInput, AttemptResult, FleetSpec, MarkInput, MergeInput,
+                                          MergeOutcome, TaskInput, TaskOutcome, TaskSpec, any_queue, fleet_queue,
+                                          host_queue, task_workflow_id)
+
+__all__ = ["FleetWorkflow", "TaskWorkflow", "AccountWorkflow", "WORKFLOWS", "MEMO_KEY"]
+
+MEMO_KEY = "genesis"
+RETRY_FIRST = timedelta(seconds=1)    # a lost worker's attempt is tried again this soon
+OUTAGE_WAIT = 60.0                    # seconds before an attempt that met an API outage resumes
+LIMIT_FALLBACK = 300.0                # seconds held when a limit's reset time is unknown
+HOME_TRIES = 20                       # tries of a home activity (merge, mark) before it gives up
+HELD_TRY = timedelta(seconds=30)      # between two tries of a merge or mark held by the user's checkout
+QUEUE_PERIOD = 60.0                   # seconds between two reads of the queue while tasks run (history size)
+
+
+@workflow.defn
+class AccountWorkflow:
+    """Every task on one agent subscription subscribes; a limit met by any of them holds all of
+    them until its reset by one durable `workflow.sleep` (no agent request in between, never a
+    failed attempt). Activities also query it just before starting an agent: signals arrive late."""
+
+    def __init__(self) -> None:
+        self.subscribers: list[str] = []
+        self.until = 0.0
+        self.limits = 0
+
+    @workflow.signal
+    def subscribe(self, workflow_id: str) -> None:
+        if workflow_id not in self.subscribers:
+            self.subscribers.append(workflow_id)
+
+    @workflow.signal
+    def unsubscribe(self, workflow_id: str) -> None:
+        if workflow_id in self.subscribers:
+            self.subscribers.remove(workflow_id)
+
+    @workflow.signal
+    def limit_met(self, until: float) -> None:
+        self.until = max(self.until, until)
+
+    @workflow.query
+    def state(self) -> dict:
+        return {"until": self.until, "subscribers": list(self.subscribers), "limits": self.limits}
+
+    @workflow.run
+    async def run(self) -> None:
+        while True:
+            await workflow.wait_condition(lambda: self.until > workflow.now().timestamp())
+            self.limits += 1
+            workflow.upsert_memo({MEMO_KEY: {"until": self.until, "limits": self.limits}})
+            await self._tell("hold", self.until)
+            while workflow.now().timestamp() < self.until:  # a later limit extends the one timer
+                await workflow.sleep(self.until - workflow.now().timestamp())
+            await self._tell("release", self.until)
+            if self.limits >= 50:   # the history stays short: the next run starts with these subscribers
+                workflow.continue_as_new()
+
+    async def _tell(self, signal: str, until: float) -> None:
+        for workflow_id in list(self.subscribers):
+            try:
+                await workflow.get_external_workflow_handle(workflow_id).signal(signal, until)
+            except Exception:  # noqa: BLE001 - a subscriber that ended: nothing to hold
+                self.unsubscribe(workflow_id)
+
+
+def _attempt_dict(attempt: Attempt, extra: dict) -> dict:
+    return {**asdict(attempt), **extra}
+
+
+@workflow.defn
+class TaskWorkflow:
+    def __init__(self) -> None:
+        self.paused = False
+        self.pause_seq = 0          # the newest pause or resume known (signals and activities race)
+        self.held_until = 0.0
+        self.stopping = False
+        self.host = ""
+        self.row: TaskRow | None = None
+        self.attempts: list[Attempt] = []
+        self.details: list[dict] = []   # per attempt: host, Temporal's tries, fresh clone, adopted, lost
+        self.running: workflow.ActivityHandle | None = None
+
+    @workflow.signal
+    def pause(self, seq: int) -> None:
+        self._pause(seq, True)
+
+    @workflow.signal
+    def resume(self, seq: int) -> None:
+        self._pause(seq, False)
+
+    def _pause(self, seq: int, paused: bool) -> None:
+        if seq > self.pause_seq:
+            self.pause_seq, self.paused = seq, paused
+
+    @workflow.signal
+    def hold(self, until: float) -> None:
+        self.held_until = max(self.held_until, until)
+
+    @workflow.signal
+    def release(self, until: float) -> None:
+        if until >= self.held_until:
+            self.held_until = 0.0
+
+    @workflow.signal
+    def stop(self) -> None:
+        self.stopping = True
+        if self.running is not None:
+            self.running.cancel()
+
+    @workflow.query
+    def state(self) -> dict:
+        return self._memo()
+
+    def _now(self) -> float:
+        return workflow.now().timestamp()
+
+    def _memo(self) -> dict:
+        return {"row": asdict(self.row) if self.row else None, "host": self.host, "paused": self.paused,
+                "held_until": self.held_until,
+                "attempts": [_attempt_dict(a, d) for a, d in zip(self.attempts, self.details)]}
+
+    def _publish(self) -> None:
+        """The task's row and attempts in its memo: `describe()` reads it with no worker running."""
+        workflow.upsert_memo({MEMO_KEY: self._memo()})
+
+    def _set(self, **changes) -> None:
+        self.row = replace(self.row, updated=self._now(), **changes)
+
+    def _begin(self, kind: str, strategy_name: str, reason: str) -> Attempt:
+        number = len(self.attempts) + 1
+        attempt = Attempt(self.row.id, number, kind, reason, strategy_name, self._now(), None, None, None, "",
+                          self.row.strategy)
+        self.attempts.append(attempt)
+        self.details.append({"host": "", "tries": 0, "fresh_clone": False, "adopted": False, "lost": "",
+                             "queue": ""})
+        self._set(state="running", attempts=number, reason="")
+        self._publish()
+        return attempt
+
+    def _end(self, outcome: str, code: int | None, reason: str, run_id: str = "", **detail) -> None:
+        last = self.attempts[-1]
+        self.attempts[-1] = replace(last, ended=self._now(), exit_code=code, outcome=outcome, run_id=run_id or
+                                    last.run_id, reason=reason or last.reason)
+        self.details[-1].update(detail)
+
+    @workflow.run
+    async def run(self, inp: TaskInput) -> TaskOutcome:
+        fleet, task = inp.fleet, inp.task
+        me = workflow.info().workflow_id
+        account = workflow.get_external_workflow_handle(fleet.account_workflow)
+        await account.signal("subscribe", me)
+        try:
+            return await self._ladder(inp, fleet, task, me)
+        finally:
+            await account.signal("unsubscribe", me)
+
+    async def _ladder(self, inp: TaskInput, fleet: FleetSpec, task: TaskSpec, me: str) -> TaskOutcome:
+        spec = fleet.ladder
+        policy = ladder.LadderPolicy(spec.max_task_restarts, spec.max_failed_tasks, spec.backoff_first,
+                                     len(spec.strategies))
+        self.row = TaskRow(task.task_id, task.text, "queued", branch=task.branch, created=self._now(),
+                           updated=self._now())
+        kind, previous_end, hosts = "start", "", []
+        while True:
+            await workflow.wait_condition(lambda: self.stopping or (not self.paused and self.held_until <= 0.0))
+            if self.stopping:
+                self._set(state="queued", reason="the fleet stopped")
+                self._publish()
+                return TaskOutcome(task.task_id, "stopped", "the fleet stopped", tuple(hosts))
+            strategy = min(self.row.strategy, len(spec.strategies) - 1)
+            attempt = self._begin(kind, spec.strategies[strategy], previous_end if kind != "start" else "")
+            queue = host_queue(fleet.queue_prefix, self.host) if self.host else any_queue(fleet.queue_prefix)
+            self.details[-1]["queue"] = queue
+            self._publish()
+            settings = (*fleet.overrides, *spec.settings[strategy])
+            request = AttemptInput(inp.fleet_workflow, me, task, attempt.attempt, kind, strategy, fleet.remote_url,
+                                   fleet.target, fleet.account_workflow, fleet.phases, fleet.iterations, settings,
+                                   spec.factors[strategy], previous_end)
+            try:
+                self.running = workflow.start_activity(
+                    "run_attempt", request, result_type=AttemptResult, task_queue=queue,
+                    heartbeat_timeout=timedelta(seconds=fleet.heartbeat),
+                    start_to_close_timeout=timedelta(seconds=fleet.attempt_timeout * spec.factors[strategy]),
+                    schedule_to_start_timeout=timedelta(seconds=fleet.host_wait) if self.host else None,
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    retry_policy=RetryPolicy(maximum_attempts=fleet.infra_attempts, initial_interval=RETRY_FIRST,
+                                             non_retryable_error_types=[AGENT_FAILED, USAGE_LIMIT, PERMANENT,
+                                                                        PAUSED, FLEET_STOPPING]))
+                result: AttemptResult = await self.running
+            except ActivityError as err:
+                self.running = None
+                step = await self._failed(err, fleet, task, policy)
+                if isinstance(step, TaskOutcome):
+                    return step
+                kind, previous_end = step
+                continue
+            self.running = None
+            self.host = result.host
+            hosts.append(result.host)
+            self._end(result.outcome, result.exit_code, result.reason, result.run_id, host=result.host,
+                      tries=result.activity_attempt, fresh_clone=result.fresh_clone, adopted=result.adopted,
+                      lost=result.lost, cost=result.cost, tip=result.tip)
+            if result.outcome == "verified":
+                self._set(state="verified", reason=result.reason)
+                self._publish()
+                return TaskOutcome(task.task_id, "verified", result.reason, tuple(hosts))
+            if result.outcome == "stopped" or self.stopping:
+                self._set(state="queued", reason=result.reason)
+                self._publish()
+                return TaskOutcome(task.task_id, "stopped", result.reason, tuple(hosts))
+            # an outage: no failure, nothing spent; resumed after a while
+            self._set(state="waiting", reason=result.reason)
+            self._publish()
+            await workflow.sleep(OUTAGE_WAIT)
+            kind, previous_end = "resume", f"{result.outcome}: {result.reason}"
+
+    async def _failed(self, err: ActivityError, fleet: FleetSpec, task: TaskSpec,
+                      policy: ladder.LadderPolicy) -> TaskOutcome | tuple[str, str]:
+        """What an attempt's error means: a new placement, a hold, the ladder, or the end."""
+        cause = err.cause
+        kind_of = cause.type if isinstance(cause, ApplicationError) else ""
+        details = list(cause.details) if isinstance(cause, ApplicationError) else []
+        info = details[0] if details and isinstance(details[0], dict) else {}
+        if isinstance(cause, CancelledError) or self.stopping:
+            self._end("stopped", None, "the fleet stopped")
+            self._set(state="queued", reason="the fleet stopped")
+            self._publish()
+            return TaskOutcome(task.task_id, "stopped", "the fleet stopped")
+        if isinstance(cause, TimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_START:
+            gone = self.host
+            self._end("stopped", None, f"its machine {gone} did not come back within {fleet.host_wait:g}s: moved "
+                      f"to any machine, on a fresh clone of {task.branch}", host=gone)
+            self.host = ""
+            self._publish()
+            return "resume", f"machine {gone} gone"
+        if kind_of == PAUSED:   # found paused before its agent started: nothing ran, nothing recorded
+            self.attempts.pop()
+            self.details.pop()
+            self._pause(int(info.get("seq", self.pause_seq + 1)), True)
+            self._set(attempts=len(self.attempts))
+            self._publish()
+            return "resume", "the fleet is paused"
+        if info.get("host"):
+            self.host = info["host"]
+        if kind_of == USAGE_LIMIT:
+            until = float(info.get("resets_at") or self._now() + LIMIT_FALLBACK)
+            self._end("limit", info.get("exit_code"), f"usage limit until {until:.0f}", info.get("run_id", ""),
+                      host=info.get("host", ""), tries=info.get("activity_attempt", 0))
+            self.held_until = max(self.held_until, until)   # held at once; the account releases it
+            self._set(state="waiting", reason="a usage limit: held until its reset")
+            self._publish()
+            await workflow.get_external_workflow_handle(fleet.account_workflow).signal("limit_met", until)
+            return "resume", "usage limit"
+        if kind_of in (FLEET_STOPPING, PERMANENT):
+            code = info.get("exit_code")
+            self._end("config", code, cause.message, info.get("run_id", ""), host=info.get("host", ""))
+            self._set(state="failed", reason=cause.message)
+            self._publish()
+            return TaskOutcome(task.task_id, "config" if kind_of == FLEET_STOPPING else "failed", cause.message,
+                               fleet_code=code if kind_of == FLEET_STOPPING else None)
+        # The child ended abnormally, or its worker was lost every time Temporal tried: the ladder.
+        why = cause.message if cause is not None else str(err)
+        if isinstance(cause, TimeoutError):
+            why = f"its worker was lost {fleet.infra_attempts} times ({cause.type.name.lower()} timeout)"
+        self._end("failed", info.get("exit_code"), info.get("reason") or why, info.get("run_id", ""),
+                  host=info.get("host", self.host), tries=info.get("activity_attempt", 0),
+                  cost=info.get("cost", 0.0))
+        rung = ladder.next_rung(self.row, self.attempts, policy, self._now())
+        self._set(strategy=rung.strategy, restarts=rung.restarts, escalations=rung.escalations,
+                  reason=rung.reason)
+        if rung.action == "fail":
+            self._set(state="failed")
+            self._publish()
+            raise ApplicationError(rung.reason, type=PERMANENT, non_retryable=True)
+        self._set(state="restarting" if rung.action == "restart" else "escalated", not_before=rung.not_before)
+        self._publish()
+        wait = rung.not_before - self._now()
+        if wait > 0:
+            await workflow.sleep(wait)   # the ladder's backoff: a durable timer
+        return rung.action, why
+
+
+@workflow.defn
+class FleetWorkflow:
+    def __init__(self) -> None:
+        self.paused = False
+        self.pause_seq = 0
+        self.stopping = False
+        self.tasks: dict[str, dict] = {}     # task id -> {text, state, reason, hosts, sha}
+        self.children: list[str] = []
+        self.fatal: int | None = None
+
+    @workflow.signal
+    async def pause(self) -> None:
+        self.paused, self.pause_seq = True, self.pause_seq + 1
+        await self._tell("pause", self.pause_seq)
+
+    @workflow.signal
+    async def resume(self) -> None:
+        self.paused, self.pause_seq = False, self.pause_seq + 1
+        await self._tell("resume", self.pause_seq)
+
+    @workflow.signal
+    async def stop(self) -> None:
+        self.stopping = True
+        await self._tell("stop")
+
+    async def _tell(self, signal: str, *args) -> None:
+        for child in list(self.children):
+            if self.tasks.get(child.rpartition("/")[2], {}).get("state") in ("running", "queued"):
+                try:
+                    await workflow.get_external_workflow_handle(child).signal(signal, *args)
+                except Exception:  # noqa: BLE001 - a child that ended meanwhile
+                    pass
+
+    @workflow.query
+    def state(self) -> dict:
+        return self._memo()
+
+    def _memo(self) -> dict:
+        return {"paused": self.paused, "pause_seq": self.pause_seq, "stopping": self.stopping, "fatal": self.fatal,
+                "tasks": self.tasks}
+
+    def _note(self, task_id: str, **changes) -> None:
+        self.tasks[task_id] = {**self.tasks.get(task_id, {}), **changes, "updated": workflow.now().timestamp()}
+        workflow.upsert_memo({MEMO_KEY: self._memo()})
+
+    @workflow.run
+    async def run(self, spec: FleetSpec) -> dict:
+        home = host_queue(spec.queue_prefix, spec.home)
+        merge_queue = asyncio.Lock()        # one merge at a time, in the order tasks finish
+        slots = asyncio.Semaphore(spec.parallel)
+        running: set[asyncio.Task] = set()
+        me = workflow.info().workflow_id
+        workflow.upsert_memo({MEMO_KEY: {**self._memo(), "project": spec.project, "target": spec.target}})
+
+        async def one(task: TaskSpec) -> None:
+            async with slots:
+                if self.stopping:
+                    self._note(task.task_id, state="queued", reason="the fleet stopped")
+                    return
+                self._note(task.task_id, state="running")
+                outcome = await self._task(spec, task, me)
+            if outcome.state == "verified":
+                self._note(task.task_id, state="merging", hosts=list(outcome.hosts))
+                async with merge_queue:
+                    merged: MergeOutcome = await workflow.execute_activity(
+                        "merge", MergeInput(spec.fleet_id, task, spec.target, spec.remote_url),
+                        result_type=MergeOutcome, task_queue=home,
+                        start_to_close_timeout=timedelta(seconds=spec.merge_timeout),
+                        retry_policy=RetryPolicy(maximum_attempts=HOME_TRIES, initial_interval=HELD_TRY,
+                                                 backoff_coefficient=1.0))
+                state = "merged" if merged.outcome == "merged" else "ready" if merged.outcome == "ready" \
+                    else "needs-review"
+                self._note(task.task_id, state=state, reason=merged.detail, sha=merged.sha)
+            elif outcome.state == "failed":
+                await workflow.execute_activity(
+                    "mark", MarkInput(task, spec.target, outcome.reason), task_queue=home,
+                    start_to_close_timeout=timedelta(seconds=120),
+                    retry_policy=RetryPolicy(maximum_attempts=HOME_TRIES, initial_interval=HELD_TRY,
+                                             backoff_coefficient=1.0))
+                self._note(task.task_id, state="failed", reason=outcome.reason)
+            elif outcome.state == "config":
+                self.fatal = self.fatal or outcome.fleet_code
+                self._note(task.task_id, state="failed", reason=outcome.reason)
+                await self.stop()
+            else:
+                self._note(task.task_id, state="queued", reason=outcome.reason)
+
+        while True:
+            found: list[TaskSpec] = [] if self.stopping else await workflow.execute_activity(
+                "open_tasks", spec.target, result_type=list[TaskSpec], task_queue=home,
+                start_to_close_timeout=timedelta(seconds=120),
+                retry_policy=RetryPolicy(maximum_attempts=HOME_TRIES, initial_interval=RETRY_FIRST))
+            new = [t for t in found if t.task_id not in self.tasks]
+            for task in new:
+                self._note(task.task_id, text=task.text, branch=task.branch, state="queued", reason="", hosts=[])
+                job = asyncio.create_task(one(task))
+                running.add(job)
+                job.add_done_callback(running.discard)
+            if not new and not running:
+                break
+            try:  # the queue is read again when every task has ended, or after a while (new tasks)
+                await workflow.wait_condition(lambda: not running,
+                                              timeout=timedelta(seconds=max(spec.check, QUEUE_PERIOD)))
+            except asyncio.TimeoutError:
+                pass
+        code = fleet_exit([t["state"] for t in self.tasks.values()], fatal=self.fatal)
+        return {"exit_code": code, "tasks": self.tasks}
+
+    async def _task(self, spec: FleetSpec, task: TaskSpec, me: str) -> TaskOutcome:
+        child_id = task_workflow_id(spec.fleet_id, task.task_id)
+        self.children.append(child_id)
+        try:
+            return await workflow.execute_child_workflow(
+                TaskWorkflow.run, TaskInput(spec, task, me), id=child_id, task_queue=fleet_queue(spec.queue_prefix))
+        except ChildWorkflowError as err:
+            cause = err.cause
+            why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+            return TaskOutcome(task.task_id, "failed", why)
+
+
+WORKFLOWS = [FleetWorkflow, TaskWorkflow, AccountWorkflow]

@@ -1,0 +1,121 @@
+"""Machines for the Temporal engine's tests: a bare "origin" every machine clones and pushes to,
+`genesis worker`s each with a root, HOME and shared-state folder of its own (nothing local is
+shared between two "machines"), the home's `genesis fleet run --engine temporal`, and the
+guarantee that every process they started, child loops included, is gone at the end.
+
+  Machines(tmp, address, prefix, env)   .worker(host), .home(project, parallel, *flags), .kill(host)
+  origin_for(project, tmp)              a bare remote of the project, named origin there
+  loops_under(root)                     the child loops running in a machine's worktrees (their pids)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from helpers.git import git
+
+__all__ = ["Machines", "origin_for", "loops_under", "GENESIS"]
+
+GENESIS = [sys.executable, "-m", "genesis"]
+STOP_WAIT = 60.0
+
+
+def origin_for(project: Path, tmp: Path) -> Path:
+    remote = tmp / "origin.git"
+    git(tmp, "init", "-q", "--bare", str(remote))
+    git(project, "remote", "add", "origin", str(remote))
+    return remote
+
+
+def loops_under(root: Path) -> list[psutil.Process]:
+    """Child loops (the loop script) whose worktree is under root: a machine's own, found by
+    their command line, since each runs in a session of its own."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        argv = proc.info.get("cmdline") or []
+        if any(a.endswith("start-multi-agent-loop.sh") for a in argv) and \
+                any(a.startswith(str(root) + os.sep) for a in argv):
+            found.append(proc)
+    return found
+
+
+class Machines:
+    def __init__(self, tmp: Path, address: str, prefix: str, env: dict[str, str]):
+        self.tmp, self.address, self.prefix, self.env = tmp, address, prefix, env
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.roots: dict[str, Path] = {}
+
+    def flags(self) -> list[str]:
+        return ["--temporal-address", self.address, "--temporal-task-queue", self.prefix]
+
+    def machine_env(self, host: str) -> dict[str, str]:
+        place = self.tmp / "machines" / host
+        for sub in ("home", "state"):
+            (place / sub).mkdir(parents=True, exist_ok=True)
+        return {**self.env, "HOME": str(place / "home"), "GENESIS_SHARED_STATE_DIR": str(place / "state")}
+
+    def worker(self, host: str, parallel: int = 2) -> subprocess.Popen:
+        root = self.tmp / "machines" / host / "root"
+        self.roots[host] = root
+        log = open(self.tmp / f"worker-{host}.log", "ab")
+        try:
+            proc = subprocess.Popen([*GENESIS, "worker", "--root", str(root), "--host", host, "--parallel",
+                                     str(parallel), *self.flags()], env=self.machine_env(host),
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        finally:
+            log.close()
+        self.procs[host] = proc
+        return proc
+
+    def home(self, project: Path, parallel: int, *sets: str) -> subprocess.Popen:
+        log = open(self.tmp / "home.log", "ab")
+        try:
+            proc = subprocess.Popen([*GENESIS, "--project", str(project), *sets, "fleet", "run", "--parallel",
+                                     str(parallel), "--engine", "temporal", "--trust", *self.flags()],
+                                    env={**self.env, "GENESIS_SHARED_STATE_DIR": str(self.tmp / "home-state")},
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        finally:
+            log.close()
+        self.procs["home"] = proc
+        return proc
+
+    def kill(self, host: str) -> float:
+        """A machine's power cut: its worker's group and every child loop of its root, SIGKILLed."""
+        proc = self.procs[host]
+        doomed = [proc.pid, *(p.pid for p in loops_under(self.roots[host]))]
+        for pid in doomed:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        at = time.time()
+        proc.wait()
+        return at
+
+    def log(self, name: str) -> str:
+        path = self.tmp / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_WAIT
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for root in self.roots.values():
+            for loop in loops_under(root):
+                try:
+                    os.killpg(loop.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
