@@ -22,12 +22,14 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Mapping
 
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from genesis import exitcodes
 from genesis.config import Config, ConfigError, resolve
@@ -55,6 +57,7 @@ STOP_WAIT = 60.0                  # seconds a cancelled attempt's loop gets to e
 STEPS_WAIT = 120.0                # seconds to wait for an ended loop's last steps to let its lock go
 REMOTE_NAME = "origin"            # each machine's clone names the shared remote so
 PORTS_PER_CHILD = 10
+QUERY_WAIT = timedelta(seconds=10)   # a query of the account or the fleet before an agent starts
 
 
 class _Watch:
@@ -175,15 +178,25 @@ class MachineActivities:
     async def _may_start(self, inp: AttemptInput, tries: int) -> None:
         """The account's and the fleet's word just before an agent would start: their signals take
         a moment to reach every task, and a limit or pause decided meanwhile must start nothing."""
-        account = await self.client.get_workflow_handle(inp.account_workflow).query("state")
+        account = await self._ask(inp.account_workflow)
         if account.get("until", 0.0) > time.time():
             raise ApplicationError("a usage limit is in force on the account",
                                    {"host": self.host, "resets_at": account["until"], "activity_attempt": tries},
                                    type=USAGE_LIMIT, non_retryable=True)
-        fleet = await self.client.get_workflow_handle(inp.fleet_workflow).query("state")
+        fleet = await self._ask(inp.fleet_workflow)
         if fleet.get("paused"):
             raise ApplicationError("the fleet is paused", {"host": self.host, "seq": fleet.get("pause_seq", 0)},
                                    type=PAUSED, non_retryable=True)
+
+    async def _ask(self, workflow_id: str) -> dict:
+        """A workflow's state by query, bounded; {} when no worker answers in time (its signals
+        still reach the task: the query only closes their delay)."""
+        try:
+            answer = await self.client.get_workflow_handle(workflow_id).query("state", rpc_timeout=QUERY_WAIT)
+        except RPCError as exc:
+            activity.logger.warning(f"{workflow_id} did not answer its query: {exc}")
+            return {}
+        return answer if isinstance(answer, dict) else {}
 
     def _child(self, inp: AttemptInput, wt: Path, cfg: Config, fleet_dir: Path, settings: dict[str, str],
                tries: int) -> tuple[kids.Child, bool, int]:

@@ -59,11 +59,12 @@ def task_workflow_id(fleet_id: str, task_id: str) -> str:
     return f"{fleet_id}/{task_id}"
 
 
-def account_workflow_id(cli: str, account: str) -> str:
-    """One per agent subscription: never a machine-local path (two machines on one subscription
-    must name the same workflow); `account` is a key's fingerprint or GENESIS_TEMPORAL_ACCOUNT,
-    else a machine's own name (the limit is then per machine)."""
-    return f"genesis-account-{cli}-{fingerprint(account)}"
+def account_workflow_id(prefix: str, cli: str, account: str) -> str:
+    """One per agent subscription and queue prefix (the workers that run it): never a
+    machine-local path (two machines on one subscription must name the same workflow);
+    `account` is a key's fingerprint or GENESIS_TEMPORAL_ACCOUNT, else a machine's own name
+    (the limit is then per machine)."""
+    return f"{prefix}-account-{cli}-{fingerprint(account)}"
 
 
 def commit_key(task_workflow: str, attempt: int) -> str:

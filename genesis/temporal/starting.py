@@ -59,7 +59,7 @@ def account_of(cfg: Config, settings: TemporalSettings, env: Mapping[str, str]) 
     adapter = adapter_of(cfg)
     key = adapter.account(env).key
     name = key or settings.account or f"machine {settings.host}"
-    return account_workflow_id(adapter.name, name)
+    return account_workflow_id(settings.queue_prefix, adapter.name, name)
 
 
 def fleet_spec(cfg: Config, settings: TemporalSettings, overrides: Mapping[str, str], parallel: int, target: str,

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 from helpers.git import git
 
-__all__ = ["Machines", "origin_for", "loops_under", "GENESIS"]
+__all__ = ["Machines", "origin_for", "loops_under", "procs_under", "GENESIS"]
 
 GENESIS = [sys.executable, "-m", "genesis"]
 STOP_WAIT = 60.0
@@ -45,6 +45,31 @@ def loops_under(root: Path) -> list[psutil.Process]:
     return found
 
 
+def procs_under(root: Path) -> list[psutil.Process]:
+    """Every process of a machine's loops: the loops, their steps, watchers and agents (some in
+    groups of their own), and any whose working folder is under root."""
+    found = {p.pid: p for p in loops_under(root)}
+    for proc in list(found.values()):
+        try:
+            found.update({kid.pid: kid for kid in proc.children(recursive=True)})
+        except psutil.Error:
+            pass
+    for proc in psutil.process_iter(["cwd"]):
+        cwd = proc.info.get("cwd") or ""
+        if cwd == str(root) or cwd.startswith(str(root) + os.sep):
+            found[proc.pid] = proc
+    found.pop(os.getpid(), None)
+    return list(found.values())
+
+
+def _kill_all(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
 class Machines:
     def __init__(self, tmp: Path, address: str, prefix: str, env: dict[str, str]):
         self.tmp, self.address, self.prefix, self.env = tmp, address, prefix, env
@@ -58,7 +83,13 @@ class Machines:
         place = self.tmp / "machines" / host
         for sub in ("home", "state"):
             (place / sub).mkdir(parents=True, exist_ok=True)
-        return {**self.env, "HOME": str(place / "home"), "GENESIS_SHARED_STATE_DIR": str(place / "state")}
+        return {**self.env, "HOME": str(place / "home"), "GENESIS_SHARED_STATE_DIR": str(place / "state"),
+                "AGENT_PIDS": str(place / "agents")}
+
+    def agents(self, host: str) -> list[str]:
+        """The agents started on the machine, one line each: `pid task-id`."""
+        path = self.tmp / "machines" / host / "agents"
+        return path.read_text().splitlines() if path.exists() else []
 
     def worker(self, host: str, parallel: int = 2) -> subprocess.Popen:
         root = self.tmp / "machines" / host / "root"
@@ -86,14 +117,15 @@ class Machines:
         return proc
 
     def kill(self, host: str) -> float:
-        """A machine's power cut: its worker's group and every child loop of its root, SIGKILLed."""
+        """A machine's power cut: its worker and every process of its loops, SIGKILLed at once."""
         proc = self.procs[host]
-        doomed = [proc.pid, *(p.pid for p in loops_under(self.roots[host]))]
-        for pid in doomed:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        doomed = procs_under(self.roots[host])
+        try:
+            doomed += psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            pass
+        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_all(doomed)
         at = time.time()
         proc.wait()
         return at
@@ -114,8 +146,4 @@ class Machines:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         for root in self.roots.values():
-            for loop in loops_under(root):
-                try:
-                    os.killpg(loop.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            _kill_all(procs_under(root))

@@ -4,6 +4,7 @@ root, HOME and shared state, one bare origin between them), the home's `genesis 
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -15,7 +16,11 @@ from helpers.fleet import fleet_env, fleet_project, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
 from helpers.temporal import Machines, origin_for  # noqa: E402
 
+from genesis import exitcodes  # noqa: E402
+from genesis.fleet.taskref import task_id  # noqa: E402
 from genesis.repo.tasks import DONE, parse  # noqa: E402
+from genesis.temporal import reading  # noqa: E402
+from genesis.temporal.records import fingerprint, fleet_workflow_id  # noqa: E402
 
 pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
 
@@ -29,6 +34,28 @@ def machines(dev_server, tmp_path):
                      fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS="3", GENESIS_TEMPORAL_HOST_WAIT_SECONDS="4"))
     yield world
     world.stop_all()
+
+
+def wait_for(what: str, check, world: Machines, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s\n{world.log('home')[-2000:]}\n" \
+                                            f"{world.log('worker-A')[-2000:]}\n{world.log('worker-B')[-2000:]}"
+        time.sleep(0.1)
+
+
+def fleet_id(project, remote) -> str:
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    return fleet_workflow_id(fingerprint(str(remote), target))
+
+
+async def read_fleet(address: str, fleet: str) -> tuple[dict, dict[str, list]]:
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    memos = await reading.task_memos(client, fleet)
+    tries = {task: await reading.tries_of(client.get_workflow_handle(f"{fleet}/{task}")) for task in memos}
+    return memos, tries
 
 
 def wait_end(proc, what: str, world: Machines, timeout: float = FLEET_WAIT) -> int:
@@ -60,3 +87,81 @@ def test_four_tasks_on_two_machines_are_all_merged_once(machines, project, tmp_p
         ran = list(machines.roots[host].glob("*/fleet/children/*.log"))
         assert ran, f"machine {host} ran no attempt\n{machines.log(f'worker-{host}')[-2000:]}"
         assert list(machines.roots[host].glob("*/repo/.git"))
+
+
+def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the_other(machines, project, tmp_path):
+    """B's power cut (its worker, loops and agents SIGKILLed) while its two tasks' agents work: each
+    attempt's heartbeat times out, and Temporal's next try runs on A, on a fresh clone of the
+    task's branch; all four come home once."""
+    fleet_project(project, TEXTS)
+    remote = origin_for(project, tmp_path)
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    agent = task_agent(tmp_path / "agent.sh")
+    slow = tmp_path / "slow"
+    slow.write_text("held\n")
+    machines.env["SLOW_FILE"] = str(slow)
+    machines.worker("B", parallel=2)
+    home = machines.home(project, 4, "--set", f"GENESIS_AGENT_CMD=bash {agent}", "--set", "GENESIS_PHASES=Builder")
+    wait_for("two agents working on B", lambda: len(machines.agents("B")) == 2, machines)
+    machines.worker("A", parallel=4)
+    wait_for("two agents working on A", lambda: len(machines.agents("A")) == 2, machines)
+    on_b = {line.split()[1] for line in machines.agents("B")}
+    killed_at = machines.kill("B")
+    wait_for("B's two tasks started again on A", lambda: len(machines.agents("A")) == 4, machines, timeout=60)
+    slow.unlink()
+    assert wait_end(home, "the fleet", machines) == 0, machines.log("home")[-4000:]
+
+    on_origin = parse(git(remote, "show", f"{target}:TASKS.md"))
+    assert {t.text: t.state for t in on_origin.items} == {text: DONE for text in TEXTS}
+    ticks = git(remote, "log", "--format=%s", target).splitlines()
+    for text in TEXTS:
+        assert sum(1 for s in ticks if text in s) == 1, ticks
+    memos, tries = asyncio.run(read_fleet(machines.address, fleet_id(project, remote)))
+    resumed = []
+    for task in on_b:
+        (attempt,) = memos[task]["attempts"]   # one Genesis attempt: a lost worker spends no restart
+        assert (attempt["outcome"], attempt["host"], attempt["tries"]) == ("verified", "A", 2), attempt
+        assert attempt["lost"].startswith("B:") and attempt["fresh_clone"], attempt
+        (run,) = [t for t in tries[task] if t.activity == "run_attempt"]
+        assert run.attempt == 2 and run.host == "A" and "heartbeat" in run.last_failure.lower(), run
+        resumed.append(run.started_at - killed_at)
+    for task in set(memos) - on_b:
+        (attempt,) = memos[task]["attempts"]
+        assert (attempt["host"], attempt["tries"]) == ("A", 1), attempt
+    print(f"\nfrom B's death to its phases started again on A: {', '.join(f'{s:.1f}s' for s in resumed)} "
+          f"(heartbeat timeout 3s)")
+
+
+FAILING = """#!/usr/bin/env bash
+echo "$(basename "$0") ${GENESIS_TASK_ID} ${HOSTNAME_OF_MACHINE:-}" >>"${RAN}"
+exit 1
+"""
+
+
+def test_a_task_that_always_fails_climbs_the_ladder_to_a_permanent_failure(machines, project, tmp_path):
+    fleet_project(project, ["never works"])
+    remote = origin_for(project, tmp_path)
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    ran = tmp_path / "ran"
+    fallback = task_agent(tmp_path / "fallback.sh", FAILING)
+    machines.env.update(RAN=str(ran), GENESIS_FLEET_CHILD_ITERATIONS="1")
+    machines.worker("A")
+    machines.worker("B")
+    home = machines.home(project, 1, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'agent.sh', FAILING)}",
+                         "--set", "GENESIS_PHASES=Builder", "--set", "GENESIS_FLEET_ESCALATION=fallback",
+                         "--set", f"GENESIS_FALLBACK_AGENT_CMD=bash {fallback}",
+                         "--set", "GENESIS_FLEET_CHILD_ITERATIONS=1")
+    assert wait_end(home, "the fleet", machines) == exitcodes.FLEET_TASKS_FAILED, machines.log("home")[-4000:]
+
+    memos, tries = asyncio.run(read_fleet(machines.address, fleet_id(project, remote)))
+    memo = memos[task_id("never works")]
+    history = [(a["kind"], a["agent"], a["outcome"]) for a in memo["attempts"]]
+    # The local fleet's ladder: the first attempt and 3 restarts, then the fallback and its 3 restarts.
+    assert history == ([("start", "configured", "failed")] + [("restart", "configured", "failed")] * 3
+                       + [("escalate", "fallback", "failed")] + [("restart", "fallback", "failed")] * 3)
+    assert [line.split()[0] for line in ran.read_text().splitlines()] == ["agent.sh"] * 4 + ["fallback.sh"] * 4
+    assert memo["row"]["state"] == "failed"
+    runs = [t for t in tries[task_id("never works")] if t.activity == "run_attempt"]
+    assert len(runs) == 8 and all(t.closed == "failed" and t.attempt == 1 for t in runs)   # never Temporal's retry
+    assert "- [!] never works (failed: " in git(remote, "show", f"{target}:TASKS.md")
+    assert "- [!] never works (failed: " in git(project, "show", f"{target}:TASKS.md")

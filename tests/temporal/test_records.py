@@ -12,10 +12,11 @@ def test_queue_names():
 
 
 def test_the_account_workflow_is_the_same_on_every_machine_of_one_subscription():
-    one = records.account_workflow_id("claude", "team-max")
-    assert one == records.account_workflow_id("claude", "team-max")
-    assert one != records.account_workflow_id("claude", "team-pro")
-    assert one != records.account_workflow_id("codex", "team-max")
+    one = records.account_workflow_id("genesis", "claude", "team-max")
+    assert one == records.account_workflow_id("genesis", "claude", "team-max")
+    assert one != records.account_workflow_id("genesis", "claude", "team-pro")
+    assert one != records.account_workflow_id("genesis", "codex", "team-max")
+    assert one != records.account_workflow_id("other", "claude", "team-max")
     assert "/" not in one and "team-max" not in one
 
 

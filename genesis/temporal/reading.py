@@ -1,0 +1,106 @@
+"""The fleet as Temporal holds it, read back for status and reports: the fleet's and each task's
+memo (`describe()`: no worker needs to run) and each task's history, where the tries a lost
+worker cost are (Temporal records one start per activity: its last try, with the failure of
+the try before it and the identity of the worker that took it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+
+from genesis.temporal.workflows import MEMO_KEY
+
+__all__ = ["Try", "tries_of", "task_memos", "fleet_memo", "task_ids"]
+
+
+@dataclass(frozen=True)
+class Try:
+    """One scheduled activity as its history tells it."""
+    activity: str
+    queue: str
+    scheduled_at: float
+    attempt: int = 0                 # Temporal's try that started last (1: no worker was lost)
+    identity: str = ""               # the worker that took it: genesis-worker@<host>:<pid>
+    started_at: float = 0.0
+    last_failure: str = ""           # why the try before it ended (a heartbeat timeout: a lost worker)
+    closed: str = ""                 # completed | failed | timed out | cancelled
+    closed_at: float = 0.0
+    failure: str = ""
+
+    @property
+    def host(self) -> str:
+        return self.identity.partition("@")[2].rpartition(":")[0]
+
+
+def _utc(moment: datetime) -> float:
+    from_epoch = moment - datetime(1970, 1, 1)
+    return from_epoch.total_seconds()
+
+
+async def tries_of(handle: WorkflowHandle) -> list[Try]:
+    """Every activity the workflow scheduled, in order, with its last try and how it closed."""
+    rows: dict[int, dict] = {}
+    async for event in handle.fetch_history_events():
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            rows[event.event_id] = {"activity": attrs.activity_type.name, "queue": attrs.task_queue.name,
+                                    "scheduled_at": _utc(event.event_time.ToDatetime())}
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attrs = event.activity_task_started_event_attributes
+            rows.setdefault(attrs.scheduled_event_id, {}).update(
+                attempt=attrs.attempt, identity=attrs.identity, started_at=_utc(event.event_time.ToDatetime()),
+                last_failure=attrs.last_failure.message or "")
+        elif kind in _CLOSED:
+            name, field = _CLOSED[kind]
+            attrs = getattr(event, field)
+            failure = getattr(attrs, "failure", None)
+            rows.setdefault(attrs.scheduled_event_id, {}).update(
+                closed=name, closed_at=_utc(event.event_time.ToDatetime()),
+                failure=_chain(failure) if failure is not None else "")
+    return [Try(**row) for row in rows.values() if "activity" in row]
+
+
+_CLOSED = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: ("completed", "activity_task_completed_event_attributes"),
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: ("failed", "activity_task_failed_event_attributes"),
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: ("timed out", "activity_task_timed_out_event_attributes"),
+    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: ("cancelled", "activity_task_canceled_event_attributes"),
+}
+
+
+def _chain(failure) -> str:
+    """A failure and its causes, innermost last: `ScheduleToStart <- Heartbeat`."""
+    parts = []
+    while failure is not None and failure.message and len(parts) < 5:
+        parts.append(failure.message)
+        failure = failure.cause if failure.HasField("cause") else None
+    return " <- ".join(parts)
+
+
+async def fleet_memo(client: Client, fleet_id: str) -> dict:
+    """The fleet workflow's memo: its tasks' states, pause and stop (no worker needed)."""
+    described = await client.get_workflow_handle(fleet_id).describe()
+    memo = await described.memo_value(MEMO_KEY, default={})
+    return {**memo, "status": described.status.name if described.status else ""}
+
+
+async def task_ids(client: Client, fleet_id: str) -> list[str]:
+    """The task workflows of a fleet, by their ids (`<fleet id>/<task id>`)."""
+    found = []
+    async for wf in client.list_workflows(f'WorkflowId STARTS_WITH "{fleet_id}/"'):
+        found.append(wf.id)
+    return sorted(set(found))
+
+
+async def task_memos(client: Client, fleet_id: str) -> dict[str, dict]:
+    """Each task's row and attempts, as its workflow last published them."""
+    memos = {}
+    for workflow_id in await task_ids(client, fleet_id):
+        described = await client.get_workflow_handle(workflow_id).describe()
+        memos[workflow_id.rpartition("/")[2]] = await described.memo_value(MEMO_KEY, default={})
+    return memos
