@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from genesis import exitcodes
+from genesis.agents import adapter_of
 from genesis.config import Config, ConfigError, resolve
 from genesis.fleet import children as kids
 from genesis.fleet import merging, worktrees
@@ -40,6 +43,8 @@ from genesis.fleet.leftovers import make_startable
 from genesis.fleet.planning import outcome_of
 from genesis.fleet.queue import done_at, tasks_at
 from genesis.fleet.taskref import TaskRef, open_refs
+from genesis.ledger.store import Ledger, LedgerError
+from genesis.loop.limits import REMEMBERED
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.tasks import parse
 from genesis.store.atomicio import write_json
@@ -57,6 +62,7 @@ STOP_WAIT = 60.0                  # seconds a cancelled attempt's loop gets to e
 STEPS_WAIT = 120.0                # seconds to wait for an ended loop's last steps to let its lock go
 REMOTE_NAME = "origin"            # each machine's clone names the shared remote so
 PORTS_PER_CHILD = 10
+HOOK_WAIT = 60.0                  # seconds for `genesis hook install` in a worktree
 QUERY_WAIT = timedelta(seconds=10)   # a query of the account or the fleet before an agent starts
 
 
@@ -141,7 +147,8 @@ class MachineActivities:
                                    non_retryable=True)
         if verdict.outcome == "limit":
             raise ApplicationError(f"{self.host}: {verdict.reason}",
-                                   _wire(result, resets_at=self._resets_at(cfg, began)), type=USAGE_LIMIT,
+                                   _wire(result, resets_at=await asyncio.to_thread(_limit_reset, child, cfg)),
+                                   type=USAGE_LIMIT,
                                    non_retryable=True)
         if verdict.outcome == "config":
             raise ApplicationError(f"{self.host}: {verdict.reason}", _wire(result), type=FLEET_STOPPING,
@@ -216,6 +223,7 @@ class MachineActivities:
         if inp.number > 1 or tries > 1:   # what a killed attempt left would stop the next start
             make_startable(wt, inp.task.branch, inp.number, inp.previous_end or "its machine was lost",
                            hooks=cfg.git_hooks)
+        _hook_for(wt, cfg)
         slot = next(n for n in range(len(self.slots) + 1) if n not in self.slots)
         self.slots.add(slot)
         spec = kids.ChildSpec(inp.task.task_id, inp.task.text, wt, inp.number, inp.phases, inp.iterations,
@@ -250,9 +258,36 @@ class MachineActivities:
             watch.details.update(run_id=child.run_id, newest_beat=beat)
             await asyncio.sleep(BEAT_EVERY)
 
-    def _resets_at(self, cfg: Config, since: float) -> float:
-        """When the limit the child met resets (0: unknown; the workflow then holds a while)."""
+def _limit_reset(child: kids.Child, cfg: Config) -> float:
+    """When the limit the child met resets, plus the margin, from the child's own ledger (its
+    `limit_remembered`); 0 when it is not there (the workflow then holds a while)."""
+    if child.layout is None or not child.run_id:
         return 0.0
+    try:
+        with Ledger.open(child.layout.ledger_file, readonly=True) as led:
+            found = led.events(child.run_id, kinds=[REMEMBERED], limit=5, newest=True)
+    except (LedgerError, OSError):
+        return 0.0
+    resets = [float(e["resets_at"]) for e in found if isinstance(e.get("resets_at"), (int, float))]
+    return max(resets) + cfg.limit_margin if resets else 0.0
+
+
+def _hook_for(worktree: Path, cfg: Config) -> None:
+    """A Claude Code child needs the heartbeat hook in its worktree (settings.local.json is
+    untracked: a fresh worktree lacks it), as the local monitor installs it."""
+    try:
+        if adapter_of(cfg).name != "claude":
+            return
+    except Exception:  # noqa: BLE001 - no adapter to speak of: the child's preflight says what is wrong
+        return
+    genesis = Path(sys.executable).parent / "genesis"
+    argv = [str(genesis)] if genesis.is_file() else [sys.executable, "-m", "genesis"]
+    try:
+        subprocess.run([*argv, "--project", str(worktree), "hook", "install", "--scope", "local"],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=HOOK_WAIT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def _lost(details) -> str:

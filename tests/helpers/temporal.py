@@ -84,7 +84,7 @@ class Machines:
         for sub in ("home", "state"):
             (place / sub).mkdir(parents=True, exist_ok=True)
         return {**self.env, "HOME": str(place / "home"), "GENESIS_SHARED_STATE_DIR": str(place / "state"),
-                "AGENT_PIDS": str(place / "agents")}
+                "AGENT_PIDS": str(place / "agents"), "MACHINE": host}
 
     def agents(self, host: str) -> list[str]:
         """The agents started on the machine, one line each: `pid task-id`."""
