@@ -5,10 +5,16 @@
 # Usage: ./start-multi-agent-loop.sh [--project DIR] [--agent-cmd CMD] [--max-iterations N]
 #                                    [--set KEY=VALUE]... [--allow-dirty] [--allow-detached]
 #                                    [--trust] [--demo] [--parallel N|auto] [--fleet FILE] [--help]
+#                                    [--engine local|temporal] [--temporal-address HOST:PORT]
+#                                    [--temporal-namespace NS] [--temporal-task-queue PREFIX]
 #
 # --parallel N runs a fleet instead: one loop per open task of TASKS.md (each in its own git
 # worktree and branch), at most N at once (auto: from the cores and the free memory), under
 # one monitor (`genesis fleet run`) that merges each verified task home.
+#
+# --engine temporal (with --parallel) puts that fleet on a Temporal server, so it spans
+# machines: each machine runs `genesis worker`; this one is the fleet's home (README: "Past one
+# machine: --engine temporal").
 #
 # --fleet FILE runs the fleets of several projects under that one monitor: FILE (TOML) lists
 # each project's path, parallel and settings (README: "Several projects"). The account's
@@ -63,6 +69,7 @@ project_given=0
 allow_dirty=()
 allow_detached=()
 trust=()
+engine=()          # --engine and --temporal-*: how a fleet (--parallel) runs
 overrides=()
 genesis_cmd=()
 run_id=""
@@ -377,7 +384,8 @@ main() {
   local quoted rc=0
   while (($# > 0)); do
     case "$1" in  # --option=value reads as --option value
-      --project=* | --agent-cmd=* | --max-iterations=* | --set=* | --parallel=* | --fleet=*)
+      --project=* | --agent-cmd=* | --max-iterations=* | --set=* | --parallel=* | --fleet=* | --engine=* | \
+        --temporal-address=* | --temporal-namespace=* | --temporal-task-queue=*)
         set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
     esac
     case "$1" in
@@ -397,6 +405,11 @@ main() {
       --parallel) needs "$1" "a number of tasks at once, or auto, e.g. --parallel 3" '^([1-9][0-9]*|auto)$' \
         "${@:2:1}"; parallel="$2"; shift 2 ;;
       --demo) demo=1; shift ;;
+      --engine) needs "$1" "local or temporal, e.g. --engine temporal" '^(local|temporal)$' "${@:2:1}"
+        engine+=(--engine "$2"); shift 2 ;;
+      --temporal-address | --temporal-namespace | --temporal-task-queue)
+        needs "$1" "a value for the temporal engine, e.g. $1 ${1#--temporal-}" '.' "${@:2:1}"
+        engine+=("$1" "$2"); shift 2 ;;
       -h | --help) usage; exit "${EXIT_OK}" ;;
       *)
         if [[ $1 != -* && -d $1 ]]; then
@@ -408,6 +421,10 @@ main() {
         exit "${EXIT_USAGE}" ;;
     esac
   done
+  if ((${#engine[@]} > 0)) && [[ -z ${parallel} ]]; then
+    err "--engine and the --temporal-* options choose how a fleet runs: give them with --parallel N"
+    exit "${EXIT_USAGE}"
+  fi
   if [[ -n ${fleet} ]] && { ((project_given || demo)) || [[ -n ${parallel} ]]; }; then
     err "--fleet runs the projects its file lists, each with its own parallel: not with --project, --parallel or --demo"
     exit "${EXIT_USAGE}"
@@ -438,7 +455,7 @@ main() {
     # The monitor replaces this script (exec): the terminal's Ctrl-C, a SIGTERM or SIGHUP reach
     # it directly, it forwards them to every child loop, and its exit code is the fleet's.
     exec "${genesis_cmd[@]}" --project "${project}" ${overrides[@]+"${overrides[@]}"} fleet run \
-      --parallel "${parallel}" ${trust[@]+"${trust[@]}"}
+      --parallel "${parallel}" ${trust[@]+"${trust[@]}"} ${engine[@]+"${engine[@]}"}
   fi
   run_id="$(date -u +%Y%m%dT%H%M%SZ)-$$"
   read_settings

@@ -1,6 +1,7 @@
 """Machines for the Temporal engine's tests: a bare "origin" every machine clones and pushes to,
 `genesis worker`s each with a root, HOME and shared-state folder of its own (nothing local is
-shared between two "machines"), the home's `genesis fleet run --engine temporal`, and the
+shared between two "machines"), the home (`start-multi-agent-loop.sh --parallel N --engine
+temporal`, which runs `genesis fleet run --engine temporal`), and the
 guarantee that every process they started, child loops included, is gone at the end.
 
   Machines(tmp, address, prefix, env)   .worker(host), .home(project, parallel, *flags), .kill(host)
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import psutil
 from helpers.git import git
+from helpers.paths import LOOP
 
 __all__ = ["Machines", "origin_for", "loops_under", "procs_under", "GENESIS"]
 
@@ -107,7 +109,7 @@ class Machines:
     def home(self, project: Path, parallel: int, *sets: str) -> subprocess.Popen:
         log = open(self.tmp / "home.log", "ab")
         try:
-            proc = subprocess.Popen([*GENESIS, "--project", str(project), *sets, "fleet", "run", "--parallel",
+            proc = subprocess.Popen(["bash", str(LOOP), "--project", str(project), *sets, "--parallel",
                                      str(parallel), "--engine", "temporal", "--trust", *self.flags()],
                                     env={**self.env, "GENESIS_SHARED_STATE_DIR": str(self.tmp / "home-state")},
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
