@@ -178,6 +178,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_FLEET_CHECK_SECONDS", "2", "a fleet's monitor checks its children this often"),
     Knob("GENESIS_FLEET_MONITOR_STALE_SECONDS", "60", "a fleet's child raises one \"monitor down\" alert when "
          "the monitor's heartbeat (monitor.json) is older than this (1-86400)"),
+    Knob("GENESIS_FLEET_MONITOR_STOP_SECONDS", "0", "a fleet's child ends its night (exit 34) at its next check "
+         "between phases once its monitor's heartbeat is older than this, or missing that long: its task may be "
+         "another machine's by then (0: never, the child goes on to its own end; at most 604800)"),
     Knob("GENESIS_LOG_DIR", "orchestrator/logs", "agent logs and the console's copy, relative to the project"),
     Knob("GENESIS_STOP_FLAG", "hooks/loop_multi_agent.txt",
          "the loop stops when this file says false (relative to the project)"),
@@ -273,6 +276,7 @@ class Config:
     fleet_cascade_percent: float          # GENESIS_FLEET_CASCADE_PERCENT (0: off)
     fleet_cascade_window: float           # seconds; GENESIS_FLEET_CASCADE_WINDOW_SECONDS
     monitor_stale: float                  # seconds; GENESIS_FLEET_MONITOR_STALE_SECONDS (a fleet's child)
+    monitor_stop: float                   # seconds; GENESIS_FLEET_MONITOR_STOP_SECONDS (0: a child never stops for it)
     fleet_worktree_dir: Path | None       # GENESIS_FLEET_WORKTREE_DIR; None: <git common dir>/genesis-worktrees
     fleet_merge: str                      # GENESIS_FLEET_MERGE: queue or branch
     merge_test_cmd: str                   # GENESIS_MERGE_TEST_CMD ("": none)
@@ -587,6 +591,7 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         fleet_cascade_percent=_percent(s, "GENESIS_FLEET_CASCADE_PERCENT"),
         fleet_cascade_window=number("GENESIS_FLEET_CASCADE_WINDOW_SECONDS", 1),
         monitor_stale=min(number("GENESIS_FLEET_MONITOR_STALE_SECONDS", 1), 86400.0),
+        monitor_stop=min(number("GENESIS_FLEET_MONITOR_STOP_SECONDS", 0), 604800.0),
         fleet_worktree_dir=_worktree_dir(project, s),
         fleet_merge=_choice(s, "GENESIS_FLEET_MERGE", ("queue", "branch")),
         merge_test_cmd=get("GENESIS_MERGE_TEST_CMD"),

@@ -92,6 +92,7 @@ READ = {
     "GENESIS_FLEET_CASCADE_PERCENT": (lambda c: c.fleet_cascade_percent, float),
     "GENESIS_FLEET_CASCADE_WINDOW_SECONDS": (lambda c: c.fleet_cascade_window, float),
     "GENESIS_FLEET_MONITOR_STALE_SECONDS": (lambda c: c.monitor_stale, float),
+    "GENESIS_FLEET_MONITOR_STOP_SECONDS": (lambda c: c.monitor_stop, float),
     "GENESIS_FLEET_WORKTREE_DIR": (lambda c: str(c.fleet_worktree_dir or ""), str),
     "GENESIS_FLEET_MERGE": (lambda c: c.fleet_merge, str),
     "GENESIS_MERGE_TEST_CMD": (lambda c: c.merge_test_cmd, str),

@@ -24,7 +24,7 @@ from genesis.loop.ending import commit_message, describe, how_it_ended, reported
 from genesis.loop.commitfail import commit_failed, lock_removed
 from genesis.loop.guard import HookRemoved, heal
 from genesis.loop.keptout import agent_committed, note_left_out, rules_of
-from genesis.loop.monitorwatch import watch_monitor
+from genesis.loop.monitorwatch import monitor_gone
 from genesis.loop.onetask import task_id_of, task_of, with_task
 from genesis.loop.phasewatch import health_keeper, incident_keeper, judge_of, on_check
 from genesis.loop.reap import reap
@@ -72,7 +72,9 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     The trigger is checked here, just before the phase, so that it sees what the phases
     before it in this iteration did. Returns the phase's exit code.
     """
-    watch_monitor(step, os.environ)  # a fleet's child: its monitor's heartbeat, between phases
+    code = monitor_gone(step, os.environ)  # a fleet's child: its monitor's heartbeat, between phases
+    if code is not None:
+        return code
     code = _not_now(step, phase, iteration)
     if code is not None:
         return code

@@ -1,7 +1,8 @@
 """One real loop in a linked worktree, told its one task (GENESIS_TASK), as a fleet's monitor
 starts a child: the prompt and the environment name the task, the agent's own commit works in
 the default box, the loop ends exit 0 "done" when THIS task is ticked whatever the others, and
-a monitor that dies mid-night is told once while the child goes on to its own end."""
+a monitor that dies mid-night is told once while the child goes on to its own end, or, with
+GENESIS_FLEET_MONITOR_STOP_SECONDS, ends the child at its next check between phases."""
 
 from __future__ import annotations
 
@@ -160,3 +161,54 @@ def test_a_child_whose_monitor_is_killed_raises_one_monitor_down_and_goes_on_to_
     assert [e["iteration"] for e in events(child["state"], "iteration_start")] == [1, 2, 3, 4]
     assert events(child["state"], "loop_end")[-1]["reason"].startswith("done")
     assert f"iteration 3: not done: the task '{TASK}' is open in TASKS.md" in err
+
+
+# Builder only, never ticks its task: each run a second long, its output kept for the auto-commit.
+PLODDING = r"""#!/usr/bin/env bash
+set -euo pipefail
+n=$(( $(cat runs 2>/dev/null || echo 0) + 1 )); echo "$n" > runs
+sleep 1
+echo "run $n"
+"""
+
+
+def test_a_child_whose_monitor_stays_gone_past_the_stop_bound_stops_cleanly(child, tmp_path, procs):
+    main, tree = child["main"], child["tree"]
+    fleet = main / ".git" / "genesis" / "fleet"
+    fleet.mkdir(parents=True, mode=0o700)
+    monitor = procs([sys.executable, "-c", MONITOR, str(fleet)])
+    wait_for(lambda: (fleet / "monitor.json").exists(), what="the monitor's first beat")
+    agent = script(tmp_path / "plodding.sh", PLODDING)
+    env = loop_env(**CHILD, GENESIS_FLEET_DIR=str(fleet), GENESIS_FLEET_MONITOR_STALE_SECONDS="1",
+                   GENESIS_FLEET_MONITOR_STOP_SECONDS="3")
+    loop = subprocess.Popen(["bash", str(LOOP), "--project", str(tree), "--trust", "--agent-cmd", f"bash {agent}",
+                             "--max-iterations", "40", "--set", "GENESIS_PHASES=Builder"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: events(child["state"], "phase_start"), timeout=60, what="the child's first phase")
+        os.kill(monitor.pid, signal.SIGKILL)
+        monitor.wait(timeout=10)
+        killed = events(child["state"], "phase_start")[-1]["iteration"]
+        out, err = loop.communicate(timeout=120)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()
+    assert loop.returncode == exitcodes.MONITOR_LOST == 34, err
+    (lost,) = events(child["state"], "monitor_lost")
+    assert lost["gone"] >= 3 and lost["pid"] == monitor.pid and lost["task_id"] == "serve-it-over-http-5d41e2"
+    # Stopped at a check between phases, within its bound: no phase started after it, and the
+    # phases since the kill are the few that fit in 3 s (each 1 s long), not the 40 iterations.
+    starts = events(child["state"], "phase_start")
+    assert all(e["epoch"] <= lost["epoch"] for e in starts)
+    assert len(starts) - killed <= 4, [e["iteration"] for e in starts]
+    (end,) = events(child["state"], "loop_end")
+    assert end["exit_code"] == 34
+    assert end["reason"].startswith("the fleet's monitor is gone (its heartbeat is ") and \
+        "another machine's loop, which may have it by now" in end["reason"], end["reason"]
+    # Cleanly: every phase's work committed on the task's branch, the loop's lock let go.
+    assert git(tree, "status", "--porcelain") == ""
+    assert git(tree, "show", "HEAD:runs").strip() == str(len(starts))
+    status = subprocess.run([*GENESIS, "--project", str(tree), "status"], capture_output=True, text=True,
+                            timeout=60, env=loop_env())
+    assert status.returncode == exitcodes.NOT_RUNNING, status.stderr
