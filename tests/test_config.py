@@ -63,6 +63,7 @@ READ = {
     "CB_STOP_THRESHOLD": (lambda c: c.cb_stop, int),
     "AUTO_COMMIT": (lambda c: c.auto_commit, yes),
     "AUTO_PUSH": (lambda c: c.auto_push, yes),
+    "GENESIS_COMMIT_KEY": (lambda c: c.commit_key, str),
     "GENESIS_GIT_HOOKS": (lambda c: c.git_hooks, yes),
     "GENESIS_SANDBOX": (lambda c: c.sandbox, str),
     "GENESIS_AGENT_MEMORY_MAX": (lambda c: c.agent_memory_max, lambda d: None if not d else int(d)),

@@ -77,7 +77,8 @@ def watch_monitor(step: Step, env: Mapping[str, str], now: float | None = None) 
         step.say(f"the fleet's monitor looks down: {why}. This loop goes on to its own end; starting the "
                  f"fleet again adopts it", "warn")
         step.event(DOWN, age=None if age is None else round(age, 1), pid=pid, why=why, stale=stale,
-                   seen=now, fleet_dir=folder, task=task_of(env) or "", task_id=task_id_of(env), project=_project_of(folder))
+                   seen=now, fleet_dir=folder, task=task_of(env) or "", task_id=task_id_of(env),
+                   project=_project_of(folder))
     return up
 
 

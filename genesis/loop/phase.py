@@ -37,6 +37,7 @@ from genesis.procs.markers import markers_for
 from genesis.repo import phasework
 from genesis.repo.autocommit import CommitResult, commit
 from genesis.repo.ownership import remember, user_files
+from genesis.repo.phasekeys import TRAILER, trailer_value
 from genesis.repo.signing import unsigned_for
 from genesis.sandbox.box import Box
 from genesis.store.atomicio import DiskFull
@@ -242,7 +243,9 @@ def _commit(step: Step, phase: Phase, iteration: int, outcome: Outcome, push: bo
                     lay.ignored(), cfg.auto_push and push and not off_branch, keep_out=user_files(lay.user_files),
                     markers=markers_for(cfg.project, step.run_id), run_hooks=cfg.git_hooks, rules=rules_of(cfg),
                     unsigned=unsigned_for(cfg.project, lay.state_dir, step.run_id),
-                    said=lambda removed: lock_removed(step, phase.name, iteration, removed))
+                    said=lambda removed: lock_removed(step, phase.name, iteration, removed),
+                    trailers=[(TRAILER, trailer_value(cfg.commit_key, iteration, phase.name))] if cfg.commit_key
+                    else ())
     note_left_out(step, result, phase.name, iteration, phase.name)
     if result.committed and off_branch:
         step.say(f"{phase.name}: committed {result.sha} off the phase's branch (the agent switched branch or "

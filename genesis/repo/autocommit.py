@@ -41,6 +41,7 @@ class _Git:
     run_hooks: bool
     timeout: float
     unsigned: str = ""     # why Genesis's commits are not signed (signing would prompt); "": as configured
+    trailers: tuple[tuple[str, str], ...] = ()  # (key, value) lines of the message's last paragraph
 
     def __call__(self, *args: str, identity: bool = False, stdin: bytes | None = None,
                  literal: bool = False, env: Mapping[str, str] | None = None,
@@ -82,7 +83,8 @@ def commit(project: Path, message: str, excluded: list[str], push: bool,
            markers: Mapping[str, str] = NO_MARKERS, run_hooks: bool = False,
            timeout: float = GIT_TIMEOUT, only: Sequence[str] | None = None,
            rules: Rules = DEFAULT_RULES, unsigned: str = "",
-           said: Callable[[str], None] | None = None) -> CommitResult:
+           said: Callable[[str], None] | None = None,
+           trailers: Sequence[tuple[str, str]] = ()) -> CommitResult:
     """Stage everything but Genesis's files and `keep_out` and commit it; nothing to commit
     is not an error.
 
@@ -100,10 +102,15 @@ def commit(project: Path, message: str, excluded: list[str], push: bool,
     the conflict markers (and conclude a merge); the error says so.
 
     `unsigned`: the commit is made unsigned, with a `Genesis-Unsigned:` trailer saying why.
+    `trailers`: more (key, value) trailers after it, in the same last paragraph (git reads
+    only that one as trailers); a value is one line.
     A stale index.lock is removed first and `said` (repo/indexlock.py); a held one is waited
     for within a bound, then named in the error.
     """
-    git = _Git(Path(project), markers, run_hooks, timeout, unsigned)
+    bad = [k for k, v in trailers if not k or any(c in k + v for c in "\r\n") or ":" in k]
+    if bad:
+        return CommitResult(False, error=f"not committed: a trailer that is not one line: {bad[0]!r}")
+    git = _Git(Path(project), markers, run_hooks, timeout, unsigned, tuple(trailers))
     try:
         held = _free_index(git, said)
         if held:
@@ -177,8 +184,9 @@ def _genesis_file(path: str, excluded: Sequence[str]) -> bool:
 def _conclude(git: _Git, push: bool, args: Sequence[str], stdin: bytes | None = None) -> CommitResult:
     """git commit ARGS (as Genesis when the user has no identity), then push if asked."""
     has_identity = git("config", "user.email").text.strip() != ""
-    if git.unsigned:
-        args = [*args, "-m", f"Genesis-Unsigned: {git.unsigned}"]
+    tail = ([("Genesis-Unsigned", git.unsigned)] if git.unsigned else []) + list(git.trailers)
+    if tail:
+        args = [*args, "-m", "\n".join(f"{key}: {value}" for key, value in tail)]
     done = git("commit", "-q", *args, identity=not has_identity, stdin=stdin, literal=True)
     if done.returncode != 0:
         return CommitResult(False, error=f"git commit failed: {_why(done)}")

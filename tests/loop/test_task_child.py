@@ -21,6 +21,7 @@ from helpers.waits import wait_for
 
 from genesis import exitcodes
 from genesis.ledger.store import Ledger, LedgerError
+from genesis.repo.phasekeys import keys_on
 
 TASK = "Serve it over HTTP"
 TASKS = f"# Tasks\n\n- [ ] Add a greeting\n- [ ] {TASK}\n- [ ] Log each request\n"
@@ -212,3 +213,28 @@ def test_a_child_whose_monitor_stays_gone_past_the_stop_bound_stops_cleanly(chil
     status = subprocess.run([*GENESIS, "--project", str(tree), "status"], capture_output=True, text=True,
                             timeout=60, env=loop_env())
     assert status.returncode == exitcodes.NOT_RUNNING, status.stderr
+
+
+KEY = "genesis-fleet-0a1b2c/serve-it-over-http-5d41e2#3"
+
+
+def test_a_child_given_a_commit_key_puts_it_on_each_phases_commit(child):
+    main, tree = child["main"], child["tree"]
+    head = git(main, "rev-parse", "HEAD").strip()
+    done = run_loop(tree, "--trust", "--agent-cmd", f"bash {child['agent']}", "--max-iterations", "3",
+                    "--set", "GENESIS_PHASES=Builder Criticizer", env=loop_env(**CHILD, GENESIS_COMMIT_KEY=KEY))
+    assert done.returncode == 0, done.stderr
+    trailers = git(tree, "log", "--format=%s|%(trailers:key=Genesis-Phase,valueonly,separator=;)",
+                   f"{head}..HEAD").splitlines()
+    run = events(child["state"], "loop_end")[0]["run_id"]
+    assert trailers == [f"genesis: Criticizer, iteration 1 (finished) [run {run}]|{KEY}/1-Criticizer",
+                        f"genesis: Builder, iteration 1 (finished) [run {run}]|{KEY}/1-Builder", "Serve it|"]
+    assert [(k.iteration, k.phase) for k in keys_on(tree, "HEAD", prefix=KEY)] == [(1, "Criticizer"), (1, "Builder")]
+
+
+def test_a_bad_commit_key_is_refused_at_the_start(child):
+    done = run_loop(child["tree"], "--trust", "--agent-cmd", f"bash {child['agent']}", "--max-iterations", "1",
+                    env=loop_env(**CHILD, GENESIS_COMMIT_KEY="fleet/task #3"))
+    assert done.returncode == exitcodes.USAGE, done.stderr
+    assert "GENESIS_COMMIT_KEY='fleet/task #3' (env) holds a space" in done.stderr, done.stderr
+    assert events(child["state"], "phase_start") == []
