@@ -238,3 +238,67 @@ def test_a_bad_commit_key_is_refused_at_the_start(child):
     assert done.returncode == exitcodes.USAGE, done.stderr
     assert "GENESIS_COMMIT_KEY='fleet/task #3' (env) holds a space" in done.stderr, done.stderr
     assert events(child["state"], "phase_start") == []
+
+
+# As AGENT, but the Criticizer commits its tick itself: nothing is left for Genesis to commit.
+SELF_COMMITTING = AGENT.replace(
+    '''  sed -i "s/^- \\[?\\] $GENESIS_TASK\\$/- [x] $GENESIS_TASK/" TASKS.md''',
+    '''  sed -i "s/^- \\[?\\] $GENESIS_TASK\\$/- [x] $GENESIS_TASK/" TASKS.md
+  git add -A && git -c user.name=Agent -c user.email=agent@example.invalid commit -qm "Tick it"''')
+
+
+def shared_remote(child: dict[str, Path], tmp_path: Path) -> Path:
+    """A real bare remote the machines share (its ref updates logged), the project pushed to it;
+    the task's branch, made with no upstream as the fleet makes it, is not on it yet."""
+    bare = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(bare, "config", "core.logAllRefUpdates", "always")
+    git(child["main"], "remote", "add", "origin", str(bare))
+    git(child["main"], "push", "-q", "-u", "origin", "HEAD")
+    return bare
+
+
+BRANCH = "genesis/task/serve-it-over-http-5d41e2"
+
+
+def test_a_child_with_auto_push_pushes_its_task_branch_after_each_phase(child, tmp_path):
+    bare, tree = shared_remote(child, tmp_path), child["tree"]
+    assert SELF_COMMITTING != AGENT
+    agent = script(tmp_path / "self.sh", SELF_COMMITTING)
+    done = run_loop(tree, "--trust", "--agent-cmd", f"bash {agent}", "--max-iterations", "3",
+                    "--set", "GENESIS_PHASES=Builder Criticizer", "--set", "AUTO_PUSH=true",
+                    env=loop_env(**CHILD, GENESIS_COMMIT_KEY=KEY))
+    assert done.returncode == 0, done.stderr
+    assert events(child["state"], "commit_failed") == []
+    # The branch went up with an upstream on the Builder's commit, and again after the Criticizer's
+    # own commit (nothing left to auto-commit): the remote has every phase's work as it ended.
+    assert git(tree, "rev-parse", "--abbrev-ref", "@{upstream}").strip() == f"origin/{BRANCH}"
+    assert git(bare, "rev-parse", f"refs/heads/{BRANCH}") == git(tree, "rev-parse", "HEAD")
+    pushed = git(bare, "reflog", "--format=%s", f"refs/heads/{BRANCH}").splitlines()
+    assert len(pushed) == 2, pushed
+    assert git(bare, "log", "-1", "--format=%s", f"refs/heads/{BRANCH}@{{1}}").startswith("genesis: Builder")
+    assert git(bare, "log", "-1", "--format=%s", f"refs/heads/{BRANCH}").strip() == "Tick it"
+    assert "Builder: committed " in done.stderr and " and pushed" in done.stderr
+    assert "Criticizer: nothing to commit; the agent's own commits pushed" in done.stderr
+    assert [(k.iteration, k.phase) for k in keys_on(bare, f"refs/heads/{BRANCH}")] == [(1, "Builder")]
+
+
+def test_a_child_whose_push_is_rejected_says_so_goes_on_and_never_forces(child, tmp_path):
+    bare, tree = shared_remote(child, tmp_path), child["tree"]
+    other = tmp_path / "machine-b"  # another machine pushed the task's branch meanwhile
+    git(tmp_path, "clone", "-q", str(bare), str(other))
+    git(other, "checkout", "-q", "-b", BRANCH)
+    (other / "theirs.txt").write_text("theirs\n")
+    git(other, "add", "theirs.txt")
+    git(other, "commit", "-qm", "theirs")
+    git(other, "push", "-q", "origin", BRANCH)
+    theirs = git(bare, "rev-parse", f"refs/heads/{BRANCH}")
+    done = run_loop(tree, "--trust", "--agent-cmd", f"bash {child['agent']}", "--max-iterations", "3",
+                    "--set", "GENESIS_PHASES=Builder Criticizer", "--set", "AUTO_PUSH=true", env=loop_env(**CHILD))
+    assert done.returncode == 0, done.stderr  # the existing rule: a failed push is said, the loop goes on
+    failed = events(child["state"], "commit_failed")
+    assert [(e["phase"], e["in_a_row"]) for e in failed] == [("Builder", 1), ("Criticizer", 2)]
+    assert all("[rejected]" in e["error"] and "never forces a push" in e["error"] for e in failed), failed
+    assert git(bare, "rev-parse", f"refs/heads/{BRANCH}") == theirs  # their work is kept
+    assert "auto-commit failed (2 in a row): git push failed" in done.stderr
+    assert (tree / "TASKS.md").read_text() == TASKS.replace(f"- [ ] {TASK}", f"- [x] {TASK}")  # and this one, here
