@@ -95,7 +95,7 @@ def monitor_gone(step: Step, env: Mapping[str, str], now: float | None = None) -
     age, pid, why = monitor_age(Path(folder), now)
     if age is None:
         told = step.events(kinds=(DOWN,))
-        seen = finite(told[-1].get("seen")) if told else None
+        seen = finite(told[-1].get("seen", told[-1].get("epoch"))) if told else None
         gone = None if seen is None else max(0.0, now - seen)
     else:
         gone = age
