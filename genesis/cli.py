@@ -232,12 +232,13 @@ def run_phase(obj: Context, iteration: int, name: str, run_id: str) -> None:
 @pass_ctx
 @guarded
 def iteration(obj: Context, what: str, iteration: int, run_id: str) -> None:
-    """Record the iteration's baseline, or measure its progress (exit 3: breaker OPEN)."""
+    """Record the iteration's baseline (exit 34: a fleet's child whose monitor is gone), or measure
+    its progress (exit 3: breaker OPEN)."""
     from genesis.loop.iteration import iteration_finish, iteration_start
 
     step = obj.step(run_id)
     if what == "start":
-        iteration_start(step, iteration)
+        sys.exit(iteration_start(step, iteration))
     else:
         sys.exit(iteration_finish(step, iteration))
 

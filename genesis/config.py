@@ -22,6 +22,7 @@ from genesis.health.doomloop import DoomLimits
 from genesis.hints import hint
 from genesis.phases import BUILTIN_PROMPTS, NAME_RE, DoneRule, Phase, Trigger, parse_done_rule, parse_trigger
 from genesis.procs.memory import parse_size
+from genesis.repo.phasekeys import check_key
 from genesis.sandbox.box import CHOICES as SANDBOX_CHOICES
 from genesis.store.atomicio import CorruptFile, TooLarge, quarantine, read_bytes, read_json
 from genesis.store.layout import Layout, state_dir_of
@@ -99,6 +100,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("CB_STOP_THRESHOLD", "5", "iterations without progress before OPEN (stop)"),
     Knob("AUTO_COMMIT", "true", "commit the project's changes after each phase"),
     Knob("AUTO_PUSH", "false", "push after each auto-commit"),
+    Knob("GENESIS_COMMIT_KEY", "", "each phase's auto-commit carries a trailer `Genesis-Phase: <key>/<iteration>-"
+         "<phase>` (the fleet on Temporal sets it per attempt, so that a retried attempt knows the phases already "
+         "pushed); printable ASCII without spaces, at most 200 characters; empty: no trailer"),
     Knob("GENESIS_COMMIT_MAX_FILE_MB", "10", "auto-commit leaves out a file larger than this, as it leaves out "
          "files that look like secrets (0: no size cap); what it leaves out stays in the work tree and is reported"),
     Knob("GENESIS_SANDBOX", "auto", "the agent's box: auto (bubblewrap where it runs, else Landlock, else "
@@ -178,6 +182,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_FLEET_CHECK_SECONDS", "2", "a fleet's monitor checks its children this often"),
     Knob("GENESIS_FLEET_MONITOR_STALE_SECONDS", "60", "a fleet's child raises one \"monitor down\" alert when "
          "the monitor's heartbeat (monitor.json) is older than this (1-86400)"),
+    Knob("GENESIS_FLEET_MONITOR_STOP_SECONDS", "0", "a fleet's child ends its night (exit 34) at its next check "
+         "between phases once its monitor's heartbeat is older than this, or missing that long: its task may be "
+         "another machine's by then (0: never, the child goes on to its own end; at most 604800)"),
     Knob("GENESIS_LOG_DIR", "orchestrator/logs", "agent logs and the console's copy, relative to the project"),
     Knob("GENESIS_STOP_FLAG", "hooks/loop_multi_agent.txt",
          "the loop stops when this file says false (relative to the project)"),
@@ -247,6 +254,7 @@ class Config:
     cb_stop: int
     auto_commit: bool
     auto_push: bool
+    commit_key: str                       # GENESIS_COMMIT_KEY ("": no Genesis-Phase trailer)
     reap_scope: str
     reap_patterns: str
     reap_ports: tuple[int, ...]
@@ -289,6 +297,7 @@ class Config:
     fleet_cascade_percent: float          # GENESIS_FLEET_CASCADE_PERCENT (0: off)
     fleet_cascade_window: float           # seconds; GENESIS_FLEET_CASCADE_WINDOW_SECONDS
     monitor_stale: float                  # seconds; GENESIS_FLEET_MONITOR_STALE_SECONDS (a fleet's child)
+    monitor_stop: float                   # seconds; GENESIS_FLEET_MONITOR_STOP_SECONDS (0: a child never stops for it)
     fleet_worktree_dir: Path | None       # GENESIS_FLEET_WORKTREE_DIR; None: <git common dir>/genesis-worktrees
     fleet_merge: str                      # GENESIS_FLEET_MERGE: queue or branch
     merge_test_cmd: str                   # GENESIS_MERGE_TEST_CMD ("": none)
@@ -560,6 +569,7 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         cb_stop=cb_stop,
         auto_commit=boolean("AUTO_COMMIT"),
         auto_push=boolean("AUTO_PUSH"),
+        commit_key=_commit_key(s),
         reap_scope=scope,
         reap_patterns=patterns,
         reap_ports=tuple(ports),
@@ -603,6 +613,7 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         fleet_cascade_percent=_percent(s, "GENESIS_FLEET_CASCADE_PERCENT"),
         fleet_cascade_window=number("GENESIS_FLEET_CASCADE_WINDOW_SECONDS", 1),
         monitor_stale=min(number("GENESIS_FLEET_MONITOR_STALE_SECONDS", 1), 86400.0),
+        monitor_stop=min(number("GENESIS_FLEET_MONITOR_STOP_SECONDS", 0), 604800.0),
         fleet_worktree_dir=_worktree_dir(project, s),
         fleet_merge=_choice(s, "GENESIS_FLEET_MERGE", ("queue", "branch")),
         merge_test_cmd=get("GENESIS_MERGE_TEST_CMD"),
@@ -657,6 +668,15 @@ def _percent(s: Mapping[str, Setting], key: str) -> float:
     if not 0 <= value <= 100:
         raise ConfigError(f"{key}={raw!r} ({s[key].source}): expected a percentage from 0 to 100")
     return value
+
+
+def _commit_key(s: Mapping[str, Setting]) -> str:
+    setting = s["GENESIS_COMMIT_KEY"]
+    key = setting.value.strip()
+    why = check_key(key)
+    if why:
+        raise ConfigError(f"GENESIS_COMMIT_KEY={setting.value[:60]!r} ({setting.source}) {why}")
+    return key
 
 
 def _sandbox(s: Mapping[str, Setting]) -> str:

@@ -12,7 +12,7 @@ from genesis.hints import hint
 from genesis.loop import breaker
 from genesis.loop.completion import is_done
 from genesis.loop.guard import breaker_store, guard_config, heal, mirror_breaker
-from genesis.loop.monitorwatch import watch_monitor
+from genesis.loop.monitorwatch import monitor_gone
 from genesis.loop.onetask import task_of
 from genesis.loop.startfail import START_FAILURES, spares_breaker
 from genesis.loop.step import Step, StepFailed
@@ -47,7 +47,9 @@ def _measure(step: Step) -> Fingerprint:
     raise StepFailed(code, reason)
 
 
-def iteration_start(step: Step, iteration: int) -> None:
+def iteration_start(step: Step, iteration: int) -> int:
+    """Record the iteration's baseline. OK, or MONITOR_LOST: a fleet's child whose monitor is
+    gone stops here (see loop/monitorwatch.py)."""
     heal(step)
     snap = load_snapshot(step.layout.config_snapshot, step.run_id)
     if snap is not None:
@@ -56,7 +58,8 @@ def iteration_start(step: Step, iteration: int) -> None:
     write_json(step.layout.baseline_file, {"iteration": iteration, "run_id": step.run_id, **fp.to_json()})
     step.say(f"--- iteration {iteration} ---", "head")
     step.event("iteration_start", iteration=iteration)
-    watch_monitor(step, os.environ)  # a fleet's child: its monitor's heartbeat, between phases
+    # A fleet's child: its monitor's heartbeat, between phases.
+    return monitor_gone(step, os.environ) or exitcodes.OK
 
 
 def iteration_finish(step: Step, iteration: int) -> int:

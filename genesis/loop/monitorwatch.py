@@ -8,6 +8,12 @@ one alert, and goes on to its own end (nothing it does needs the monitor). It sa
 run; when the heartbeat is fresh again it records `monitor_back` (a resolved alert), and a
 later stale heartbeat is news again. One small file read with a size bound, no symlink
 followed, nothing waited on.
+
+With GENESIS_FLEET_MONITOR_STOP_SECONDS set, a monitor gone that long ends the child at that
+check instead (`monitor_gone`, exit MONITOR_LOST): on Temporal the monitor is the worker's
+activity, and a worker down that long has its task placed on another machine, where a second
+loop must not meet this one on the same branch. Each phase commits its own work before the
+next check, so stopping there loses nothing.
 """
 
 from __future__ import annotations
@@ -16,15 +22,16 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from genesis import exitcodes
 from genesis.loop.onetask import task_id_of, task_of
 from genesis.loop.step import Step
 from genesis.store.atomicio import CorruptFile, finite, read_json
 
-__all__ = ["HEARTBEAT", "MAX_BYTES", "monitor_age", "watch_monitor"]
+__all__ = ["HEARTBEAT", "MAX_BYTES", "monitor_age", "watch_monitor", "monitor_gone"]
 
 HEARTBEAT = "monitor.json"
 MAX_BYTES = 64 << 10
-DOWN, BACK = "monitor_down", "monitor_back"
+DOWN, BACK, LOST = "monitor_down", "monitor_back", "monitor_lost"
 
 
 def monitor_age(fleet_dir: Path, now: float) -> tuple[float | None, int | None, str]:
@@ -70,5 +77,35 @@ def watch_monitor(step: Step, env: Mapping[str, str], now: float | None = None) 
         step.say(f"the fleet's monitor looks down: {why}. This loop goes on to its own end; starting the "
                  f"fleet again adopts it", "warn")
         step.event(DOWN, age=None if age is None else round(age, 1), pid=pid, why=why, stale=stale,
-                   fleet_dir=folder, task=task_of(env) or "", task_id=task_id_of(env), project=_project_of(folder))
+                   seen=now, fleet_dir=folder, task=task_of(env) or "", task_id=task_id_of(env),
+                   project=_project_of(folder))
     return up
+
+
+def monitor_gone(step: Step, env: Mapping[str, str], now: float | None = None) -> int | None:
+    """Between phases: watch the monitor (watch_monitor), and MONITOR_LOST when it has been
+    gone for GENESIS_FLEET_MONITOR_STOP_SECONDS (recorded, with the loop's stop reason), else
+    None. A missing or unreadable heartbeat counts from the first check that found it so."""
+    now = time.time() if now is None else now
+    up = watch_monitor(step, env, now)
+    limit = step.cfg.monitor_stop
+    if up is None or limit <= 0:
+        return None
+    folder = env.get("GENESIS_FLEET_DIR", "").strip()
+    age, pid, why = monitor_age(Path(folder), now)
+    if age is None:
+        told = step.events(kinds=(DOWN,))
+        seen = finite(told[-1].get("seen", told[-1].get("epoch"))) if told else None
+        gone = None if seen is None else max(0.0, now - seen)
+    else:
+        gone = age
+    if gone is None or gone < limit:
+        return None
+    what = f"its heartbeat is {age:.0f}s old" if age is not None else f"{why}, for {gone:.0f}s now"
+    reason = (f"the fleet's monitor is gone ({what}, GENESIS_FLEET_MONITOR_STOP_SECONDS={limit:g}): this loop "
+              f"stops so that it never works its task beside another machine's loop, which may have it by now")
+    step.say(f"{reason}; its phases' work is committed", "error")
+    step.event(LOST, gone=round(gone, 1), pid=pid, why=what, stop=limit, fleet_dir=folder,
+               task=task_of(env) or "", task_id=task_id_of(env), project=_project_of(folder))
+    step.event("stop_reason", code=exitcodes.MONITOR_LOST, reason=reason[:1000])
+    return exitcodes.MONITOR_LOST

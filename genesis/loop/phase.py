@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from genesis import exitcodes
@@ -24,7 +24,7 @@ from genesis.loop.ending import commit_message, describe, how_it_ended, reported
 from genesis.loop.commitfail import commit_failed, lock_removed
 from genesis.loop.guard import HookRemoved, heal
 from genesis.loop.keptout import agent_committed, note_left_out, rules_of
-from genesis.loop.monitorwatch import watch_monitor
+from genesis.loop.monitorwatch import monitor_gone
 from genesis.loop.onetask import task_id_of, task_of, with_task
 from genesis.loop.phasewatch import health_keeper, incident_keeper, judge_of, on_check
 from genesis.loop.reap import reap
@@ -36,7 +36,9 @@ from genesis.phases import Phase, should_run
 from genesis.procs.markers import markers_for
 from genesis.repo import phasework
 from genesis.repo.autocommit import CommitResult, commit
+from genesis.repo.autocommit import push as push_branch
 from genesis.repo.ownership import remember, user_files
+from genesis.repo.phasekeys import TRAILER, trailer_value
 from genesis.repo.signing import unsigned_for
 from genesis.sandbox.box import Box
 from genesis.store.atomicio import DiskFull
@@ -72,7 +74,9 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     The trigger is checked here, just before the phase, so that it sees what the phases
     before it in this iteration did. Returns the phase's exit code.
     """
-    watch_monitor(step, os.environ)  # a fleet's child: its monitor's heartbeat, between phases
+    code = monitor_gone(step, os.environ)  # a fleet's child: its monitor's heartbeat, between phases
+    if code is not None:
+        return code
     code = _not_now(step, phase, iteration)
     if code is not None:
         return code
@@ -105,7 +109,7 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     # After a rewrite that stops the loop, the work is committed (kept) but not pushed.
     done = _commit(step, phase, iteration, outcome,
                    push=(not rewrites or step.cfg.allow_history_rewrite) and not leaked,
-                   off_branch=orphaning(rewrites))
+                   off_branch=orphaning(rewrites), start=work.head)
     if orphaning(rewrites):
         kept_after(step, iteration, phase.name)
     _note_leftovers(step, f"after {phase.name}, iteration {iteration}")
@@ -229,18 +233,30 @@ def _note_leftovers(step: Step, when: str) -> None:
 
 
 def _commit(step: Step, phase: Phase, iteration: int, outcome: Outcome, push: bool = True,
-            off_branch: bool = False) -> CommitResult | None:
+            off_branch: bool = False, start: str | None = None) -> CommitResult | None:
     """The phase's work committed as the agent's, an interrupted phase's too (labelled so),
     unless auto-commit is off or the agent never ran. Pushed only if asked and `push`, and
-    never from off the phase's branch (`off_branch`: switched or detached by the agent)."""
+    never from off the phase's branch (`off_branch`: switched or detached by the agent). A
+    fleet child's task branch gets its upstream on its first push, so that another machine
+    can take the task up from the remote where this one left it. With nothing to commit, the
+    agent's own commits since the phase's `start` are pushed all the same."""
     cfg, lay = step.cfg, step.layout
     if not cfg.auto_commit or outcome.status == "not_started":
         return None
+    pushing = cfg.auto_push and push and not off_branch
+    child = bool(task_id_of(os.environ))  # a fleet child's task branch is Genesis's: it may get an upstream
     result = commit(cfg.project, commit_message(phase.name, iteration, step.run_id, outcome),
-                    lay.ignored(), cfg.auto_push and push and not off_branch, keep_out=user_files(lay.user_files),
+                    lay.ignored(), pushing, keep_out=user_files(lay.user_files),
                     markers=markers_for(cfg.project, step.run_id), run_hooks=cfg.git_hooks, rules=rules_of(cfg),
                     unsigned=unsigned_for(cfg.project, lay.state_dir, step.run_id),
-                    said=lambda removed: lock_removed(step, phase.name, iteration, removed))
+                    said=lambda removed: lock_removed(step, phase.name, iteration, removed),
+                    trailers=[(TRAILER, trailer_value(cfg.commit_key, iteration, phase.name))] if cfg.commit_key
+                    else (), set_upstream=child)
+    if pushing and not result.committed and not result.error and start is not None:
+        alone = push_branch(cfg.project, markers_for(cfg.project, step.run_id), set_upstream=child, unless_at=start)
+        result = replace(result, sha=alone.sha, pushed=alone.pushed, error=alone.error)
+        if alone.pushed:
+            step.say(f"{phase.name}: nothing to commit; the agent's own commits pushed ({alone.sha})", "info")
     note_left_out(step, result, phase.name, iteration, phase.name)
     if result.committed and off_branch:
         step.say(f"{phase.name}: committed {result.sha} off the phase's branch (the agent switched branch or "

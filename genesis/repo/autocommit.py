@@ -17,7 +17,7 @@ from genesis.repo.commitfilter import MB, LeftOut, Rules, by_content, by_name_an
 from genesis.repo.gitcmd import GitFailed, GitRun, run_git
 from genesis.repo.indexlock import clear_stale
 
-__all__ = ["CommitResult", "UserChanges", "commit", "user_changes", "LeftOut", "Rules", "DEFAULT_RULES"]
+__all__ = ["CommitResult", "UserChanges", "commit", "push", "user_changes", "LeftOut", "Rules", "DEFAULT_RULES"]
 
 GIT_TIMEOUT = 120
 NO_MARKERS: Mapping[str, str] = MappingProxyType({})
@@ -41,6 +41,8 @@ class _Git:
     run_hooks: bool
     timeout: float
     unsigned: str = ""     # why Genesis's commits are not signed (signing would prompt); "": as configured
+    trailers: tuple[tuple[str, str], ...] = ()  # (key, value) lines of the message's last paragraph
+    set_upstream: bool = False  # a branch without an upstream gets one on its first push (push_target)
 
     def __call__(self, *args: str, identity: bool = False, stdin: bytes | None = None,
                  literal: bool = False, env: Mapping[str, str] | None = None,
@@ -82,7 +84,8 @@ def commit(project: Path, message: str, excluded: list[str], push: bool,
            markers: Mapping[str, str] = NO_MARKERS, run_hooks: bool = False,
            timeout: float = GIT_TIMEOUT, only: Sequence[str] | None = None,
            rules: Rules = DEFAULT_RULES, unsigned: str = "",
-           said: Callable[[str], None] | None = None) -> CommitResult:
+           said: Callable[[str], None] | None = None,
+           trailers: Sequence[tuple[str, str]] = (), set_upstream: bool = False) -> CommitResult:
     """Stage everything but Genesis's files and `keep_out` and commit it; nothing to commit
     is not an error.
 
@@ -100,10 +103,18 @@ def commit(project: Path, message: str, excluded: list[str], push: bool,
     the conflict markers (and conclude a merge); the error says so.
 
     `unsigned`: the commit is made unsigned, with a `Genesis-Unsigned:` trailer saying why.
+    `trailers`: more (key, value) trailers after it, in the same last paragraph (git reads
+    only that one as trailers); a value is one line.
+    `set_upstream`: a branch without an upstream is pushed under its own name to the remote a
+    plain push would choose (see push_target) and tracks it from then on: a fleet child's task
+    branch, which Genesis made. Never forced: a push the remote rejects is an error, said as such.
     A stale index.lock is removed first and `said` (repo/indexlock.py); a held one is waited
     for within a bound, then named in the error.
     """
-    git = _Git(Path(project), markers, run_hooks, timeout, unsigned)
+    bad = [k for k, v in trailers if not k or any(c in k + v for c in "\r\n") or ":" in k]
+    if bad:
+        return CommitResult(False, error=f"not committed: a trailer that is not one line: {bad[0]!r}")
+    git = _Git(Path(project), markers, run_hooks, timeout, unsigned, tuple(trailers), set_upstream)
     try:
         held = _free_index(git, said)
         if held:
@@ -177,29 +188,73 @@ def _genesis_file(path: str, excluded: Sequence[str]) -> bool:
 def _conclude(git: _Git, push: bool, args: Sequence[str], stdin: bytes | None = None) -> CommitResult:
     """git commit ARGS (as Genesis when the user has no identity), then push if asked."""
     has_identity = git("config", "user.email").text.strip() != ""
-    if git.unsigned:
-        args = [*args, "-m", f"Genesis-Unsigned: {git.unsigned}"]
+    tail = ([("Genesis-Unsigned", git.unsigned)] if git.unsigned else []) + list(git.trailers)
+    if tail:
+        args = [*args, "-m", "\n".join(f"{key}: {value}" for key, value in tail)]
     done = git("commit", "-q", *args, identity=not has_identity, stdin=stdin, literal=True)
     if done.returncode != 0:
         return CommitResult(False, error=f"git commit failed: {_why(done)}")
     sha = git("rev-parse", "--short", "HEAD").text.strip()
     if not push:
         return CommitResult(True, sha)
-    target = push_target(git)
+    return _push(git, sha, True)
+
+
+def push(project: Path, markers: Mapping[str, str] = NO_MARKERS, timeout: float = GIT_TIMEOUT,
+         set_upstream: bool = False, unless_at: str | None = None) -> CommitResult:
+    """Push HEAD's branch as an auto-commit would (see commit), with nothing to commit: a phase
+    whose agent made its own commits. committed is False; pushed and error say what happened;
+    pushed is None when HEAD is still at `unless_at` (nothing new to push)."""
+    git = _Git(Path(project), markers, False, timeout, set_upstream=set_upstream)
+    try:
+        head = git("rev-parse", "--verify", "-q", "HEAD").text.strip()
+        if not head or head == unless_at:
+            return CommitResult(False)
+        return _push(git, head[:12], False)
+    except GitFailed as exc:
+        return CommitResult(False, pushed=False, error=str(exc))
+    except OSError as exc:
+        return CommitResult(False, pushed=False, error=f"cannot run git in {project}: {exc}")
+
+
+def _push(git: _Git, sha: str, committed: bool) -> CommitResult:
+    """Push HEAD's branch (see push_target), at sha; committed: sha is the commit just made."""
+    target = push_target(git, git.set_upstream)
     if isinstance(target, str):
-        return CommitResult(True, sha, False, target)
-    remote, refspec = target
+        return CommitResult(committed, sha, False, target)
+    remote, refspec, track = target
     # The branch alone, by an explicit refspec: never Genesis's safety refs (refs/genesis/...), never
-    # tags, whatever the repository's config says (remote.*.mirror, remote.*.push).
-    pushed = git("push", "-q", "--no-follow-tags", remote, refspec, config=[(f"remote.{remote}.mirror", "false")])
-    if pushed.returncode != 0:
-        return CommitResult(True, sha, False, f"git push failed: {_why(pushed)}")
-    return CommitResult(True, sha, True)
+    # tags, whatever the repository's config says (remote.*.mirror, remote.*.push). Never forced.
+    pushed = git("push", "-q", "--no-follow-tags", *(["--set-upstream"] if track else []), remote, refspec,
+                 config=[(f"remote.{remote}.mirror", "false"), ("advice.pushUpdateRejected", "false")])
+    if pushed.returncode != 0:  # git's own words, without the hints that would crowd them out
+        return CommitResult(committed, sha, False, f"git push failed: {_why(pushed)}{_rejected(pushed)}")
+    return CommitResult(committed, sha, True)
 
 
-def push_target(git: "_Git") -> tuple[str, str] | str:
-    """(remote, refspec) that pushes HEAD's branch to its upstream, as a plain `git push` would;
-    or why it is not pushed (no branch, no upstream)."""
+def _rejected(pushed: GitRun) -> str:
+    """What a rejected push means for the loop (nothing when it failed otherwise)."""
+    words = pushed.stderr or pushed.text
+    if any(said in words for said in ("[rejected]", "non-fast-forward", "fetch first", "Updates were rejected")):
+        return (". The remote's branch has commits this one has not (pushed from elsewhere): Genesis never forces "
+                "a push, so this work stays committed here, unpushed")
+    return ""
+
+
+def _remote_for(setting: Callable[[str], str], git: _Git) -> str:
+    """The remote a new branch is pushed to: remote.pushDefault, else the repository's one
+    remote, else `origin` when there is one ("": none to choose)."""
+    chosen = setting("remote.pushDefault")
+    if chosen:
+        return chosen
+    remotes = git("remote").text.split()
+    return remotes[0] if len(remotes) == 1 else "origin" if "origin" in remotes else ""
+
+
+def push_target(git: "_Git", set_upstream: bool = False) -> tuple[str, str, bool] | str:
+    """(remote, refspec, sets the upstream) that pushes HEAD's branch to its upstream, as a plain
+    `git push` would; or why it is not pushed (no branch, no upstream). With set_upstream, a
+    branch without one is pushed under its own name (see _remote_for) and tracks it."""
     branch = git("symbolic-ref", "-q", "--short", "HEAD").text.strip()
     if not branch:
         return "not pushed: HEAD is on no branch"
@@ -209,11 +264,16 @@ def push_target(git: "_Git") -> tuple[str, str] | str:
 
     upstream_remote, merge = setting(f"branch.{branch}.remote"), setting(f"branch.{branch}.merge")
     remote = setting(f"branch.{branch}.pushRemote") or setting("remote.pushDefault") or upstream_remote
+    if set_upstream and not upstream_remote:
+        remote = _remote_for(setting, git)
+        if remote and remote != ".":
+            return remote, f"refs/heads/{branch}:refs/heads/{branch}", True
+        return f"not pushed: branch {branch} has no upstream and the repository no remote to push it to"
     if not remote or (remote == upstream_remote and not merge.startswith("refs/heads/")):
         return (f"not pushed: branch {branch} has no upstream; set one once with `git push -u origin {branch}` "
                 f"(AUTO_PUSH pushes to it)")
     dest = merge if remote == upstream_remote else f"refs/heads/{branch}"
-    return remote, f"refs/heads/{branch}:{dest}"
+    return remote, f"refs/heads/{branch}:{dest}", False
 
 
 def _free_index(git: _Git, said: Callable[[str], None] | None) -> str:

@@ -22,6 +22,7 @@ MB = 1 << 20
     (6, False, False, False, "config", 6),
     (23, False, False, False, "stopped", 23),          # a ceiling: nothing more launches
     (24, False, False, False, "stopped", 24),
+    (34, False, False, False, "stopped", None),        # its monitor was gone: no failure, nothing else stops
     (130, False, False, True, "stopped", None),        # the monitor's own Ctrl-C
     (143, False, True, False, "stopped", None),
     (143, False, False, False, "failed", None),        # a SIGTERM nobody in the fleet sent

@@ -1,5 +1,6 @@
 """A fleet's child watching its monitor's heartbeat between phases: one "monitor down" a run,
-recorded in its ledger, and "monitor back" when it beats again; nothing at all outside a fleet."""
+recorded in its ledger, and "monitor back" when it beats again; nothing at all outside a fleet.
+With GENESIS_FLEET_MONITOR_STOP_SECONDS, a monitor gone that long stops the child (exit 34)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from genesis import exitcodes
 from genesis.alerts.tickets import ticket_for
-from genesis.loop.monitorwatch import monitor_age, watch_monitor
+from genesis.loop.monitorwatch import monitor_age, monitor_gone, watch_monitor
 
 RUN = "20260101T000000Z-77"
 NOW = 1_800_000_000.0
@@ -87,3 +89,49 @@ def test_the_monitor_down_ticket_says_what_stops_and_what_to_do(project):
     assert "start-multi-agent-loop.sh --project /src/myapp --parallel N" in ticket.lines[-1]
     back = ticket_for({"event": "monitor_back", "run_id": RUN, "age": 1.5}, project)
     assert back.severity == "low" and back.headline == "resolved: the fleet's monitor is back"
+
+
+def stopping(step, seconds: float):
+    return replace(step, cfg=replace(step.cfg, monitor_stale=2.0, monitor_stop=seconds))
+
+
+def test_a_heartbeat_older_than_the_stop_bound_stops_the_child_with_its_reason(step, fleet, said):
+    step = stopping(step, 30.0)
+    beat(fleet, NOW - 29)
+    assert monitor_gone(step, env_of(fleet), NOW) is None  # down (one alert), not yet gone for good
+    assert told(step) == ["monitor_down"] and step.events(kinds=("monitor_lost",)) == []
+    assert monitor_gone(step, env_of(fleet), NOW + 1) == exitcodes.MONITOR_LOST == 34
+    (lost,) = step.events(kinds=("monitor_lost",))
+    assert lost["gone"] == 30.0 and lost["pid"] == 4242 and lost["task_id"] == "add-a-greeting-0a1b2c"
+    (why,) = step.events(kinds=("stop_reason",))
+    assert why["code"] == 34 and why["reason"].startswith(
+        "the fleet's monitor is gone (its heartbeat is 30s old, GENESIS_FLEET_MONITOR_STOP_SECONDS=30): this loop "
+        "stops so that it never works its task beside another machine's loop")
+    assert any(kind == "error" and "monitor is gone" in m for kind, m in said)
+
+
+def test_a_missing_heartbeat_stops_the_child_once_it_has_been_missing_that_long(step, fleet):
+    step = stopping(step, 30.0)
+    assert monitor_gone(step, env_of(fleet), NOW) is None  # missing from this check on
+    assert monitor_gone(step, env_of(fleet), NOW + 29) is None
+    assert monitor_gone(step, env_of(fleet), NOW + 30) == exitcodes.MONITOR_LOST
+    (lost,) = step.events(kinds=("monitor_lost",))
+    assert lost["gone"] == 30.0 and "has no heartbeat" in lost["why"]
+
+
+def test_a_monitor_beating_again_in_time_keeps_the_child(step, fleet):
+    step = stopping(step, 30.0)
+    beat(fleet, NOW - 20)
+    assert monitor_gone(step, env_of(fleet), NOW) is None
+    beat(fleet, NOW + 5)
+    assert monitor_gone(step, env_of(fleet), NOW + 6) is None
+    assert told(step) == ["monitor_down", "monitor_back"] and step.events(kinds=("monitor_lost",)) == []
+
+
+def test_without_the_stop_bound_a_gone_monitor_is_only_told(step, fleet):
+    assert step.cfg.monitor_stop == 0  # the default: the local fleet's children never stop for it
+    beat(fleet, NOW - 86400)
+    assert monitor_gone(step, env_of(fleet), NOW) is None
+    assert monitor_gone(step, env_of(fleet), NOW + 86400) is None
+    assert told(step) == ["monitor_down"] and step.events(kinds=("monitor_lost", "stop_reason")) == []
+    assert monitor_gone(stopping(step, 30.0), {}, NOW) is None  # no fleet: nothing to watch

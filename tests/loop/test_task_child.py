@@ -1,7 +1,8 @@
 """One real loop in a linked worktree, told its one task (GENESIS_TASK), as a fleet's monitor
 starts a child: the prompt and the environment name the task, the agent's own commit works in
 the default box, the loop ends exit 0 "done" when THIS task is ticked whatever the others, and
-a monitor that dies mid-night is told once while the child goes on to its own end."""
+a monitor that dies mid-night is told once while the child goes on to its own end, or, with
+GENESIS_FLEET_MONITOR_STOP_SECONDS, ends the child at its next check between phases."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from helpers.waits import wait_for
 
 from genesis import exitcodes
 from genesis.ledger.store import Ledger, LedgerError
+from genesis.repo.phasekeys import keys_on
 
 TASK = "Serve it over HTTP"
 TASKS = f"# Tasks\n\n- [ ] Add a greeting\n- [ ] {TASK}\n- [ ] Log each request\n"
@@ -160,3 +162,143 @@ def test_a_child_whose_monitor_is_killed_raises_one_monitor_down_and_goes_on_to_
     assert [e["iteration"] for e in events(child["state"], "iteration_start")] == [1, 2, 3, 4]
     assert events(child["state"], "loop_end")[-1]["reason"].startswith("done")
     assert f"iteration 3: not done: the task '{TASK}' is open in TASKS.md" in err
+
+
+# Builder only, never ticks its task: each run a second long, its output kept for the auto-commit.
+PLODDING = r"""#!/usr/bin/env bash
+set -euo pipefail
+n=$(( $(cat runs 2>/dev/null || echo 0) + 1 )); echo "$n" > runs
+sleep 1
+echo "run $n"
+"""
+
+
+def test_a_child_whose_monitor_stays_gone_past_the_stop_bound_stops_cleanly(child, tmp_path, procs):
+    main, tree = child["main"], child["tree"]
+    fleet = main / ".git" / "genesis" / "fleet"
+    fleet.mkdir(parents=True, mode=0o700)
+    monitor = procs([sys.executable, "-c", MONITOR, str(fleet)])
+    wait_for(lambda: (fleet / "monitor.json").exists(), what="the monitor's first beat")
+    agent = script(tmp_path / "plodding.sh", PLODDING)
+    env = loop_env(**CHILD, GENESIS_FLEET_DIR=str(fleet), GENESIS_FLEET_MONITOR_STALE_SECONDS="1",
+                   GENESIS_FLEET_MONITOR_STOP_SECONDS="3")
+    loop = subprocess.Popen(["bash", str(LOOP), "--project", str(tree), "--trust", "--agent-cmd", f"bash {agent}",
+                             "--max-iterations", "40", "--set", "GENESIS_PHASES=Builder"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: events(child["state"], "phase_start"), timeout=60, what="the child's first phase")
+        os.kill(monitor.pid, signal.SIGKILL)
+        monitor.wait(timeout=10)
+        killed = events(child["state"], "phase_start")[-1]["iteration"]
+        out, err = loop.communicate(timeout=120)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()
+    assert loop.returncode == exitcodes.MONITOR_LOST == 34, err
+    (lost,) = events(child["state"], "monitor_lost")
+    assert lost["gone"] >= 3 and lost["pid"] == monitor.pid and lost["task_id"] == "serve-it-over-http-5d41e2"
+    # Stopped at a check between phases, within its bound: no phase started after it, and the
+    # phases since the kill are the few that fit in 3 s (each 1 s long), not the 40 iterations.
+    starts = events(child["state"], "phase_start")
+    assert all(e["epoch"] <= lost["epoch"] for e in starts)
+    assert len(starts) - killed <= 4, [e["iteration"] for e in starts]
+    (end,) = events(child["state"], "loop_end")
+    assert end["exit_code"] == 34
+    assert end["reason"].startswith("the fleet's monitor is gone (its heartbeat is ") and \
+        "another machine's loop, which may have it by now" in end["reason"], end["reason"]
+    # Cleanly: every phase's work committed on the task's branch, the loop's lock let go.
+    assert git(tree, "status", "--porcelain") == ""
+    assert git(tree, "show", "HEAD:runs").strip() == str(len(starts))
+    status = subprocess.run([*GENESIS, "--project", str(tree), "status"], capture_output=True, text=True,
+                            timeout=60, env=loop_env())
+    assert status.returncode == exitcodes.NOT_RUNNING, status.stderr
+
+
+KEY = "genesis-fleet-0a1b2c/serve-it-over-http-5d41e2#3"
+
+
+def test_a_child_given_a_commit_key_puts_it_on_each_phases_commit(child):
+    main, tree = child["main"], child["tree"]
+    head = git(main, "rev-parse", "HEAD").strip()
+    done = run_loop(tree, "--trust", "--agent-cmd", f"bash {child['agent']}", "--max-iterations", "3",
+                    "--set", "GENESIS_PHASES=Builder Criticizer", env=loop_env(**CHILD, GENESIS_COMMIT_KEY=KEY))
+    assert done.returncode == 0, done.stderr
+    trailers = git(tree, "log", "--format=%s|%(trailers:key=Genesis-Phase,valueonly,separator=;)",
+                   f"{head}..HEAD").splitlines()
+    run = events(child["state"], "loop_end")[0]["run_id"]
+    assert trailers == [f"genesis: Criticizer, iteration 1 (finished) [run {run}]|{KEY}/1-Criticizer",
+                        f"genesis: Builder, iteration 1 (finished) [run {run}]|{KEY}/1-Builder", "Serve it|"]
+    assert [(k.iteration, k.phase) for k in keys_on(tree, "HEAD", prefix=KEY)] == [(1, "Criticizer"), (1, "Builder")]
+
+
+def test_a_bad_commit_key_is_refused_at_the_start(child):
+    done = run_loop(child["tree"], "--trust", "--agent-cmd", f"bash {child['agent']}", "--max-iterations", "1",
+                    env=loop_env(**CHILD, GENESIS_COMMIT_KEY="fleet/task #3"))
+    assert done.returncode == exitcodes.USAGE, done.stderr
+    assert "GENESIS_COMMIT_KEY='fleet/task #3' (env) holds a space" in done.stderr, done.stderr
+    assert events(child["state"], "phase_start") == []
+
+
+# As AGENT, but the Criticizer commits its tick itself: nothing is left for Genesis to commit.
+SELF_COMMITTING = AGENT.replace(
+    '''  sed -i "s/^- \\[?\\] $GENESIS_TASK\\$/- [x] $GENESIS_TASK/" TASKS.md''',
+    '''  sed -i "s/^- \\[?\\] $GENESIS_TASK\\$/- [x] $GENESIS_TASK/" TASKS.md
+  git add -A && git -c user.name=Agent -c user.email=agent@example.invalid commit -qm "Tick it"''')
+
+
+def shared_remote(child: dict[str, Path], tmp_path: Path) -> Path:
+    """A real bare remote the machines share (its ref updates logged), the project pushed to it;
+    the task's branch, made with no upstream as the fleet makes it, is not on it yet."""
+    bare = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(bare, "config", "core.logAllRefUpdates", "always")
+    git(child["main"], "remote", "add", "origin", str(bare))
+    git(child["main"], "push", "-q", "-u", "origin", "HEAD")
+    return bare
+
+
+BRANCH = "genesis/task/serve-it-over-http-5d41e2"
+
+
+def test_a_child_with_auto_push_pushes_its_task_branch_after_each_phase(child, tmp_path):
+    bare, tree = shared_remote(child, tmp_path), child["tree"]
+    assert SELF_COMMITTING != AGENT
+    agent = script(tmp_path / "self.sh", SELF_COMMITTING)
+    done = run_loop(tree, "--trust", "--agent-cmd", f"bash {agent}", "--max-iterations", "3",
+                    "--set", "GENESIS_PHASES=Builder Criticizer", "--set", "AUTO_PUSH=true",
+                    env=loop_env(**CHILD, GENESIS_COMMIT_KEY=KEY))
+    assert done.returncode == 0, done.stderr
+    assert events(child["state"], "commit_failed") == []
+    # The branch went up with an upstream on the Builder's commit, and again after the Criticizer's
+    # own commit (nothing left to auto-commit): the remote has every phase's work as it ended.
+    assert git(tree, "rev-parse", "--abbrev-ref", "@{upstream}").strip() == f"origin/{BRANCH}"
+    assert git(bare, "rev-parse", f"refs/heads/{BRANCH}") == git(tree, "rev-parse", "HEAD")
+    pushed = git(bare, "reflog", "--format=%s", f"refs/heads/{BRANCH}").splitlines()
+    assert len(pushed) == 2, pushed
+    assert git(bare, "log", "-1", "--format=%s", f"refs/heads/{BRANCH}@{{1}}").startswith("genesis: Builder")
+    assert git(bare, "log", "-1", "--format=%s", f"refs/heads/{BRANCH}").strip() == "Tick it"
+    assert "Builder: committed " in done.stderr and " and pushed" in done.stderr
+    assert "Criticizer: nothing to commit; the agent's own commits pushed" in done.stderr
+    assert [(k.iteration, k.phase) for k in keys_on(bare, f"refs/heads/{BRANCH}")] == [(1, "Builder")]
+
+
+def test_a_child_whose_push_is_rejected_says_so_goes_on_and_never_forces(child, tmp_path):
+    bare, tree = shared_remote(child, tmp_path), child["tree"]
+    other = tmp_path / "machine-b"  # another machine pushed the task's branch meanwhile
+    git(tmp_path, "clone", "-q", str(bare), str(other))
+    git(other, "checkout", "-q", "-b", BRANCH)
+    (other / "theirs.txt").write_text("theirs\n")
+    git(other, "add", "theirs.txt")
+    git(other, "commit", "-qm", "theirs")
+    git(other, "push", "-q", "origin", BRANCH)
+    theirs = git(bare, "rev-parse", f"refs/heads/{BRANCH}")
+    done = run_loop(tree, "--trust", "--agent-cmd", f"bash {child['agent']}", "--max-iterations", "3",
+                    "--set", "GENESIS_PHASES=Builder Criticizer", "--set", "AUTO_PUSH=true", env=loop_env(**CHILD))
+    assert done.returncode == 0, done.stderr  # the existing rule: a failed push is said, the loop goes on
+    failed = events(child["state"], "commit_failed")
+    assert [(e["phase"], e["in_a_row"]) for e in failed] == [("Builder", 1), ("Criticizer", 2)]
+    assert all("[rejected]" in e["error"] and "never forces a push" in e["error"] for e in failed), failed
+    assert git(bare, "rev-parse", f"refs/heads/{BRANCH}") == theirs  # their work is kept
+    assert "auto-commit failed (2 in a row): git push failed" in done.stderr
+    assert (tree / "TASKS.md").read_text() == TASKS.replace(f"- [ ] {TASK}", f"- [x] {TASK}")  # and this one, here

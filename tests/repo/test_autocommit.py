@@ -10,13 +10,13 @@ import sys
 
 import psutil
 import pytest
-from helpers.git import git
+from helpers.git import commit_file, git
 from helpers.gitstates import conflicted_merge, stash_pop_conflict
 from helpers.procs import LISTEN, alive, free_port, listening
 from helpers.waits import wait_for
 
 from genesis.procs.reaper import markers_for
-from genesis.repo.autocommit import commit, user_changes
+from genesis.repo.autocommit import CommitResult, commit, push, user_changes
 from genesis.repo.gitcmd import GitFailed, GitTimeout
 
 HOOKS = ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-index-change",
@@ -183,3 +183,59 @@ def test_only_commits_those_paths_and_leaves_what_else_is_staged_staged(project)
     assert git(project, "status", "--porcelain", "--untracked-files=all").splitlines() == \
         ["A  staged.txt", "?? orchestrator/logs/x.log"]
     assert not commit(project, "again", [], push=False, only=["README.md"]).committed  # nothing left there
+
+
+def bare_remote(project, tmp_path, name: str = "origin"):
+    """A real bare remote of the project, its default branch pushed; no branch tracks it."""
+    bare = tmp_path / f"{name}.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(project, "remote", "add", name, str(bare))
+    git(project, "push", "-q", name, "HEAD")
+    return bare
+
+
+def test_a_task_branch_without_an_upstream_gets_one_on_its_first_push(project, tmp_path):
+    bare = bare_remote(project, tmp_path)
+    git(project, "checkout", "-q", "--no-track", "-b", "genesis/task/t-1")
+    (project / "a.txt").write_text("a\n")
+    refused = commit(project, "one", [], push=True)  # not asked to: said as before, not pushed
+    assert refused.committed and refused.pushed is False and "has no upstream" in refused.error
+    (project / "b.txt").write_text("b\n")
+    done = commit(project, "two", [], push=True, set_upstream=True)
+    assert done.committed and done.pushed and not done.error
+    assert git(bare, "rev-parse", "refs/heads/genesis/task/t-1") == git(project, "rev-parse", "HEAD")
+    assert git(project, "rev-parse", "--abbrev-ref", "@{upstream}").strip() == "origin/genesis/task/t-1"
+    (project / "c.txt").write_text("c\n")
+    assert commit(project, "three", [], push=True).pushed  # from then on a plain auto-push
+    assert git(bare, "rev-parse", "refs/heads/genesis/task/t-1") == git(project, "rev-parse", "HEAD")
+
+
+def test_a_push_the_remote_rejects_is_said_and_never_forced(project, tmp_path):
+    bare = bare_remote(project, tmp_path)
+    git(project, "checkout", "-q", "--no-track", "-b", "genesis/task/t-1")
+    other = tmp_path / "other"  # another machine pushes to the task's branch first
+    git(tmp_path, "clone", "-q", str(bare), str(other))
+    git(other, "checkout", "-q", "-b", "genesis/task/t-1")
+    (other / "theirs.txt").write_text("theirs\n")
+    git(other, "add", "theirs.txt")
+    git(other, "commit", "-qm", "theirs")
+    git(other, "push", "-q", "origin", "genesis/task/t-1")
+    theirs = git(bare, "rev-parse", "refs/heads/genesis/task/t-1")
+    (project / "mine.txt").write_text("mine\n")
+    done = commit(project, "mine", [], push=True, set_upstream=True)
+    assert done.committed and done.pushed is False
+    assert done.error.startswith("git push failed: ") and "[rejected]" in done.error, done.error
+    assert done.error.endswith("Genesis never forces a push, so this work stays committed here, unpushed")
+    assert git(bare, "rev-parse", "refs/heads/genesis/task/t-1") == theirs  # their work is kept
+    assert git(project, "log", "-1", "--format=%s").strip() == "mine"      # and so is this one, here
+
+
+def test_the_agents_own_commits_are_pushed_when_there_is_nothing_to_commit(project, tmp_path):
+    bare = bare_remote(project, tmp_path, "shared")
+    git(project, "checkout", "-q", "--no-track", "-b", "genesis/task/t-1")
+    start = git(project, "rev-parse", "HEAD").strip()
+    assert push(project, set_upstream=True, unless_at=start) == CommitResult(False)  # nothing new: no push
+    commit_file(project, "agent.txt")
+    done = push(project, set_upstream=True, unless_at=start)
+    assert not done.committed and done.pushed and not done.error
+    assert git(bare, "rev-parse", "refs/heads/genesis/task/t-1") == git(project, "rev-parse", "HEAD")
