@@ -5,6 +5,8 @@ root, HOME and shared state, one bare origin between them), the home's `genesis 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import time
 import uuid
 
@@ -14,7 +16,7 @@ pytest.importorskip("temporalio", reason="temporalio is not installed: pip insta
 
 from helpers.fleet import fleet_env, fleet_project, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import Machines, origin_for  # noqa: E402
+from helpers.temporal import GENESIS, Machines, origin_for  # noqa: E402
 
 from genesis import exitcodes  # noqa: E402
 from genesis.fleet.taskref import task_id  # noqa: E402
@@ -130,6 +132,16 @@ def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the
         assert (attempt["host"], attempt["tries"]) == ("A", 1), attempt
     print(f"\nfrom B's death to its phases started again on A: {', '.join(f'{s:.1f}s' for s in resumed)} "
           f"(heartbeat timeout 3s)")
+    # Genesis's own report and status at home, from the fleet's copy in the project's ledger.
+    report = subprocess.run([*GENESIS, "--project", str(project), "report"], env=machines.env, capture_output=True,
+                            text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.count("its worker was lost (B: running") == 2, report.stdout
+    assert "merged" in report.stdout and "exit 0" in report.stdout, report.stdout
+    status = subprocess.run([*GENESIS, "--project", str(project), "fleet", "status", "--json"], env=machines.env,
+                            capture_output=True, text=True, timeout=60)
+    doc = json.loads(status.stdout)
+    assert sorted(t["state"] for t in doc["tasks"]) == ["merged"] * 4, doc
 
 
 FAILING = """#!/usr/bin/env bash
