@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +62,26 @@ async def read_fleet(address: str, fleet: str) -> tuple[dict, dict[str, list]]:
     return memos, tries
 
 
+HISTORIES = Path(__file__).with_name("histories")
+
+
+async def keep_histories(address: str, fleet: str, name: str) -> None:
+    """With TEMPORAL_RECORD_HISTORIES=1 (on purpose, after a change made with `workflow.patched()`),
+    the fleet's and its tasks' histories become the golden set test_replay.py replays."""
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    HISTORIES.mkdir(exist_ok=True)
+    for workflow_id in [fleet, *await reading.task_ids(client, fleet)]:
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        (HISTORIES / f"{name}--{workflow_id.rpartition('/')[2]}.json").write_text(history.to_json())
+
+
+def record_histories(machines: Machines, project, remote, name: str) -> None:
+    if os.environ.get("TEMPORAL_RECORD_HISTORIES") == "1":
+        asyncio.run(keep_histories(machines.address, fleet_id(project, remote), name))
+
+
 def wait_end(proc, what: str, world: Machines, timeout: float = FLEET_WAIT) -> int:
     deadline = time.monotonic() + timeout
     while proc.poll() is None and time.monotonic() < deadline:
@@ -89,6 +111,7 @@ def test_four_tasks_on_two_machines_are_all_merged_once(machines, project, tmp_p
         ran = list(machines.roots[host].glob("*/fleet/children/*.log"))
         assert ran, f"machine {host} ran no attempt\n{machines.log(f'worker-{host}')[-2000:]}"
         assert list(machines.roots[host].glob("*/repo/.git"))
+    record_histories(machines, project, remote, "four-tasks")
 
 
 def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the_other(machines, project, tmp_path):
@@ -142,6 +165,7 @@ def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the
                             capture_output=True, text=True, timeout=60)
     doc = json.loads(status.stdout)
     assert sorted(t["state"] for t in doc["tasks"]) == ["merged"] * 4, doc
+    record_histories(machines, project, remote, "machine-lost")
 
 
 FAILING = """#!/usr/bin/env bash
@@ -177,3 +201,4 @@ def test_a_task_that_always_fails_climbs_the_ladder_to_a_permanent_failure(machi
     assert len(runs) == 8 and all(t.closed == "failed" and t.attempt == 1 for t in runs)   # never Temporal's retry
     assert "- [!] never works (failed: " in git(remote, "show", f"{target}:TASKS.md")
     assert "- [!] never works (failed: " in git(project, "show", f"{target}:TASKS.md")
+    record_histories(machines, project, remote, "ladder")
