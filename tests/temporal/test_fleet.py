@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
-from helpers.fleet import fleet_env, fleet_project, task_agent  # noqa: E402
+from helpers.fleet import TASK_AGENT, fleet_env, fleet_project, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
 from helpers.temporal import GENESIS, Machines, origin_for  # noqa: E402
 
@@ -202,3 +202,55 @@ def test_a_task_that_always_fails_climbs_the_ladder_to_a_permanent_failure(machi
     assert "- [!] never works (failed: " in git(remote, "show", f"{target}:TASKS.md")
     assert "- [!] never works (failed: " in git(project, "show", f"{target}:TASKS.md")
     record_histories(machines, project, remote, "ladder")
+
+
+FAILS_FIRST = r"""#!/usr/bin/env bash
+set -euo pipefail
+if [[ ! -e ${FIRST} ]]; then
+  touch "${FIRST}"
+  printf 'from the first attempt, on %s\n' "${MACHINE}" >first-attempt.txt
+  exit 1
+fi
+""" + "\n".join(TASK_AGENT.splitlines()[2:]) + "\n"
+
+
+def test_a_task_whose_machine_is_gone_moves_to_another_on_a_fresh_clone_of_its_branch(machines, project, tmp_path):
+    """The task's first attempt fails on B (its worktree is there, so its restart is pinned to B);
+    B is gone before the restart: it waits GENESIS_TEMPORAL_HOST_WAIT_SECONDS for B, then runs on
+    A, on a fresh clone of the task's branch as B pushed it (B's work kept)."""
+    fleet_project(project, ["write the alpha note"])
+    remote = origin_for(project, tmp_path)
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    machines.env["FIRST"] = str(tmp_path / "first")
+    machines.worker("B", parallel=1)
+    home = machines.home(project, 1, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'a.sh', FAILS_FIRST)}",
+                         "--set", "GENESIS_PHASES=Builder", "--set", "GENESIS_FLEET_CHILD_ITERATIONS=1",
+                         "--set", "GENESIS_FLEET_RESTART_BACKOFF_SECONDS=8")
+    fleet = fleet_id(project, remote)
+    task = task_id("write the alpha note")
+
+    def failed_on_b() -> bool:
+        try:
+            memos, _ = asyncio.run(read_fleet(machines.address, fleet))
+        except Exception:  # noqa: BLE001 - not started yet
+            return False
+        return any(a.get("outcome") == "failed" for a in memos.get(task, {}).get("attempts", []))
+
+    wait_for("the first attempt failed on B", failed_on_b, machines)
+    machines.kill("B")
+    machines.worker("A", parallel=1)
+    assert wait_end(home, "the fleet", machines) == 0, machines.log("home")[-4000:]
+
+    memos, tries = asyncio.run(read_fleet(machines.address, fleet))
+    steps = [(a["kind"], a["outcome"], a["host"], a["fresh_clone"]) for a in memos[task]["attempts"]]
+    assert steps[0][:3] == ("start", "failed", "B") and steps[-1] == ("resume", "verified", "A", True), steps
+    assert steps[1][:3] == ("restart", "stopped", "B"), steps
+    assert "did not come back" in memos[task]["attempts"][1]["reason"]
+    runs = [t for t in tries[task] if t.activity == "run_attempt"]
+    assert runs[1].queue.endswith("@B") and runs[1].closed == "timed out" and "ScheduleToStart" in runs[1].failure
+    assert runs[2].queue.endswith("-any") and runs[2].host == "A"
+    home_tree = git(remote, "ls-tree", "-r", "--name-only", target).split()
+    assert "first-attempt.txt" in home_tree   # B's pushed work came home through A's fresh clone
+    assert "B" in git(remote, "show", f"{target}:first-attempt.txt")
+    assert "[x] write the alpha note" in git(remote, "show", f"{target}:TASKS.md")
+    record_histories(machines, project, remote, "machine-gone")
