@@ -18,7 +18,7 @@ pytest.importorskip("temporalio", reason="temporalio is not installed: pip insta
 
 from helpers.fleet import TASK_AGENT, fleet_env, fleet_project, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import GENESIS, Machines, origin_for  # noqa: E402
+from helpers.temporal import GENESIS, Machines, loops_under, origin_for  # noqa: E402
 
 from genesis import exitcodes  # noqa: E402
 from genesis.fleet.taskref import task_id  # noqa: E402
@@ -254,3 +254,29 @@ def test_a_task_whose_machine_is_gone_moves_to_another_on_a_fresh_clone_of_its_b
     assert "B" in git(remote, "show", f"{target}:first-attempt.txt")
     assert "[x] write the alpha note" in git(remote, "show", f"{target}:TASKS.md")
     record_histories(machines, project, remote, "machine-gone")
+
+
+def test_genesis_stop_at_home_stops_every_machines_loops_and_the_fleet(machines, project, tmp_path):
+    """`genesis stop` on the project (its stop flag, as for a local fleet): the home stops the
+    fleet's workflow, each running attempt stops its loop where it runs, nothing more starts."""
+    fleet_project(project, TEXTS[:2])
+    origin_for(project, tmp_path)
+    slow = tmp_path / "slow"
+    slow.write_text("held\n")
+    machines.env["SLOW_FILE"] = str(slow)
+    machines.worker("A", parallel=1)
+    machines.worker("B", parallel=1)
+    home = machines.home(project, 2, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'agent.sh')}",
+                         "--set", "GENESIS_PHASES=Builder")
+    wait_for("an agent on each machine", lambda: machines.agents("A") and machines.agents("B"), machines)
+    stop = subprocess.run([*GENESIS, "--project", str(project), "stop"], env=machines.env, capture_output=True,
+                          text=True, timeout=60)
+    assert stop.returncode == 0, stop.stderr
+    assert wait_end(home, "the stopped fleet", machines, timeout=180) == 0, machines.log("home")[-3000:]
+    for host in ("A", "B"):
+        assert loops_under(machines.roots[host]) == [], host
+    status = subprocess.run([*GENESIS, "--project", str(project), "fleet", "status", "--json"], env=machines.env,
+                            capture_output=True, text=True, timeout=60)
+    doc = json.loads(status.stdout)
+    assert sorted(t["state"] for t in doc["tasks"]) == ["queued", "queued"], doc
+    assert len(machines.agents("A") + machines.agents("B")) == 2   # nothing started after the stop
