@@ -173,9 +173,11 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
             handle = await client.start_workflow(FleetWorkflow.run, spec, id=spec.fleet_id, task_queue=queue,
                                                  id_conflict_policy=WorkflowIDConflictPolicy.FAIL)
         except WorkflowAlreadyStartedError:
-            say(f"a fleet of this project ({spec.target} of {spec.remote_url}) already runs on Temporal as "
-                f"{spec.fleet_id}: its home is another process or machine", "error")
-            return exitcodes.LOCKED
+            # Its home died (this checkout's fleet lock was free): this one takes it over, as a
+            # restarted local monitor adopts its children. It runs on with the settings it began with.
+            handle = client.get_workflow_handle(spec.fleet_id)
+            say(f"fleet {spec.fleet_id} already runs on Temporal: this home takes it over (the queue, merges, "
+                f"marks and status); it goes on with the settings it started with")
         started = time.time()
         write_json(fleet_dir / ENGINE_FILE, {"engine": "temporal", "address": settings.address,
                                              "namespace": settings.namespace, "workflow_id": spec.fleet_id,

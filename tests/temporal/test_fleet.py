@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -35,7 +36,9 @@ FLEET_WAIT = 300.0
 @pytest.fixture
 def machines(dev_server, tmp_path):
     world = Machines(tmp_path, dev_server.address, f"t{uuid.uuid4().hex[:8]}",
-                     fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS="3", GENESIS_TEMPORAL_HOST_WAIT_SECONDS="4"))
+                     # an agent held by SLOW_FILE (no heartbeat hook) is not stale for the tests' whole wait
+                     fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS="3", GENESIS_TEMPORAL_HOST_WAIT_SECONDS="4",
+                               HEARTBEAT_STALE_SECONDS="120"))
     yield world
     world.stop_all()
 
@@ -280,3 +283,28 @@ def test_genesis_stop_at_home_stops_every_machines_loops_and_the_fleet(machines,
     doc = json.loads(status.stdout)
     assert sorted(t["state"] for t in doc["tasks"]) == ["queued", "queued"], doc
     assert len(machines.agents("A") + machines.agents("B")) == 2   # nothing started after the stop
+
+
+def test_a_home_killed_mid_fleet_is_taken_over_by_the_next_start(machines, project, tmp_path):
+    """The home dies (SIGKILL) while the workers' agents work: the fleet runs on in Temporal, and
+    the next start at home takes it over: its merges, its end and its exit code."""
+    fleet_project(project, TEXTS[:2])
+    remote = origin_for(project, tmp_path)
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    slow = tmp_path / "slow"
+    slow.write_text("held\n")
+    machines.env["SLOW_FILE"] = str(slow)
+    machines.worker("A", parallel=1)
+    machines.worker("B", parallel=1)
+    sets = ("--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'agent.sh')}", "--set", "GENESIS_PHASES=Builder")
+    first = machines.home(project, 2, *sets)
+    wait_for("an agent on each machine", lambda: machines.agents("A") and machines.agents("B"), machines)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    second = machines.home(project, 2, *sets)
+    wait_for("the second home took the fleet over", lambda: "takes it over" in machines.log("home"), machines)
+    slow.unlink()
+    assert wait_end(second, "the fleet", machines) == 0, machines.log("home")[-3000:]
+    on_origin = parse(git(remote, "show", f"{target}:TASKS.md"))
+    assert {t.text: t.state for t in on_origin.items} == {text: DONE for text in TEXTS[:2]}
+    assert len(machines.agents("A") + machines.agents("B")) == 2   # no attempt started again
