@@ -62,6 +62,7 @@ STOP_WAIT = 60.0                  # seconds a cancelled attempt's loop gets to e
 STEPS_WAIT = 120.0                # seconds to wait for an ended loop's last steps to let its lock go
 REMOTE_NAME = "origin"            # each machine's clone names the shared remote so
 PORTS_PER_CHILD = 10
+ANY_STOP_FLOOR = 10.0             # seconds: a child of an unplaced attempt outlives its activity at least this
 HOOK_WAIT = 60.0                  # seconds for `genesis hook install` in a worktree
 QUERY_WAIT = timedelta(seconds=10)   # a query of the account or the fleet before an agent starts
 
@@ -146,8 +147,10 @@ class MachineActivities:
             raise ApplicationError(f"{self.host}: {verdict.reason}", _wire(result), type=AGENT_FAILED,
                                    non_retryable=True)
         if verdict.outcome == "limit":
-            raise ApplicationError(f"{self.host}: {verdict.reason}",
-                                   _wire(result, resets_at=await asyncio.to_thread(_limit_reset, child, cfg)),
+            resets_at = await asyncio.to_thread(_limit_reset, child, cfg)
+            if not resets_at:   # a limit another loop of this machine met: the account may know its reset
+                resets_at = float((await self._ask(inp.account_workflow)).get("until") or 0.0)
+            raise ApplicationError(f"{self.host}: {verdict.reason}", _wire(result, resets_at=resets_at),
                                    type=USAGE_LIMIT,
                                    non_retryable=True)
         if verdict.outcome == "config":
@@ -232,7 +235,7 @@ class MachineActivities:
                               fleet_dir / "children" / f"{inp.task.task_id}.attempt-{inp.number}.{tries}.log")
         env = {**self.env, "GENESIS_COMMIT_KEY": commit_key(inp.task_workflow, inp.number),
                # the child stops itself when this activity's liveness file is older than this
-               "GENESIS_FLEET_MONITOR_STOP_SECONDS": f"{self.host_wait:g}"}
+               "GENESIS_FLEET_MONITOR_STOP_SECONDS": f"{self._stop_after():g}"}
         try:
             child = kids.launch(spec, env, now)
         except OSError:
@@ -240,6 +243,17 @@ class MachineActivities:
             raise
         child.layout = probe.layout or kids.layout_of(wt)
         return child, False, slot
+
+    def _stop_after(self) -> float:
+        """How long the child outlives this activity's silence. Pinned here, a lost worker's retry
+        comes back to this machine (which adopts the loop) or moves after host_wait; unplaced,
+        the retry may run anywhere after the heartbeat timeout, so the loop must be gone by then
+        (never two loops on one task)."""
+        info = activity.info()
+        if "@" not in info.task_queue:   # <prefix>-any, not <prefix>@<host>
+            beat = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else self.host_wait
+            return max(2 * beat, ANY_STOP_FLOOR) if 2 * beat < self.host_wait else self.host_wait
+        return self.host_wait
 
     async def _follow(self, child: kids.Child, fleet_dir: Path, watch: _Watch, window: float,
                       began: float) -> kids.Ending:

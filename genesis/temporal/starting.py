@@ -20,18 +20,25 @@ from typing import Mapping
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from genesis import exitcodes
 from genesis.agents import adapter_of
 from genesis.config import Config, layout_for, resolve
 from genesis.fleet import ladder
+from genesis.fleet.monitor import MONITOR_FILE, FleetLocked, take_fleet_lock
 from genesis.fleet.queue import check_trust, project_branch
 from genesis.fleet.resources import fleet_settings, parallel_of
+from genesis.ledger.store import LedgerError
+from genesis.loop.preflight import read_flag
 from genesis.repo.gitcmd import run_git
-from genesis.store.atomicio import write_json
+from genesis.store.atomicio import write_json, write_text
 from genesis.store.layout import private_dir
+from genesis.store.looplock import FLEET_RUN, Locked, hold, release
+from genesis.temporal import reading
 from genesis.temporal.activities import HomeActivities
+from genesis.temporal.mirror import Mirror
 from genesis.temporal.records import (ENGINE_FILE, FleetSpec, LadderSpec, account_workflow_id, fingerprint,
                                       fleet_queue, fleet_workflow_id, home_host, host_queue)
 from genesis.temporal.settings import TemporalSettings, temporal_settings
@@ -41,6 +48,10 @@ __all__ = ["run_home", "fleet_spec", "account_of", "FLEET_DIR"]
 
 FLEET_DIR = "fleet"
 GIT_TIMEOUT = 60.0
+BEAT_EVERY = 1.0          # seconds between two writes of monitor.json and looks at the stop flag
+SYNC_EVERY = 2.0          # seconds between two copies of the fleet's state into the ledger
+SIGNAL_EXIT = {signal.SIGHUP: exitcodes.INTERRUPTED_HUP, signal.SIGINT: exitcodes.INTERRUPTED_INT,
+               signal.SIGTERM: exitcodes.INTERRUPTED_TERM}
 RUN_MARGIN = 600.0        # seconds added to an attempt's bound (its steps between phases, a slow start)
 
 
@@ -117,16 +128,35 @@ def run_home(project: Path, overrides: Mapping[str, str], parallel: str, *, trus
         return exitcodes.USAGE
     spec = fleet_spec(cfg, settings, overrides, n, target, url, env)
     home = HomeActivities(cfg.project, cfg, settings.remote)
+    run_id = FLEET_RUN + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    try:   # one home per project, and never beside a single loop on it (as the local monitor)
+        fleet_fd = take_fleet_lock(fleet_dir / "lock")
+    except FleetLocked:
+        say(f"a fleet already runs on {cfg.project}: `genesis fleet status` shows it", "error")
+        return exitcodes.LOCKED
+    try:
+        loop_fd = hold(layout.loop_lock, layout.loop_record, run_id)
+    except Locked as exc:
+        os.close(fleet_fd)
+        say(f"a single Genesis loop runs on {cfg.project} (pid {exc.holder.pid}): stop it first", "error")
+        return exitcodes.LOCKED
+    if read_flag(cfg.stop_flag) == "false":
+        write_text(cfg.stop_flag, "true\n")
     loop = asyncio.new_event_loop()
     loop.set_default_executor(ThreadPoolExecutor(max_workers=4, thread_name_prefix="genesis-home"))
     try:
-        return loop.run_until_complete(_follow(settings, spec, home, fleet_dir))
+        return loop.run_until_complete(_follow(settings, spec, home, fleet_dir, cfg, run_id))
     except RuntimeError as exc:
         say(f"cannot reach Temporal at {settings.address}: {exc}", "error")
         return exitcodes.ERROR
+    finally:
+        release(layout.loop_record, run_id)
+        os.close(loop_fd)
+        os.close(fleet_fd)
 
 
-async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivities, fleet_dir: Path) -> int:
+async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivities, fleet_dir: Path,
+                  cfg: Config, run_id: str) -> int:
     client = await Client.connect(settings.address, namespace=settings.namespace,
                                   identity=f"genesis-home@{settings.host}:{os.getpid()}")
     queue = fleet_queue(spec.queue_prefix)
@@ -143,35 +173,73 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
             handle = await client.start_workflow(FleetWorkflow.run, spec, id=spec.fleet_id, task_queue=queue,
                                                  id_conflict_policy=WorkflowIDConflictPolicy.FAIL)
         except WorkflowAlreadyStartedError:
-            say(f"a fleet of this project ({spec.target} of {spec.remote_url}) already runs on Temporal as "
-                f"{spec.fleet_id}: its home is another process or machine", "error")
-            return exitcodes.LOCKED
+            # Its home died (this checkout's fleet lock was free): this one takes it over, as a
+            # restarted local monitor adopts its children. It runs on with the settings it began with.
+            handle = client.get_workflow_handle(spec.fleet_id)
+            say(f"fleet {spec.fleet_id} already runs on Temporal: this home takes it over (the queue, merges, "
+                f"marks and status); it goes on with the settings it started with")
+        started = time.time()
         write_json(fleet_dir / ENGINE_FILE, {"engine": "temporal", "address": settings.address,
                                              "namespace": settings.namespace, "workflow_id": spec.fleet_id,
                                              "run_id": handle.result_run_id, "queue_prefix": spec.queue_prefix,
-                                             "started": time.time(), "pid": os.getpid()})
+                                             "started": started, "pid": os.getpid()})
+        mirror = Mirror(fleet_dir / "ledger.sqlite3", run_id)
+        await asyncio.to_thread(mirror.start, spec.parallel, spec.fleet_id, settings.address, started)
         say(f"fleet {spec.fleet_id} started on {settings.address}: {spec.parallel} at once across the workers "
             f"polling {spec.queue_prefix}-any")
         got: list[int] = []
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, lambda s=sig: _stop(handle, got, s))
+        outcome = asyncio.create_task(handle.result())
+        synced = 0.0
+        while not outcome.done():
+            await asyncio.to_thread(write_json, fleet_dir / MONITOR_FILE,
+                                    {"pid": os.getpid(), "run_id": run_id, "started": started, "at": time.time(),
+                                     "parallel": spec.parallel, "host": settings.host, "engine": "temporal"})
+            if not got and read_flag(cfg.stop_flag) == "false":   # `genesis stop` on the project
+                _stop(handle, got, None)
+            if time.monotonic() - synced >= SYNC_EVERY:
+                await _sync(client, spec.fleet_id, mirror)
+                synced = time.monotonic()
+            await asyncio.wait([outcome], timeout=BEAT_EVERY)
         try:
-            result = await handle.result()
+            result = outcome.result()
         except WorkflowFailureError as exc:
             say(f"the fleet's workflow failed: {exc.cause or exc}", "error")
+            await asyncio.to_thread(mirror.end, exitcodes.ERROR, f"the fleet's workflow failed: {exc.cause or exc}",
+                                    time.time())
             return exitcodes.ERROR
+        await _sync(client, spec.fleet_id, mirror)
         code = int(result.get("exit_code", exitcodes.ERROR))
-        return {signal.SIGHUP: exitcodes.INTERRUPTED_HUP, signal.SIGINT: exitcodes.INTERRUPTED_INT,
-                signal.SIGTERM: exitcodes.INTERRUPTED_TERM}.get(got[0], code) if got else code
+        code = SIGNAL_EXIT.get(got[0], code) if got and got[0] is not None else code
+        await asyncio.to_thread(mirror.end, code, "stopped" if got else "every task ended", time.time())
+        say(f"fleet {spec.fleet_id} ended: exit {code}")
+        return code
     finally:
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         await asyncio.gather(*runs, return_exceptions=True)
 
 
-def _stop(handle, got: list[int], sig: int) -> None:
-    """A signal at home stops the whole fleet, as it stops the local monitor: every task's loop is
-    stopped where it runs, and the home follows until the fleet's workflow ends."""
+async def _sync(client: Client, fleet_id: str, mirror: Mirror) -> None:
+    """The fleet's memos (and, for a try a lost worker cost, the task's history) into the ledger."""
+    try:
+        fleet = await reading.fleet_memo(client, fleet_id)
+        tasks = await reading.task_memos(client, fleet_id)
+        tries = {}
+        for task_id, memo in tasks.items():
+            done = mirror.done.get(task_id, 0)
+            if any(int(a.get("tries") or 1) > 1 for a in memo.get("attempts", [])[done:] if isinstance(a, dict)):
+                tries[task_id] = await reading.tries_of(client.get_workflow_handle(f"{fleet_id}/{task_id}"))
+        await asyncio.to_thread(mirror.sync, fleet, tasks, tries)
+    except (RPCError, OSError, LedgerError) as exc:   # the copy waits for the next turn; the fleet goes on
+        say(f"the fleet's state could not be copied into the ledger: {exc}", "warn")
+
+
+def _stop(handle, got: list, sig: int | None) -> None:
+    """A signal at home (or `genesis stop`) stops the whole fleet, as it stops the local monitor:
+    every task's running attempt is stopped where it runs, and the home follows until the fleet's
+    workflow ends."""
     if not got:
         say("stopping the fleet: every running attempt is stopped where it runs")
         asyncio.ensure_future(handle.signal("stop"))

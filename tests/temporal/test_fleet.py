@@ -5,16 +5,21 @@ root, HOME and shared state, one bare origin between them), the home's `genesis 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
-from helpers.fleet import fleet_env, fleet_project, task_agent  # noqa: E402
+from helpers.fleet import TASK_AGENT, fleet_env, fleet_project, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import Machines, origin_for  # noqa: E402
+from helpers.temporal import GENESIS, Machines, loops_under, origin_for  # noqa: E402
 
 from genesis import exitcodes  # noqa: E402
 from genesis.fleet.taskref import task_id  # noqa: E402
@@ -31,7 +36,9 @@ FLEET_WAIT = 300.0
 @pytest.fixture
 def machines(dev_server, tmp_path):
     world = Machines(tmp_path, dev_server.address, f"t{uuid.uuid4().hex[:8]}",
-                     fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS="3", GENESIS_TEMPORAL_HOST_WAIT_SECONDS="4"))
+                     # an agent held by SLOW_FILE (no heartbeat hook) is not stale for the tests' whole wait
+                     fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS="3", GENESIS_TEMPORAL_HOST_WAIT_SECONDS="4",
+                               HEARTBEAT_STALE_SECONDS="120"))
     yield world
     world.stop_all()
 
@@ -56,6 +63,26 @@ async def read_fleet(address: str, fleet: str) -> tuple[dict, dict[str, list]]:
     memos = await reading.task_memos(client, fleet)
     tries = {task: await reading.tries_of(client.get_workflow_handle(f"{fleet}/{task}")) for task in memos}
     return memos, tries
+
+
+HISTORIES = Path(__file__).with_name("histories")
+
+
+async def keep_histories(address: str, fleet: str, name: str) -> None:
+    """With TEMPORAL_RECORD_HISTORIES=1 (on purpose, after a change made with `workflow.patched()`),
+    the fleet's and its tasks' histories become the golden set test_replay.py replays."""
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    HISTORIES.mkdir(exist_ok=True)
+    for workflow_id in [fleet, *await reading.task_ids(client, fleet)]:
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        (HISTORIES / f"{name}--{workflow_id.rpartition('/')[2]}.json").write_text(history.to_json())
+
+
+def record_histories(machines: Machines, project, remote, name: str) -> None:
+    if os.environ.get("TEMPORAL_RECORD_HISTORIES") == "1":
+        asyncio.run(keep_histories(machines.address, fleet_id(project, remote), name))
 
 
 def wait_end(proc, what: str, world: Machines, timeout: float = FLEET_WAIT) -> int:
@@ -87,6 +114,7 @@ def test_four_tasks_on_two_machines_are_all_merged_once(machines, project, tmp_p
         ran = list(machines.roots[host].glob("*/fleet/children/*.log"))
         assert ran, f"machine {host} ran no attempt\n{machines.log(f'worker-{host}')[-2000:]}"
         assert list(machines.roots[host].glob("*/repo/.git"))
+    record_histories(machines, project, remote, "four-tasks")
 
 
 def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the_other(machines, project, tmp_path):
@@ -130,6 +158,17 @@ def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the
         assert (attempt["host"], attempt["tries"]) == ("A", 1), attempt
     print(f"\nfrom B's death to its phases started again on A: {', '.join(f'{s:.1f}s' for s in resumed)} "
           f"(heartbeat timeout 3s)")
+    # Genesis's own report and status at home, from the fleet's copy in the project's ledger.
+    report = subprocess.run([*GENESIS, "--project", str(project), "report"], env=machines.env, capture_output=True,
+                            text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.count("its worker was lost (B: running") == 2, report.stdout
+    assert "merged" in report.stdout and "exit 0" in report.stdout, report.stdout
+    status = subprocess.run([*GENESIS, "--project", str(project), "fleet", "status", "--json"], env=machines.env,
+                            capture_output=True, text=True, timeout=60)
+    doc = json.loads(status.stdout)
+    assert sorted(t["state"] for t in doc["tasks"]) == ["merged"] * 4, doc
+    record_histories(machines, project, remote, "machine-lost")
 
 
 FAILING = """#!/usr/bin/env bash
@@ -165,3 +204,107 @@ def test_a_task_that_always_fails_climbs_the_ladder_to_a_permanent_failure(machi
     assert len(runs) == 8 and all(t.closed == "failed" and t.attempt == 1 for t in runs)   # never Temporal's retry
     assert "- [!] never works (failed: " in git(remote, "show", f"{target}:TASKS.md")
     assert "- [!] never works (failed: " in git(project, "show", f"{target}:TASKS.md")
+    record_histories(machines, project, remote, "ladder")
+
+
+FAILS_FIRST = r"""#!/usr/bin/env bash
+set -euo pipefail
+if [[ ! -e ${FIRST} ]]; then
+  touch "${FIRST}"
+  printf 'from the first attempt, on %s\n' "${MACHINE}" >first-attempt.txt
+  exit 1
+fi
+""" + "\n".join(TASK_AGENT.splitlines()[2:]) + "\n"
+
+
+def test_a_task_whose_machine_is_gone_moves_to_another_on_a_fresh_clone_of_its_branch(machines, project, tmp_path):
+    """The task's first attempt fails on B (its worktree is there, so its restart is pinned to B);
+    B is gone before the restart: it waits GENESIS_TEMPORAL_HOST_WAIT_SECONDS for B, then runs on
+    A, on a fresh clone of the task's branch as B pushed it (B's work kept)."""
+    fleet_project(project, ["write the alpha note"])
+    remote = origin_for(project, tmp_path)
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    machines.env["FIRST"] = str(tmp_path / "first")
+    machines.worker("B", parallel=1)
+    home = machines.home(project, 1, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'a.sh', FAILS_FIRST)}",
+                         "--set", "GENESIS_PHASES=Builder", "--set", "GENESIS_FLEET_CHILD_ITERATIONS=1",
+                         "--set", "GENESIS_FLEET_RESTART_BACKOFF_SECONDS=8")
+    fleet = fleet_id(project, remote)
+    task = task_id("write the alpha note")
+
+    def failed_on_b() -> bool:
+        try:
+            memos, _ = asyncio.run(read_fleet(machines.address, fleet))
+        except Exception:  # noqa: BLE001 - not started yet
+            return False
+        return any(a.get("outcome") == "failed" for a in memos.get(task, {}).get("attempts", []))
+
+    wait_for("the first attempt failed on B", failed_on_b, machines)
+    machines.kill("B")
+    machines.worker("A", parallel=1)
+    assert wait_end(home, "the fleet", machines) == 0, machines.log("home")[-4000:]
+
+    memos, tries = asyncio.run(read_fleet(machines.address, fleet))
+    steps = [(a["kind"], a["outcome"], a["host"], a["fresh_clone"]) for a in memos[task]["attempts"]]
+    assert steps[0][:3] == ("start", "failed", "B") and steps[-1] == ("resume", "verified", "A", True), steps
+    assert steps[1][:3] == ("restart", "stopped", "B"), steps
+    assert "did not come back" in memos[task]["attempts"][1]["reason"]
+    runs = [t for t in tries[task] if t.activity == "run_attempt"]
+    assert runs[1].queue.endswith("@B") and runs[1].closed == "timed out" and "ScheduleToStart" in runs[1].failure
+    assert runs[2].queue.endswith("-any") and runs[2].host == "A"
+    home_tree = git(remote, "ls-tree", "-r", "--name-only", target).split()
+    assert "first-attempt.txt" in home_tree   # B's pushed work came home through A's fresh clone
+    assert "B" in git(remote, "show", f"{target}:first-attempt.txt")
+    assert "[x] write the alpha note" in git(remote, "show", f"{target}:TASKS.md")
+    record_histories(machines, project, remote, "machine-gone")
+
+
+def test_genesis_stop_at_home_stops_every_machines_loops_and_the_fleet(machines, project, tmp_path):
+    """`genesis stop` on the project (its stop flag, as for a local fleet): the home stops the
+    fleet's workflow, each running attempt stops its loop where it runs, nothing more starts."""
+    fleet_project(project, TEXTS[:2])
+    origin_for(project, tmp_path)
+    slow = tmp_path / "slow"
+    slow.write_text("held\n")
+    machines.env["SLOW_FILE"] = str(slow)
+    machines.worker("A", parallel=1)
+    machines.worker("B", parallel=1)
+    home = machines.home(project, 2, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'agent.sh')}",
+                         "--set", "GENESIS_PHASES=Builder")
+    wait_for("an agent on each machine", lambda: machines.agents("A") and machines.agents("B"), machines)
+    stop = subprocess.run([*GENESIS, "--project", str(project), "stop"], env=machines.env, capture_output=True,
+                          text=True, timeout=60)
+    assert stop.returncode == 0, stop.stderr
+    assert wait_end(home, "the stopped fleet", machines, timeout=180) == 0, machines.log("home")[-3000:]
+    for host in ("A", "B"):
+        assert loops_under(machines.roots[host]) == [], host
+    status = subprocess.run([*GENESIS, "--project", str(project), "fleet", "status", "--json"], env=machines.env,
+                            capture_output=True, text=True, timeout=60)
+    doc = json.loads(status.stdout)
+    assert sorted(t["state"] for t in doc["tasks"]) == ["queued", "queued"], doc
+    assert len(machines.agents("A") + machines.agents("B")) == 2   # nothing started after the stop
+
+
+def test_a_home_killed_mid_fleet_is_taken_over_by_the_next_start(machines, project, tmp_path):
+    """The home dies (SIGKILL) while the workers' agents work: the fleet runs on in Temporal, and
+    the next start at home takes it over: its merges, its end and its exit code."""
+    fleet_project(project, TEXTS[:2])
+    remote = origin_for(project, tmp_path)
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    slow = tmp_path / "slow"
+    slow.write_text("held\n")
+    machines.env["SLOW_FILE"] = str(slow)
+    machines.worker("A", parallel=1)
+    machines.worker("B", parallel=1)
+    sets = ("--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'agent.sh')}", "--set", "GENESIS_PHASES=Builder")
+    first = machines.home(project, 2, *sets)
+    wait_for("an agent on each machine", lambda: machines.agents("A") and machines.agents("B"), machines)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    second = machines.home(project, 2, *sets)
+    wait_for("the second home took the fleet over", lambda: "takes it over" in machines.log("home"), machines)
+    slow.unlink()
+    assert wait_end(second, "the fleet", machines) == 0, machines.log("home")[-3000:]
+    on_origin = parse(git(remote, "show", f"{target}:TASKS.md"))
+    assert {t.text: t.state for t in on_origin.items} == {text: DONE for text in TEXTS[:2]}
+    assert len(machines.agents("A") + machines.agents("B")) == 2   # no attempt started again

@@ -1,0 +1,104 @@
+"""The home's copy of a Temporal fleet in the project's own fleet ledger, so that `genesis fleet
+status`, `genesis report` and `genesis serve` show it as they show a local fleet, and go on
+showing it once the fleet (or the server) is gone.
+
+Temporal holds the truth: each task's memo (its row and attempts) and its history (the tries
+a lost worker cost). A try lost with its machine is mirrored as an attempt of its own, ended
+`stopped` (it spends no restart, as a stopped child does not): "its worker on B was lost ...",
+followed by the try that finished it elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from genesis.fleet.ledger import KINDS, OUTCOMES, FleetLedger, TaskRow
+from genesis.temporal.reading import Try
+
+__all__ = ["Mirror", "FLEET_STATES"]
+
+# The fleet workflow's word for a task wins over the task's own (a verified task is then merged).
+FLEET_STATES = frozenset({"merging", "merged", "ready", "needs-review", "failed"})
+
+
+@dataclass
+class Mirror:
+    path: Path
+    run_id: str
+    done: dict[str, int] = field(default_factory=dict)    # task -> memo attempts mirrored
+    recorded: set[tuple[str, str]] = field(default_factory=set)   # (task, event) recorded once
+
+    def start(self, parallel: int, workflow_id: str, address: str, now: float) -> None:
+        with FleetLedger.open(self.path) as led:
+            led.record("fleet_start", None, now, run_id=self.run_id, parallel=parallel, engine="temporal",
+                       workflow_id=workflow_id, address=address)
+
+    def end(self, code: int, reason: str, now: float) -> None:
+        with FleetLedger.open(self.path) as led:
+            led.record("fleet_end", None, now, exit_code=code, reason=reason, run_id=self.run_id)
+
+    def sync(self, fleet: dict, tasks: dict[str, dict], tries: dict[str, list[Try]]) -> None:
+        """What the memos say now, written once each: new rows and states, ended attempts, merges."""
+        states = fleet.get("tasks", {}) if isinstance(fleet.get("tasks"), dict) else {}
+        with FleetLedger.open(self.path) as led:
+            for task_id, memo in tasks.items():
+                row = memo.get("row") if isinstance(memo, dict) else None
+                if not isinstance(row, dict):
+                    continue
+                said = states.get(task_id, {})
+                runs = [t for t in tries.get(task_id, []) if t.activity == "run_attempt"]
+                attempts = [a for a in memo.get("attempts", []) if isinstance(a, dict)]
+                for index in range(self.done.get(task_id, 0), len(attempts)):
+                    attempt = attempts[index]
+                    if attempt.get("ended") is None:
+                        break
+                    self._attempt(led, task_id, attempt, runs[index] if index < len(runs) else None)
+                    self.done[task_id] = index + 1
+                state = said.get("state") if said.get("state") in FLEET_STATES else row.get("state", "queued")
+                if state == "verified":
+                    state = "merging"
+                mirrored = len(led.attempts(task_id))
+                led.upsert_task(TaskRow(
+                    task_id, str(row.get("text", "")), state, int(row.get("strategy", 0)), mirrored,
+                    int(row.get("restarts", 0)), int(row.get("escalations", 0)), str(row.get("branch", "")),
+                    "", str(said.get("reason") or row.get("reason") or ""), str(said.get("sha") or ""),
+                    "", None, float(row.get("not_before", 0.0)), float(row.get("updated", 0.0)),
+                    float(row.get("created", 0.0))))
+                self._events(led, task_id, state, said)
+
+    def _attempt(self, led: FleetLedger, task_id: str, a: dict, run: Try | None) -> None:
+        kind = a.get("kind") if a.get("kind") in KINDS else "start"
+        outcome = a.get("outcome") if a.get("outcome") in OUTCOMES else "failed"
+        host, tries = str(a.get("host") or "?"), int(a.get("tries") or 1)
+        agent, strategy = str(a.get("agent", "")), int(a.get("strategy", 0))
+        started, ended = float(a.get("started") or 0.0), float(a.get("ended") or 0.0)
+        if tries > 1:
+            retried = run.started_at if run is not None and run.started_at else started
+            lost = str(a.get("lost") or "?")
+            why = (f"its worker was lost ({lost}; {run.last_failure if run is not None else 'timed out'}); "
+                   f"Temporal started it again on {host} {retried - started:.1f}s after this try began"
+                   + (f", {tries - 1} tries lost" if tries > 2 else ""))
+            first = led.begin_attempt(task_id, kind, why, agent, "", started, strategy)
+            led.end_attempt(task_id, first.attempt, None, "stopped", retried)
+            led.record("child_end", task_id, retried, attempt=first.attempt, outcome="stopped", host=lost,
+                       reason=why)
+            kind, started = "resume", retried
+        reason = str(a.get("reason") or "")
+        on = f"on {host}" + (" (a fresh clone of its branch)" if a.get("fresh_clone") else "") + \
+            (" (adopted its running loop)" if a.get("adopted") else "")
+        now = led.begin_attempt(task_id, kind, f"{on}: {reason}" if reason else on, agent, str(a.get("run_id", "")),
+                                started, strategy)
+        code = a.get("exit_code")
+        led.end_attempt(task_id, now.attempt, code if isinstance(code, int) else None, outcome, ended)
+        led.record("child_end", task_id, ended, attempt=now.attempt, outcome=outcome, host=host,
+                   cost_usd=a.get("cost"), run_id=str(a.get("run_id", "")), reason=reason)
+
+    def _events(self, led: FleetLedger, task_id: str, state: str, said: dict) -> None:
+        kind = {"merged": "merged", "ready": "merged", "failed": "failed_permanently",
+                "needs-review": "needs_review"}.get(state)
+        if kind is None or (task_id, kind) in self.recorded:
+            return
+        self.recorded.add((task_id, kind))
+        led.record(kind, task_id, sha=str(said.get("sha") or ""), reason=str(said.get("reason") or ""),
+                   outcome=state)

@@ -1,0 +1,56 @@
+"""The home's copy of a Temporal fleet in the project's fleet ledger: rows with the fleet's word
+on their state, attempts written once each, and a try lost with its machine as an attempt of its
+own (stopped: no restart spent) before the one that finished it elsewhere."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
+
+from genesis.fleet.ledger import FleetLedger  # noqa: E402
+from genesis.temporal.mirror import Mirror  # noqa: E402
+from genesis.temporal.reading import Try  # noqa: E402
+
+ROW = {"id": "t-1", "text": "do it", "state": "verified", "strategy": 0, "attempts": 1, "restarts": 0,
+       "escalations": 0, "branch": "genesis/task/t-1", "reason": "", "not_before": 0.0, "updated": 10.0,
+       "created": 1.0}
+
+
+def attempt(**over) -> dict:
+    return {"task_id": "t-1", "attempt": 1, "kind": "start", "reason": "its task is done on its branch",
+            "agent": "configured", "started": 100.0, "ended": 130.0, "exit_code": 0, "outcome": "verified",
+            "run_id": "r1", "strategy": 0, "host": "A", "tries": 1, "fresh_clone": False, "adopted": False,
+            "lost": "", **over}
+
+
+def test_a_lost_try_is_an_attempt_of_its_own_and_the_fleet_says_merged(tmp_path):
+    mirror = Mirror(tmp_path / "ledger.sqlite3", "fleet-1")
+    lost = attempt(tries=2, lost="B: running", fresh_clone=True)
+    run = Try("run_attempt", "g-any", 99.0, attempt=2, identity="genesis-worker@A:42", started_at=112.5,
+              last_failure="activity Heartbeat timeout", closed="completed", closed_at=130.0)
+    fleet = {"tasks": {"t-1": {"state": "merged", "sha": "abc", "reason": "came home"}}}
+    for _ in range(2):   # synced twice: written once
+        mirror.sync(fleet, {"t-1": {"row": ROW, "attempts": [lost]}}, {"t-1": [run]})
+    with FleetLedger.open(tmp_path / "ledger.sqlite3", readonly=True) as led:
+        (row,) = led.tasks()
+        first, second = led.attempts("t-1")
+        merged = led.events("merged")
+    assert (row.state, row.attempts, row.merged_sha) == ("merged", 2, "abc")
+    assert (first.kind, first.outcome, first.started, first.ended) == ("start", "stopped", 100.0, 112.5)
+    assert "its worker was lost (B: running; activity Heartbeat timeout)" in first.reason
+    assert "again on A 12.5s after" in first.reason
+    assert (second.kind, second.outcome, second.started, second.ended) == ("resume", "verified", 112.5, 130.0)
+    assert second.reason.startswith("on A (a fresh clone of its branch)")
+    assert len(merged) == 1
+
+
+def test_a_running_attempt_waits_for_its_end(tmp_path):
+    mirror = Mirror(tmp_path / "ledger.sqlite3", "fleet-1")
+    mirror.sync({"tasks": {}}, {"t-1": {"row": {**ROW, "state": "running"}, "attempts": [attempt(ended=None)]}}, {})
+    with FleetLedger.open(tmp_path / "ledger.sqlite3", readonly=True) as led:
+        assert led.attempts("t-1") == [] and led.tasks()[0].state == "running"
+    mirror.sync({"tasks": {}}, {"t-1": {"row": ROW, "attempts": [attempt()]}}, {})
+    with FleetLedger.open(tmp_path / "ledger.sqlite3", readonly=True) as led:
+        (one,) = led.attempts("t-1")
+        assert (one.outcome, led.tasks()[0].state) == ("verified", "merging")
