@@ -3,9 +3,12 @@
 On every machine (`genesis worker`): `run_attempt`, ONE child-loop attempt of a task, the same
 unit as the local fleet's child (fleet/children.py), in the task's worktree on this machine:
 kept from an earlier attempt, or made from the task's branch as pushed to the shared remote.
-It heartbeats Temporal every second from its first line while the child's loop is alive (its
-lock held, its phase heartbeats fresh) and stops when Genesis would judge the loop stuck, so
-Temporal times a frozen loop out as it does a dead machine.
+It heartbeats Temporal every second from its first line. The loop is judged by itself, not by
+its agent's heartbeat files (a hookless agent writes none): while its process runs and holds its
+lock, it must leave a trace (its ledger, record, logs or phase heartbeats) at least once in a
+bound made of its own windows; a loop that does not is frozen, and the activity kills it (as the
+local monitor stops a child) and fails the try, retryable: Temporal tries again, and the retry
+finds no loop to adopt.
 
 At home (`genesis fleet run --engine temporal`): `open_tasks`, `merge` and `mark`, on the
 user's checkout, as the local monitor does them, then the project branch pushed to the remote.
@@ -57,7 +60,9 @@ __all__ = ["MachineActivities", "HomeActivities", "MONITOR_FILE", "BEAT_EVERY"]
 
 MONITOR_FILE = "monitor.json"     # the child's liveness signal of its monitor (here: this activity)
 BEAT_EVERY = 1.0                  # seconds between two heartbeats to Temporal, and two looks at the child
-STUCK_MARGIN = 120.0              # seconds past the watcher's own window before the loop counts as frozen
+STUCK_MARGIN = 120.0              # seconds past the loop's own windows before it counts as frozen
+FROZEN = "LoopFrozen"             # a try whose loop left no trace within its bound (retryable)
+TRACES_MAX = 200                  # files of a run's log folder looked at for the loop's last trace
 STOP_WAIT = 60.0                  # seconds a cancelled attempt's loop gets to end after SIGTERM
 STEPS_WAIT = 120.0                # seconds to wait for an ended loop's last steps to let its lock go
 REMOTE_NAME = "origin"            # each machine's clone names the shared remote so
@@ -68,16 +73,15 @@ QUERY_WAIT = timedelta(seconds=10)   # a query of the account or the fleet befor
 
 
 class _Watch:
-    """What the heartbeat ticker reports, and whether it still may (the loop is not judged stuck)."""
+    """What the heartbeat ticker reports: the activity beats for as long as it runs (a frozen
+    loop ends it, see _follow), so a missed beat means the machine or its worker is gone."""
 
     def __init__(self, host: str) -> None:
         self.details: dict = {"host": host, "stage": "preparing the worktree"}
-        self.alive = True
 
     async def tick(self) -> None:
         while True:
-            if self.alive:
-                activity.heartbeat(self.details)
+            activity.heartbeat(self.details)
             await asyncio.sleep(BEAT_EVERY)
 
 
@@ -93,6 +97,9 @@ class MachineActivities:
     host_wait: float = 300.0
     slots: set[int] = field(default_factory=set)
     guard: threading.Lock = field(default_factory=threading.Lock)   # one git at a time in a fleet's clone
+    slot_guard: threading.Lock = field(default_factory=threading.Lock)   # port slots picked one at a time
+    frozen_after: float | None = None   # seconds without a trace of the loop: None, from its own windows
+    stop_wait: float = STOP_WAIT
 
     @activity.defn(name="run_attempt")
     async def run_attempt(self, inp: AttemptInput) -> AttemptResult:
@@ -115,8 +122,7 @@ class MachineActivities:
             wt, fresh = await asyncio.to_thread(self._worktree, folder, inp)
         except (GitFailed, OSError, worktrees.WorktreeError) as exc:
             raise ApplicationError(f"{self.host}: no worktree for {inp.task.branch}: {exc}", type=NO_REMOTE) from exc
-        watch.details.update(stage="checking the account and the fleet", worktree=str(wt), fresh_clone=fresh)
-        await self._may_start(inp, info.attempt)
+        watch.details.update(stage="preparing the loop", worktree=str(wt), fresh_clone=fresh)
         settings = {**dict(inp.settings), "AUTO_PUSH": "true", "GENESIS_MAX_LIMIT_WAIT": "0s"}
         try:
             cfg = await asyncio.to_thread(resolve, wt, flags=settings)
@@ -124,17 +130,28 @@ class MachineActivities:
             raise ApplicationError(f"{self.host}: {exc}", {"host": self.host, "exit_code": exitcodes.USAGE},
                                    type=FLEET_STOPPING, non_retryable=True) from exc
         fleet_dir = private_dir(folder / "fleet")
-        child, adopted, slot = await asyncio.to_thread(self._child, inp, wt, cfg, fleet_dir, settings,
-                                                       info.attempt)
+        child, slot = await asyncio.to_thread(self._adopted, inp, wt), -1
+        adopted = child is not None
+        if child is None:
+            await asyncio.to_thread(self._prepare, inp, wt, cfg, info.attempt)
+            watch.details.update(stage="checking the account and the fleet")
+            await self._may_start(inp, info.attempt)   # last: nothing slow between its word and the start
+            child, slot = await asyncio.to_thread(self._launch, inp, wt, fleet_dir, settings, info.attempt)
         watch.details.update(stage="running", pid=child.pid, adopted=adopted)
-        window = (cfg.stale_after + cfg.check_interval) * inp.window_factor + STUCK_MARGIN
+        bound = self._bound(cfg, inp.window_factor)
+        log = fleet_dir / "children" / f"{inp.task.task_id}.attempt-{inp.number}.{info.attempt}.log"
         try:
-            ending = await self._follow(child, fleet_dir, watch, window, began)
-        except asyncio.CancelledError:
-            await asyncio.to_thread(_stop_child, child)
+            ending = await self._follow(child, fleet_dir, watch, bound, log)
+        except asyncio.CancelledError:   # cancelled or timed out: the loop goes with its attempt
+            await asyncio.to_thread(_stop_child, child, self.stop_wait)
             raise
+        except _Frozen as exc:
+            await asyncio.to_thread(_stop_child, child, self.stop_wait)
+            raise ApplicationError(str(exc), {"host": self.host, "run_id": child.run_id,
+                                              "activity_attempt": info.attempt}, type=FROZEN) from exc
         finally:
-            self.slots.discard(slot)
+            with self.slot_guard:
+                self.slots.discard(slot)
         watch.details.update(stage="pushing")
         tip = await asyncio.to_thread(_push, wt, inp.task.branch)
         verified = ending.exit_code == exitcodes.OK and await asyncio.to_thread(done_at, wt, inp.task.branch,
@@ -208,10 +225,9 @@ class MachineActivities:
             return {}
         return answer if isinstance(answer, dict) else {}
 
-    def _child(self, inp: AttemptInput, wt: Path, cfg: Config, fleet_dir: Path, settings: dict[str, str],
-               tries: int) -> tuple[kids.Child, bool, int]:
-        """Adopt the loop still running in the worktree (this machine's previous worker died; never
-        two loops on one task), else launch one."""
+    def _adopted(self, inp: AttemptInput, wt: Path) -> kids.Child | None:
+        """The loop still running in the worktree (this machine's previous worker died; never two
+        loops on one task), adopted as it is: no start gate, it is already running."""
         now = time.time()
         probe = kids.Child(inp.task.task_id, wt, 0, 0.0, now, inp.number)
         deadline = now + STEPS_WAIT
@@ -222,13 +238,21 @@ class MachineActivities:
         if holder is not None and holder.pid and holder.alive():
             child = kids.adopt(inp.task.task_id, wt, holder, inp.number, now)
             child.layout = probe.layout
-            return child, True, -1
+            return child
+        return None
+
+    def _prepare(self, inp: AttemptInput, wt: Path, cfg: Config, tries: int) -> None:
         if inp.number > 1 or tries > 1:   # what a killed attempt left would stop the next start
             make_startable(wt, inp.task.branch, inp.number, inp.previous_end or "its machine was lost",
                            hooks=cfg.git_hooks)
         _hook_for(wt, cfg)
-        slot = next(n for n in range(len(self.slots) + 1) if n not in self.slots)
-        self.slots.add(slot)
+
+    def _launch(self, inp: AttemptInput, wt: Path, fleet_dir: Path, settings: dict[str, str],
+                tries: int) -> tuple[kids.Child, int]:
+        now = time.time()
+        with self.slot_guard:   # two attempts launching at once must not share a port range
+            slot = next(n for n in range(len(self.slots) + 1) if n not in self.slots)
+            self.slots.add(slot)
         spec = kids.ChildSpec(inp.task.task_id, inp.task.text, wt, inp.number, inp.phases, inp.iterations,
                               fleet_dir.parent / "stop-flag", fleet_dir,
                               (self.port_base + slot * PORTS_PER_CHILD, PORTS_PER_CHILD), settings,
@@ -239,10 +263,20 @@ class MachineActivities:
         try:
             child = kids.launch(spec, env, now)
         except OSError:
-            self.slots.discard(slot)
+            with self.slot_guard:
+                self.slots.discard(slot)
             raise
-        child.layout = probe.layout or kids.layout_of(wt)
-        return child, False, slot
+        child.layout = kids.layout_of(wt)
+        return child, slot
+
+    def _bound(self, cfg: Config, factor: float) -> float:
+        """How long the loop may leave no trace: its longest silent wait (an agent's whole phase,
+        a tool call, an outage) and the watcher's stale window, stretched by the strategy's
+        factor, plus a margin; `frozen_after` replaces it (the tests compress it)."""
+        if self.frozen_after is not None:
+            return self.frozen_after
+        longest = max(cfg.max_runtime, cfg.tool_busy_max, cfg.max_outage)
+        return (longest + cfg.stale_after + cfg.check_interval) * max(factor, 1.0) + STUCK_MARGIN
 
     def _stop_after(self) -> float:
         """How long the child outlives this activity's silence. Pinned here, a lost worker's retry
@@ -255,22 +289,55 @@ class MachineActivities:
             return max(2 * beat, ANY_STOP_FLOOR) if 2 * beat < self.host_wait else self.host_wait
         return self.host_wait
 
-    async def _follow(self, child: kids.Child, fleet_dir: Path, watch: _Watch, window: float,
-                      began: float) -> kids.Ending:
-        """Watch the child to its end; beat while it is alive, stop beating once it is frozen."""
+    async def _follow(self, child: kids.Child, fleet_dir: Path, watch: _Watch, bound: float,
+                      log: Path) -> kids.Ending:
+        """Watch the child to its end, telling it its monitor lives (monitor.json) while it does;
+        _Frozen once it left no trace for `bound` seconds."""
+        began = time.time()
         while True:
             now = time.time()
+            ending = await asyncio.to_thread(kids.ended, child, now)
+            if ending is not None:
+                return ending
+            last = max(child.launched, began, await asyncio.to_thread(_last_trace, child, log))
+            if now - last > bound:
+                raise _Frozen(f"{self.host}: the loop (pid {child.pid}) left no trace for {now - last:.0f}s "
+                              f"(its bound: {bound:g}s): frozen, stopped")
             await asyncio.to_thread(write_json, fleet_dir / MONITOR_FILE,
                                     {"pid": os.getpid(), "run_id": "temporal", "started": began, "at": now,
                                      "host": self.host})
-            ending = await asyncio.to_thread(kids.ended, child, now)
-            if ending is not None:
-                watch.alive = True
-                return ending
-            beat = newest_beat(child.layout.heartbeat_dir) if child.layout else None
-            watch.alive = (beat or child.launched) > now - window
-            watch.details.update(run_id=child.run_id, newest_beat=beat)
+            watch.details.update(run_id=child.run_id, last_trace=last)
             await asyncio.sleep(BEAT_EVERY)
+
+
+class _Frozen(Exception):
+    """The loop runs (its process, its lock) but has left no trace within its bound."""
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _last_trace(child: kids.Child, log: Path) -> float:
+    """When the loop last showed it works: its ledger, its record, its phase heartbeats, its
+    own output and its run's logs (an agent's output), whichever is newest."""
+    found = [_mtime(log)]
+    lay = child.layout
+    if lay is not None:
+        found += [_mtime(lay.ledger_file), _mtime(lay.loop_record), newest_beat(lay.heartbeat_dir) or 0.0]
+        if child.run_id:
+            try:
+                with os.scandir(lay.run_dir(child.run_id)) as entries:
+                    for n, entry in enumerate(entries):
+                        if n >= TRACES_MAX:
+                            break
+                        found.append(_mtime(Path(entry.path)))
+            except OSError:
+                pass
+    return max(found)
 
 def _limit_reset(child: kids.Child, cfg: Config) -> float:
     """When the limit the child met resets, plus the margin, from the child's own ledger (its
@@ -331,11 +398,15 @@ def _push(wt: Path, branch: str) -> str:
     return tip
 
 
-def _stop_child(child: kids.Child) -> None:
+def _stop_child(child: kids.Child, wait: float = STOP_WAIT) -> None:
     """As the local monitor forwards a stop: SIGTERM to the loop (it ends its agent and records its
-    end), SIGKILL past STOP_WAIT."""
-    kids.signal_child(child, signal.SIGTERM)
-    deadline = time.time() + STOP_WAIT
+    end; SIGCONT lets a stopped loop hear it), SIGKILL past `wait`."""
+    if kids.signal_child(child, signal.SIGTERM):
+        try:
+            os.kill(child.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + wait
     while time.time() < deadline:
         if kids.ended(child, time.time()) is not None:
             return
