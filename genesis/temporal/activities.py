@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Mapping
+from urllib.parse import urlsplit
 
 from temporalio import activity
 from temporalio.client import Client
@@ -44,8 +46,9 @@ from genesis.fleet import merging, worktrees
 from genesis.fleet.beats import newest_beat
 from genesis.fleet.leftovers import make_startable
 from genesis.fleet.planning import outcome_of
+from genesis.fleet.resources import MB, FleetSettings, available_memory, port_range
 from genesis.fleet.queue import done_at, tasks_at
-from genesis.fleet.taskref import TaskRef, open_refs
+from genesis.fleet.taskref import TaskRef, branch_for, open_refs
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.limits import REMEMBERED
 from genesis.repo.gitcmd import GitFailed
@@ -70,6 +73,12 @@ PORTS_PER_CHILD = 10
 ANY_STOP_FLOOR = 10.0             # seconds: a child of an unplaced attempt outlives its activity at least this
 HOOK_WAIT = 60.0                  # seconds for `genesis hook install` in a worktree
 QUERY_WAIT = timedelta(seconds=10)   # a query of the account or the fleet before an agent starts
+# What a workflow's input may name (it becomes folders, files and refs here): anyone who can
+# start a workflow in the namespace writes it, so nothing else is taken.
+WORKFLOW_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+TASK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}-[0-9a-f]{6}$")   # taskref.task_id's form
+BRANCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}$")
+MEMORY_EVERY = 5.0                # seconds between two looks at the memory while below the floor
 
 
 class _Watch:
@@ -100,13 +109,20 @@ class MachineActivities:
     slot_guard: threading.Lock = field(default_factory=threading.Lock)   # port slots picked one at a time
     frozen_after: float | None = None   # seconds without a trace of the loop: None, from its own windows
     stop_wait: float = STOP_WAIT
+    fleet: FleetSettings | None = None  # the machine's fleet knobs (ports, memory floor), from its environment
+    running: asyncio.Semaphore | None = None   # one count for both queues: at most --parallel loops here
 
     @activity.defn(name="run_attempt")
     async def run_attempt(self, inp: AttemptInput) -> AttemptResult:
         watch = _Watch(self.host)
         ticker = asyncio.create_task(watch.tick())   # from the first line: a slow clone must not look dead
         try:
-            return await self._attempt(inp, watch)
+            if self.running is None:
+                return await self._attempt(inp, watch)
+            watch.details.update(stage="waiting for a free slot on this machine")
+            async with self.running:
+                watch.details.update(stage="preparing the worktree")
+                return await self._attempt(inp, watch)
         finally:
             ticker.cancel()
 
@@ -116,6 +132,7 @@ class MachineActivities:
     async def _attempt(self, inp: AttemptInput, watch: _Watch) -> AttemptResult:
         info = activity.info()
         began = time.time()
+        _refuse_bad_input(self.host, inp.fleet_workflow, inp.task, inp.target, inp.remote_url)
         lost = _lost(info.heartbeat_details)
         folder = await asyncio.to_thread(self._folder, inp)
         try:
@@ -134,6 +151,7 @@ class MachineActivities:
         adopted = child is not None
         if child is None:
             await asyncio.to_thread(self._prepare, inp, wt, cfg, info.attempt)
+            await self._memory(watch)
             watch.details.update(stage="checking the account and the fleet")
             await self._may_start(inp, info.attempt)   # last: nothing slow between its word and the start
             child, slot = await asyncio.to_thread(self._launch, inp, wt, fleet_dir, settings, info.attempt)
@@ -215,6 +233,13 @@ class MachineActivities:
             raise ApplicationError("the fleet is paused", {"host": self.host, "seq": fleet.get("pause_seq", 0)},
                                    type=PAUSED, non_retryable=True)
 
+    async def _memory(self, watch: _Watch) -> None:
+        """As the local monitor: no launch while less memory is available than the floor."""
+        floor = self.fleet.memory_floor if self.fleet else 0
+        while floor and (free := await asyncio.to_thread(available_memory)) < floor:
+            watch.details.update(stage=f"waiting for memory: {free // MB} MB available, floor {floor // MB} MB")
+            await asyncio.sleep(MEMORY_EVERY)
+
     async def _ask(self, workflow_id: str) -> dict:
         """A workflow's state by query, bounded; {} when no worker answers in time (its signals
         still reach the task: the query only closes their delay)."""
@@ -255,7 +280,7 @@ class MachineActivities:
             self.slots.add(slot)
         spec = kids.ChildSpec(inp.task.task_id, inp.task.text, wt, inp.number, inp.phases, inp.iterations,
                               fleet_dir.parent / "stop-flag", fleet_dir,
-                              (self.port_base + slot * PORTS_PER_CHILD, PORTS_PER_CHILD), settings,
+                              self._ports(slot), settings,
                               fleet_dir / "children" / f"{inp.task.task_id}.attempt-{inp.number}.{tries}.log")
         env = {**self.env, "GENESIS_COMMIT_KEY": commit_key(inp.task_workflow, inp.number),
                # the child stops itself when this activity's liveness file is older than this
@@ -268,6 +293,11 @@ class MachineActivities:
             raise
         child.layout = kids.layout_of(wt)
         return child, slot
+
+    def _ports(self, slot: int) -> tuple[int, int]:
+        if self.fleet is not None:
+            return port_range(slot, self.fleet)
+        return self.port_base + slot * PORTS_PER_CHILD, PORTS_PER_CHILD
 
     def _bound(self, cfg: Config, factor: float) -> float:
         """How long the loop may leave no trace: its longest silent wait (an agent's whole phase,
@@ -338,6 +368,46 @@ def _last_trace(child: kids.Child, log: Path) -> float:
             except OSError:
                 pass
     return max(found)
+
+def bad_input(fleet_workflow: str, task: TaskSpec, target: str, remote_url: str) -> str:
+    """What is wrong with a workflow's input before any of it becomes a path, a ref or a URL
+    this machine uses ("" when nothing)."""
+    if not WORKFLOW_ID_RE.match(fleet_workflow) or ".." in fleet_workflow:
+        return f"the fleet's workflow id {fleet_workflow!r} is not a plain name"
+    if not TASK_ID_RE.match(task.task_id):
+        return f"the task id {task.task_id!r} is not of the fleet's form"
+    if task.branch != branch_for(task.task_id):
+        return f"the task's branch {task.branch!r} is not {branch_for(task.task_id)!r}"
+    if not _branch_name(target):
+        return f"the target branch {target!r} is not a plain branch name"
+    if remote_url and _has_credentials(remote_url):
+        return ("the remote's URL carries credentials (user:password@ or a token): they would sit in "
+                "the workflow's history in plain text; give each machine its credentials through git's "
+                "credential helper or SSH keys, and the URL without them")
+    return ""
+
+
+def _branch_name(name: str) -> bool:
+    return bool(BRANCH_RE.match(name)) and ".." not in name and "//" not in name and "@{" not in name \
+        and not name.endswith((".lock", "/", "."))
+
+
+def _has_credentials(url: str) -> bool:
+    """A URL with a password, or a web URL with any user part (a token is often the user)."""
+    if "://" not in url:
+        return False   # a path, or scp-like user@host:path (an SSH user, never a secret)
+    parts = urlsplit(url)
+    if parts.password:
+        return True
+    return bool(parts.username) and parts.scheme.lower() in ("http", "https", "ftp", "ftps")
+
+
+def _refuse_bad_input(host: str, fleet_workflow: str, task: TaskSpec, target: str, remote_url: str) -> None:
+    why = bad_input(fleet_workflow, task, target, remote_url)
+    if why:   # the same input would fail on every machine: the fleet stops, saying why
+        raise ApplicationError(f"{host}: refused: {why}", {"host": host, "exit_code": exitcodes.USAGE},
+                               type=FLEET_STOPPING, non_retryable=True)
+
 
 def _limit_reset(child: kids.Child, cfg: Config) -> float:
     """When the limit the child met resets, plus the margin, from the child's own ledger (its
@@ -430,20 +500,21 @@ class HomeActivities:
     def merge(self, inp: MergeInput) -> MergeOutcome:
         """Bring the task's branch, as pushed, home through fleet/merging.merge_home (once: a task
         already ticked on the target is not merged again), then push the target."""
+        _refuse_bad_input("home", inp.fleet_id, inp.task, inp.target, inp.remote_url)
         git = worktrees.Git(self.project)
         if done_at(self.project, inp.target, inp.task.text):
             tip = worktrees.rev(git, f"refs/heads/{inp.target}")
             self._push_target(inp.target)
             return MergeOutcome("merged", tip, f"already on {inp.target}")
         branch = inp.task.branch
-        git.out("fetch", "-q", self.remote, f"+refs/heads/{branch}:refs/genesis/fetched/{branch}")
-        fetched = worktrees.rev(git, f"refs/genesis/fetched/{branch}")
+        fetched_ref = f"refs/genesis/fetched/{branch}"
+        git.out("fetch", "-q", self.remote, f"+refs/heads/{branch}:{fetched_ref}")
+        try:
+            fetched = worktrees.rev(git, fetched_ref)
+            self._take(git, branch, fetched)
+        finally:   # the user's repository keeps no refs of ours
+            git("update-ref", "-d", fetched_ref)
         root = worktrees.worktree_root(self.project, self.cfg)
-        checked_out = [w for w in worktrees.listed(self.project)[1:] if w.branch == branch and not w.prunable]
-        if checked_out:
-            worktrees.Git(checked_out[0].path).out("reset", "-q", "--hard", fetched)
-        else:
-            git.out("branch", "-f", branch, fetched)
         wt = worktrees.create(self.project, root, inp.task.task_id, branch, inp.target, hooks=self.cfg.git_hooks)
         activity.heartbeat("merging")
         result = merging.merge_home(self.project, wt, branch, inp.target, TaskRef(inp.task.task_id, inp.task.text, 0),
@@ -454,8 +525,30 @@ class HomeActivities:
             self._push_target(inp.target)
         return MergeOutcome(result.outcome, result.sha, result.detail, tuple(result.commits))
 
+    def _take(self, git: worktrees.Git, branch: str, fetched: str) -> None:
+        """The home's branch of the task moved to the pushed tip, never over the user's work: a
+        worktree of it with uncommitted changes, or local commits the pushed tip lacks, hold the
+        merge (HELD, saying which) until the user sees to them."""
+        checked_out = [w for w in worktrees.listed(self.project)[1:] if w.branch == branch and not w.prunable]
+        here = worktrees.Git(checked_out[0].path) if checked_out else git
+        local = worktrees.rev(here, "HEAD" if checked_out else f"refs/heads/{branch}")
+        if checked_out:
+            dirty = here("status", "--porcelain", "--untracked-files=no")
+            if dirty.returncode != 0 or dirty.text.strip():
+                raise ApplicationError(f"the merge is held: {checked_out[0].path} (a worktree of {branch}) has "
+                                       "uncommitted changes; commit or discard them", type=HELD)
+        if local and local != fetched and git("merge-base", "--is-ancestor", local, fetched).returncode != 0:
+            raise ApplicationError(f"the merge is held: {branch} here has commits its pushed tip lacks "
+                                   f"({local[:12]} is not an ancestor of {fetched[:12]}); push or drop them",
+                                   type=HELD)
+        if checked_out:
+            here.out("merge", "-q", "--ff-only", fetched)
+        else:
+            git.out("branch", "-f", branch, fetched)
+
     @activity.defn(name="mark")
     def mark(self, inp: MarkInput) -> str:
+        _refuse_bad_input("home", "home", inp.task, inp.target, "")
         ref = TaskRef(inp.task.task_id, inp.task.text, 0)
         sha = merging.mark_failed(self.project, inp.target, ref, inp.reason, hooks=self.cfg.git_hooks)
         if not sha:

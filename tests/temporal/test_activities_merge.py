@@ -1,0 +1,96 @@
+"""The home's merge never overwrites the user's work on a task's branch: a worktree of it with
+uncommitted changes, or local commits the pushed tip lacks, hold the merge (HELD, saying why) and
+leave everything as it was; the fetched ref is deleted afterwards either way."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
+
+from helpers.fleet import fleet_project  # noqa: E402
+from helpers.git import git  # noqa: E402
+from helpers.temporal import origin_for  # noqa: E402
+from temporalio.exceptions import ApplicationError  # noqa: E402
+from temporalio.testing import ActivityEnvironment  # noqa: E402
+
+from genesis.config import resolve  # noqa: E402
+from genesis.fleet.taskref import branch_for, task_id  # noqa: E402
+from genesis.temporal.activities import HomeActivities  # noqa: E402
+from genesis.temporal.records import HELD, MergeInput, TaskSpec  # noqa: E402
+
+pytestmark = [pytest.mark.temporal]
+
+TEXT = "write the alpha note"
+TID = task_id(TEXT)
+BRANCH = branch_for(TID)
+
+
+@pytest.fixture
+def home(tmp_path):
+    """The user's checkout, its origin holding the task's branch one commit ahead of the target."""
+    project = tmp_path / "project"
+    project.mkdir()
+    git(project, "init", "-q")
+    fleet_project(project, [TEXT])
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    remote = origin_for(project, tmp_path)
+    git(project, "push", "-q", "origin", target)
+    git(project, "branch", BRANCH)
+    other = tmp_path / "machine"
+    git(tmp_path, "clone", "-q", str(remote), str(other))
+    git(other, "config", "user.name", "Agent")
+    git(other, "config", "user.email", "agent@example.invalid")
+    git(other, "checkout", "-q", "-b", BRANCH)
+    (other / "work.txt").write_text("the agent's work\n")
+    git(other, "add", "work.txt")
+    git(other, "commit", "-qm", "work")
+    git(other, "push", "-q", "origin", BRANCH)
+    return project, target, remote
+
+
+def merge(project, target, remote):
+    acts = HomeActivities(project, resolve(project), "origin")
+    inp = MergeInput("genesis-fleet-0123456789ab", TaskSpec(TID, TEXT, BRANCH), target, str(remote))
+    return ActivityEnvironment().run(acts.merge, inp)
+
+
+def fetched_refs(project) -> str:
+    return git(project, "for-each-ref", "refs/genesis/fetched/")
+
+
+def test_a_dirty_worktree_of_the_tasks_branch_holds_the_merge(home, tmp_path):
+    project, target, remote = home
+    wt = tmp_path / "mine"
+    git(project, "worktree", "add", "-q", str(wt), BRANCH)
+    (wt / "TASKS.md").write_text("my own edit, not committed\n")
+    before = git(wt, "rev-parse", "HEAD")
+    with pytest.raises(ApplicationError) as held:
+        merge(project, target, remote)
+    assert held.value.type == HELD and "uncommitted changes" in str(held.value)
+    assert (wt / "TASKS.md").read_text() == "my own edit, not committed\n"
+    assert git(wt, "rev-parse", "HEAD") == before
+    assert fetched_refs(project) == ""
+
+
+def test_local_commits_the_pushed_tip_lacks_hold_the_merge(home):
+    project, target, remote = home
+    git(project, "checkout", "-q", BRANCH)
+    (project / "mine.txt").write_text("my commit\n")
+    git(project, "add", "mine.txt")
+    git(project, "commit", "-qm", "mine")
+    mine = git(project, "rev-parse", "HEAD")
+    git(project, "checkout", "-q", target)
+    with pytest.raises(ApplicationError) as held:
+        merge(project, target, remote)
+    assert held.value.type == HELD and "not an ancestor" in str(held.value)
+    assert git(project, "rev-parse", BRANCH) == mine
+    assert fetched_refs(project) == ""
+
+
+def test_a_clean_branch_behind_the_pushed_tip_is_merged_and_the_fetched_ref_goes(home):
+    project, target, remote = home
+    done = merge(project, target, remote)
+    assert done.outcome == "merged", done
+    assert (project / "work.txt").read_text() == "the agent's work\n"
+    assert fetched_refs(project) == ""
