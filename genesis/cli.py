@@ -1107,6 +1107,7 @@ def fleet_status(ctx: click.Context, as_json: bool, fleet_file: Path | None) -> 
 def worker(root: Path | None, host: str | None, parallel: str, **temporal: str | None) -> None:
     """Run this machine's share of every fleet on Temporal (--engine temporal): one per machine,
     as a service. SIGTERM stops it; its running attempts move to other machines."""
+    from genesis.config import Setting
     from genesis.fleet.resources import fleet_settings, parallel_of
     from genesis.store.accounts import root_of
     from genesis.temporal.settings import from_environment
@@ -1114,10 +1115,12 @@ def worker(root: Path | None, host: str | None, parallel: str, **temporal: str |
 
     flags = {**_temporal_flags(temporal), **({"GENESIS_TEMPORAL_HOST": host} if host else {})}
     settings = from_environment(os.environ, flags)
-    n = parallel_of(parallel, fleet_settings({}))
+    # the machine's own fleet knobs (memory per agent and floor, ports) from its environment
+    fleet = fleet_settings({k: Setting(v, "the environment") for k, v in os.environ.items()})
+    n = parallel_of(parallel, fleet)
     folder = private_dir(root or root_of(os.environ.get("GENESIS_SHARED_STATE_DIR", ""), os.environ) /
                          "temporal-worker")
-    worker_main(settings, folder.resolve(), n, dict(os.environ))
+    worker_main(settings, folder.resolve(), n, dict(os.environ), fleet)
 
 
 @cli.group("temporal")

@@ -19,6 +19,7 @@ from typing import Mapping, NoReturn
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from genesis.fleet.resources import FleetSettings
 from genesis.temporal.activities import MachineActivities
 from genesis.temporal.records import any_queue, fleet_queue, host_queue
 from genesis.temporal.settings import TemporalSettings
@@ -32,11 +33,14 @@ GRACEFUL = timedelta(seconds=30)
 
 
 async def serve(settings: TemporalSettings, root: Path, parallel: int, env: Mapping[str, str],
-                ready: asyncio.Event | None = None) -> None:
-    """Poll the fleet's queues until SIGTERM or SIGINT, then shut down gracefully."""
+                ready: asyncio.Event | None = None, fleet: FleetSettings | None = None) -> None:
+    """Poll the fleet's queues until SIGTERM or SIGINT, then shut down gracefully. Each queue's
+    worker takes up to `parallel` attempts; one count across both runs at most `parallel` loops
+    (an attempt beyond it waits on this machine, beating, for a slot)."""
     client = await Client.connect(settings.address, namespace=settings.namespace,
                                   identity=f"genesis-worker@{settings.host}:{os.getpid()}")
-    machine = MachineActivities(client, root, settings.host, env, host_wait=settings.host_wait)
+    machine = MachineActivities(client, root, settings.host, env, host_wait=settings.host_wait, fleet=fleet,
+                                running=asyncio.Semaphore(parallel))
     prefix = settings.queue_prefix
     workers = [
         Worker(client, task_queue=fleet_queue(prefix), workflows=WORKFLOWS, graceful_shutdown_timeout=GRACEFUL),
@@ -71,12 +75,13 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-def main(settings: TemporalSettings, root: Path, parallel: int, env: Mapping[str, str]) -> NoReturn:
+def main(settings: TemporalSettings, root: Path, parallel: int, env: Mapping[str, str],
+         fleet: FleetSettings | None = None) -> NoReturn:
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="genesis-git")
     loop = asyncio.new_event_loop()
     loop.set_default_executor(pool)   # asyncio.to_thread: the activities' git, bounded
     try:
-        loop.run_until_complete(serve(settings, root, parallel, env))
+        loop.run_until_complete(serve(settings, root, parallel, env, fleet=fleet))
         code = 0
     except OSError as exc:
         print(f"genesis: error: {exc}", file=sys.stderr)
