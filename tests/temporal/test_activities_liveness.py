@@ -115,10 +115,15 @@ def test_a_stopped_loop_is_killed_and_its_retry_starts_anew(dev_server, world, t
         while not (agents.exists() and agents.read_text().strip()):
             assert time.monotonic() < deadline, "no agent started"
             time.sleep(0.1)
-        loop = loops_under(root)[0]
+        loops = loops_under(root)
+        pids = {proc.pid for proc in loops}
+        loop = next(proc for proc in loops if proc.ppid() not in pids)   # the loop, not one of its subshells
         frozen.append(loop.pid)
         for proc in [loop, *loop.children(recursive=True)]:
-            proc.send_signal(signal.SIGSTOP)
+            try:
+                proc.send_signal(signal.SIGSTOP)
+            except psutil.Error:   # a step that ended meanwhile
+                pass
 
     async def run():
         client = await Client.connect(dev_server.address)
@@ -131,7 +136,10 @@ def test_a_stopped_loop_is_killed_and_its_retry_starts_anew(dev_server, world, t
         await freezer
         # the stopped agent (a group of its own) is the test's to end; the loop was the activity's
         for proc in procs_under(root):
-            proc.kill()
+            try:
+                proc.kill()
+            except psutil.Error:   # ended meanwhile
+                pass
         hold.unlink()
         second = ActivityEnvironment()
         second.info = dataclasses.replace(second.info, attempt=2)
