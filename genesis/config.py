@@ -203,7 +203,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_TEMPORAL_REMOTE", "origin", "the temporal engine: the git remote every machine clones the "
          "tasks' branches from and pushes them to"),
     Knob("GENESIS_TEMPORAL_ACCOUNT", "", "the temporal engine: a name for the agent subscription machines share, "
-         "so a usage limit met on one holds all (empty: from the API key's fingerprint, else per machine)"),
+         "so a usage limit met on one holds all; read at home, for its whole fleet (empty: from the home's "
+         "API key's fingerprint, else the home machine's name: per home, not per worker)"),
 )
 KNOB_NAMES = {k.name for k in KNOBS}
 PHASE_SUFFIXES = ("TRIGGER", "PROMPT", "MAX_TURNS", "MAX_BUDGET_USD")

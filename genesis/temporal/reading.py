@@ -11,10 +11,14 @@ from datetime import datetime
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
+from genesis.temporal.records import task_workflow_id
 from genesis.temporal.workflows import MEMO_KEY
 
-__all__ = ["Try", "tries_of", "task_memos", "fleet_memo", "task_ids"]
+__all__ = ["Try", "tries_of", "task_memos", "fleet_memo", "task_ids", "MAX_TASKS"]
+
+MAX_TASKS = 1000          # task workflows read for one status (a TASKS.md is never this long)
 
 
 @dataclass(frozen=True)
@@ -89,18 +93,23 @@ async def fleet_memo(client: Client, fleet_id: str) -> dict:
     return {**memo, "status": described.status.name if described.status else ""}
 
 
-async def task_ids(client: Client, fleet_id: str) -> list[str]:
-    """The task workflows of a fleet, by their ids (`<fleet id>/<task id>`)."""
-    found = []
-    async for wf in client.list_workflows(f'WorkflowId STARTS_WITH "{fleet_id}/"'):
-        found.append(wf.id)
-    return sorted(set(found))
+async def task_ids(client: Client, fleet_id: str, limit: int = MAX_TASKS) -> list[str]:
+    """The task workflows of the fleet's current run, by their ids (`<fleet id>/<task id>`): the
+    tasks its memo names (ids are stable per project: earlier nights' workflows share the prefix),
+    at most `limit`."""
+    tasks = (await fleet_memo(client, fleet_id)).get("tasks") or {}
+    return sorted(task_workflow_id(fleet_id, task_id) for task_id in tasks)[:limit]
 
 
 async def task_memos(client: Client, fleet_id: str) -> dict[str, dict]:
     """Each task's row and attempts, as its workflow last published them."""
     memos = {}
     for workflow_id in await task_ids(client, fleet_id):
-        described = await client.get_workflow_handle(workflow_id).describe()
+        try:
+            described = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:   # a task the fleet has not launched yet
+                continue
+            raise
         memos[workflow_id.rpartition("/")[2]] = await described.memo_value(MEMO_KEY, default={})
     return memos

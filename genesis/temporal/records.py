@@ -62,8 +62,8 @@ def task_workflow_id(fleet_id: str, task_id: str) -> str:
 def account_workflow_id(prefix: str, cli: str, account: str) -> str:
     """One per agent subscription and queue prefix (the workers that run it): never a
     machine-local path (two machines on one subscription must name the same workflow);
-    `account` is a key's fingerprint or GENESIS_TEMPORAL_ACCOUNT, else a machine's own name
-    (the limit is then per machine)."""
+    `account` is the home's key's fingerprint or GENESIS_TEMPORAL_ACCOUNT, else the home
+    machine's name (the limit is then per home: every machine of its fleets is taken to share it)."""
     return f"{prefix}-account-{cli}-{fingerprint(account)}"
 
 
@@ -112,6 +112,8 @@ class FleetSpec:
     attempt_timeout: float            # seconds: the bound on one child-loop attempt, start to close
     merge_timeout: float              # seconds: the bound on one merge (its tests included)
     infra_attempts: int = 3           # Temporal's own tries of an attempt whose worker was lost
+    home_retry: float = 30.0          # seconds between two of Temporal's tries of a merge or mark that failed
+    held_wait: float = 60.0           # seconds: a durable wait before a held merge or mark is tried again
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,7 @@ class AttemptResult:
     tip: str                          # the task branch's tip as pushed
     resets_at: float = 0.0            # a limit: when it resets (epoch)
     lost: str = ""                    # a retry: what the lost try of this attempt last reported (its host, stage)
+    fleet_code: int | None = None     # the verdict's fleet code: the fleet ends with it (a ceiling, 23 or 24)
 
 
 @dataclass(frozen=True)

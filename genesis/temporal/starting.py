@@ -66,7 +66,8 @@ def say(message: str, kind: str = "info") -> None:
 
 def account_of(cfg: Config, settings: TemporalSettings, env: Mapping[str, str]) -> str:
     """The agent subscription's workflow id: from the API key's fingerprint when one is set, else
-    GENESIS_TEMPORAL_ACCOUNT, else this machine alone (the limit is then per machine)."""
+    GENESIS_TEMPORAL_ACCOUNT, else the home machine's name: the limit is then per home, not per
+    worker (every machine of a fleet runs on the account its home names)."""
     adapter = adapter_of(cfg)
     key = adapter.account(env).key
     name = key or settings.account or f"machine {settings.host}"

@@ -28,10 +28,11 @@ from temporalio.exceptions import (ActivityError, ApplicationError, CancelledErr
                                    TimeoutError, TimeoutType)
 
 with workflow.unsafe.imports_passed_through():
+    from genesis import exitcodes
     from genesis.fleet import ladder
     from genesis.fleet.ledger import Attempt, TaskRow
-    from genesis.fleet.planning import fleet_exit
-    from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, PAUSED, PERMANENT, USAGE_LIMIT,
+    from genesis.fleet.planning import CEILINGS, fleet_exit
+    from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, PAUSED, PERMANENT, USAGE_LIMIT,
                                           AttemptInput, AttemptResult, FleetSpec, MarkInput, MergeInput,
                                           MergeOutcome, TaskInput, TaskOutcome, TaskSpec, any_queue, fleet_queue,
                                           host_queue, task_workflow_id)
@@ -43,7 +44,7 @@ RETRY_FIRST = timedelta(seconds=1)    # a lost worker's attempt is tried again t
 OUTAGE_WAIT = 60.0                    # seconds before an attempt that met an API outage resumes
 LIMIT_FALLBACK = 300.0                # seconds held when a limit's reset time is unknown
 HOME_TRIES = 20                       # tries of a home activity (merge, mark) before it gives up
-HELD_TRY = timedelta(seconds=30)      # between two tries of a merge or mark held by the user's checkout
+HISTORY_BOUND = 10_000               # events: the account workflow continues as new past it (the cap is 51,200)
 QUEUE_PERIOD = 60.0                   # seconds between two reads of the queue while tasks run (history size)
 
 
@@ -51,12 +52,15 @@ QUEUE_PERIOD = 60.0                   # seconds between two reads of the queue w
 class AccountWorkflow:
     """Every task on one agent subscription subscribes; a limit met by any of them holds all of
     them until its reset by one durable `workflow.sleep` (no agent request in between, never a
-    failed attempt). Activities also query it just before starting an agent: signals arrive late."""
+    failed attempt). Activities also query it just before starting an agent: signals arrive late.
+    It lives across nights: it continues as new, carrying its subscribers, the limit's end and
+    its count, when Temporal suggests it or its history passes HISTORY_BOUND events."""
 
     def __init__(self) -> None:
         self.subscribers: list[str] = []
         self.until = 0.0
         self.limits = 0
+        self.bound = HISTORY_BOUND
 
     @workflow.signal
     def subscribe(self, workflow_id: str) -> None:
@@ -76,18 +80,40 @@ class AccountWorkflow:
     def state(self) -> dict:
         return {"until": self.until, "subscribers": list(self.subscribers), "limits": self.limits}
 
+    def _too_long(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() > self.bound
+
     @workflow.run
-    async def run(self) -> None:
+    async def run(self, carried: dict | None = None) -> None:
+        if carried:   # what the run before this one knew
+            self.subscribers = [s for s in carried.get("subscribers", []) if s not in self.subscribers] + \
+                self.subscribers
+            self.until = max(self.until, float(carried.get("until", 0.0)))
+            self.limits = int(carried.get("limits", 0))
+            self.bound = int(carried.get("bound", HISTORY_BOUND))
+        told = bool(carried and carried.get("holding"))   # the run before told the hold of this limit
         while True:
-            await workflow.wait_condition(lambda: self.until > workflow.now().timestamp())
-            self.limits += 1
-            workflow.upsert_memo({MEMO_KEY: {"until": self.until, "limits": self.limits}})
-            await self._tell("hold", self.until)
-            while workflow.now().timestamp() < self.until:  # a later limit extends the one timer
-                await workflow.sleep(self.until - workflow.now().timestamp())
-            await self._tell("release", self.until)
-            if self.limits >= 50:   # the history stays short: the next run starts with these subscribers
-                workflow.continue_as_new()
+            await workflow.wait_condition(lambda: self.until > workflow.now().timestamp() or self._too_long())
+            if self.until > workflow.now().timestamp():
+                if not told:
+                    self.limits += 1
+                    workflow.upsert_memo({MEMO_KEY: {"until": self.until, "limits": self.limits}})
+                    await self._tell("hold", self.until)
+                    told = True
+                while workflow.now().timestamp() < self.until and not self._too_long():
+                    try:   # a later limit extends the one timer; a long history moves it to the next run
+                        await workflow.wait_condition(self._too_long, timeout=timedelta(
+                            seconds=self.until - workflow.now().timestamp()))
+                    except asyncio.TimeoutError:
+                        pass
+                if workflow.now().timestamp() >= self.until:
+                    await self._tell("release", self.until)
+                    told = False
+            if self._too_long() or not told and self.limits and self.limits % 50 == 0:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new({"subscribers": list(self.subscribers), "until": self.until,
+                                          "limits": self.limits, "bound": self.bound, "holding": told})
 
     async def _tell(self, signal: str, until: float) -> None:
         for workflow_id in list(self.subscribers):
@@ -188,6 +214,27 @@ class TaskWorkflow:
         finally:
             await account.signal("unsubscribe", me)
 
+    async def _until_free(self) -> None:
+        """Until the task may start an attempt: not paused, not held by a limit. A limit's hold ends
+        by the account's release, or at the limit's end by a timer of its own (a release lost when
+        the account workflow moved on must not hold it forever)."""
+        while True:
+            await workflow.wait_condition(lambda: self.stopping or not self.paused)
+            if self.stopping or self.held_until <= 0.0:
+                return
+            if not workflow.patched("held-fallback"):   # a run held before the fallback was known
+                await workflow.wait_condition(lambda: self.stopping or self.held_until <= 0.0)
+                continue
+            left = self.held_until - self._now()
+            if left > 0:
+                try:
+                    await workflow.wait_condition(lambda: self.stopping or self.held_until <= 0.0,
+                                                  timeout=timedelta(seconds=left))
+                except asyncio.TimeoutError:
+                    pass
+            if 0.0 < self.held_until <= self._now():
+                self.held_until = 0.0
+
     async def _ladder(self, inp: TaskInput, fleet: FleetSpec, task: TaskSpec, me: str) -> TaskOutcome:
         spec = fleet.ladder
         policy = ladder.LadderPolicy(spec.max_task_restarts, spec.max_failed_tasks, spec.backoff_first,
@@ -196,7 +243,7 @@ class TaskWorkflow:
                            updated=self._now())
         kind, previous_end, hosts = "start", "", []
         while True:
-            await workflow.wait_condition(lambda: self.stopping or (not self.paused and self.held_until <= 0.0))
+            await self._until_free()
             if self.stopping:
                 self._set(state="queued", reason="the fleet stopped")
                 self._publish()
@@ -238,6 +285,18 @@ class TaskWorkflow:
                 self._set(state="verified", reason=result.reason)
                 self._publish()
                 return TaskOutcome(task.task_id, "verified", result.reason, tuple(hosts))
+            if result.outcome == "stopped" and not self.stopping:
+                code = result.fleet_code if result.fleet_code is not None else \
+                    result.exit_code if result.exit_code in CEILINGS else None
+                if code is not None:   # a ceiling: the fleet launches nothing more and ends with its code
+                    self._set(state="queued", reason=result.reason)
+                    self._publish()
+                    return TaskOutcome(task.task_id, "stopped", result.reason, tuple(hosts), fleet_code=code)
+                if result.exit_code == exitcodes.MONITOR_LOST:   # it stepped aside: a new attempt, nothing spent
+                    self._set(state="waiting", reason=result.reason)
+                    self._publish()
+                    kind, previous_end = "resume", f"stopped: {result.reason}"
+                    continue
             if result.outcome == "stopped" or self.stopping:
                 self._set(state="queued", reason=result.reason)
                 self._publish()
@@ -370,39 +429,40 @@ class FleetWorkflow:
 
         async def one(task: TaskSpec) -> None:
             async with slots:
-                if self.stopping:
-                    self._note(task.task_id, state="queued", reason="the fleet stopped")
+                if self.stopping or self.fatal is not None:
+                    self._note(task.task_id, state="queued", reason="the fleet stopped" if self.stopping else
+                               f"the fleet launches nothing more (exit {self.fatal})")
                     return
                 self._note(task.task_id, state="running")
                 outcome = await self._task(spec, task, me)
             if outcome.state == "verified":
                 self._note(task.task_id, state="merging", hosts=list(outcome.hosts))
                 async with merge_queue:
-                    merged: MergeOutcome = await workflow.execute_activity(
-                        "merge", MergeInput(spec.fleet_id, task, spec.target, spec.remote_url),
-                        result_type=MergeOutcome, task_queue=home,
-                        start_to_close_timeout=timedelta(seconds=spec.merge_timeout),
-                        retry_policy=RetryPolicy(maximum_attempts=HOME_TRIES, initial_interval=HELD_TRY,
-                                                 backoff_coefficient=1.0))
+                    merged, why = await self._home(spec, task, "merge", MergeInput(spec.fleet_id, task, spec.target,
+                                                                                   spec.remote_url),
+                                                   MergeOutcome, spec.merge_timeout)
+                if merged is None:
+                    self._note(task.task_id, state="merging" if self.stopping else "needs-review", reason=why)
+                    return
                 state = "merged" if merged.outcome == "merged" else "ready" if merged.outcome == "ready" \
                     else "needs-review"
                 self._note(task.task_id, state=state, reason=merged.detail, sha=merged.sha)
             elif outcome.state == "failed":
-                await workflow.execute_activity(
-                    "mark", MarkInput(task, spec.target, outcome.reason), task_queue=home,
-                    start_to_close_timeout=timedelta(seconds=120),
-                    retry_policy=RetryPolicy(maximum_attempts=HOME_TRIES, initial_interval=HELD_TRY,
-                                             backoff_coefficient=1.0))
-                self._note(task.task_id, state="failed", reason=outcome.reason)
+                _, why = await self._home(spec, task, "mark", MarkInput(task, spec.target, outcome.reason), str,
+                                          120.0)
+                self._note(task.task_id, state="failed",
+                           reason=outcome.reason + (f" (its [!] mark was not written: {why})" if why else ""))
             elif outcome.state == "config":
                 self.fatal = self.fatal or outcome.fleet_code
                 self._note(task.task_id, state="failed", reason=outcome.reason)
                 await self.stop()
             else:
+                if outcome.fleet_code is not None and self.fatal is None:   # a ceiling: nothing more launched
+                    self.fatal = outcome.fleet_code
                 self._note(task.task_id, state="queued", reason=outcome.reason)
 
         while True:
-            found: list[TaskSpec] = [] if self.stopping else await workflow.execute_activity(
+            found: list[TaskSpec] = [] if self.stopping or self.fatal is not None else await workflow.execute_activity(
                 "open_tasks", spec.target, result_type=list[TaskSpec], task_queue=home,
                 start_to_close_timeout=timedelta(seconds=120),
                 retry_policy=RetryPolicy(maximum_attempts=HOME_TRIES, initial_interval=RETRY_FIRST))
@@ -421,6 +481,31 @@ class FleetWorkflow:
                 pass
         code = fleet_exit([t["state"] for t in self.tasks.values()], fatal=self.fatal)
         return {"exit_code": code, "tasks": self.tasks}
+
+    async def _home(self, spec: FleetSpec, task: TaskSpec, name: str, arg, result_type, timeout: float):
+        """A home activity (merge, mark) to its end: (its result, "") or (None, why it failed). Held by
+        the user's checkout: a durable wait and a new try, for as long as the fleet runs. Any other
+        failure is retried HOME_TRIES times by Temporal, then given back with its reason."""
+        while True:
+            try:
+                done = await workflow.execute_activity(
+                    name, arg, result_type=result_type, task_queue=host_queue(spec.queue_prefix, spec.home),
+                    start_to_close_timeout=timedelta(seconds=timeout),
+                    retry_policy=RetryPolicy(maximum_attempts=HOME_TRIES, backoff_coefficient=1.0,
+                                             initial_interval=timedelta(seconds=spec.home_retry),
+                                             non_retryable_error_types=[HELD]))
+                return done, ""
+            except ActivityError as err:
+                cause = err.cause
+                why = f"{name} failed: {cause.message if cause is not None else err}"
+                if not (isinstance(cause, ApplicationError) and cause.type == HELD):
+                    return None, why
+                self._note(task.task_id, reason=f"{name} held: {cause.message}")
+                try:   # a stop ends the wait: the held work waits for the next start
+                    await workflow.wait_condition(lambda: self.stopping, timeout=timedelta(seconds=spec.held_wait))
+                except asyncio.TimeoutError:
+                    continue
+                return None, f"{name} held when the fleet stopped: {cause.message}"
 
     async def _task(self, spec: FleetSpec, task: TaskSpec, me: str) -> TaskOutcome:
         child_id = task_workflow_id(spec.fleet_id, task.task_id)
