@@ -66,6 +66,9 @@ def _git(cwd: Path, project: Path, hooks: bool) -> Git:
     return Git(cwd, hooks, signing.unsigned, signing.configured and not signing.unsigned)
 
 
+REPLAYED = "genesis: replayed onto the project branch"   # the reflog's word for a branch our merge moved
+
+
 def merge_home(project: Path, worktree: Path, branch: str, target: str, task: TaskRef, cfg, *,
                resolve: Resolver | None, keep_tasks: bool = False) -> MergeResult:
     """Bring branch home to target (see the module's docstring); GENESIS_FLEET_MERGE=branch
@@ -117,7 +120,7 @@ def _merge(project: Path, git: Git, branch: str, target: str, task: TaskRef, cfg
         head = _planned(git, base, tip, old, head) if keep_tasks else _tick(git, tip, head, task)
         if not _descends(git, head, tip):  # never move anything to a commit that drops the project's
             raise GitFailed(f"the replay of {branch} ended on {head[:10]}, which does not hold {target}'s tip")
-        git.out("update-ref", "-m", "genesis: replayed onto the project branch", f"refs/heads/{branch}", head, old)
+        git.out("update-ref", "-m", REPLAYED, f"refs/heads/{branch}", head, old)
         git.out("checkout", "-q", branch)  # the same commit: nothing in the work tree changes
         old = head
         if cfg.fleet_merge == "branch":

@@ -66,6 +66,7 @@ BEAT_EVERY = 1.0                  # seconds between two heartbeats to Temporal, 
 STUCK_MARGIN = 120.0              # seconds past the loop's own windows before it counts as frozen
 FROZEN = "LoopFrozen"             # a try whose loop left no trace within its bound (retryable)
 TRACES_MAX = 200                  # files of a run's log folder looked at for the loop's last trace
+MAX_REFLOG = 50                   # reflog entries of a task branch read for our own replays
 STOP_WAIT = 60.0                  # seconds a cancelled attempt's loop gets to end after SIGTERM
 STEPS_WAIT = 120.0                # seconds to wait for an ended loop's last steps to let its lock go
 REMOTE_NAME = "origin"            # each machine's clone names the shared remote so
@@ -484,6 +485,22 @@ def _stop_child(child: kids.Child, wait: float = STOP_WAIT) -> None:
     kids.signal_child(child, signal.SIGKILL)
 
 
+def _replayed_from(git: worktrees.Git, branch: str) -> str:
+    """Where the branch was before our merge replayed it onto the project branch ("" when its tip
+    is not such a replay): a merge held after its replay leaves the branch there, and that tip is
+    ours to rebuild, not the user's work. Read from the branch's reflog, newest first."""
+    log = git("reflog", "show", "--format=%H%x09%gs", f"refs/heads/{branch}", "--")
+    if log.returncode != 0:
+        return ""
+    entries = [line.split("\t", 1) for line in log.text.splitlines()[:MAX_REFLOG] if "\t" in line]
+    replays = 0
+    for sha, subject in entries:
+        if subject != merging.REPLAYED:
+            return sha if replays else ""
+        replays += 1
+    return ""
+
+
 @dataclass
 class HomeActivities:
     """The home's side, on the user's checkout: the queue, the merge queue, the failure marks."""
@@ -537,12 +554,14 @@ class HomeActivities:
             if dirty.returncode != 0 or dirty.text.strip():
                 raise ApplicationError(f"the merge is held: {checked_out[0].path} (a worktree of {branch}) has "
                                        "uncommitted changes; commit or discard them", type=HELD)
-        if local and local != fetched and git("merge-base", "--is-ancestor", local, fetched).returncode != 0:
+        replayed = _replayed_from(git, branch) if local else ""
+        base = replayed or local   # a tip our own held merge replayed counts as the one it came from
+        if base and base != fetched and git("merge-base", "--is-ancestor", base, fetched).returncode != 0:
             raise ApplicationError(f"the merge is held: {branch} here has commits its pushed tip lacks "
                                    f"({local[:12]} is not an ancestor of {fetched[:12]}); push or drop them",
                                    type=HELD)
-        if checked_out:
-            here.out("merge", "-q", "--ff-only", fetched)
+        if checked_out:   # clean (checked above); a replayed tip is rebuilt by the merge from the pushed one
+            here.out("reset", "-q", "--hard", fetched) if replayed else here.out("merge", "-q", "--ff-only", fetched)
         else:
             git.out("branch", "-f", branch, fetched)
 
