@@ -1059,6 +1059,10 @@ def fleet_run(obj: Context, parallel: str | None, fleet_file: Path | None, trust
 
     obj.overrides = {**obj.overrides, **_temporal_flags(temporal),
                      **({"GENESIS_FLEET_ENGINE": engine} if engine else {})}
+    if fleet_file is not None and (engine or os.environ.get("GENESIS_FLEET_ENGINE", "")).strip().lower() == "temporal":
+        raise Fail("--fleet FILE runs the local fleet over the projects it lists; the Temporal engine runs one "
+                   "project's fleet: start `--parallel N --engine temporal` in each project instead",
+                   exitcodes.USAGE)
     if fleet_file is None and parallel is not None and \
             obj.config().settings["GENESIS_FLEET_ENGINE"].value.strip().lower() == "temporal":
         from genesis.temporal.starting import run_home
