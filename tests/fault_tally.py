@@ -10,7 +10,7 @@ import json
 import re
 import sys
 
-FAULTS = 104
+FAULTS = 112
 
 
 def main(pytest_json: str, bats_tap: str) -> int:

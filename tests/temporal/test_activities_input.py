@@ -34,20 +34,24 @@ def test_a_plain_input_is_taken():
     assert bad_input(FLEET, GOOD, "main", "/srv/git/project.git") == ""
 
 
+@pytest.mark.fault(111)
 @pytest.mark.parametrize("fleet", ["../escape", "..", "a/b", "/abs", "", ".hidden", "x" * 200])
 def test_a_fleet_id_that_is_not_a_plain_name_is_refused(fleet):
     assert "workflow id" in bad_input(fleet, GOOD, "main", URL)
 
 
+@pytest.mark.fault(111)
 @pytest.mark.parametrize("tid", ["../../etc-abcdef", "a/b-abcdef", "no-hash", "UPPER-abcdef", "x-abcdef/.."])
 def test_a_task_id_not_of_the_fleets_form_is_refused(tid):
     assert "task id" in bad_input(FLEET, TaskSpec(tid, "t", branch_for(tid)), "main", URL)
 
 
+@pytest.mark.fault(111)
 def test_a_branch_other_than_the_tasks_is_refused():
     assert "branch" in bad_input(FLEET, TaskSpec(TID, "t", "main"), "main", URL)
 
 
+@pytest.mark.fault(111)
 @pytest.mark.parametrize("target", ["../x", "a..b", "-x", "a//b", "x.lock", "refs@{1}", "a b", ""])
 def test_a_target_that_is_not_a_branch_name_is_refused(target):
     assert "target" in bad_input(FLEET, GOOD, target, URL)
@@ -56,10 +60,12 @@ def test_a_target_that_is_not_a_branch_name_is_refused(target):
 @pytest.mark.parametrize("url", ["https://user:secret@git.example.invalid/p.git",
                                  "https://ghp_token@git.example.invalid/p.git",
                                  "ssh://git:secret@git.example.invalid/p.git"])
+@pytest.mark.fault(111)
 def test_a_remote_url_with_credentials_is_refused_saying_so(url):
     assert "credentials" in bad_input(FLEET, GOOD, "main", url)
 
 
+@pytest.mark.fault(111)
 def test_an_attempt_with_a_bad_id_writes_nothing_and_stops_the_fleet(tmp_path):
     root = tmp_path / "root"
     root.mkdir()

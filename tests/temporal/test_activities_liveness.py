@@ -88,6 +88,7 @@ def machine(client: Client, root: Path, tmp: Path, hold: Path) -> MachineActivit
     return MachineActivities(client, root, "A", env, frozen_after=2.0, stop_wait=5.0)
 
 
+@pytest.mark.fault(110)
 def test_a_hookless_agent_that_prints_is_not_frozen(dev_server, world, tmp_path):
     project, remote, agent, root = world
     hold = tmp_path / "hold"
@@ -103,6 +104,7 @@ def test_a_hookless_agent_that_prints_is_not_frozen(dev_server, world, tmp_path)
     assert result.seconds > 4.0   # printed for 8 s, past twice its 2 s bound, with no heartbeat file
 
 
+@pytest.mark.fault(110)
 def test_a_stopped_loop_is_killed_and_its_retry_starts_anew(dev_server, world, tmp_path):
     project, remote, agent, root = world
     hold = tmp_path / "hold"

@@ -59,6 +59,7 @@ def fetched_refs(project) -> str:
     return git(project, "for-each-ref", "refs/genesis/fetched/")
 
 
+@pytest.mark.fault(112)
 def test_a_dirty_worktree_of_the_tasks_branch_holds_the_merge(home, tmp_path):
     project, target, remote = home
     wt = tmp_path / "mine"
@@ -73,6 +74,7 @@ def test_a_dirty_worktree_of_the_tasks_branch_holds_the_merge(home, tmp_path):
     assert fetched_refs(project) == ""
 
 
+@pytest.mark.fault(112)
 def test_local_commits_the_pushed_tip_lacks_hold_the_merge(home):
     project, target, remote = home
     git(project, "checkout", "-q", BRANCH)

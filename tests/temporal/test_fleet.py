@@ -117,6 +117,7 @@ def test_four_tasks_on_two_machines_are_all_merged_once(machines, project, tmp_p
     record_histories(machines, project, remote, "four-tasks")
 
 
+@pytest.mark.fault(105)
 def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the_other(machines, project, tmp_path):
     """B's power cut (its worker, loops and agents SIGKILLed) while its two tasks' agents work: each
     attempt's heartbeat times out, and Temporal's next try runs on A, on a fresh clone of the
@@ -177,6 +178,7 @@ exit 1
 """
 
 
+@pytest.mark.fault(106)
 def test_a_task_that_always_fails_climbs_the_ladder_to_a_permanent_failure(machines, project, tmp_path):
     fleet_project(project, ["never works"])
     remote = origin_for(project, tmp_path)
@@ -217,6 +219,7 @@ fi
 """ + "\n".join(TASK_AGENT.splitlines()[2:]) + "\n"
 
 
+@pytest.mark.fault(108)
 def test_a_task_whose_machine_is_gone_moves_to_another_on_a_fresh_clone_of_its_branch(machines, project, tmp_path):
     """The task's first attempt fails on B (its worktree is there, so its restart is pinned to B);
     B is gone before the restart: it waits GENESIS_TEMPORAL_HOST_WAIT_SECONDS for B, then runs on
@@ -285,6 +288,7 @@ def test_genesis_stop_at_home_stops_every_machines_loops_and_the_fleet(machines,
     assert len(machines.agents("A") + machines.agents("B")) == 2   # nothing started after the stop
 
 
+@pytest.mark.fault(109)
 def test_a_home_killed_mid_fleet_is_taken_over_by_the_next_start(machines, project, tmp_path):
     """The home dies (SIGKILL) while the workers' agents work: the fleet runs on in Temporal, and
     the next start at home takes it over: its merges, its end and its exit code."""

@@ -81,6 +81,7 @@ def machines(dev_server, tmp_path):
     world.stop_all()
 
 
+@pytest.mark.fault(107)
 def test_a_usage_limit_holds_both_machines_tasks_until_its_reset_with_no_agent_started(machines, project, tmp_path):
     """B's first agent meets the limit while A's works: no attempt starts an agent after it, on B
     or on A (the account's hold, or the account's answer just before the agent would start),
@@ -103,11 +104,12 @@ def test_a_usage_limit_holds_both_machines_tasks_until_its_reset_with_no_agent_s
     limits = [a for a in attempts if a["outcome"] == "limit"]
     known = min(a["ended"] for a in limits)          # the moment the fleet knew of the limit
     assert not [a for a in attempts if a["outcome"] == "failed"], attempts
-    assert {a["host"] for a in limits} == {"B"} and len(limits) == 3, limits   # B's, and the two it took after
-    # A's one task worked on and came home; A then had a free slot and tasks were waiting, and it
-    # started nothing until the reset either.
-    (on_a,) = [a for a in attempts if a["host"] == "A" and a["ended"] < reset]
-    assert on_a["outcome"] == "verified" and on_a["ended"] < reset - 2, on_a
+    first = min(limits, key=lambda a: a["ended"])
+    assert first["host"] == "B", limits       # B's agent met it; the attempts held after it are limits too,
+    assert all(a["ended"] < reset + 1 for a in limits), limits   # on whichever machine took them
+    # A's own task worked on and came home; A then had a free slot and tasks were waiting, and it
+    # started nothing until the reset either (below).
+    assert [a for a in attempts if a["host"] == "A" and a["outcome"] == "verified"], attempts
     between = [s for s in starts if known < s[0] < reset + 1]
     assert between == [], (between, known, reset)     # no agent started from the limit to its reset + margin
     assert len([s for s in starts if s[0] >= reset + 1]) >= 3, starts   # and they went on after it

@@ -146,6 +146,7 @@ def ticked(project: Path, target: str) -> set[str]:
     return set(parse(text).texts(DONE))
 
 
+@pytest.mark.fault(112)
 def test_a_merge_held_by_the_dirty_checkout_waits_then_merges_once_it_is_clean(dev_server, home, tmp_path):
     project, origin, target = home
     (project / "notes.txt").write_text("the user's notes, being edited\n")   # the user left it dirty
@@ -171,6 +172,7 @@ def test_a_merge_held_by_the_dirty_checkout_waits_then_merges_once_it_is_clean(d
     assert ticked(project, target) == {ALPHA, BETA}
 
 
+@pytest.mark.fault(112)
 def test_a_target_push_the_remote_rejects_makes_the_task_needs_review_and_the_fleet_32(dev_server, home,
                                                                                         tmp_path):
     project, origin, target = home
