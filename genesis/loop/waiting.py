@@ -41,7 +41,7 @@ from genesis.repo.gitcmd import NotARepository
 from genesis.store import accounts
 from genesis.store.accounts import AccountStore, StoreUnusable
 from genesis.store.atomicio import CorruptFile, finite, read_json, write_json
-from genesis.watch.waits import STOP_SIGNALS, honoured
+from genesis.watch.waits import deafen, honoured
 from genesis.words import WAIT_LABELS, duration, sanitize
 
 if TYPE_CHECKING:
@@ -399,8 +399,7 @@ class _Stopped(Exception):
 def _raise(signum: int, _frame: object) -> None:
     # The first signal ends the wait; one right behind it (the loop forwards what it got, a
     # closed terminal sends more) must not escape the clause that records the wait's end.
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
+    deafen()
     raise _Stopped(signum)
 
 

@@ -42,7 +42,7 @@ from genesis.watch.cmdline import header_line, misfit, prompt_problem, too_big
 from genesis.watch.companion import look
 from genesis.watch.decide import End, Judgement, Observation, Rules, Verdict, begin, decide, this_runs
 from genesis.watch.heartdir import clear_planted, disk_full
-from genesis.watch.waits import STOP_SIGNALS, ExitWait, SignalWait, honoured
+from genesis.watch.waits import STOP_SIGNALS, ExitWait, SignalWait, deafen, honoured
 
 __all__ = ["AgentRun", "Limits", "Outcome", "Interrupted", "supervise"]
 
@@ -135,8 +135,7 @@ class Interrupted(Exception):
 
 def _raise_once(signum: int, _frame: object) -> None:
     # The first signal interrupts the wait; later ones must not abort the cleanup it starts.
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
+    deafen()
     raise Interrupted(signum)
 
 
@@ -233,8 +232,11 @@ class _Watcher:
             # Interrupted, the signals right behind the first (the loop forwards what it got, a
             # closed terminal sends more) must not cut short the recording of the phase's end.
             stopped = outcome is not None and outcome.status == "interrupted"
-            for sig, handler in old.items():
-                signal.signal(sig, signal.SIG_IGN if stopped else handler)
+            if stopped:
+                deafen()
+            else:
+                for sig, handler in old.items():
+                    signal.signal(sig, handler)
             if self.waiter is not None:
                 self.waiter.close()  # after the handlers: nothing is left pending by now
 

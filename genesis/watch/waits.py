@@ -7,7 +7,7 @@ import select
 import signal
 import subprocess
 
-__all__ = ["STOP_SIGNALS", "honoured", "SignalWait", "ExitWait", "ExitWatch"]
+__all__ = ["STOP_SIGNALS", "honoured", "deafen", "SignalWait", "ExitWait", "ExitWatch"]
 
 # The user's stop: Ctrl-C, SIGTERM, or the terminal or SSH session closing (SIGHUP).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -18,6 +18,20 @@ def honoured() -> tuple[signal.Signals, ...]:
     under nohup) stays ignored, as the user asked, so the terminal may go and the night go on."""
     # SIGINT cannot tell the same: bash starts every background step with it ignored.
     return tuple(s for s in STOP_SIGNALS if not (s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN))
+
+
+def _deaf(_signum: int, _frame: object) -> None:
+    """A stop signal heard and dropped."""
+
+
+def deafen() -> None:
+    """Drop the stop signals right behind the first (the loop forwards what it got, a closed
+    terminal sends more) while the first one's cleanup runs. A Python handler that does
+    nothing, not SIG_IGN: CPython prints "Signal N ignored due to race condition" and a
+    traceback on the user's terminal when a signal delivered before the change is handled
+    after it."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _deaf)
 
 
 class SignalWait:

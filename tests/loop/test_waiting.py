@@ -7,6 +7,8 @@ wait takes no time and the countdown's decisions are exact.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -147,3 +149,33 @@ def test_a_cooldown_ends_in_a_trial_iteration(step):
     assert (state.state, state.trials) == (breaker.HALF_OPEN, 1)
     mirror = json.loads(step.layout.breaker_file.read_text())
     assert (mirror["state"], mirror["trials"]) == (breaker.HALF_OPEN, 1)
+
+
+# A stop right behind the first can be delivered before the first one's handler drops the rest
+# and handled after: CPython then prints "Signal 15 ignored due to race condition" and a
+# traceback on the user's terminal, in the middle of the countdown's last line, if the rest are
+# SIG_IGN. So they are dropped by a Python handler that does nothing, and a later one is quiet.
+RACE = """
+import os, signal, time
+from {module} import {handler} as first, {error} as Stopped
+
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, first)
+try:
+    signal.raise_signal(signal.SIGINT)
+except Stopped as exc:
+    print("stopped by", exc.signum)
+print("dropped by a handler:", [callable(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM)])
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(0.1)
+print("still here")
+"""
+
+
+@pytest.mark.parametrize("module, handler, error", [("genesis.loop.waiting", "_raise", "_Stopped"),
+                                                    ("genesis.watch.supervisor", "_raise_once", "Interrupted")])
+def test_the_stop_signals_behind_the_first_are_dropped_by_a_quiet_handler_not_sig_ign(module, handler, error):
+    done = subprocess.run([sys.executable, "-c", RACE.format(module=module, handler=handler, error=error)],
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.splitlines() == ["stopped by 2", "dropped by a handler: [True, True]", "still here"]
