@@ -45,12 +45,13 @@ from genesis.fleet import children as kids
 from genesis.fleet import merging, worktrees
 from genesis.fleet.beats import newest_beat
 from genesis.fleet.leftovers import make_startable
-from genesis.fleet.planning import outcome_of
+from genesis.fleet.planning import Verdict, outcome_of
 from genesis.fleet.resources import MB, FleetSettings, available_memory, port_range
 from genesis.fleet.queue import done_at, tasks_at
 from genesis.fleet.taskref import TaskRef, branch_for, open_refs
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.limits import REMEMBERED
+from genesis.repo.autocommit import push_rejected
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.tasks import parse
 from genesis.store.atomicio import write_json
@@ -70,6 +71,7 @@ MAX_REFLOG = 50                   # reflog entries of a task branch read for our
 STOP_WAIT = 60.0                  # seconds a cancelled attempt's loop gets to end after SIGTERM
 STEPS_WAIT = 120.0                # seconds to wait for an ended loop's last steps to let its lock go
 REMOTE_NAME = "origin"            # each machine's clone names the shared remote so
+ASIDE_REFS = "refs/genesis/stepped-aside"   # a clone's commits that lost to another loop's push, kept
 PORTS_PER_CHILD = 10
 ANY_STOP_FLOOR = 10.0             # seconds: a child of an unplaced attempt outlives its activity at least this
 HOOK_WAIT = 60.0                  # seconds for `genesis hook install` in a worktree
@@ -172,11 +174,17 @@ class MachineActivities:
             with self.slot_guard:
                 self.slots.discard(slot)
         watch.details.update(stage="pushing")
-        tip = await asyncio.to_thread(_push, wt, inp.task.branch)
-        verified = ending.exit_code == exitcodes.OK and await asyncio.to_thread(done_at, wt, inp.task.branch,
-                                                                                inp.task.text)
+        try:
+            tip, aside = await asyncio.to_thread(_push, wt, inp.task.branch), ""
+        except _Rejected as exc:   # another loop of the task pushed its branch: it owns it now
+            tip, aside = "", str(exc)
+        verified = not aside and ending.exit_code == exitcodes.OK and \
+            await asyncio.to_thread(done_at, wt, inp.task.branch, inp.task.text)
         verdict = outcome_of(ending.exit_code, verified, False, child.signalled is not None, ending.reason)
-        result = AttemptResult(self.host, verdict.outcome, ending.exit_code, verdict.reason, ending.cost,
+        code = ending.exit_code
+        if aside and verdict.outcome != "config":   # stepped aside, as the loop does: a new attempt, nothing spent
+            verdict, code = Verdict("stopped", reason=f"{self.host}: {aside}"), exitcodes.MONITOR_LOST
+        result = AttemptResult(self.host, verdict.outcome, code, verdict.reason, ending.cost,
                                child.run_id, round(time.time() - began, 1), adopted, fresh, info.attempt, tip,
                                lost=lost)
         if verdict.outcome == "failed":
@@ -217,6 +225,11 @@ class MachineActivities:
         local = worktrees.rev(here, "HEAD")
         if pushed and local != pushed and here("merge-base", "--is-ancestor", local, pushed).returncode == 0:
             here.out("merge", "-q", "--ff-only", pushed)   # another machine went further: catch up
+        elif pushed and local != pushed and here("merge-base", "--is-ancestor", pushed, local).returncode != 0:
+            # Diverged: a loop here stepped aside when another's push won. The pushed branch is the
+            # task's; what this clone committed past it is kept under a ref, never pushed over it.
+            here.out("update-ref", f"{ASIDE_REFS}/{inp.task.task_id}", local)
+            here.out("reset", "-q", "--keep", pushed)
         git.out("config", f"branch.{branch}.remote", REMOTE_NAME)
         git.out("config", f"branch.{branch}.merge", f"refs/heads/{branch}")
         return wt, fresh
@@ -458,14 +471,28 @@ def _wire(result: AttemptResult, **extra) -> dict:
             "adopted": result.adopted, "fresh_clone": result.fresh_clone, "lost": result.lost, **extra}
 
 
+class _Rejected(Exception):
+    """The remote refused the task branch's push as non-fast-forward: another loop of the task
+    pushed it (the task moved while this try's loop was still in a phase)."""
+
+
 def _push(wt: Path, branch: str) -> str:
     """The task's branch pushed to the shared remote (the loop pushes each phase's commit; this
-    makes sure of the last, leftovers included); its tip. Never forced."""
+    makes sure of the last, leftovers included); its tip. Never forced: _Rejected when the
+    remote's branch has commits this one lacks, GitFailed (retryable) on any other failure."""
     git = worktrees.Git(wt)
     tip = worktrees.rev(git, f"refs/heads/{branch}")
-    done = git("push", "-q", "--no-follow-tags", REMOTE_NAME, f"refs/heads/{branch}:refs/heads/{branch}")
+    # Without git's hints, which would crowd its verdict out of the few hundred characters kept.
+    done = git("-c", "advice.pushUpdateRejected=false", "push", "-q", "--no-follow-tags", REMOTE_NAME,
+               f"refs/heads/{branch}:refs/heads/{branch}")
     if done.returncode != 0:
-        raise GitFailed(f"git push of {branch} failed: {(done.stderr or done.text)[-300:]}")
+        said = done.stderr or done.text
+        words = said[-300:]
+        if push_rejected(said):
+            raise _Rejected(f"the push of {branch} was refused (the remote's branch has commits this one lacks: "
+                            f"another loop of the task pushed it); this try steps aside, its work committed in "
+                            f"{wt}: {words.strip()}")
+        raise GitFailed(f"git push of {branch} failed: {words}")
     return tip
 
 
