@@ -4,8 +4,11 @@ only the fleet on Temporal sets), and whose task branch is shared through the re
 The engine may run one attempt of a task more than once (a lost worker's retry, here or on a
 fresh clone of the branch as pushed), and each try starts a new loop at iteration 1. So:
 
-- a phase whose commit of this key, iteration and phase is already on the branch is not run
-  again: an earlier try committed it (`already_committed`), so no key appears twice;
+- a phase whose commit of this key, iteration and phase is already on the branch, made by
+  another loop, is not run again: an earlier try committed it (`already_committed`), so no
+  phase is committed by two tries. A loop that runs a phase again itself (a retry after a
+  stall, a usage limit or an outage, its partial work committed) commits each run of it
+  under the same key, as a key names a phase of an iteration, not one run of it;
 - the task branch gets an upstream on its first push (`gives_upstream`), so that a retry on
   another machine starts where this one left off. A local fleet's child (no key) pushes as it
   always did: only to an upstream the user set;
@@ -25,12 +28,13 @@ from genesis.config import Config
 from genesis.loop.onetask import task_id_of
 from genesis.loop.step import Step
 from genesis.repo.autocommit import CommitResult
-from genesis.repo.gitcmd import GitFailed
+from genesis.repo.gitcmd import GitFailed, run_git
 from genesis.repo.phasekeys import PhaseKey, keys_on, trailer_value
 
 __all__ = ["keyed", "gives_upstream", "already_committed", "replayed", "stepped_aside", "KEYED_SKIP"]
 
 KEYED_SKIP = "keyed"   # the phase_skip event's field naming the commit an earlier try made
+GIT_TIMEOUT = 30.0     # seconds for each git read of the branch
 
 
 def keyed(cfg: Config, env: Mapping[str, str]) -> bool:
@@ -45,21 +49,29 @@ def gives_upstream(cfg: Config, env: Mapping[str, str] | None = None) -> bool:
 
 
 def _committed(step: Step, iteration: int, phase: str) -> PhaseKey | None:
+    """The newest commit on the branch keyed with this phase by another loop (an earlier try)."""
+    mine = f"[run {step.run_id}]"   # the run named in the subject of each of Genesis's phase commits
     try:
-        found = keys_on(step.cfg.project, "HEAD", prefix=step.cfg.commit_key)
+        for key in keys_on(step.cfg.project, "HEAD", prefix=step.cfg.commit_key, timeout=GIT_TIMEOUT):
+            if key.key == step.cfg.commit_key and key.iteration == iteration and key.phase == phase:
+                subject = run_git(step.cfg.project, ["log", "-1", "--format=%s", key.sha, "--"],
+                                  timeout=GIT_TIMEOUT)
+                if subject.returncode == 0 and mine not in subject.text:
+                    return key
     except GitFailed as exc:   # the phase runs: git's trouble is said where it matters, at its commit
         step.say(f"{phase}: the phase keys on the branch could not be read ({exc}); running it", "warn")
-        return None
-    return next((k for k in found if k.key == step.cfg.commit_key and k.iteration == iteration
-                 and k.phase == phase), None)
+    return None
 
 
 def already_committed(step: Step, phase: str, iteration: int) -> int | None:
-    """PHASE_SKIPPED (said and recorded) when the branch already carries this phase's key: an
-    earlier try of this attempt ran it and committed its work; None otherwise, or when the
-    loop is not keyed."""
+    """PHASE_SKIPPED (said and recorded) when the branch already carries this phase's key from
+    another loop: an earlier try of this attempt ran it and committed its work, however it
+    ended; None otherwise, when the loop is not keyed, or when this loop ran the phase itself
+    in this iteration (a retry after a stall or a wait commits under the same key again)."""
     if not keyed(step.cfg, os.environ):
         return None
+    if any(e.get("phase") == phase for e in step.events(kinds=("phase_start",), iteration=iteration)):
+        return None   # this loop ran it already: its own retry (after a stall or a wait) always runs
     done = _committed(step, iteration, phase)
     if done is None:
         return None

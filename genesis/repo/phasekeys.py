@@ -3,11 +3,13 @@
 The fleet on Temporal runs each attempt of a task with GENESIS_COMMIT_KEY set to its own
 `<task workflow id>#<attempt>`, the same for each of Temporal's tries of that attempt. A
 try's loop starts at iteration 1 and, before each phase, reads the keys on its branch
-(`keys_on`, see loop/keyedtries.py): a phase whose key is there was committed by an earlier
-try, and is skipped. So no key appears twice on a branch, and a retry, which starts from the
-branch as pushed, loses nothing that was pushed. A phase committed only in a clone that died
-before pushing it, or that left nothing of Genesis's to commit, carries no key on the
-branch and runs again. Without a key the commits are as they always were.
+(`keys_on`, see loop/keyedtries.py): a phase whose key is there, on another loop's commit,
+was committed by an earlier try, and is skipped. So no phase is committed by two tries, and a
+retry, which starts from the branch as pushed, loses nothing that was pushed. A phase
+committed only in a clone that died before pushing it, or that left nothing of Genesis's to
+commit, carries no key on the branch and runs again. One loop's own rerun of a phase (after a
+stall or a wait) commits under the same key again: a key names a phase of an iteration.
+Without a key the commits are as they always were.
 
 The key is checked (`check_key`) when the settings are read, so a bad one is refused at the
 loop's start; reading the keys back is bounded in the commits it reads and in time.

@@ -138,3 +138,32 @@ def test_a_keyed_child_whose_push_is_refused_steps_aside_with_34(child, tmp_path
     assert git(child["tree"], "log", "-1", "--format=%s").startswith("genesis: Builder, iteration 1")
     (end,) = events(child["state"], "loop_end")
     assert end["exit_code"] == 34 and "this loop steps aside" in end["reason"], end
+
+
+# Builder: its first run writes part of its work and then hangs, silent (stuck); its retry
+# finishes. Criticizer adds its line.
+STALLING = r"""#!/usr/bin/env bash
+set -euo pipefail
+if [[ $GENESIS_AGENT == Builder && ! -e Builder.txt ]]; then
+  echo "partial" >Builder.txt
+  sleep 60
+fi
+echo "run" >>"$GENESIS_AGENT.txt"
+"""
+
+
+def test_a_keyed_childs_own_retry_of_a_stuck_phase_runs_and_commits_under_the_same_key(child, tmp_path):
+    agent = script(tmp_path / "stalling.sh", STALLING)
+    done = run_loop(child["tree"], "--trust", "--agent-cmd", f"bash {agent}", "--max-iterations", "1",
+                    "--set", "GENESIS_PHASES=Builder Criticizer", "--set", "AUTO_PUSH=true",
+                    "--set", "PHASE_Criticizer_TRIGGER=always", "--set", "HEARTBEAT_STALE_SECONDS=2",
+                    "--set", "HEARTBEAT_CHECK_INTERVAL=0.2", "--set", "PHASE_RETRY_DELAY_SECONDS=0",
+                    env=loop_env(**CHILD, GENESIS_COMMIT_KEY=KEY))
+    assert done.returncode == 0, done.stderr
+    # The stuck run's partial work was committed under 1-Builder; the loop's own retry still ran
+    # (never skipped as "an earlier try's") and committed under the same key.
+    assert [e["phase"] for e in events(child["state"], "phase_start")] == ["Builder", "Builder", "Criticizer"]
+    assert [e for e in events(child["state"], "phase_skip") if e.get("keyed")] == []
+    assert (child["tree"] / "Builder.txt").read_text() == "partial\nrun\n"
+    keys = [(k.iteration, k.phase) for k in keys_on(child["bare"], f"refs/heads/{BRANCH}", prefix=KEY)]
+    assert keys == [(1, "Criticizer"), (1, "Builder"), (1, "Builder")], keys
