@@ -182,7 +182,7 @@ class MachineActivities:
             await asyncio.to_thread(done_at, wt, inp.task.branch, inp.task.text)
         verdict = outcome_of(ending.exit_code, verified, False, child.signalled is not None, ending.reason)
         code = ending.exit_code
-        if aside and verdict.outcome != "config":   # stepped aside, as the loop does: a new attempt, nothing spent
+        if aside and verdict.outcome not in ("config", "limit"):   # stepped aside, as the loop does: a new attempt
             verdict, code = Verdict("stopped", reason=f"{self.host}: {aside}"), exitcodes.MONITOR_LOST
         result = AttemptResult(self.host, verdict.outcome, code, verdict.reason, ending.cost,
                                child.run_id, round(time.time() - began, 1), adopted, fresh, info.attempt, tip,
@@ -225,11 +225,6 @@ class MachineActivities:
         local = worktrees.rev(here, "HEAD")
         if pushed and local != pushed and here("merge-base", "--is-ancestor", local, pushed).returncode == 0:
             here.out("merge", "-q", "--ff-only", pushed)   # another machine went further: catch up
-        elif pushed and local != pushed and here("merge-base", "--is-ancestor", pushed, local).returncode != 0:
-            # Diverged: a loop here stepped aside when another's push won. The pushed branch is the
-            # task's; what this clone committed past it is kept under a ref, never pushed over it.
-            here.out("update-ref", f"{ASIDE_REFS}/{inp.task.task_id}", local)
-            here.out("reset", "-q", "--keep", pushed)
         git.out("config", f"branch.{branch}.remote", REMOTE_NAME)
         git.out("config", f"branch.{branch}.merge", f"refs/heads/{branch}")
         return wt, fresh
@@ -281,9 +276,13 @@ class MachineActivities:
         return None
 
     def _prepare(self, inp: AttemptInput, wt: Path, cfg: Config, tries: int) -> None:
+        """A worktree no loop runs in made ready for a new one: what a killed attempt left
+        committed, the branch on the pushed one, the heartbeat hook."""
         if inp.number > 1 or tries > 1:   # what a killed attempt left would stop the next start
             make_startable(wt, inp.task.branch, inp.number, inp.previous_end or "its machine was lost",
                            hooks=cfg.git_hooks)
+        with self.guard:
+            _onto_pushed(wt, inp.task)
         _hook_for(wt, cfg)
 
     def _launch(self, inp: AttemptInput, wt: Path, fleet_dir: Path, settings: dict[str, str],
@@ -494,6 +493,22 @@ def _push(wt: Path, branch: str) -> str:
                             f"{wt}: {words.strip()}")
         raise GitFailed(f"git push of {branch} failed: {words}")
     return tip
+
+
+def _onto_pushed(wt: Path, task: TaskSpec) -> None:
+    """A worktree whose branch has diverged from the pushed one (a loop here stepped aside when
+    another loop's push won) moved onto the pushed branch, which is the task's: what this clone
+    committed past it is kept under a ref of its own, never pushed over it. Clean by now
+    (make_startable), so the move keeps nothing uncommitted to lose."""
+    here = worktrees.Git(wt)
+    pushed = worktrees.rev(here, f"refs/remotes/{REMOTE_NAME}/{task.branch}")
+    local = worktrees.rev(here, "HEAD")
+    if not pushed or not local or local == pushed:
+        return
+    if here("merge-base", "--is-ancestor", pushed, local).returncode == 0:
+        return   # this clone is ahead of the remote: its commits go up with the next push
+    here.out("update-ref", f"{ASIDE_REFS}/{task.task_id}", local)
+    here.out("reset", "-q", "--keep", pushed)
 
 
 def _stop_child(child: kids.Child, wait: float = STOP_WAIT) -> None:
