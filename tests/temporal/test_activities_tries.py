@@ -107,8 +107,9 @@ def pushed_keys(remote: Path, key: str) -> list:
     return list(keys_on(remote, f"refs/heads/{BRANCH}", prefix=key))
 
 
-def test_a_try_killed_after_its_first_push_is_retried_elsewhere_without_committing_it_twice(
-        dev_server, world, tmp_path):
+@pytest.mark.parametrize("retry_on", ["B", "A"], ids=["another-machine", "the-same-machine"])
+def test_a_try_killed_after_its_first_push_is_retried_without_committing_it_twice(
+        dev_server, world, tmp_path, retry_on):
     project, remote, agent, (root_a, root_b) = world
     hold = tmp_path / "hold"
     hold.touch()
@@ -134,12 +135,14 @@ def test_a_try_killed_after_its_first_push_is_retried_elsewhere_without_committi
         with contextlib.suppress(BaseException):
             await lost
         hold.unlink()
-        second = ActivityEnvironment()   # Temporal's retry of the same attempt, on machine B
+        second = ActivityEnvironment()   # Temporal's retry of the same attempt: B's fresh clone, or A's worktree
         second.info = dataclasses.replace(second.info, attempt=2)
-        return pushed, await second.run(machine(client, root_b, tmp_path, "B", hold).run_attempt, inp)
+        root = root_b if retry_on == "B" else root_a
+        return pushed, await second.run(machine(client, root, tmp_path, retry_on, hold).run_attempt, inp)
 
     pushed, result = asyncio.run(run())
-    assert result.outcome == "verified" and result.host == "B" and result.fresh_clone, result
+    assert result.outcome == "verified" and result.host == retry_on, result
+    assert result.fresh_clone == (retry_on == "B") and not result.adopted, result
     tip = git(remote, "rev-parse", f"refs/heads/{BRANCH}").strip()
     assert result.tip == tip
     # Nothing pushed is lost: A's pushed Builder commit is under the final branch ...
@@ -151,6 +154,7 @@ def test_a_try_killed_after_its_first_push_is_retried_elsewhere_without_committi
     assert builder.sha == git(remote, "log", "-1", "--format=%H", "--grep=Builder, iteration 1", pushed).strip()
     runs = (tmp_path / "runs").read_text().splitlines()
     assert runs.count("Builder A") == 1 and "Builder B" not in runs, runs
+    assert runs.count(f"Criticizer {retry_on}") == (2 if retry_on == "A" else 1), runs
     assert git(remote, "show", f"{tip}:built.txt") == "built on A\n"
 
 
