@@ -101,8 +101,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("AUTO_COMMIT", "true", "commit the project's changes after each phase"),
     Knob("AUTO_PUSH", "false", "push after each auto-commit"),
     Knob("GENESIS_COMMIT_KEY", "", "each phase's auto-commit carries a trailer `Genesis-Phase: <key>/<iteration>-"
-         "<phase>` (the fleet on Temporal sets it per attempt, so that a retried attempt knows the phases already "
-         "pushed); printable ASCII without spaces, at most 200 characters; empty: no trailer"),
+         "<phase>` (the fleet on Temporal sets it per attempt: a fleet child with a key skips a phase an earlier "
+         "try keyed on its branch, gives its task branch an upstream, and steps aside with exit 34 when its push is "
+         "refused); printable ASCII without spaces, at most 200 characters; empty: no trailer"),
     Knob("GENESIS_COMMIT_MAX_FILE_MB", "10", "auto-commit leaves out a file larger than this, as it leaves out "
          "files that look like secrets (0: no size cap); what it leaves out stays in the work tree and is reported"),
     Knob("GENESIS_SANDBOX", "auto", "the agent's box: auto (bubblewrap where it runs, else Landlock, else "

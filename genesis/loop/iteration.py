@@ -12,6 +12,7 @@ from genesis.hints import hint
 from genesis.loop import breaker
 from genesis.loop.completion import is_done
 from genesis.loop.guard import breaker_store, guard_config, heal, mirror_breaker
+from genesis.loop.keyedtries import replayed
 from genesis.loop.monitorwatch import monitor_gone
 from genesis.loop.onetask import task_of
 from genesis.loop.startfail import START_FAILURES, spares_breaker
@@ -89,8 +90,9 @@ def iteration_finish(step: Step, iteration: int) -> int:
         step.say(f"iteration {iteration}: a phase rewrote history; that is not counted as progress", "warn")
     waited = any(e.get("event") == "wait_start" and e.get("kind") in ("limit", "outage") for e in mine)
     unstarted = None if progressed else spares_breaker(step, iteration)
+    earlier = not progressed and replayed(mine)   # its phases were run by an earlier try of the attempt
     store = breaker_store(lay)
-    if progressed or not (waited or unstarted):
+    if progressed or not (waited or unstarted or earlier):
         state, warning = store.update(
             lambda s: breaker.record(s, iteration, progressed, time.time(), cfg.cb_warning, cfg.cb_stop,
                                      now_fp.to_json()))
@@ -100,7 +102,8 @@ def iteration_finish(step: Step, iteration: int) -> int:
         state, _ = store.load()
     mirror_breaker(lay, state)
     step.event("iteration_end", iteration=iteration, progress=progressed, breaker=state.state,
-               no_progress=state.no_progress_count, waited=waited, unstarted=unstarted is not None)
+               no_progress=state.no_progress_count, waited=waited, unstarted=unstarted is not None,
+               replayed=earlier)
     ended = [e for e in mine if e.get("event") == "phase_end"]
     task = task_of(os.environ)
     done, why = is_done(cfg.done_when, cfg.project, [p.name for p in cfg.phases],
@@ -115,6 +118,10 @@ def iteration_finish(step: Step, iteration: int) -> int:
         return exitcodes.WORK_DONE
     if progressed:
         step.say(f"iteration {iteration}: progress ({how}); breaker {state.state}", "ok")
+        return exitcodes.OK
+    if earlier:
+        step.say(f"iteration {iteration}: its phases were committed by an earlier try of this attempt: not "
+                 f"counted; breaker {state.state}", "info")
         return exitcodes.OK
     if waited:
         step.say(f"iteration {iteration}: no progress, but it waited out a usage limit or an API outage: "

@@ -19,7 +19,7 @@ from genesis.agents.models import model_of
 from genesis.config import read_prompt
 from genesis.health.toollog import tool_log_path
 from genesis.ledger.store import WATCH_TIMEOUT, LedgerError
-from genesis.loop import ceilings, lostloop, recovery, startfail, waiting
+from genesis.loop import ceilings, keyedtries, lostloop, recovery, startfail, waiting
 from genesis.loop.ending import commit_message, describe, how_it_ended, reported, said_done
 from genesis.loop.commitfail import commit_failed, lock_removed
 from genesis.loop.guard import HookRemoved, heal
@@ -77,6 +77,9 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     code = monitor_gone(step, os.environ)  # a fleet's child: its monitor's heartbeat, between phases
     if code is not None:
         return code
+    code = keyedtries.already_committed(step, phase.name, iteration)  # an earlier try of the attempt ran it
+    if code is not None:
+        return code
     code = _not_now(step, phase, iteration)
     if code is not None:
         return code
@@ -125,6 +128,9 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     stopped = stop_for(step, iteration, phase.name, rewrites)
     if stopped is not None:
         return stopped
+    aside = keyedtries.stepped_aside(step, phase.name, iteration, done)  # a newer loop owns the branch
+    if aside is not None:
+        return aside
     return _act_on(step, phase, iteration, outcome, ending, detail, attempt)
 
 
@@ -237,14 +243,15 @@ def _commit(step: Step, phase: Phase, iteration: int, outcome: Outcome, push: bo
     """The phase's work committed as the agent's, an interrupted phase's too (labelled so),
     unless auto-commit is off or the agent never ran. Pushed only if asked and `push`, and
     never from off the phase's branch (`off_branch`: switched or detached by the agent). A
-    fleet child's task branch gets its upstream on its first push, so that another machine
-    can take the task up from the remote where this one left it. With nothing to commit, the
-    agent's own commits since the phase's `start` are pushed all the same."""
+    keyed child's task branch (the fleet on Temporal) gets its upstream on its first push, so
+    that another machine can take the task up from the remote where this one left it; a local
+    fleet's child pushes only to an upstream the user set. With nothing to commit, the agent's
+    own commits since the phase's `start` are pushed all the same."""
     cfg, lay = step.cfg, step.layout
     if not cfg.auto_commit or outcome.status == "not_started":
         return None
     pushing = cfg.auto_push and push and not off_branch
-    child = bool(task_id_of(os.environ))  # a fleet child's task branch is Genesis's: it may get an upstream
+    child = keyedtries.gives_upstream(cfg)  # the engine's task branch is Genesis's: it may get an upstream
     result = commit(cfg.project, commit_message(phase.name, iteration, step.run_id, outcome),
                     lay.ignored(), pushing, keep_out=user_files(lay.user_files),
                     markers=markers_for(cfg.project, step.run_id), run_hooks=cfg.git_hooks, rules=rules_of(cfg),
@@ -254,7 +261,7 @@ def _commit(step: Step, phase: Phase, iteration: int, outcome: Outcome, push: bo
                     else (), set_upstream=child)
     if pushing and not result.committed and not result.error and start is not None:
         alone = push_branch(cfg.project, markers_for(cfg.project, step.run_id), set_upstream=child, unless_at=start)
-        result = replace(result, sha=alone.sha, pushed=alone.pushed, error=alone.error)
+        result = replace(result, sha=alone.sha, pushed=alone.pushed, error=alone.error, rejected=alone.rejected)
         if alone.pushed:
             step.say(f"{phase.name}: nothing to commit; the agent's own commits pushed ({alone.sha})", "info")
     note_left_out(step, result, phase.name, iteration, phase.name)

@@ -17,7 +17,8 @@ from genesis.repo.commitfilter import MB, LeftOut, Rules, by_content, by_name_an
 from genesis.repo.gitcmd import GitFailed, GitRun, run_git
 from genesis.repo.indexlock import clear_stale
 
-__all__ = ["CommitResult", "UserChanges", "commit", "push", "user_changes", "LeftOut", "Rules", "DEFAULT_RULES"]
+__all__ = ["CommitResult", "UserChanges", "commit", "push", "push_rejected", "user_changes", "LeftOut", "Rules",
+           "DEFAULT_RULES"]
 
 GIT_TIMEOUT = 120
 NO_MARKERS: Mapping[str, str] = MappingProxyType({})
@@ -32,6 +33,7 @@ class CommitResult:
     pushed: bool | None = None     # None: not asked to push
     error: str = ""
     left_out: tuple[LeftOut, ...] = ()  # secrets and huge files kept out of it (commitfilter.py)
+    rejected: bool = False         # the push was refused as non-fast-forward: the remote's branch moved
 
 
 @dataclass(frozen=True)
@@ -228,14 +230,20 @@ def _push(git: _Git, sha: str, committed: bool) -> CommitResult:
     pushed = git("push", "-q", "--no-follow-tags", *(["--set-upstream"] if track else []), remote, refspec,
                  config=[(f"remote.{remote}.mirror", "false"), ("advice.pushUpdateRejected", "false")])
     if pushed.returncode != 0:  # git's own words, without the hints that would crowd them out
-        return CommitResult(committed, sha, False, f"git push failed: {_why(pushed)}{_rejected(pushed)}")
+        return CommitResult(committed, sha, False, f"git push failed: {_why(pushed)}{_rejected(pushed)}",
+                            rejected=push_rejected(pushed.stderr or pushed.text))
     return CommitResult(committed, sha, True)
+
+
+def push_rejected(words: str) -> bool:
+    """Whether git's words of a failed push say the remote refused it as non-fast-forward (its
+    branch has commits this one has not), as opposed to any other failure (network, access)."""
+    return any(said in words for said in ("[rejected]", "non-fast-forward", "fetch first", "Updates were rejected"))
 
 
 def _rejected(pushed: GitRun) -> str:
     """What a rejected push means for the loop (nothing when it failed otherwise)."""
-    words = pushed.stderr or pushed.text
-    if any(said in words for said in ("[rejected]", "non-fast-forward", "fetch first", "Updates were rejected")):
+    if push_rejected(pushed.stderr or pushed.text):
         return (". The remote's branch has commits this one has not (pushed from elsewhere): Genesis never forces "
                 "a push, so this work stays committed here, unpushed")
     return ""

@@ -1,10 +1,15 @@
 """A key on each phase's commit: `Genesis-Phase: <key>/<iteration>-<phase>`, a git trailer.
 
 The fleet on Temporal runs each attempt of a task with GENESIS_COMMIT_KEY set to its own
-`<task workflow id>#<attempt>`. A retried attempt, on this machine or on a fresh clone
-elsewhere, reads the keys already on the task's branch (`keys_on`) and so knows which phases
-were committed and pushed before the loss: none is committed twice, none is lost. Without a
-key the commits are as they always were.
+`<task workflow id>#<attempt>`, the same for each of Temporal's tries of that attempt. A
+try's loop starts at iteration 1 and, before each phase, reads the keys on its branch
+(`keys_on`, see loop/keyedtries.py): a phase whose key is there, on another loop's commit,
+was committed by an earlier try, and is skipped. So no phase is committed by two tries, and a
+retry, which starts from the branch as pushed, loses nothing that was pushed. A phase
+committed only in a clone that died before pushing it, or that left nothing of Genesis's to
+commit, carries no key on the branch and runs again. One loop's own rerun of a phase (after a
+stall or a wait) commits under the same key again: a key names a phase of an iteration.
+Without a key the commits are as they always were.
 
 The key is checked (`check_key`) when the settings are read, so a bad one is refused at the
 loop's start; reading the keys back is bounded in the commits it reads and in time.

@@ -45,12 +45,13 @@ from genesis.fleet import children as kids
 from genesis.fleet import merging, worktrees
 from genesis.fleet.beats import newest_beat
 from genesis.fleet.leftovers import make_startable
-from genesis.fleet.planning import outcome_of
+from genesis.fleet.planning import Verdict, outcome_of
 from genesis.fleet.resources import MB, FleetSettings, available_memory, port_range
 from genesis.fleet.queue import done_at, tasks_at
 from genesis.fleet.taskref import TaskRef, branch_for, open_refs
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.limits import REMEMBERED
+from genesis.repo.autocommit import push_rejected
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.tasks import parse
 from genesis.store.atomicio import write_json
@@ -70,6 +71,7 @@ MAX_REFLOG = 50                   # reflog entries of a task branch read for our
 STOP_WAIT = 60.0                  # seconds a cancelled attempt's loop gets to end after SIGTERM
 STEPS_WAIT = 120.0                # seconds to wait for an ended loop's last steps to let its lock go
 REMOTE_NAME = "origin"            # each machine's clone names the shared remote so
+ASIDE_REFS = "refs/genesis/stepped-aside"   # a clone's commits that lost to another loop's push, kept
 PORTS_PER_CHILD = 10
 ANY_STOP_FLOOR = 10.0             # seconds: a child of an unplaced attempt outlives its activity at least this
 HOOK_WAIT = 60.0                  # seconds for `genesis hook install` in a worktree
@@ -172,11 +174,17 @@ class MachineActivities:
             with self.slot_guard:
                 self.slots.discard(slot)
         watch.details.update(stage="pushing")
-        tip = await asyncio.to_thread(_push, wt, inp.task.branch)
-        verified = ending.exit_code == exitcodes.OK and await asyncio.to_thread(done_at, wt, inp.task.branch,
-                                                                                inp.task.text)
+        try:
+            tip, aside = await asyncio.to_thread(_push, wt, inp.task.branch), ""
+        except _Rejected as exc:   # another loop of the task pushed its branch: it owns it now
+            tip, aside = "", str(exc)
+        verified = not aside and ending.exit_code == exitcodes.OK and \
+            await asyncio.to_thread(done_at, wt, inp.task.branch, inp.task.text)
         verdict = outcome_of(ending.exit_code, verified, False, child.signalled is not None, ending.reason)
-        result = AttemptResult(self.host, verdict.outcome, ending.exit_code, verdict.reason, ending.cost,
+        code = ending.exit_code
+        if aside and verdict.outcome not in ("config", "limit"):   # stepped aside, as the loop does: a new attempt
+            verdict, code = Verdict("stopped", reason=f"{self.host}: {aside}"), exitcodes.MONITOR_LOST
+        result = AttemptResult(self.host, verdict.outcome, code, verdict.reason, ending.cost,
                                child.run_id, round(time.time() - began, 1), adopted, fresh, info.attempt, tip,
                                lost=lost)
         if verdict.outcome == "failed":
@@ -268,9 +276,13 @@ class MachineActivities:
         return None
 
     def _prepare(self, inp: AttemptInput, wt: Path, cfg: Config, tries: int) -> None:
+        """A worktree no loop runs in made ready for a new one: what a killed attempt left
+        committed, the branch on the pushed one, the heartbeat hook."""
         if inp.number > 1 or tries > 1:   # what a killed attempt left would stop the next start
             make_startable(wt, inp.task.branch, inp.number, inp.previous_end or "its machine was lost",
                            hooks=cfg.git_hooks)
+        with self.guard:
+            _onto_pushed(wt, inp.task)
         _hook_for(wt, cfg)
 
     def _launch(self, inp: AttemptInput, wt: Path, fleet_dir: Path, settings: dict[str, str],
@@ -458,15 +470,45 @@ def _wire(result: AttemptResult, **extra) -> dict:
             "adopted": result.adopted, "fresh_clone": result.fresh_clone, "lost": result.lost, **extra}
 
 
+class _Rejected(Exception):
+    """The remote refused the task branch's push as non-fast-forward: another loop of the task
+    pushed it (the task moved while this try's loop was still in a phase)."""
+
+
 def _push(wt: Path, branch: str) -> str:
     """The task's branch pushed to the shared remote (the loop pushes each phase's commit; this
-    makes sure of the last, leftovers included); its tip. Never forced."""
+    makes sure of the last, leftovers included); its tip. Never forced: _Rejected when the
+    remote's branch has commits this one lacks, GitFailed (retryable) on any other failure."""
     git = worktrees.Git(wt)
     tip = worktrees.rev(git, f"refs/heads/{branch}")
-    done = git("push", "-q", "--no-follow-tags", REMOTE_NAME, f"refs/heads/{branch}:refs/heads/{branch}")
+    # Without git's hints, which would crowd its verdict out of the few hundred characters kept.
+    done = git("-c", "advice.pushUpdateRejected=false", "push", "-q", "--no-follow-tags", REMOTE_NAME,
+               f"refs/heads/{branch}:refs/heads/{branch}")
     if done.returncode != 0:
-        raise GitFailed(f"git push of {branch} failed: {(done.stderr or done.text)[-300:]}")
+        said = done.stderr or done.text
+        words = said[-300:]
+        if push_rejected(said):
+            raise _Rejected(f"the push of {branch} was refused (the remote's branch has commits this one lacks: "
+                            f"another loop of the task pushed it); this try steps aside, its work committed in "
+                            f"{wt}: {words.strip()}")
+        raise GitFailed(f"git push of {branch} failed: {words}")
     return tip
+
+
+def _onto_pushed(wt: Path, task: TaskSpec) -> None:
+    """A worktree whose branch has diverged from the pushed one (a loop here stepped aside when
+    another loop's push won) moved onto the pushed branch, which is the task's: what this clone
+    committed past it is kept under a ref of its own, never pushed over it. Clean by now
+    (make_startable), so the move keeps nothing uncommitted to lose."""
+    here = worktrees.Git(wt)
+    pushed = worktrees.rev(here, f"refs/remotes/{REMOTE_NAME}/{task.branch}")
+    local = worktrees.rev(here, "HEAD")
+    if not pushed or not local or local == pushed:
+        return
+    if here("merge-base", "--is-ancestor", pushed, local).returncode == 0:
+        return   # this clone is ahead of the remote: its commits go up with the next push
+    here.out("update-ref", f"{ASIDE_REFS}/{task.task_id}", local)
+    here.out("reset", "-q", "--keep", pushed)
 
 
 def _stop_child(child: kids.Child, wait: float = STOP_WAIT) -> None:

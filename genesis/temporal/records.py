@@ -68,8 +68,9 @@ def account_workflow_id(prefix: str, cli: str, account: str) -> str:
 
 
 def commit_key(task_workflow: str, attempt: int) -> str:
-    """GENESIS_COMMIT_KEY of an attempt's child: its auto-commits carry it, so a retry of a lost
-    attempt finds what that attempt pushed (the loop adds the iteration and phase)."""
+    """GENESIS_COMMIT_KEY of an attempt's child, the same for each of Temporal's tries of it: its
+    auto-commits carry it (the loop adds the iteration and phase), so a try skips the phases an
+    earlier try committed on the branch (loop/keyedtries.py)."""
     return f"{task_workflow}#{attempt}"
 
 

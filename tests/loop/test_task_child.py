@@ -293,9 +293,11 @@ def test_a_child_whose_push_is_rejected_says_so_goes_on_and_never_forces(child, 
     git(other, "commit", "-qm", "theirs")
     git(other, "push", "-q", "origin", BRANCH)
     theirs = git(bare, "rev-parse", f"refs/heads/{BRANCH}")
+    git(tree, "fetch", "-q", "origin")   # a local fleet's child pushes only to an upstream the user set
+    git(tree, "branch", "-q", "--set-upstream-to", f"origin/{BRANCH}")
     done = run_loop(tree, "--trust", "--agent-cmd", f"bash {child['agent']}", "--max-iterations", "3",
                     "--set", "GENESIS_PHASES=Builder Criticizer", "--set", "AUTO_PUSH=true", env=loop_env(**CHILD))
-    assert done.returncode == 0, done.stderr  # the existing rule: a failed push is said, the loop goes on
+    assert done.returncode == 0, done.stderr  # unkeyed, the existing rule: a failed push is said, the loop goes on
     failed = events(child["state"], "commit_failed")
     assert [(e["phase"], e["in_a_row"]) for e in failed] == [("Builder", 1), ("Criticizer", 2)]
     assert all("[rejected]" in e["error"] and "never forces a push" in e["error"] for e in failed), failed
