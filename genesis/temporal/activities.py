@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -40,7 +41,10 @@ from temporalio.service import RPCError
 
 from genesis import exitcodes
 from genesis.agents import adapter_of
-from genesis.config import Config, ConfigError, resolve
+from genesis.alerts import handoff
+from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_TEXT, Ticket
+from genesis.clock import iso
+from genesis.config import Config, ConfigError, layout_for, resolve
 from genesis.fleet import children as kids
 from genesis.fleet import merging, worktrees
 from genesis.fleet.beats import newest_beat
@@ -57,8 +61,8 @@ from genesis.repo.tasks import parse
 from genesis.store.atomicio import write_json
 from genesis.store.layout import private_dir
 from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, NO_REMOTE, PAUSED, USAGE_LIMIT,
-                                      AttemptInput, AttemptResult, MarkInput, MergeInput, MergeOutcome, TaskSpec,
-                                      commit_key)
+                                      AlertInput, AttemptInput, AttemptResult, MarkInput, MergeInput, MergeOutcome,
+                                      TaskSpec, commit_key)
 
 __all__ = ["MachineActivities", "HomeActivities", "MONITOR_FILE", "BEAT_EVERY"]
 
@@ -545,10 +549,28 @@ def _replayed_from(git: worktrees.Git, branch: str) -> str:
 
 @dataclass
 class HomeActivities:
-    """The home's side, on the user's checkout: the queue, the merge queue, the failure marks."""
+    """The home's side, on the user's checkout: the queue, the merge queue, the failure marks, the
+    alerts (the home's channels)."""
     project: Path
     cfg: Config
     remote: str
+    run_id: str = ""
+
+    @activity.defn(name="alert")
+    def alert(self, inp: AlertInput) -> int:
+        """One ticket to the home's alert channels, as the local monitor sends it (its deliverer
+        detached): the deliverer's pid, 0 when none could start."""
+        def line(text: str, most: int) -> str:
+            text = " ".join(text.split())
+            return text if len(text) <= most else text[:most - 3] + "..."
+
+        ticket = Ticket(ticket_id=uuid.uuid4().hex, created_at=iso(time.time()), run_id=self.run_id, iteration=None,
+                        phase=None, project=str(self.project), severity=inp.severity, cause=line(inp.cause, MAX_CAUSE),
+                        reasoning=line(inp.what, MAX_TEXT), suggested_action=line(inp.action, MAX_TEXT),
+                        evidence=line(inp.what, MAX_EVIDENCE), steps_since_success=None, stall_minutes=None,
+                        kind="fleet", final=False, headline=line(inp.cause, MAX_HEADLINE),
+                        lines=(line(inp.what, MAX_LINE), line(inp.action, MAX_LINE)))
+        return handoff.dispatch(ticket, self.cfg.alerts, layout_for(self.cfg).ledger_file) or 0
 
     @activity.defn(name="open_tasks")
     def open_tasks(self, target: str) -> list[TaskSpec]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from genesis.fleet.cascade import EVENTS as CASCADE_EVENTS
 from genesis.fleet.ledger import KINDS, OUTCOMES, FleetLedger, TaskRow
 from genesis.temporal.reading import Try
 
@@ -66,6 +67,20 @@ class Mirror:
                     "", None, float(row.get("not_before", 0.0)), float(row.get("updated", 0.0)),
                     float(row.get("created", 0.0))))
                 self._events(led, task_id, state, said)
+            self._cascade(led, fleet.get("cascade"))
+
+    def _cascade(self, led: FleetLedger, gate: object) -> None:
+        """The cascade gate's moves (the fleet's memo keeps its last ones), as the local monitor
+        records them: the status shows the pause and the probe from them."""
+        moves = gate.get("moves") if isinstance(gate, dict) else None
+        for move in moves if isinstance(moves, list) else []:
+            if not (isinstance(move, list) and len(move) == 4 and move[1] in CASCADE_EVENTS and
+                    isinstance(move[0], (int, float))):
+                continue
+            key = ("", f"{move[1]}@{move[0]!r}")
+            if key not in self.recorded:
+                self.recorded.add(key)
+                led.record(move[1], str(move[3]) if move[3] else None, float(move[0]), reason=str(move[2] or ""))
 
     def _attempt(self, led: FleetLedger, task_id: str, a: dict, run: Try | None) -> None:
         kind = a.get("kind") if a.get("kind") in KINDS else "start"

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 __all__ = ["fleet_queue", "any_queue", "host_queue", "home_host", "fingerprint", "fleet_workflow_id",
            "task_workflow_id", "account_workflow_id", "commit_key", "AGENT_FAILED", "USAGE_LIMIT", "PERMANENT",
            "PAUSED", "FLEET_STOPPING", "HELD", "NO_REMOTE", "LadderSpec", "FleetSpec", "TaskSpec", "AttemptInput",
-           "AttemptResult", "TaskInput", "MergeInput", "MergeOutcome", "MarkInput", "TaskOutcome", "ENGINE_FILE"]
+           "AttemptResult", "TaskInput", "MergeInput", "MergeOutcome", "MarkInput", "TaskOutcome", "ENGINE_FILE",
+           "TaskFailed", "AlertInput"]
 
 ENGINE_FILE = "engine.json"   # <fleet dir>/engine.json at home: which engine runs the fleet, and where
 
@@ -115,6 +116,12 @@ class FleetSpec:
     infra_attempts: int = 3           # Temporal's own tries of an attempt whose worker was lost
     home_retry: float = 30.0          # seconds between two of Temporal's tries of a merge or mark that failed
     held_wait: float = 60.0           # seconds: a durable wait before a held merge or mark is tried again
+    # The fleet-wide rules of the local monitor (fleet/cascade, fleet/budget), from the home's Config.
+    cascade_percent: float = 0.0      # GENESIS_FLEET_CASCADE_PERCENT (0: no cascade)
+    cascade_window: float = 300.0     # seconds
+    probe_after: float = 60.0         # seconds paused before the probe (CascadePolicy)
+    probe_healthy: float = 120.0      # seconds a probe runs without failing to resume the fleet
+    restart_every: float = 0.0        # GENESIS_FLEET_RESTART_EVERY_SECONDS (0: no bound)
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,29 @@ class TaskInput:
     fleet: FleetSpec
     task: TaskSpec
     fleet_workflow: str
+    gated: bool = False               # its parent decides its restarts (the cascade gate, the restart budget)
+
+
+@dataclass(frozen=True)
+class TaskFailed:
+    """A task workflow's attempt that ended abnormally, told to its fleet: the cascade counts it; a
+    restart or escalation then waits for the fleet's `go` (the gate and the budget allow it), and a
+    task held by the cascade's pause (action "held") waits for the fleet's probe or resume."""
+    task_id: str
+    attempt: int                      # the attempt that ended (its `go` names it)
+    at: float                         # when it ended (epoch, the task workflow's clock)
+    action: str                       # restart | escalate | fail | held
+    not_before: float = 0.0           # the ladder's backoff: no relaunch before this
+
+
+@dataclass(frozen=True)
+class AlertInput:
+    """One alert ticket of the fleet, sent by the home's alert channels (as the local monitor's)."""
+    about: str                        # a task id, or "cascade"
+    severity: str                     # critical | high
+    cause: str
+    what: str
+    action: str
 
 
 @dataclass(frozen=True)

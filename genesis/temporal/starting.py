@@ -26,7 +26,7 @@ from temporalio.worker import Worker
 from genesis import exitcodes
 from genesis.agents import adapter_of
 from genesis.config import Config, layout_for, resolve
-from genesis.fleet import ladder
+from genesis.fleet import cascade, ladder
 from genesis.fleet.monitor import MONITOR_FILE, FleetLocked, take_fleet_lock
 from genesis.fleet.queue import check_trust, project_branch
 from genesis.fleet.resources import fleet_settings, parallel_of
@@ -80,6 +80,7 @@ def fleet_spec(cfg: Config, settings: TemporalSettings, overrides: Mapping[str, 
     strategies = ladder.strategies(cfg)
     phases = tuple(p.name for p in cfg.phases if p.name != "Planner") or ("Builder",)
     print_ = fingerprint(remote_url, target)
+    gate = cascade.policy_of(cfg)
     spec = LadderSpec(cfg.fleet_max_task_restarts, cfg.fleet_max_failed_tasks, cfg.fleet_restart_backoff,
                       tuple(s.name for s in strategies),
                       tuple(tuple(sorted(ladder.child_settings(s, cfg).items())) for s in strategies),
@@ -91,7 +92,9 @@ def fleet_spec(cfg: Config, settings: TemporalSettings, overrides: Mapping[str, 
         stagger=fleet.stagger, ladder=spec, phases=phases, iterations=fleet.child_iterations,
         overrides=tuple(sorted(overrides.items())),
         attempt_timeout=cfg.max_runtime * len(phases) * fleet.child_iterations + RUN_MARGIN,
-        merge_timeout=cfg.merge_test_timeout + RUN_MARGIN)
+        merge_timeout=cfg.merge_test_timeout + RUN_MARGIN, cascade_percent=gate.percent,
+        cascade_window=gate.window, probe_after=gate.probe_after, probe_healthy=gate.probe_healthy,
+        restart_every=cfg.fleet_restart_every)
 
 
 def _remote_url(project: Path, remote: str) -> str:
@@ -128,8 +131,8 @@ def run_home(project: Path, overrides: Mapping[str, str], parallel: str, *, trus
             f"again", "error")
         return exitcodes.USAGE
     spec = fleet_spec(cfg, settings, overrides, n, target, url, env)
-    home = HomeActivities(cfg.project, cfg, settings.remote)
     run_id = FLEET_RUN + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    home = HomeActivities(cfg.project, cfg, settings.remote, run_id)
     try:   # one home per project, and never beside a single loop on it (as the local monitor)
         fleet_fd = take_fleet_lock(fleet_dir / "lock")
     except FleetLocked:
@@ -166,7 +169,7 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="genesis-merge")
     workers = [Worker(client, task_queue=queue, workflows=WORKFLOWS, graceful_shutdown_timeout=timedelta(seconds=5)),
                Worker(client, task_queue=host_queue(spec.queue_prefix, spec.home),
-                      activities=[home.open_tasks, home.merge, home.mark], activity_executor=pool,
+                      activities=[home.open_tasks, home.merge, home.mark, home.alert], activity_executor=pool,
                       max_concurrent_activities=2, graceful_shutdown_timeout=timedelta(seconds=30))]
     runs = [asyncio.create_task(w.run()) for w in workers]
     try:

@@ -29,13 +29,14 @@ from temporalio.exceptions import (ActivityError, ApplicationError, CancelledErr
 
 with workflow.unsafe.imports_passed_through():
     from genesis import exitcodes
-    from genesis.fleet import ladder
+    from genesis.fleet import cascade, ladder
+    from genesis.fleet.budget import RestartBudget
     from genesis.fleet.ledger import Attempt, TaskRow
     from genesis.fleet.planning import CEILINGS, fleet_exit
     from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, PAUSED, PERMANENT, USAGE_LIMIT,
-                                          AttemptInput, AttemptResult, FleetSpec, MarkInput, MergeInput,
-                                          MergeOutcome, TaskInput, TaskOutcome, TaskSpec, any_queue, fleet_queue,
-                                          host_queue, task_workflow_id)
+                                          AlertInput, AttemptInput, AttemptResult, FleetSpec, MarkInput, MergeInput,
+                                          MergeOutcome, TaskFailed, TaskInput, TaskOutcome, TaskSpec, any_queue,
+                                          fleet_queue, host_queue, task_workflow_id)
 
 __all__ = ["FleetWorkflow", "TaskWorkflow", "AccountWorkflow", "WORKFLOWS", "MEMO_KEY"]
 
@@ -46,6 +47,11 @@ LIMIT_FALLBACK = 300.0                # seconds held when a limit's reset time i
 HOME_TRIES = 20                       # tries of a home activity (merge, mark) before it gives up
 HISTORY_BOUND = 10_000               # events: the account workflow continues as new past it (the cap is 51,200)
 QUEUE_PERIOD = 60.0                   # seconds between two reads of the queue while tasks run (history size)
+GATED = "fleet-gate"                  # the patch: the fleet decides restarts (cascade, budget), staggers, alerts
+MOVES_KEPT = 50                       # the cascade gate's last moves in the fleet's memo
+SPINS = 20                            # turns of the gate in a row without a wait (one relaunch each)
+ALERT_TRIES = 2                       # an alert is best effort: never worth holding the fleet
+PAUSE_REASON = "the cascade pause: no new attempt until a probe task succeeds"
 
 
 @workflow.defn
@@ -139,6 +145,10 @@ class TaskWorkflow:
         self.attempts: list[Attempt] = []
         self.details: list[dict] = []   # per attempt: host, Temporal's tries, fresh clone, adopted, lost
         self.running: workflow.ActivityHandle | None = None
+        self.fleet_workflow = ""
+        self.gated = False          # the fleet decides when a restart may start (TaskInput.gated)
+        self.granted = 0            # the newest attempt whose relaunch the fleet allowed
+        self.held_told = 0          # the pause (its seq) already told to the fleet
 
     @workflow.signal
     def pause(self, seq: int) -> None:
@@ -151,6 +161,13 @@ class TaskWorkflow:
     def _pause(self, seq: int, paused: bool) -> None:
         if seq > self.pause_seq:
             self.pause_seq, self.paused = seq, paused
+            if self.gated and self.row is not None:   # a status shows the pause at once, an attempt running
+                self._publish()
+
+    @workflow.signal
+    def go(self, attempt: int) -> None:
+        """The fleet allows the relaunch after this attempt (the cascade gate, the restart budget)."""
+        self.granted = max(self.granted, attempt)
 
     @workflow.signal
     def hold(self, until: float) -> None:
@@ -207,6 +224,7 @@ class TaskWorkflow:
     async def run(self, inp: TaskInput) -> TaskOutcome:
         fleet, task = inp.fleet, inp.task
         me = workflow.info().workflow_id
+        self.fleet_workflow, self.gated = inp.fleet_workflow, inp.gated
         account = workflow.get_external_workflow_handle(fleet.account_workflow)
         await account.signal("subscribe", me)
         try:
@@ -219,6 +237,8 @@ class TaskWorkflow:
         by the account's release, or at the limit's end by a timer of its own (a release lost when
         the account workflow moved on must not hold it forever)."""
         while True:
+            if self.gated and self.paused and not self.stopping:
+                await self._held()
             await workflow.wait_condition(lambda: self.stopping or not self.paused)
             if self.stopping or self.held_until <= 0.0:
                 return
@@ -234,6 +254,26 @@ class TaskWorkflow:
                     pass
             if 0.0 < self.held_until <= self._now():
                 self.held_until = 0.0
+
+    async def _held(self) -> None:
+        """Paused by the fleet before an attempt: the row says so, and the fleet hears it once per
+        pause (it may pick this task as the cascade's probe)."""
+        if self.row is not None and (self.row.state, self.row.reason) != ("waiting", PAUSE_REASON):
+            self._set(state="waiting", reason=PAUSE_REASON)
+            self._publish()
+        if self.held_told != self.pause_seq:
+            self.held_told = self.pause_seq
+            await self._tell_fleet("held", 0.0)
+
+    async def _tell_fleet(self, action: str, not_before: float) -> bool:
+        """A failure, a relaunch to allow or a hold, told to the fleet; False when it is gone."""
+        try:
+            await workflow.get_external_workflow_handle(self.fleet_workflow).signal(
+                "failed", TaskFailed(self.row.id, len(self.attempts), self._now(), action, not_before))
+            return True
+        except Exception:  # noqa: BLE001 - the fleet ended: nothing decides for it but the ladder
+            self.gated = False
+            return False
 
     async def _ladder(self, inp: TaskInput, fleet: FleetSpec, task: TaskSpec, me: str) -> TaskOutcome:
         spec = fleet.ladder
@@ -364,9 +404,17 @@ class TaskWorkflow:
         if rung.action == "fail":
             self._set(state="failed")
             self._publish()
+            if self.gated:   # the cascade counts it
+                await self._tell_fleet("fail", 0.0)
             raise ApplicationError(rung.reason, type=PERMANENT, non_retryable=True)
         self._set(state="restarting" if rung.action == "restart" else "escalated", not_before=rung.not_before)
         self._publish()
+        if self.gated and await self._tell_fleet(rung.action, rung.not_before):
+            # The fleet allows it past the backoff, within its cascade gate and restart budget.
+            attempt = len(self.attempts)
+            await workflow.wait_condition(lambda: self.stopping or not self.gated or self.granted >= attempt)
+            if self.stopping or self.granted >= attempt:
+                return rung.action, why
         wait = rung.not_before - self._now()
         if wait > 0:
             await workflow.sleep(wait)   # the ladder's backoff: a durable timer
@@ -382,6 +430,18 @@ class FleetWorkflow:
         self.tasks: dict[str, dict] = {}     # task id -> {text, state, reason, hosts, sha}
         self.children: list[str] = []
         self.fatal: int | None = None
+        # The fleet-wide rules (patch GATED): what the task workflows told, what the gate did.
+        self.gate: cascade.CascadeGate | None = None
+        self.budget: RestartBudget | None = None
+        self.inbox: list[TaskFailed] = []          # told by the task workflows, not yet looked at
+        self.ended: list[tuple[str, bool]] = []    # task workflows that ended (verified?), not yet looked at
+        self.failures: list[tuple[float, str]] = []
+        self.asks: list[TaskFailed] = []           # relaunches (and paused tasks) waiting for the gate
+        self.lived: dict[str, list] = {}           # task -> [started, ended or None]: the cascade's count
+        self.moves: list[list] = []                # the gate's moves: [at, event, reason, task]
+        self.wakes = 0
+        self.last_launch: float | None = None
+        self.launching = asyncio.Lock()
 
     @workflow.signal
     async def pause(self) -> None:
@@ -396,7 +456,14 @@ class FleetWorkflow:
     @workflow.signal
     async def stop(self) -> None:
         self.stopping = True
+        self.wakes += 1
         await self._tell("stop")
+
+    @workflow.signal
+    def failed(self, note: TaskFailed) -> None:
+        """A task workflow's abnormal end, relaunch to allow, or hold by the pause (TaskFailed)."""
+        self.inbox.append(note)
+        self.wakes += 1
 
     async def _tell(self, signal: str, *args) -> None:
         for child in list(self.children):
@@ -411,8 +478,12 @@ class FleetWorkflow:
         return self._memo()
 
     def _memo(self) -> dict:
-        return {"paused": self.paused, "pause_seq": self.pause_seq, "stopping": self.stopping, "fatal": self.fatal,
+        memo = {"paused": self.paused, "pause_seq": self.pause_seq, "stopping": self.stopping, "fatal": self.fatal,
                 "tasks": self.tasks}
+        if self.gate is not None:
+            memo["cascade"] = {"state": self.gate.state, "since": self.gate.since, "probe": self.gate.probe_task,
+                               "failed_probes": self.gate.failed_probes, "moves": self.moves}
+        return memo
 
     def _note(self, task_id: str, **changes) -> None:
         self.tasks[task_id] = {**self.tasks.get(task_id, {}), **changes, "updated": workflow.now().timestamp()}
@@ -425,16 +496,29 @@ class FleetWorkflow:
         slots = asyncio.Semaphore(spec.parallel)
         running: set[asyncio.Task] = set()
         me = workflow.info().workflow_id
+        gated = workflow.patched(GATED)
+        if gated:
+            self.gate = cascade.CascadeGate(cascade.CascadePolicy(
+                spec.cascade_percent, spec.cascade_window, probe_after=spec.probe_after,
+                probe_healthy=spec.probe_healthy))
+            self.budget = RestartBudget(spec.restart_every)
+            keeper = asyncio.create_task(self._gatekeeper(spec))
         workflow.upsert_memo({MEMO_KEY: {**self._memo(), "project": spec.project, "target": spec.target}})
 
         async def one(task: TaskSpec) -> None:
             async with slots:
+                if gated:
+                    await self._space(spec)
                 if self.stopping or self.fatal is not None:
                     self._note(task.task_id, state="queued", reason="the fleet stopped" if self.stopping else
                                f"the fleet launches nothing more (exit {self.fatal})")
                     return
                 self._note(task.task_id, state="running")
-                outcome = await self._task(spec, task, me)
+                self.lived[task.task_id] = [workflow.now().timestamp(), None]
+                outcome = await self._task(spec, task, me, gated)
+                self.lived[task.task_id][1] = workflow.now().timestamp()
+                self.ended.append((task.task_id, outcome.state == "verified"))
+                self.wakes += 1
             if outcome.state == "verified":
                 self._note(task.task_id, state="merging", hosts=list(outcome.hosts))
                 async with merge_queue:
@@ -452,6 +536,11 @@ class FleetWorkflow:
                                           120.0)
                 self._note(task.task_id, state="failed",
                            reason=outcome.reason + (f" (its [!] mark was not written: {why})" if why else ""))
+                if gated:
+                    await self._alert(spec, AlertInput(
+                        task.task_id, "critical", f"task failed permanently: {task.text[:80]}",
+                        f"{outcome.reason}. Its branch {task.branch} is kept",
+                        "look at its branch and the attempts (`genesis fleet status`), fix, then reopen the task"))
             elif outcome.state == "config":
                 self.fatal = self.fatal or outcome.fleet_code
                 self._note(task.task_id, state="failed", reason=outcome.reason)
@@ -479,8 +568,171 @@ class FleetWorkflow:
                                               timeout=timedelta(seconds=max(spec.check, QUEUE_PERIOD)))
             except asyncio.TimeoutError:
                 pass
+        if gated:
+            keeper.cancel()
         code = fleet_exit([t["state"] for t in self.tasks.values()], fatal=self.fatal)
         return {"exit_code": code, "tasks": self.tasks}
+
+    # -- the fleet-wide rules: the cascade gate, the restart budget, the stagger ------------------
+
+    def _now(self) -> float:
+        return workflow.now().timestamp()
+
+    async def _space(self, spec: FleetSpec) -> None:
+        """Launches (new tasks, relaunches) spaced by the stagger, by a durable timer."""
+        async with self.launching:
+            if self.last_launch is not None:
+                wait = self.last_launch + spec.stagger - self._now()
+                if wait > 0:
+                    await workflow.sleep(wait)
+            self.last_launch = self._now()
+
+    async def _gatekeeper(self, spec: FleetSpec) -> None:
+        """The local monitor's cascade gate and restart budget over what the task workflows tell:
+        a cascade pauses every running task workflow (signal `pause`), lets one probe, and resumes
+        them all (signal `resume`) when the probe succeeds; every relaunch waits for its `go`."""
+        gate, spins = self.gate, 0
+        while True:
+            seen = self.wakes
+            now = self._now()
+            notes, self.inbox = self.inbox, []
+            for note in notes:
+                await self._told(note, now)
+            ends, self.ended = self.ended, []
+            for task_id, verified in ends:
+                self.asks = [a for a in self.asks if a.task_id != task_id]
+                if gate.state == "probing" and gate.probe_task == task_id:
+                    await self._move(spec, gate.probe_ended(verified, now), task_id)
+            if self.fatal is not None and self.asks:   # it launches nothing more: they end, as queued
+                asks, self.asks = self.asks, []
+                for ask in asks:
+                    await self._signal(ask.task_id, "stop")
+            self.failures = [f for f in self.failures if f[0] > now - gate.policy.window]
+            if gate.state != "open" or self.failures:
+                await self._move(spec, gate.observe(now, self.failures, self._ran_within(now)))
+            await self._grant(spec)
+            due = self._next_due()
+            if due is not None and due <= self._now() and spins < SPINS:
+                spins += 1   # decided by time already (one relaunch per turn): the next turn at once
+                continue
+            spins = 0
+            timeout = None if due is None else timedelta(seconds=max(0.001, due - self._now()))
+            try:
+                await workflow.wait_condition(lambda: self.wakes != seen, timeout=timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _told(self, note: TaskFailed, now: float) -> None:
+        if note.action != "held":
+            self.failures.append((note.at, note.task_id))
+        if note.action in ("restart", "escalate"):
+            self.asks = [a for a in self.asks if a.task_id != note.task_id] + [note]
+            self._note(note.task_id, reason=f"its {note.action} waits for the fleet's restart budget and "
+                                            f"cascade gate")
+        elif note.action == "held":
+            if self.gate.state == "open":
+                if not self.paused:   # paused by a gate since opened: it may go on
+                    await self._signal(note.task_id, "resume", self._next_seq())
+            elif all(a.task_id != note.task_id for a in self.asks):
+                self.asks.append(note)
+
+    def _next_seq(self) -> int:
+        self.pause_seq += 1
+        return self.pause_seq
+
+    async def _signal(self, task_id: str, signal: str, *args) -> None:
+        try:
+            await workflow.get_external_workflow_handle(
+                next(c for c in self.children if c.rpartition("/")[2] == task_id)).signal(signal, *args)
+        except Exception:  # noqa: BLE001 - a child that ended meanwhile
+            pass
+
+    def _ran_within(self, now: float) -> int:
+        """Task workflows that ran within the cascade window: running now, or ended in it."""
+        start = now - self.gate.policy.window
+        return sum(1 for began, ended in self.lived.values() if began <= now and (ended is None or ended > start))
+
+    def _may_relaunch(self) -> tuple[bool, bool]:
+        """(relaunches allowed, the next one is the probe)."""
+        probe = self.gate.state == "probing" and self.gate.probe_task is None
+        return self.gate.allows_restart or probe, probe
+
+    def _next_due(self) -> float | None:
+        """When the gate or the budget may next decide something by time alone."""
+        gate, now = self.gate, self._now()
+        due = []
+        if gate.state == "paused":
+            due.append(gate.next_probe_at())
+        elif gate.state == "probing" and gate.probe_task is not None:
+            due.append(gate.since + gate.policy.probe_healthy)
+        allowed, _ = self._may_relaunch()
+        if allowed and not self.stopping and self.fatal is None:
+            due += [max(a.not_before, self.budget.next_at(now)) for a in self.asks if a.action != "held"]
+        return min(due) if due else None
+
+    async def _grant(self, spec: FleetSpec) -> None:
+        """One relaunch, when the gate and the budget allow it (one per turn: staggered). A paused
+        task is the probe only when no relaunch waits (it spends nothing)."""
+        allowed, probe = self._may_relaunch()
+        if not allowed or self.stopping or self.fatal is not None:
+            return
+        now = self._now()
+        ready = [a for a in self.asks if a.action != "held" and a.not_before <= now]
+        if ready and self.budget.may_restart(now):
+            ask = ready[0]
+            await self._space(spec)
+            self.budget.spend(self._now())
+        elif probe and not [a for a in self.asks if a.action != "held"] and self.asks:
+            ask = self.asks[0]
+        else:
+            return
+        self.asks.remove(ask)
+        if probe:
+            self.gate.probe_started(ask.task_id, self._now())
+            self._moved("cascade_probe", "one task probes whether the cause is gone", ask.task_id)
+            self._note(ask.task_id, paused=False, reason="the cascade's probe")
+            await self._signal(ask.task_id, "resume", self._next_seq())
+        if ask.action != "held":
+            await self._signal(ask.task_id, "go", ask.attempt)
+
+    def _moved(self, event: str, reason: str, task_id: str | None = None) -> None:
+        self.moves = (self.moves + [[self._now(), event, reason, task_id]])[-MOVES_KEPT:]
+        workflow.upsert_memo({MEMO_KEY: self._memo()})
+
+    async def _move(self, spec: FleetSpec, step: cascade.GateStep, task_id: str | None = None) -> None:
+        """What the gate decided, told to the task workflows and the memo (a probe is recorded when
+        it launches)."""
+        if step.event is None or step.action == "probe":
+            if step.action == "probe":
+                workflow.upsert_memo({MEMO_KEY: self._memo()})
+            return
+        self._moved(step.event, step.reason, task_id if step.action == "probe_failed" else None)
+        live = [t for t, row in self.tasks.items() if row.get("state") == "running"]
+        if step.action in ("pause", "probe_failed"):
+            for t in live:
+                self.tasks[t] = {**self.tasks[t], "paused": True}
+            await self._tell("pause", self._next_seq())
+        elif step.action == "resume":
+            self.asks = [a for a in self.asks if a.action != "held"]
+            for t in live:
+                self.tasks[t] = {**self.tasks[t], "paused": False}
+            await self._tell("resume", self._next_seq())
+        workflow.upsert_memo({MEMO_KEY: self._memo()})
+        if step.action == "pause":
+            await self._alert(spec, AlertInput("cascade", "critical", "cascade: many children failed at once",
+                                               f"{step.reason}. No restart until one probe task succeeds",
+                                               "look at the tasks' attempts (`genesis fleet status`) for a "
+                                               "shared cause"))
+
+    async def _alert(self, spec: FleetSpec, alert: AlertInput) -> None:
+        """The home's alert channels, best effort: an alert never fails nor holds the fleet for long."""
+        try:
+            await workflow.execute_activity(
+                "alert", alert, task_queue=host_queue(spec.queue_prefix, spec.home),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=ALERT_TRIES, initial_interval=RETRY_FIRST))
+        except ActivityError:
+            pass
 
     async def _home(self, spec: FleetSpec, task: TaskSpec, name: str, arg, result_type, timeout: float):
         """A home activity (merge, mark) to its end: (its result, "") or (None, why it failed). Held by
@@ -507,12 +759,13 @@ class FleetWorkflow:
                     continue
                 return None, f"{name} held when the fleet stopped: {cause.message}"
 
-    async def _task(self, spec: FleetSpec, task: TaskSpec, me: str) -> TaskOutcome:
+    async def _task(self, spec: FleetSpec, task: TaskSpec, me: str, gated: bool) -> TaskOutcome:
         child_id = task_workflow_id(spec.fleet_id, task.task_id)
         self.children.append(child_id)
         try:
             return await workflow.execute_child_workflow(
-                TaskWorkflow.run, TaskInput(spec, task, me), id=child_id, task_queue=fleet_queue(spec.queue_prefix))
+                TaskWorkflow.run, TaskInput(spec, task, me, gated), id=child_id,
+                task_queue=fleet_queue(spec.queue_prefix))
         except ChildWorkflowError as err:
             cause = err.cause
             why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)

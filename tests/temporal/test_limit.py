@@ -75,7 +75,8 @@ def machines(dev_server, tmp_path):
     env = fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS="3", GENESIS_TEMPORAL_HOST_WAIT_SECONDS="4",
                     GENESIS_TEMPORAL_ACCOUNT="team-subscription", GENESIS_LIMIT_MARGIN_SECONDS="1",
                     PATH=f"{bin_dir}:{fleet_env()['PATH']}", STARTS=str(tmp_path / "starts"),
-                    FIRST=str(tmp_path / "first"), RESET_IN="25", WORK_SECONDS="4", LIMIT_ON="B")
+                    FIRST=str(tmp_path / "first"), RESET_IN="25", WORK_SECONDS="4", LIMIT_ON="B",
+                    GENESIS_FLEET_STAGGER_SECONDS="0")   # A's first agent works when B's meets the limit
     world = Machines(tmp_path, dev_server.address, f"t{uuid.uuid4().hex[:8]}", env)
     yield world
     world.stop_all()
