@@ -170,7 +170,9 @@ def test_a_restart_is_pinned_to_its_machine_and_moves_to_a_fresh_clone_when_that
     assert steps == [("start", "failed", x, "any"), ("restart", "failed", x, x), ("restart", "stopped", x, x),
                      ("resume", "verified", y, "any")], steps
     assert f"its machine {x} did not come back within {HOST_WAIT}s" in memo["attempts"][2]["reason"]
-    assert memo["attempts"][3]["fresh_clone"] is True
+    # Where each attempt's worktree came from, failed attempts included: X's first made it, its
+    # restarts kept it (the third never came back to say), Y's was a fresh clone.
+    assert [a["fresh_clone"] for a in memo["attempts"]] == [True, False, False, True], memo["attempts"]
     # The history: which queue each try was scheduled on, which worker took it, on what worktree.
     assert [(r.queue.endswith("-any"), r.queue.endswith(f"@{x}"), r.closed) for r in runs] == \
         [(True, False, "failed"), (False, True, "failed"), (False, True, "timed out"), (True, False, "completed")]
