@@ -7,10 +7,12 @@ guarantee that every process they started, child loops included, is gone at the 
   Machines(tmp, address, prefix, env)   .worker(host), .home(project, parallel, *flags), .kill(host)
   origin_for(project, tmp)              a bare remote of the project, named origin there
   loops_under(root)                     the child loops running in a machine's worktrees (their pids)
+  run_payloads(handle)                  what each run_attempt of a task's history handed back
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,7 +24,7 @@ import psutil
 from helpers.git import git
 from helpers.paths import LOOP
 
-__all__ = ["Machines", "origin_for", "loops_under", "procs_under", "GENESIS"]
+__all__ = ["Machines", "origin_for", "loops_under", "procs_under", "run_payloads", "GENESIS"]
 
 GENESIS = [sys.executable, "-m", "genesis"]
 STOP_WAIT = 60.0
@@ -62,6 +64,30 @@ def procs_under(root: Path) -> list[psutil.Process]:
             found[proc.pid] = proc
     found.pop(os.getpid(), None)
     return list(found.values())
+
+
+async def run_payloads(handle) -> list[dict]:
+    """Per `run_attempt` the workflow scheduled, in order (as reading.tries_of lists them): the
+    AttemptResult it completed with, or the details its worker failed it with ({} for a try
+    that timed out or was cancelled): where it ran, and whether on a fresh clone or adopted."""
+    from temporalio.api.enums.v1 import EventType
+
+    rows: dict[int, dict] = {}
+    async for event in handle.fetch_history_events():
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            if event.activity_task_scheduled_event_attributes.activity_type.name == "run_attempt":
+                rows[event.event_id] = {}
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            attrs = event.activity_task_completed_event_attributes
+            if attrs.scheduled_event_id in rows and attrs.result.payloads:
+                rows[attrs.scheduled_event_id] = json.loads(attrs.result.payloads[0].data)
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            attrs = event.activity_task_failed_event_attributes
+            details = attrs.failure.application_failure_info.details.payloads
+            if attrs.scheduled_event_id in rows and details:
+                rows[attrs.scheduled_event_id] = json.loads(details[0].data)
+    return list(rows.values())
 
 
 def _kill_all(procs: list[psutil.Process]) -> None:

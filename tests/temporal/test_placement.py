@@ -1,0 +1,241 @@
+"""Where a task's attempts run, proven on the real dev server with two `genesis worker`s in two
+separate "machines": a task's next attempt is pinned to the machine holding its worktree and
+reuses it; when that machine dies, the attempt waits GENESIS_TEMPORAL_HOST_WAIT_SECONDS for it,
+then runs on the other machine on a fresh clone of the task's branch as pushed; a worker that
+dies and restarts while its loop runs adopts that loop rather than starting a second one.
+Each is said by the attempt's record (memo, report) and by the workflow's history."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
+
+from helpers.fleet import TASK_AGENT, fleet_env, fleet_project, task_agent  # noqa: E402
+from helpers.git import git  # noqa: E402
+from helpers.temporal import GENESIS, Machines, loops_under, origin_for, run_payloads  # noqa: E402
+from temporalio.api.enums.v1 import PendingActivityState  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+
+from genesis.fleet.taskref import task_id  # noqa: E402
+from genesis.temporal import reading  # noqa: E402
+from genesis.temporal.records import fingerprint, fleet_workflow_id, task_workflow_id  # noqa: E402
+
+pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
+
+TEXT = "write the alpha note"
+FLEET_WAIT = 180.0
+# H + 1 s + S past 10 s: a decision sooner after a worker's death may wait 10 s more for the
+# dead worker's sticky queue (see docs/temporal.md), which would only make the test slower.
+HEARTBEAT, HOST_WAIT = 3, 6
+
+# One line per run in $RUNS: the machine, whether the worktree's own git folder still holds the
+# mark an earlier run left there (kept) or not (new), and whether the first run's pushed work is
+# in it. The first two runs fail (the ladder restarts the task); the third waits while $SLOW_FILE
+# exists (a phase the test interrupts); later runs do the task.
+PLACED = r"""#!/usr/bin/env bash
+set -euo pipefail
+: "${GENESIS_TASK:?no task given}"
+if [[ -n ${AGENT_PIDS:-} ]]; then echo "$$ ${GENESIS_TASK_ID}" >>"${AGENT_PIDS}"; fi
+mark="$(git rev-parse --absolute-git-dir)/placement-mark"
+runs=0
+if [[ -e ${RUNS} ]]; then runs=$(wc -l <"${RUNS}"); fi
+seen=new
+if [[ -e ${mark} ]]; then seen=kept; fi
+work=no
+if [[ -e first-attempt.txt ]]; then work=yes; fi
+echo "${MACHINE} ${seen} ${work}" >>"${RUNS}"
+touch "${mark}"
+if (( runs == 0 )); then printf 'from the first attempt, on %s\n' "${MACHINE}" >first-attempt.txt; exit 1; fi
+if (( runs == 1 )); then exit 1; fi
+if (( runs == 2 )); then while [[ -e ${SLOW_FILE} ]]; do sleep 0.1; done; fi
+""" + "\n".join(TASK_AGENT.splitlines()[6:]) + "\n"
+
+
+@pytest.fixture
+def machines(dev_server, tmp_path):
+    world = Machines(tmp_path, dev_server.address, f"p{uuid.uuid4().hex[:8]}",
+                     fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS=str(HEARTBEAT),
+                               GENESIS_TEMPORAL_HOST_WAIT_SECONDS=str(HOST_WAIT), HEARTBEAT_STALE_SECONDS="120"))
+    yield world
+    world.stop_all()
+
+
+def logs(world: Machines) -> str:
+    return "\n".join(f"--- {name}\n{world.log(name)[-2500:]}" for name in ("home", "worker-A", "worker-B"))
+
+
+def wait_for(what: str, check, world: Machines, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s\n{logs(world)}"
+        time.sleep(0.1)
+
+
+def wait_end(proc: subprocess.Popen, what: str, world: Machines) -> int:
+    deadline = time.monotonic() + FLEET_WAIT
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is not None, f"{what} did not end within {FLEET_WAIT:g}s\n{logs(world)}"
+    return proc.returncode
+
+
+def lines(path: Path) -> list[list[str]]:
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def read_task(address: str, project: Path, remote: Path, task: str) -> tuple[dict, list, list[dict]]:
+    """The task's memo, its activities as its history tells them, and each run_attempt's payload."""
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    fleet = fleet_workflow_id(fingerprint(str(remote), target))
+    client = await Client.connect(address)
+    memos = await reading.task_memos(client, fleet)
+    handle = client.get_workflow_handle(task_workflow_id(fleet, task))
+    runs = [t for t in await reading.tries_of(handle) if t.activity == "run_attempt"]
+    return memos.get(task, {}), runs, await run_payloads(handle)
+
+
+async def pending_runs(address: str, project: Path, remote: Path, task: str) -> list:
+    """The task's run_attempt in flight, as Temporal describes it (its try, its state, its worker)."""
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    client = await Client.connect(address)
+    handle = client.get_workflow_handle(task_workflow_id(fleet_workflow_id(fingerprint(str(remote), target)), task))
+    described = await handle.describe()
+    return [p for p in described.raw_description.pending_activities if p.activity_type.name == "run_attempt"]
+
+
+def leaders(root: Path) -> set[int]:
+    """The machine's loops by their own pids: the loop script run by bash, leading its session
+    (not its subshells, nor a sandbox that names the script among its mounts)."""
+    found = set()
+    for proc in loops_under(root):
+        try:
+            argv = proc.cmdline()
+            if len(argv) > 1 and argv[1].endswith("start-multi-agent-loop.sh") and os.getsid(proc.pid) == proc.pid:
+                found.add(proc.pid)
+        except (OSError, psutil.Error):
+            pass
+    return found
+
+
+def report_of(project: Path, world: Machines) -> str:
+    done = subprocess.run([*GENESIS, "--project", str(project), "report"], env=world.env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_restart_is_pinned_to_its_machine_and_moves_to_a_fresh_clone_when_that_machine_dies(
+        machines, project, tmp_path):
+    """Both machines poll from the start. The task's first attempt fails wherever it ran (X); its
+    restart is pinned to X's queue and runs in X's kept worktree although the other machine (Y)
+    is idle; the next restart, pinned to X too, is mid-phase when X dies: its heartbeat times
+    out, its retry waits for X on X's queue for HOST_WAIT seconds, and the task resumes on Y, on a
+    fresh clone of its branch holding X's pushed work."""
+    fleet_project(project, [TEXT])
+    remote = origin_for(project, tmp_path)
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    runs_file, slow = tmp_path / "runs", tmp_path / "slow"
+    slow.write_text("held\n")
+    machines.env.update(RUNS=str(runs_file), SLOW_FILE=str(slow))
+    machines.worker("A", parallel=1)
+    machines.worker("B", parallel=1)
+    home = machines.home(project, 1, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'a.sh', PLACED)}",
+                         "--set", "GENESIS_PHASES=Builder", "--set", "GENESIS_FLEET_CHILD_ITERATIONS=1")
+    wait_for("the third run held", lambda: len(lines(runs_file)) == 3, machines)
+    x = lines(runs_file)[0][0]
+    y = "A" if x == "B" else "B"
+    machines.kill(x)
+    wait_for(f"the task resumed on {y}", lambda: len(lines(runs_file)) == 4, machines, timeout=60)
+    assert wait_end(home, "the fleet", machines) == 0, logs(machines)
+
+    # What the agent saw: three runs on X, the later two in the worktree the first one made; the
+    # last on Y in a worktree new there, with X's pushed work in it.
+    assert lines(runs_file) == [[x, "new", "no"], [x, "kept", "yes"], [x, "kept", "yes"], [y, "new", "yes"]]
+    assert [line.split()[1] for line in machines.agents(y)] == [task_id(TEXT)]   # Y never ran it before
+
+    memo, runs, payloads = asyncio.run(read_task(machines.address, project, remote, task_id(TEXT)))
+    steps = [(a["kind"], a["outcome"], a["host"], a["queue"].rpartition("-")[2].rpartition("@")[2])
+             for a in memo["attempts"]]
+    assert steps == [("start", "failed", x, "any"), ("restart", "failed", x, x), ("restart", "stopped", x, x),
+                     ("resume", "verified", y, "any")], steps
+    assert f"its machine {x} did not come back within {HOST_WAIT}s" in memo["attempts"][2]["reason"]
+    # Where each attempt's worktree came from, failed attempts included: X's first made it, its
+    # restarts kept it (the third never came back to say), Y's was a fresh clone.
+    assert [a["fresh_clone"] for a in memo["attempts"]] == [True, False, False, True], memo["attempts"]
+    # The history: which queue each try was scheduled on, which worker took it, on what worktree.
+    assert [(r.queue.endswith("-any"), r.queue.endswith(f"@{x}"), r.closed) for r in runs] == \
+        [(True, False, "failed"), (False, True, "failed"), (False, True, "timed out"), (True, False, "completed")]
+    assert [r.host for r in runs] == [x, x, "", y]   # a try that never started names no worker
+    assert [(p.get("host"), p.get("fresh_clone")) for p in payloads] == [(x, True), (x, False), (None, None),
+                                                                           (y, True)], payloads
+    assert runs[2].failure == "activity ScheduleToStart timeout <- activity Heartbeat timeout", runs[2]
+    assert "first-attempt.txt" in git(remote, "ls-tree", "-r", "--name-only", target).split()
+    assert "[x] write the alpha note" in git(remote, "show", f"{target}:TASKS.md")
+    # Genesis's report says which too.
+    report = report_of(project, machines)
+    assert f"did not come back within {HOST_WAIT}s" in report, report
+    assert f"on {y} (a fresh clone of its branch)" in report, report
+
+
+def test_a_worker_killed_and_restarted_while_its_loop_runs_adopts_that_loop(machines, project, tmp_path):
+    """Only the worker process of machine A is SIGKILLed while its task's agent works (its loop,
+    in a session of its own, lives on); A's worker is started again. Temporal's retry of the
+    attempt, after its heartbeat times out, finds the loop still holding its worktree's lock and
+    follows it to its end: one loop, one agent, the attempt's work merged once."""
+    fleet_project(project, [TEXT])
+    remote = origin_for(project, tmp_path)
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    slow = tmp_path / "slow"
+    slow.write_text("held\n")
+    machines.env["SLOW_FILE"] = str(slow)
+    machines.env["GENESIS_TEMPORAL_HOST_WAIT_SECONDS"] = "60"   # the loop outlives its silent monitor a while
+    worker = machines.worker("A", parallel=1)
+    home = machines.home(project, 1, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'a.sh')}",
+                         "--set", "GENESIS_PHASES=Builder")
+    wait_for("the agent working on A", lambda: len(machines.agents("A")) == 1, machines)
+
+    def stage() -> str:   # what the try last told Temporal by its heartbeat
+        found = asyncio.run(pending_runs(machines.address, project, remote, task_id(TEXT)))
+        beats = found[0].heartbeat_details.payloads if found else []
+        return json.loads(beats[0].data).get("stage", "") if beats else ""
+
+    wait_for("Temporal told the attempt runs", lambda: stage() == "running", machines)
+    before = leaders(machines.roots["A"])
+    assert len(before) == 1, before
+    os.killpg(worker.pid, signal.SIGKILL)   # the worker alone: the loop runs in a session of its own
+    worker.wait()
+    assert leaders(machines.roots["A"]) == before
+    machines.worker("A", parallel=1)
+
+    def retried() -> bool:   # the history holds a try's start only once it ends: ask for the pending one
+        (pending,) = asyncio.run(pending_runs(machines.address, project, remote, task_id(TEXT))) or [None]
+        return pending is not None and pending.attempt == 2 and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+
+    wait_for("Temporal's retry started on the new worker", retried, machines, timeout=60)
+    assert leaders(machines.roots["A"]) == before   # the same loop, no second one
+    slow.unlink()
+    assert wait_end(home, "the fleet", machines) == 0, logs(machines)
+
+    assert len(machines.agents("A")) == 1, machines.agents("A")   # one agent ever started
+    memo, runs, payloads = asyncio.run(read_task(machines.address, project, remote, task_id(TEXT)))
+    (attempt,) = memo["attempts"]
+    assert (attempt["outcome"], attempt["host"], attempt["tries"], attempt["adopted"], attempt["fresh_clone"]) == \
+        ("verified", "A", 2, True, False), attempt
+    assert attempt["lost"].startswith("A: running"), attempt
+    (run,) = runs
+    assert run.attempt == 2 and "heartbeat" in run.last_failure.lower() and run.closed == "completed", run
+    assert payloads[0]["adopted"] is True
+    ticks = git(remote, "log", "--format=%s", target).splitlines()
+    assert sum(1 for s in ticks if TEXT in s) == 1, ticks
+    assert "(adopted its running loop)" in report_of(project, machines)
