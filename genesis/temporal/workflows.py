@@ -397,7 +397,8 @@ class TaskWorkflow:
             why = f"its worker was lost {fleet.infra_attempts} times ({cause.type.name.lower()} timeout)"
         self._end("failed", info.get("exit_code"), info.get("reason") or why, info.get("run_id", ""),
                   host=info.get("host", self.host), tries=info.get("activity_attempt", 0),
-                  cost=info.get("cost", 0.0))
+                  cost=info.get("cost", 0.0), fresh_clone=bool(info.get("fresh_clone")),
+                  adopted=bool(info.get("adopted")), lost=str(info.get("lost") or ""))
         rung = ladder.next_rung(self.row, self.attempts, policy, self._now())
         self._set(strategy=rung.strategy, restarts=rung.restarts, escalations=rung.escalations,
                   reason=rung.reason)
