@@ -198,6 +198,7 @@ class MachineActivities:
             resets_at = await asyncio.to_thread(_limit_reset, child, cfg)
             if not resets_at:   # a limit another loop of this machine met: the account may know its reset
                 resets_at = float((await self._ask(inp.account_workflow)).get("until") or 0.0)
+            await self._tell_limit(inp.account_workflow, resets_at)
             raise ApplicationError(f"{self.host}: {verdict.reason}", _wire(result, resets_at=resets_at),
                                    type=USAGE_LIMIT,
                                    non_retryable=True)
@@ -252,6 +253,16 @@ class MachineActivities:
         while floor and (free := await asyncio.to_thread(available_memory)) < floor:
             watch.details.update(stage=f"waiting for memory: {free // MB} MB available, floor {floor // MB} MB")
             await asyncio.sleep(MEMORY_EVERY)
+
+    async def _tell_limit(self, workflow_id: str, until: float) -> None:
+        """The account hears of a limit from the machine that met it, before the task's workflow
+        passes it on: an attempt about to start elsewhere meanwhile asks the account first."""
+        if until <= time.time():
+            return
+        try:
+            await self.client.get_workflow_handle(workflow_id).signal("limit_met", until, rpc_timeout=QUERY_WAIT)
+        except RPCError as exc:   # the task's workflow still tells it
+            activity.logger.warning(f"{workflow_id} did not take the limit: {exc}")
 
     async def _ask(self, workflow_id: str) -> dict:
         """A workflow's state by query, bounded; {} when no worker answers in time (its signals
