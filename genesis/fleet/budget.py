@@ -5,6 +5,11 @@ It bounds the damage of what no other rule catches (a shared cause the cascade r
 misses: failures spread just wide enough apart). Pure: the time is passed in; the
 monitor spends it when it relaunches, records a `restart` or `escalate` event, and a
 monitor started again rebuilds the budget from those events.
+
+Workflow code: the fleet on Temporal runs this module inside its workflows
+(`temporal/workflows.py`), replayed from their histories. A change to what it decides is a
+change to those workflows: guard it there with `workflow.patched(...)`, and keep
+`tests/temporal/test_replay.py` passing.
 """
 
 from __future__ import annotations

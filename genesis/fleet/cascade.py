@@ -17,6 +17,11 @@ task may take hours to verify, a broken setup fails within minutes); no probe la
 
 Every input is passed in (the time included): the monitor observes, records the step's
 event and acts; the gate is rebuilt from those events after a monitor restart.
+
+Workflow code: the fleet on Temporal runs this module inside its workflows
+(`temporal/workflows.py`), replayed from their histories. A change to what it decides is a
+change to those workflows: guard it there with `workflow.patched(...)`, and keep
+`tests/temporal/test_replay.py` passing.
 """
 
 from __future__ import annotations

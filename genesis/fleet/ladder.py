@@ -8,6 +8,11 @@ max_failed_tasks escalations while a strategy is left; then the task fails perma
 The decision is a function of the task's retry history, read from the fleet ledger: a
 monitor started again continues the ladder where it was. Only attempts that ended
 "failed" climb it: a usage limit, an outage or a stop never spends a restart.
+
+Workflow code: the fleet on Temporal runs this module inside its workflows
+(`temporal/workflows.py`), replayed from their histories. A change to what it decides is a
+change to those workflows: guard it there with `workflow.patched(...)`, and keep
+`tests/temporal/test_replay.py` passing.
 """
 
 from __future__ import annotations
