@@ -6,6 +6,9 @@ guarantee that every process they started, child loops included, is gone at the 
 
   Machines(tmp, address, prefix, env)   .worker(host), .home(project, parallel, *flags), .kill(host)
   origin_for(project, tmp)              a bare remote of the project, named origin there
+  pushed_project(tmp, texts)            a project with these tasks and its origin, pushed
+  printing_agent(lines)                 a hook-less agent that prints while $HOLD exists
+  kill_under(root)                      every process of a machine's loops killed
   loops_under(root)                     the child loops running in a machine's worktrees (their pids)
   run_payloads(handle)                  what each run_attempt of a task's history handed back
 """
@@ -21,10 +24,12 @@ import time
 from pathlib import Path
 
 import psutil
+from helpers.fleet import TASK_AGENT, fleet_project
 from helpers.git import git
 from helpers.paths import LOOP
 
-__all__ = ["Machines", "origin_for", "loops_under", "procs_under", "run_payloads", "GENESIS"]
+__all__ = ["Machines", "origin_for", "pushed_project", "printing_agent", "kill_under", "loops_under", "procs_under",
+           "run_payloads", "GENESIS"]
 
 GENESIS = [sys.executable, "-m", "genesis"]
 STOP_WAIT = 60.0
@@ -35,6 +40,38 @@ def origin_for(project: Path, tmp: Path) -> Path:
     git(tmp, "init", "-q", "--bare", str(remote))
     git(project, "remote", "add", "origin", str(remote))
     return remote
+
+
+def pushed_project(tmp: Path, texts: list[str]) -> tuple[Path, Path]:
+    """tmp/project with these tasks open, and its bare origin with the project branch pushed."""
+    project = tmp / "project"
+    project.mkdir()
+    git(project, "init", "-q")
+    fleet_project(project, texts)
+    remote = origin_for(project, tmp)
+    git(project, "push", "-q", "origin", "HEAD")
+    return project, remote
+
+
+def printing_agent(lines: int) -> str:
+    """A hook-less agent: its pid in $AGENT_PIDS, a line every 0.2 s while $HOLD exists (at
+    most `lines` of them), then its task done as TASK_AGENT does it."""
+    return f"""#!/usr/bin/env bash
+set -euo pipefail
+echo "$$" >>"${{AGENT_PIDS}}"
+for _ in $(seq {lines}); do
+  [[ -e ${{HOLD}} ]] || break
+  echo "still working"
+  sleep 0.2
+done
+""" + TASK_AGENT[TASK_AGENT.index("printf '%s"):]
+
+
+def kill_under(root: Path) -> None:
+    """Every process of a machine's loops (procs_under) killed, and waited for."""
+    doomed = procs_under(root)
+    _kill_all(doomed)
+    psutil.wait_procs(doomed, timeout=10)
 
 
 def loops_under(root: Path) -> list[psutil.Process]:

@@ -8,14 +8,13 @@ import asyncio
 import dataclasses
 import time
 
-import psutil
 import pytest
 
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
-from helpers.fleet import fleet_env, fleet_project, task_agent  # noqa: E402
+from helpers.fleet import fleet_env, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import loops_under, origin_for, procs_under  # noqa: E402
+from helpers.temporal import kill_under, loops_under, printing_agent, pushed_project  # noqa: E402
 from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
@@ -26,22 +25,7 @@ from genesis.temporal.records import USAGE_LIMIT, AttemptInput, TaskSpec  # noqa
 pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
 
 TEXT = "write the alpha note"
-HELD = r"""#!/usr/bin/env bash
-set -euo pipefail
-echo "$$" >>"${AGENT_PIDS}"
-for _ in $(seq 300); do
-  [[ -e ${HOLD} ]] || break
-  echo "still working"
-  sleep 0.2
-done
-printf '%s\n' "${GENESIS_TASK}" >"work-${GENESIS_TASK_ID}.txt"
-"${PY}" - <<'PY'
-import os
-text = os.environ["GENESIS_TASK"]
-lines = open("TASKS.md").read().splitlines(keepends=True)
-open("TASKS.md", "w").write("".join(l.replace("[ ]", "[x]", 1) if l.rstrip("\n").endswith(text) else l for l in lines))
-PY
-"""
+HELD = printing_agent(300)   # prints while $HOLD exists (at most 60 s), then does its task
 
 
 class Gated(activities.MachineActivities):
@@ -62,12 +46,7 @@ class Gated(activities.MachineActivities):
 
 @pytest.fixture
 def world(tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    git(project, "init", "-q")
-    fleet_project(project, [TEXT])
-    remote = origin_for(project, tmp_path)
-    git(project, "push", "-q", "origin", "HEAD")
+    project, remote = pushed_project(tmp_path, [TEXT])
     (tmp_path / "home").mkdir(exist_ok=True)
     target = git(project, "symbolic-ref", "--short", "HEAD").strip()
     tid = task_id(TEXT)
@@ -79,13 +58,7 @@ def world(tmp_path):
                     AGENT_PIDS=str(tmp_path / "agents"), HOLD=str(tmp_path / "hold"), HEARTBEAT_STALE_SECONDS="120")
     root = tmp_path / "root"
     yield inp, env, root
-    doomed = procs_under(root)
-    for proc in doomed:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(doomed, timeout=10)
+    kill_under(root)
 
 
 def test_a_limit_is_asked_after_the_preparation_and_launches_nothing(world):

@@ -5,21 +5,19 @@ about to start on another machine meanwhile asks the account, and must hear of i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
 import uuid
 
-import psutil
 import pytest
 
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
 from helpers.agent import script  # noqa: E402
 from helpers.fakeclaude import FIXTURES  # noqa: E402
-from helpers.fleet import fleet_env, fleet_project  # noqa: E402
+from helpers.fleet import fleet_env  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import origin_for, procs_under  # noqa: E402
+from helpers.temporal import kill_under, pushed_project  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
@@ -44,12 +42,7 @@ sys.exit(1)
 
 
 def test_a_limit_met_on_a_machine_reaches_the_account_from_that_machine(dev_server, tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    git(project, "init", "-q")
-    fleet_project(project, [TEXT])
-    remote = origin_for(project, tmp_path)
-    git(project, "push", "-q", "origin", "HEAD")
+    project, remote = pushed_project(tmp_path, [TEXT])
     target = git(project, "symbolic-ref", "--short", "HEAD").strip()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -80,10 +73,7 @@ def test_a_limit_met_on_a_machine_reaches_the_account_from_that_machine(dev_serv
         before = time.time()
         met, state = asyncio.run(run())
     finally:
-        doomed = procs_under(root)
-        for proc in doomed:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+        kill_under(root)
     assert met.type == USAGE_LIMIT, met
     resets_at = met.details[0]["resets_at"]
     assert resets_at > before + RESET_IN - 5, met.details

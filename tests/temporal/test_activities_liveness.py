@@ -17,9 +17,9 @@ import pytest
 
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
-from helpers.fleet import fleet_env, fleet_project, task_agent  # noqa: E402
+from helpers.fleet import fleet_env, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import loops_under, origin_for, procs_under  # noqa: E402
+from helpers.temporal import kill_under, loops_under, printing_agent, procs_under, pushed_project  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
@@ -32,45 +32,16 @@ pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
 
 TEXT = "write the alpha note"
 # No heartbeat hook; prints a line every 0.2 s while $HOLD exists (at most 8 s), then does its task.
-PRINTING = r"""#!/usr/bin/env bash
-set -euo pipefail
-echo "$$" >>"${AGENT_PIDS}"
-for _ in $(seq 40); do
-  [[ -e ${HOLD} ]] || break
-  echo "still working"
-  sleep 0.2
-done
-printf '%s\n' "${GENESIS_TASK}" >"work-${GENESIS_TASK_ID}.txt"
-"${PY}" - <<'PY'
-import os
-text = os.environ["GENESIS_TASK"]
-lines = open("TASKS.md").read().splitlines(keepends=True)
-open("TASKS.md", "w").write("".join(l.replace("[ ]", "[x]", 1) if l.rstrip("\n").endswith(text) else l for l in lines))
-PY
-"""
+PRINTING = printing_agent(40)
 
 
 @pytest.fixture
 def world(tmp_path):
-    project = fleet_project(git_init(tmp_path / "project"), [TEXT])
-    remote = origin_for(project, tmp_path)
-    git(project, "push", "-q", "origin", "HEAD")
+    project, remote = pushed_project(tmp_path, [TEXT])
     agent = task_agent(tmp_path / "agent.sh", PRINTING)
     root = tmp_path / "root"
     yield project, remote, agent, root
-    doomed = procs_under(root)
-    for proc in doomed:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(doomed, timeout=10)
-
-
-def git_init(path: Path) -> Path:
-    path.mkdir(parents=True)
-    git(path, "init", "-q")
-    return path
+    kill_under(root)
 
 
 def attempt(project: Path, remote: Path, agent: Path) -> AttemptInput:

@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
-from helpers.fleet import fleet_env, fleet_project, task_agent  # noqa: E402
+from helpers.fleet import fleet_env, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import loops_under, origin_for, procs_under  # noqa: E402
+from helpers.temporal import kill_under, loops_under, printing_agent, pushed_project  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
@@ -30,43 +30,17 @@ pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
 
 TEXTS = ["write the alpha note", "write the beta note"]
 # No heartbeat hook; prints while $HOLD exists (at most 6 s), then does its task.
-PRINTING = r"""#!/usr/bin/env bash
-set -euo pipefail
-echo "$$" >>"${AGENT_PIDS}"
-for _ in $(seq 30); do
-  [[ -e ${HOLD} ]] || break
-  echo "still working"
-  sleep 0.2
-done
-printf '%s\n' "${GENESIS_TASK}" >"work-${GENESIS_TASK_ID}.txt"
-"${PY}" - <<'PY'
-import os
-text = os.environ["GENESIS_TASK"]
-lines = open("TASKS.md").read().splitlines(keepends=True)
-open("TASKS.md", "w").write("".join(l.replace("[ ]", "[x]", 1) if l.rstrip("\n").endswith(text) else l for l in lines))
-PY
-"""
+PRINTING = printing_agent(30)
 
 
 @pytest.fixture
 def world(tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    git(project, "init", "-q")
-    fleet_project(project, TEXTS)
-    remote = origin_for(project, tmp_path)
-    git(project, "push", "-q", "origin", "HEAD")
+    project, remote = pushed_project(tmp_path, TEXTS)
     agent = task_agent(tmp_path / "agent.sh", PRINTING)
     root = tmp_path / "root"
     (tmp_path / "home").mkdir(exist_ok=True)
     yield project, remote, agent, root
-    doomed = procs_under(root)
-    for proc in doomed:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(doomed, timeout=10)
+    kill_under(root)
 
 
 def sessions(root) -> set[str]:

@@ -19,9 +19,9 @@ import pytest
 
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
-from helpers.fleet import fleet_env, fleet_project, task_agent  # noqa: E402
+from helpers.fleet import fleet_env, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import origin_for, procs_under  # noqa: E402
+from helpers.temporal import procs_under, pushed_project  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
@@ -58,12 +58,7 @@ PY
 
 @pytest.fixture
 def world(tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    git(project, "init", "-q")
-    fleet_project(project, [TEXT])
-    remote = origin_for(project, tmp_path)
-    git(project, "push", "-q", "origin", "HEAD")
+    project, remote = pushed_project(tmp_path, [TEXT])
     agent = task_agent(tmp_path / "agent.sh", AGENT)
     roots = [tmp_path / "root-a", tmp_path / "root-b"]
     yield project, remote, agent, roots
