@@ -8,10 +8,8 @@ guarantee, never as a wall-clock duration."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,30 +17,25 @@ import pytest
 
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
-from helpers.fleet import fleet_project  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import origin_for  # noqa: E402
+from helpers.inprocess import run_fleet_here  # noqa: E402
+from helpers.temporal import pushed_project  # noqa: E402
 from temporalio import activity  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.exceptions import ApplicationError  # noqa: E402
-from temporalio.worker import Worker  # noqa: E402
 
 from genesis import exitcodes  # noqa: E402
-from genesis.config import resolve  # noqa: E402
 from genesis.fleet.taskref import task_id  # noqa: E402
 from genesis.temporal import reading  # noqa: E402
-from genesis.temporal.activities import HomeActivities  # noqa: E402
 from genesis.temporal.records import (AGENT_FAILED, AlertInput, AttemptInput, AttemptResult, FleetSpec,  # noqa: E402
-                                      LadderSpec, any_queue, fleet_queue, host_queue)
-from genesis.temporal.workflows import PAUSE_REASON, WORKFLOWS, AccountWorkflow, FleetWorkflow  # noqa: E402
+                                      LadderSpec)
+from genesis.temporal.workflows import PAUSE_REASON  # noqa: E402
 
 pytestmark = [pytest.mark.temporal]
 
 ALPHA, BETA, GAMMA = "write the alpha note", "write the beta note", "write the gamma note"
-WAIT = 90.0               # the bound on one fleet here (each ends in seconds)
 PAUSE_SEEN = 20.0         # the bound on gamma's wait for the cascade's pause
-HISTORIES = Path(__file__).with_name("histories")
 
 
 class Agent:
@@ -120,14 +113,8 @@ class Alerts:
 
 
 def make_home(tmp_path: Path, texts: list[str]) -> tuple[Path, Path, str]:
-    project = tmp_path / "project"
-    project.mkdir()
-    git(project, "init", "-q")
-    fleet_project(project, texts)
-    origin = origin_for(project, tmp_path)
-    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
-    git(project, "push", "-q", "origin", target)
-    return project, origin, target
+    project, origin = pushed_project(tmp_path, texts)
+    return project, origin, git(project, "symbolic-ref", "--short", "HEAD").strip()
 
 
 def spec_for(project: Path, origin: Path, target: str, **changes) -> FleetSpec:
@@ -143,41 +130,9 @@ def spec_for(project: Path, origin: Path, target: str, **changes) -> FleetSpec:
 
 async def run_fleet(address: str, spec: FleetSpec, agent: Agent, alerts: Alerts, during=None,
                     record: str = "") -> tuple[dict, list]:
-    """The fleet to its end, with `during(client)` beside it: its result and its history's events
-    (with TEMPORAL_RECORD_HISTORIES=1, its and its tasks' histories kept for test_replay.py)."""
     client = await Client.connect(address)
     agent.client, agent.fleet_id = client, spec.fleet_id
-    project = Path(spec.project)
-    home = HomeActivities(project, resolve(project, flags={}), "origin")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        async with Worker(client, task_queue=fleet_queue(spec.queue_prefix), workflows=WORKFLOWS), \
-                Worker(client, task_queue=host_queue(spec.queue_prefix, spec.home), activity_executor=pool,
-                       activities=[home.open_tasks, home.merge, home.mark, alerts.alert]), \
-                Worker(client, task_queue=any_queue(spec.queue_prefix), activities=[agent.run_attempt]), \
-                Worker(client, task_queue=host_queue(spec.queue_prefix, "M"), activities=[agent.run_attempt]):
-            await client.start_workflow(AccountWorkflow.run, id=spec.account_workflow,
-                                        task_queue=fleet_queue(spec.queue_prefix))
-            handle = await client.start_workflow(FleetWorkflow.run, spec, id=spec.fleet_id,
-                                                 task_queue=fleet_queue(spec.queue_prefix))
-            side = asyncio.create_task(during(client)) if during else None
-            try:
-                result = await asyncio.wait_for(handle.result(), WAIT)
-            finally:
-                if side is not None:
-                    side.cancel()
-                await client.get_workflow_handle(spec.account_workflow).terminate("the test ended")
-                try:
-                    await handle.terminate("the test ended")
-                except Exception:  # noqa: BLE001 - it ended on its own
-                    pass
-            history = await handle.fetch_history()
-            if record and os.environ.get("TEMPORAL_RECORD_HISTORIES") == "1":
-                HISTORIES.mkdir(exist_ok=True)
-                for workflow_id in [spec.fleet_id, *await reading.task_ids(client, spec.fleet_id)]:
-                    kept = history if workflow_id == spec.fleet_id else \
-                        await client.get_workflow_handle(workflow_id).fetch_history()
-                    (HISTORIES / f"{record}--{workflow_id.rpartition('/')[2]}.json").write_text(kept.to_json())
-            return result, list(history.events)
+    return await run_fleet_here(address, spec, agent.run_attempt, [alerts.alert], during, record, client)
 
 
 def states(result: dict) -> dict[str, str]:

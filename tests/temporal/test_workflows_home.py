@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +19,7 @@ pytest.importorskip("temporalio", reason="temporalio is not installed: pip insta
 
 from helpers.fleet import fleet_project  # noqa: E402
 from helpers.git import git  # noqa: E402
+from helpers.inprocess import run_fleet_here  # noqa: E402
 from helpers.temporal import origin_for  # noqa: E402
 from temporalio import activity  # noqa: E402
 from temporalio.client import Client  # noqa: E402
@@ -27,19 +27,16 @@ from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from genesis import exitcodes  # noqa: E402
-from genesis.config import resolve  # noqa: E402
 from genesis.fleet.taskref import task_id  # noqa: E402
 from genesis.repo.tasks import DONE, parse  # noqa: E402
 from genesis.temporal import reading  # noqa: E402
-from genesis.temporal.activities import HomeActivities  # noqa: E402
 from genesis.temporal.records import (USAGE_LIMIT, AttemptInput, AttemptResult, FleetSpec, LadderSpec,  # noqa: E402
-                                      any_queue, fleet_queue, host_queue, task_workflow_id)
-from genesis.temporal.workflows import WORKFLOWS, AccountWorkflow, FleetWorkflow  # noqa: E402
+                                      fleet_queue, task_workflow_id)
+from genesis.temporal.workflows import WORKFLOWS, AccountWorkflow  # noqa: E402
 
 pytestmark = [pytest.mark.temporal]
 
 ALPHA, BETA = "write the alpha note", "write the beta note"
-WAIT = 90.0               # the bound on one fleet here (each ends in seconds)
 
 
 class Agent:
@@ -106,35 +103,11 @@ def spec_for(project: Path, origin: Path, target: str, prefix: str, **changes) -
 
 
 async def run_fleet(address: str, spec: FleetSpec, agent: Agent, during=None) -> dict:
-    """The fleet to its end with the home's activities and the agent on workers of this process;
-    `during(client)` runs beside it."""
+    """The fleet to its end; `during(client)` runs beside it."""
     client = await Client.connect(address)
     agent.client = client
-    project = Path(spec.project)
-    home = HomeActivities(project, resolve(project, flags={}), "origin")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        async with Worker(client, task_queue=fleet_queue(spec.queue_prefix), workflows=WORKFLOWS), \
-                Worker(client, task_queue=host_queue(spec.queue_prefix, spec.home), activity_executor=pool,
-                       activities=[home.open_tasks, home.merge, home.mark]), \
-                Worker(client, task_queue=any_queue(spec.queue_prefix), activities=[agent.run_attempt]):
-            await client.start_workflow(AccountWorkflow.run, id=spec.account_workflow,
-                                        task_queue=fleet_queue(spec.queue_prefix))
-            handle = await client.start_workflow(FleetWorkflow.run, spec, id=spec.fleet_id,
-                                                 task_queue=fleet_queue(spec.queue_prefix))
-            side = asyncio.create_task(during(client)) if during else None
-            try:
-                result = await asyncio.wait_for(handle.result(), WAIT)
-            finally:
-                if side is not None:
-                    side.cancel()
-                await client.get_workflow_handle(spec.account_workflow).terminate("the test ended")
-                try:
-                    await handle.terminate("the test ended")
-                except Exception:  # noqa: BLE001 - it ended on its own
-                    pass
-            if side is not None and side.done() and not side.cancelled() and side.exception():
-                raise side.exception()
-            return result
+    result, _ = await run_fleet_here(address, spec, agent.run_attempt, during=during, client=client)
+    return result
 
 
 def states(result: dict) -> dict[str, str]:
