@@ -46,6 +46,7 @@ OUTAGE_WAIT = 60.0                    # seconds before an attempt that met an AP
 LIMIT_FALLBACK = 300.0                # seconds held when a limit's reset time is unknown
 HOME_TRIES = 20                       # tries of a home activity (merge, mark) before it gives up
 HISTORY_BOUND = 10_000               # events: the account workflow continues as new past it (the cap is 51,200)
+ASIDES_MAX = 10                       # attempts in a row whose loop stepped aside before the task needs a person
 QUEUE_PERIOD = 60.0                   # seconds between two reads of the queue while tasks run (history size)
 GATED = "fleet-gate"                  # the patch: the fleet decides restarts (cascade, budget), staggers, alerts
 MOVES_KEPT = 50                       # the cascade gate's last moves in the fleet's memo
@@ -282,6 +283,7 @@ class TaskWorkflow:
         self.row = TaskRow(task.task_id, task.text, "queued", branch=task.branch, created=self._now(),
                            updated=self._now())
         kind, previous_end, hosts = "start", "", []
+        asides = 0   # attempts in a row whose loop stepped aside (free, but never endless)
         while True:
             await self._until_free()
             if self.stopping:
@@ -310,6 +312,7 @@ class TaskWorkflow:
                 result: AttemptResult = await self.running
             except ActivityError as err:
                 self.running = None
+                asides = 0
                 step = await self._failed(err, fleet, task, policy)
                 if isinstance(step, TaskOutcome):
                     return step
@@ -333,6 +336,13 @@ class TaskWorkflow:
                     self._publish()
                     return TaskOutcome(task.task_id, "stopped", result.reason, tuple(hosts), fleet_code=code)
                 if result.exit_code == exitcodes.MONITOR_LOST:   # it stepped aside: a new attempt, nothing spent
+                    asides += 1
+                    if asides >= ASIDES_MAX and workflow.patched("asides-bounded"):
+                        why = (f"its loop stepped aside {asides} times in a row: another loop keeps pushing "
+                               f"{task.branch} (another fleet on this task?); see to it, then start the fleet again")
+                        self._set(state="failed", reason=why)
+                        self._publish()
+                        return TaskOutcome(task.task_id, "failed", why, tuple(hosts))
                     self._set(state="waiting", reason=result.reason)
                     self._publish()
                     kind, previous_end = "resume", f"stopped: {result.reason}"

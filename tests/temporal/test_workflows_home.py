@@ -32,7 +32,7 @@ from genesis.repo.tasks import DONE, parse  # noqa: E402
 from genesis.temporal import reading  # noqa: E402
 from genesis.temporal.records import (USAGE_LIMIT, AttemptInput, AttemptResult, FleetSpec, LadderSpec,  # noqa: E402
                                       fleet_queue, task_workflow_id)
-from genesis.temporal.workflows import WORKFLOWS, AccountWorkflow  # noqa: E402
+from genesis.temporal.workflows import ASIDES_MAX, WORKFLOWS, AccountWorkflow  # noqa: E402
 
 pytestmark = [pytest.mark.temporal]
 
@@ -194,6 +194,18 @@ def test_a_loop_that_stepped_aside_gets_a_new_attempt_that_spends_nothing(dev_se
     assert [c for c in agent.calls if c[0] == task_id(ALPHA)] == [(task_id(ALPHA), "start"),
                                                                   (task_id(ALPHA), "resume")], agent.calls
     assert captured["row"]["restarts"] == 0 and captured["row"]["escalations"] == 0, captured
+
+
+def test_a_task_whose_loops_keep_stepping_aside_fails_after_a_bound_not_forever(dev_server, home, tmp_path):
+    project, origin, target = home
+    spec = spec_for(project, origin, target, f"w{uuid.uuid4().hex[:8]}")
+    agent = Agent(origin, tmp_path, {task_id(ALPHA): [("stopped", exitcodes.MONITOR_LOST)] * (ASIDES_MAX + 5)})
+    result = asyncio.run(run_fleet(dev_server.address, spec, agent))
+    assert result["exit_code"] == exitcodes.FLEET_TASKS_FAILED, result
+    assert states(result) == {task_id(ALPHA): "failed", task_id(BETA): "merged"}, result
+    assert f"stepped aside {ASIDES_MAX} times in a row" in result["tasks"][task_id(ALPHA)]["reason"], result
+    assert len([c for c in agent.calls if c[0] == task_id(ALPHA)]) == ASIDES_MAX, agent.calls
+    assert f"- [!] {ALPHA}" in git(project, "show", f"{target}:TASKS.md")
 
 
 def test_a_held_task_starts_at_the_limits_end_when_its_release_is_lost(dev_server, home, tmp_path):
