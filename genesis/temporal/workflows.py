@@ -538,10 +538,14 @@ class FleetWorkflow:
                                                    MergeOutcome, spec.merge_timeout)
                 if merged is None:
                     self._note(task.task_id, state="merging" if self.stopping else "needs-review", reason=why)
+                    if not self.stopping:
+                        await self._review_alert(spec, task, why)
                     return
                 state = "merged" if merged.outcome == "merged" else "ready" if merged.outcome == "ready" \
                     else "needs-review"
                 self._note(task.task_id, state=state, reason=merged.detail, sha=merged.sha)
+                if state == "needs-review":
+                    await self._review_alert(spec, task, merged.detail or merged.outcome)
             elif outcome.state == "failed":
                 _, why = await self._home(spec, task, "mark", MarkInput(task, spec.target, outcome.reason), str,
                                           120.0)
@@ -734,6 +738,14 @@ class FleetWorkflow:
                                                f"{step.reason}. No restart until one probe task succeeds",
                                                "look at the tasks' attempts (`genesis fleet status`) for a "
                                                "shared cause"))
+
+    async def _review_alert(self, spec: FleetSpec, task: TaskSpec, why: str) -> None:
+        """As the local fleet: a task left for review is one high alert (runs before it sent none)."""
+        if workflow.patched("review-alert"):
+            await self._alert(spec, AlertInput(
+                task.task_id, "high", f"task needs review: {task.text[:80]}",
+                f"{why}. Its branch {task.branch} is kept as it was",
+                f"merge {task.branch} into {spec.target} by hand, then tick the task"))
 
     async def _alert(self, spec: FleetSpec, alert: AlertInput) -> None:
         """The home's alert channels, best effort: an alert never fails nor holds the fleet for long."""

@@ -5,6 +5,7 @@ queue and on the queue of its machine "M".
 
   run_fleet_here(address, spec, run_attempt, home_extra=(), during=None, record="")
       -> (the fleet's result, its history's events)
+  Alerts()    the home's `alert` activity, its alerts kept (in .sent) instead of sent
 """
 
 from __future__ import annotations
@@ -14,19 +15,32 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from genesis.config import resolve
 from genesis.temporal import reading
 from genesis.temporal.activities import HomeActivities
-from genesis.temporal.records import FleetSpec, any_queue, fleet_queue, host_queue
+from genesis.temporal.records import AlertInput, FleetSpec, any_queue, fleet_queue, host_queue
 from genesis.temporal.workflows import WORKFLOWS, AccountWorkflow, FleetWorkflow
 
-__all__ = ["run_fleet_here", "HISTORIES", "WAIT"]
+__all__ = ["run_fleet_here", "Alerts", "HISTORIES", "WAIT"]
 
 HISTORIES = Path(__file__).resolve().parent.parent / "temporal" / "histories"   # test_replay.py's
 WAIT = 90.0               # the bound on one fleet here (each ends in seconds)
+
+
+class Alerts:
+    """The home's `alert` activity, kept instead of sent (the channels are the home's business)."""
+
+    def __init__(self):
+        self.sent: list[AlertInput] = []
+
+    @activity.defn(name="alert")
+    async def alert(self, inp: AlertInput) -> int:
+        self.sent.append(inp)
+        return 0
 
 
 async def run_fleet_here(address: str, spec: FleetSpec, run_attempt, home_extra=(), during=None,

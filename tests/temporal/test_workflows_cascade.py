@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
 from helpers.git import git  # noqa: E402
-from helpers.inprocess import run_fleet_here  # noqa: E402
+from helpers.inprocess import Alerts, run_fleet_here  # noqa: E402
 from helpers.temporal import pushed_project  # noqa: E402
 from temporalio import activity  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
@@ -28,7 +28,7 @@ from temporalio.exceptions import ApplicationError  # noqa: E402
 from genesis import exitcodes  # noqa: E402
 from genesis.fleet.taskref import task_id  # noqa: E402
 from genesis.temporal import reading  # noqa: E402
-from genesis.temporal.records import (AGENT_FAILED, AlertInput, AttemptInput, AttemptResult, FleetSpec,  # noqa: E402
+from genesis.temporal.records import (AGENT_FAILED, AttemptInput, AttemptResult, FleetSpec,  # noqa: E402
                                       LadderSpec)
 from genesis.temporal.workflows import PAUSE_REASON  # noqa: E402
 
@@ -98,18 +98,6 @@ class Agent:
         git(clone, "commit", "-qam", f"do {inp.task.text}")
         git(clone, "push", "-q", "origin", inp.task.branch)
         return git(clone, "rev-parse", "HEAD").strip()
-
-
-class Alerts:
-    """The home's `alert` activity, kept instead of sent (the channels are the home's business)."""
-
-    def __init__(self):
-        self.sent: list[AlertInput] = []
-
-    @activity.defn(name="alert")
-    async def alert(self, inp: AlertInput) -> int:
-        self.sent.append(inp)
-        return 0
 
 
 def make_home(tmp_path: Path, texts: list[str]) -> tuple[Path, Path, str]:

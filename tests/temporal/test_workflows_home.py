@@ -19,7 +19,7 @@ pytest.importorskip("temporalio", reason="temporalio is not installed: pip insta
 
 from helpers.fleet import fleet_project  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.inprocess import run_fleet_here  # noqa: E402
+from helpers.inprocess import Alerts, run_fleet_here  # noqa: E402
 from helpers.temporal import origin_for  # noqa: E402
 from temporalio import activity  # noqa: E402
 from temporalio.client import Client  # noqa: E402
@@ -102,11 +102,12 @@ def spec_for(project: Path, origin: Path, target: str, prefix: str, **changes) -
     return replace(spec, **changes)
 
 
-async def run_fleet(address: str, spec: FleetSpec, agent: Agent, during=None) -> dict:
+async def run_fleet(address: str, spec: FleetSpec, agent: Agent, during=None, alerts: Alerts | None = None) -> dict:
     """The fleet to its end; `during(client)` runs beside it."""
     client = await Client.connect(address)
     agent.client = client
-    result, _ = await run_fleet_here(address, spec, agent.run_attempt, during=during, client=client)
+    result, _ = await run_fleet_here(address, spec, agent.run_attempt, [(alerts or Alerts()).alert], during,
+                                     client=client)
     return result
 
 
@@ -154,10 +155,14 @@ def test_a_target_push_the_remote_rejects_makes_the_task_needs_review_and_the_fl
                     f"{{ echo 'protected branch' >&2; exit 1; }}; done; exit 0\n")
     hook.chmod(0o755)
     spec = spec_for(project, origin, target, f"w{uuid.uuid4().hex[:8]}")
-    result = asyncio.run(run_fleet(dev_server.address, spec, Agent(origin, tmp_path, {})))
+    alerts = Alerts()
+    result = asyncio.run(run_fleet(dev_server.address, spec, Agent(origin, tmp_path, {}), alerts=alerts))
     assert result["exit_code"] == exitcodes.FLEET_NEEDS_REVIEW, result
     row = result["tasks"][task_id(ALPHA)]
     assert row["state"] == "needs-review" and "protected branch" in row["reason"], row
+    review = {tid: r["text"] for tid, r in result["tasks"].items() if r["state"] == "needs-review"}
+    said = sorted((a.about, a.severity, a.cause) for a in alerts.sent)   # one high alert a task, as locally
+    assert said == sorted((tid, "high", f"task needs review: {text}") for tid, text in review.items()), said
 
 
 def test_a_ceiling_launches_nothing_more_and_ends_the_fleet_with_its_code(dev_server, home, tmp_path):
