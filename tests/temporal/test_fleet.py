@@ -13,10 +13,12 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
+from helpers.dashboard import first_line  # noqa: E402
 from helpers.fleet import TASK_AGENT, fleet_env, fleet_project, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
 from helpers.temporal import GENESIS, Machines, loops_under, origin_for  # noqa: E402
@@ -169,7 +171,26 @@ def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the
                             capture_output=True, text=True, timeout=60)
     doc = json.loads(status.stdout)
     assert sorted(t["state"] for t in doc["tasks"]) == ["merged"] * 4, doc
+    # And the dashboard at home: the fleet's tasks as tiles; a try lost with B is an attempt of its own.
+    tiles = {t["key"].rsplit("--", 1)[1]: t for t in served_tiles(project, machines.env) if t["kind"] == "task"}
+    assert {task: (t["state"], t["attempts"]) for task, t in tiles.items()} == {
+        task: ("merged", 2 if task in on_b else 1) for task in memos}, tiles
     record_histories(machines, project, remote, "machine-lost")
+
+
+def served_tiles(project: Path, env: dict[str, str]) -> list[dict]:
+    """The project's tiles as `genesis serve` gives them (/api/state)."""
+    server = subprocess.Popen([*GENESIS, "serve", "--port", "0", "--project", str(project)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        first = first_line(server)
+        assert first.startswith("genesis serve: http://127.0.0.1:"), first
+        state = httpx.get(first.split(": ", 1)[1].strip() + "api/state", timeout=30).json()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=30)
+    (mine,) = [p for p in state["projects"] if Path(p["path"]).resolve() == project.resolve()]
+    return mine["tiles"]
 
 
 FAILING = """#!/usr/bin/env bash
