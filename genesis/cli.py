@@ -1038,6 +1038,14 @@ TEMPORAL_FLAGS = (("temporal-address", "GENESIS_TEMPORAL_ADDRESS"),
                   ("temporal-task-queue", "GENESIS_TEMPORAL_TASK_QUEUE"))
 
 
+def _needs_temporal() -> None:
+    """The temporal extra is installed, or a clear error that says how to install it (no traceback)."""
+    from genesis.temporal import MISSING, installed
+
+    if not installed():
+        raise Fail(MISSING, exitcodes.USAGE)
+
+
 def _temporal_flags(values: dict) -> dict[str, str]:
     return {knob: values[flag.replace("-", "_")] for flag, knob in TEMPORAL_FLAGS
             if values.get(flag.replace("-", "_")) is not None}
@@ -1065,6 +1073,7 @@ def fleet_run(obj: Context, parallel: str | None, fleet_file: Path | None, trust
                    exitcodes.USAGE)
     if fleet_file is None and parallel is not None and \
             obj.config().settings["GENESIS_FLEET_ENGINE"].value.strip().lower() == "temporal":
+        _needs_temporal()
         from genesis.temporal.starting import run_home
         from genesis.temporal.worker import exit_now
 
@@ -1086,17 +1095,44 @@ def fleet_run(obj: Context, parallel: str | None, fleet_file: Path | None, trust
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON document (schema: docs/fleet-status-json.md); same exit code.")
 @fleet_opt
+@click.option("--engine", type=click.Choice(["local", "temporal"]),
+              help="temporal: read the fleet straight from Temporal, from any clone of the project "
+                   "(GENESIS_FLEET_ENGINE); local: this machine's ledger.")
+@temporal_opts
 @click.pass_context
 @guarded
-def fleet_status(ctx: click.Context, as_json: bool, fleet_file: Path | None) -> None:
+def fleet_status(ctx: click.Context, as_json: bool, fleet_file: Path | None, engine: str | None,
+                 **temporal: str | None) -> None:
     """Every task of the project's fleet (with --fleet: of every project listed), live; exit 0 if a fleet
-    ran on the project (on one of them), 5 if none ever did."""
+    ran on the project (on one of them), 5 if none ever did (with --engine temporal: 1 if Temporal
+    cannot be read)."""
     from genesis.fleet.status import run_fleet_status, run_fleets_status
 
+    obj: Context = ctx.obj
     if fleet_file is not None:
+        if engine == "temporal":
+            raise Fail("--fleet FILE lists local fleets; a Temporal fleet is one project's: give --project P "
+                       "--engine temporal", exitcodes.USAGE)
         ff = _fleet_file(fleet_file)
         ctx.exit(run_fleets_status(ff.path, [p.path for p in ff.projects], as_json=as_json))
-    ctx.exit(run_fleet_status(ctx.obj.project, as_json=as_json))
+    obj.overrides = {**obj.overrides, **_temporal_flags(temporal),
+                     **({"GENESIS_FLEET_ENGINE": engine} if engine else {})}
+    if (engine or _engine_of(obj)) == "temporal":
+        _needs_temporal()
+        from genesis.temporal.live import run_live_status
+        from genesis.temporal.settings import temporal_settings
+
+        ctx.exit(run_live_status(obj.project, temporal_settings(obj.config().settings), as_json=as_json))
+    ctx.exit(run_fleet_status(obj.project, as_json=as_json))
+
+
+def _engine_of(obj: Context) -> str:
+    """The fleet engine the project's settings name; local where they cannot be read (the local
+    status says why itself)."""
+    try:
+        return obj.config().settings["GENESIS_FLEET_ENGINE"].value.strip().lower()
+    except Exception:  # noqa: BLE001 - the local status reads the project itself and says what is wrong
+        return "local"
 
 
 @cli.command()
@@ -1114,6 +1150,7 @@ def worker(root: Path | None, host: str | None, parallel: str, **temporal: str |
     from genesis.config import Setting
     from genesis.fleet.resources import fleet_settings, parallel_of
     from genesis.store.accounts import root_of
+    _needs_temporal()
     from genesis.temporal.settings import from_environment
     from genesis.temporal.worker import main as worker_main
 
@@ -1145,6 +1182,7 @@ def temporal_dev(obj: Context, port: int, db: Path | None) -> None:
     on this one machine. A team runs a Temporal cluster instead (see the README)."""
     import signal as signals
 
+    _needs_temporal()
     from genesis.temporal.binary import MissingBinary, start_dev
 
     folder = private_dir(_account_store(obj).root)

@@ -38,7 +38,7 @@ from genesis.words import duration, one_line
 
 __all__ = ["SCHEMA", "STATES", "ChildView", "TaskView", "Monitor", "Hold", "FleetStatus", "read", "document",
            "render", "run_fleet_status", "run_fleets_status", "fleet_dir_of", "lock_held", "READ_CHILDREN_SECONDS",
-           "SHOWN"]
+           "SHOWN", "from_ledger", "show"]
 
 SCHEMA = 1
 # The words `fleet status` shows, in the order it lists them: the live ones first.
@@ -124,6 +124,7 @@ class FleetStatus:
     tasks: tuple[TaskView, ...]
     unread: int = 0                # running children not read within the bound
     error: str = ""
+    source: str = ""               # "": this machine's ledger; else where it was read (Temporal)
 
     @property
     def state(self) -> str:
@@ -233,7 +234,13 @@ def read(project: Path, now: float | None = None, clock: Callable[[], float] = t
     now = clock() if now is None else now
     fleet_dir = fleet_dir_of(project)
     monitor, problem = _monitor(fleet_dir)
-    path = fleet_dir / "ledger.sqlite3"
+    return from_ledger(project, fleet_dir / "ledger.sqlite3", monitor, now, clock, bound, problem)
+
+
+def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: Callable[[], float] = time.time,
+                bound: float = READ_CHILDREN_SECONDS, problem: str = "", source: str = "") -> FleetStatus:
+    """The fleet a ledger records (the project's own, or a copy read from Temporal), its monitor
+    as the caller found it."""
     empty = FleetStatus(project, now, False, "", None, None, None, None, "", monitor, None, None, (), error=problem)
     if not path.exists() and not path.is_symlink():
         return empty
@@ -275,7 +282,7 @@ def read(project: Path, now: float | None = None, clock: Callable[[], float] = t
                        parallel if isinstance(parallel, int) and not isinstance(parallel, bool) else None,
                        start.at if start is not None else None, end.at if end is not None else None,
                        code if isinstance(code, int) and not isinstance(code, bool) else None,
-                       str(ed.get("reason") or ""), monitor, limit, cascade, tuple(views), unread, problem)
+                       str(ed.get("reason") or ""), monitor, limit, cascade, tuple(views), unread, problem, source)
 
 
 def _order(row: TaskRow) -> tuple[int, float, str]:
@@ -313,6 +320,7 @@ def document(fs: FleetStatus) -> dict[str, Any]:
         "state": fs.state,
         "exit_code": fs.code,
         "error": _text(fs.error, 2000) if fs.error else None,
+        "source": _or_none(fs.source),
         "fleet": {
             "run_id": _or_none(fs.run_id), "parallel": fs.parallel, **_time("started", fs.started),
             **_time("ended", fs.ended), "exit_code": fs.exit_code, "reason": _or_none(_text(fs.end_reason)),
@@ -388,7 +396,10 @@ def render(fs: FleetStatus, shown: int = SHOWN) -> RenderableType:
         head.append(f"  run {fs.run_id}")
     parts.append(head)
     m = fs.monitor
-    if m.alive:
+    if fs.source:
+        parts.append(Text(f"read from {fs.source}; the fleet's workflow "
+                          + ("runs" if m.alive else "has ended" if fs.ended is not None else "is gone")))
+    elif m.alive:
         parts.append(Text(f"monitor: pid {m.pid or '?'}, alive; heartbeat {_ago(now, m.heartbeat_at)}"))
     else:
         last = f"; last heartbeat {_ago(now, m.heartbeat_at)}" if m.heartbeat_at is not None else ""
@@ -473,6 +484,11 @@ def run_fleet_status(project: Path, as_json: bool = False, out: TextIO | None = 
         doc = {**document(fs), "exit_code": exitcodes.USAGE, "project": None, "monitor": None}
         out.write(json.dumps(doc, indent=2) + "\n")
         return exitcodes.USAGE
+    return show(fs, as_json, out)
+
+
+def show(fs: FleetStatus, as_json: bool, out: TextIO) -> int:
+    """The status on out (the screen, or its JSON document); its exit code."""
     if as_json:
         out.write(json.dumps(document(fs), indent=2) + "\n")
     else:

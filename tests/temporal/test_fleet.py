@@ -136,6 +136,8 @@ def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the
     wait_for("two agents working on B", lambda: len(machines.agents("B")) == 2, machines)
     machines.worker("A", parallel=4)
     wait_for("two agents working on A", lambda: len(machines.agents("A")) == 2, machines)
+    live, code = live_status(project, machines)      # the home's checkout, read from Temporal
+    assert (code, live["state"], live["monitor"]["alive"], len(live["tasks"])) == (0, "running", True, 4), live
     on_b = {line.split()[1] for line in machines.agents("B")}
     killed_at = machines.kill("B")
     wait_for("B's two tasks started again on A", lambda: len(machines.agents("A")) == 4, machines, timeout=60)
@@ -175,7 +177,28 @@ def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the
     tiles = {t["key"].rsplit("--", 1)[1]: t for t in served_tiles(project, machines.env) if t["kind"] == "task"}
     assert {task: (t["state"], t["attempts"]) for task, t in tiles.items()} == {
         task: ("merged", 2 if task in on_b else 1) for task in memos}, tiles
+    # From a third machine's clone, the fleet read straight from Temporal says the same.
+    laptop = tmp_path / "laptop"
+    git(tmp_path, "clone", "-q", "-b", target, str(remote), str(laptop))
+    live, code = live_status(laptop, machines)
+    assert (code, live["state"], live["fleet"]["exit_code"]) == (0, "ended", 0), live
+    assert fleet_id(project, remote) in live["source"], live
+    assert {t["id"]: (t["state"], t["attempts"]) for t in live["tasks"]} == {
+        task: ("merged", 2 if task in on_b else 1) for task in memos}, live
+    screen = subprocess.run([*GENESIS, "--project", str(laptop), "fleet", "status", "--engine", "temporal",
+                             *machines.flags()], env={**machines.env, "COLUMNS": "200"}, capture_output=True,
+                            text=True, timeout=90)
+    assert screen.returncode == 0 and "fleet ENDED" in screen.stdout and "tasks: 4 merged" in screen.stdout, screen
+    assert f"read from Temporal at {machines.address}" in screen.stdout, screen.stdout
     record_histories(machines, project, remote, "machine-lost")
+
+
+def live_status(clone: Path, machines: Machines) -> tuple[dict, int]:
+    """`genesis fleet status --engine temporal --json` in a clone of the project: its document and exit code."""
+    done = subprocess.run([*GENESIS, "--project", str(clone), "fleet", "status", "--engine", "temporal", "--json",
+                           *machines.flags()], env=machines.env, capture_output=True, text=True, timeout=90)
+    assert done.stdout.startswith("{"), done.stderr
+    return json.loads(done.stdout), done.returncode
 
 
 def served_tiles(project: Path, env: dict[str, str]) -> list[dict]:
