@@ -64,7 +64,7 @@ def test_fault_74_a_deleted_state_folder_never_lets_a_second_loop_in(project, ag
                               "--max-iterations", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, stdin=subprocess.DEVNULL)
     try:
-        wait_for(lambda: (marks / "deleted").exists(), timeout=30, what="the agent deleting the state folder")
+        wait_for(lambda: (marks / "deleted").exists(), timeout=90, what="the agent deleting the state folder")
         lock = state_of(project) / "loop.lock"
         try:  # the watcher's next check makes the folder and the lock again (never, before the fix)
             wait_for(lambda: current_holder(lock, lock.with_name("loop.json")) is not None, timeout=5,
@@ -219,7 +219,7 @@ def test_fault_84_a_ledger_held_by_a_foreign_writer_is_not_the_watcher_paused(pr
                             text=True, stdin=subprocess.DEVNULL)
     holder = None
     try:
-        wait_for(lambda: (marks / "started").exists(), timeout=30, what="the agent's start")
+        wait_for(lambda: (marks / "started").exists(), timeout=90, what="the agent's start")
         # Another program takes the ledger's write lock and keeps it: every write of the loop's waits.
         holder = sqlite3.connect(str(state_of(project) / "ledger.sqlite3"), timeout=10, isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")

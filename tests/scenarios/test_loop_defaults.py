@@ -223,10 +223,16 @@ def test_reap_dry_run_during_a_run_tells_the_live_agent_tree_from_leftovers(proj
     pid_file = tmp_path / "agent.pid"
     env = loop_env(AGENT_PID_FILE=str(pid_file), HEARTBEAT_STALE_SECONDS="120",
                    GENESIS_SANDBOX="off")  # the agent tells its own pid: in a box, its namespace's ($$ is 2)
-    loop = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(agent)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    log = tmp_path / "loop.log"
+    with open(log, "wb") as out:
+        loop = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(agent)], env=env,
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=30, what="the agent")
+        # A first start (the hook installed, the trust recorded) can take long on a loaded machine.
+        try:
+            wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=90, what="the agent")
+        except AssertionError:
+            raise AssertionError(f"no agent started; the loop said:\n{log.read_text(errors='replace')[-3000:]}")
         agent_pid = int(pid_file.read_text())
         # A leftover of an earlier run over this project: the project's marker, another run id.
         leftover = procs(["sleep", "300"], env={**markers_for(project), "GENESIS_RUN_ID": "an-earlier-run"})
