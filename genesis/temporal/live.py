@@ -51,6 +51,7 @@ class Snapshot:
     fleet: dict
     tasks: dict[str, dict]
     tries: dict[str, list[reading.Try]]
+    account: dict                     # the account's memo: the limit it holds
 
 
 def fleet_id_of(project: Path, remote: str) -> tuple[str, str]:
@@ -96,10 +97,11 @@ async def _snapshot(settings: TemporalSettings, fleet_id: str) -> Snapshot | Non
     for task_id, memo in tasks.items():   # only a task with a try a lost worker cost needs its history
         if any(int(a.get("tries") or 1) > 1 for a in memo.get("attempts", []) if isinstance(a, dict)):
             tries[task_id] = await reading.tries_of(client.get_workflow_handle(f"{fleet_id}/{task_id}"))
+    account = await reading.account_memo(client, spec.account_workflow) if isinstance(spec, FleetSpec) else {}
     return Snapshot(described.run_id or "", running,
                     described.start_time.timestamp() if described.start_time else None,
                     described.close_time.timestamp() if described.close_time else None,
-                    code, reason, spec.parallel if isinstance(spec, FleetSpec) else 0, fleet, tasks, tries)
+                    code, reason, spec.parallel if isinstance(spec, FleetSpec) else 0, fleet, tasks, tries, account)
 
 
 def _bounded(settings: TemporalSettings, fleet_id: str, bound: float) -> Snapshot | None:
@@ -140,7 +142,7 @@ def read_live(project: Path, settings: TemporalSettings, clock: Callable[[], flo
         ledger = Path(folder) / "ledger.sqlite3"
         mirror = Mirror(ledger, snap.run_id)
         mirror.start(snap.parallel, fleet_id, settings.address, snap.started or now)
-        mirror.sync(snap.fleet, snap.tasks, snap.tries)
+        mirror.sync(snap.fleet, snap.tasks, snap.tries, snap.account if snap.running else {}, now)
         if not snap.running:
             mirror.end(snap.exit_code if snap.exit_code is not None else exitcodes.ERROR, snap.reason,
                        snap.closed or now)

@@ -39,10 +39,13 @@ class Mirror:
         with FleetLedger.open(self.path) as led:
             led.record("fleet_end", None, now, exit_code=code, reason=reason, run_id=self.run_id)
 
-    def sync(self, fleet: dict, tasks: dict[str, dict], tries: dict[str, list[Try]]) -> None:
-        """What the memos say now, written once each: new rows and states, ended attempts, merges."""
+    def sync(self, fleet: dict, tasks: dict[str, dict], tries: dict[str, list[Try]], account: dict | None = None,
+             now: float | None = None) -> None:
+        """What the memos say now, written once each: new rows and states, ended attempts, merges,
+        and the account's limit while it holds (as the local monitor's limit_hold)."""
         states = fleet.get("tasks", {}) if isinstance(fleet.get("tasks"), dict) else {}
         with FleetLedger.open(self.path) as led:
+            self._limit(led, account or {}, now)
             for task_id, memo in tasks.items():
                 row = memo.get("row") if isinstance(memo, dict) else None
                 if not isinstance(row, dict):
@@ -68,6 +71,20 @@ class Mirror:
                     float(row.get("created", 0.0))))
                 self._events(led, task_id, state, said)
             self._cascade(led, fleet.get("cascade"))
+
+    def _limit(self, led: FleetLedger, account: dict, now: float | None) -> None:
+        """A limit the account's timer holds now: one limit_hold per reset, so the status shows
+        the fleet-wide hold and its countdown (it ends by itself at `until`, as the local one)."""
+        now = led.clock() if now is None else now
+        until = account.get("until")
+        if not isinstance(until, (int, float)) or isinstance(until, bool) or until <= now:
+            return
+        key = ("", f"limit_hold@{until!r}")
+        if key not in self.recorded:
+            self.recorded.add(key)
+            led.record("limit_hold", None, now, until=float(until),
+                       reason="a usage limit on the account: every task on it, on every machine, is held "
+                              "until its reset")
 
     def _cascade(self, led: FleetLedger, gate: object) -> None:
         """The cascade gate's moves (the fleet's memo keeps its last ones), as the local monitor

@@ -16,7 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from genesis.temporal.records import task_workflow_id
 from genesis.temporal.workflows import MEMO_KEY
 
-__all__ = ["Try", "tries_of", "task_memos", "fleet_memo", "task_ids", "MAX_TASKS"]
+__all__ = ["Try", "tries_of", "task_memos", "fleet_memo", "account_memo", "task_ids", "MAX_TASKS"]
 
 MAX_TASKS = 1000          # task workflows read for one status (a TASKS.md is never this long)
 
@@ -91,6 +91,18 @@ async def fleet_memo(client: Client, fleet_id: str) -> dict:
     described = await client.get_workflow_handle(fleet_id).describe()
     memo = await described.memo_value(MEMO_KEY, default={})
     return {**memo, "status": described.status.name if described.status else ""}
+
+
+async def account_memo(client: Client, account_id: str) -> dict:
+    """The account workflow's memo: the reset its one timer waits for (`until`), {} before any limit."""
+    try:
+        described = await client.get_workflow_handle(account_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return {}
+        raise
+    memo = await described.memo_value(MEMO_KEY, default={})
+    return memo if isinstance(memo, dict) else {}
 
 
 async def task_ids(client: Client, fleet_id: str, limit: int = MAX_TASKS) -> list[str]:

@@ -204,7 +204,7 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
             if not got and read_flag(cfg.stop_flag) == "false":   # `genesis stop` on the project
                 _stop(handle, got, None)
             if time.monotonic() - synced >= SYNC_EVERY:
-                await _sync(client, spec.fleet_id, mirror)
+                await _sync(client, spec.fleet_id, spec.account_workflow, mirror)
                 synced = time.monotonic()
             await asyncio.wait([outcome], timeout=BEAT_EVERY)
         try:
@@ -214,7 +214,7 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
             await asyncio.to_thread(mirror.end, exitcodes.ERROR, f"the fleet's workflow failed: {exc.cause or exc}",
                                     time.time())
             return exitcodes.ERROR
-        await _sync(client, spec.fleet_id, mirror)
+        await _sync(client, spec.fleet_id, spec.account_workflow, mirror)
         code = int(result.get("exit_code", exitcodes.ERROR))
         code = SIGNAL_EXIT.get(got[0], code) if got and got[0] is not None else code
         await asyncio.to_thread(mirror.end, code, "stopped" if got else "every task ended", time.time())
@@ -225,17 +225,19 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
         await asyncio.gather(*runs, return_exceptions=True)
 
 
-async def _sync(client: Client, fleet_id: str, mirror: Mirror) -> None:
-    """The fleet's memos (and, for a try a lost worker cost, the task's history) into the ledger."""
+async def _sync(client: Client, fleet_id: str, account_id: str, mirror: Mirror) -> None:
+    """The fleet's memos (and, for a try a lost worker cost, the task's history), and the
+    account's limit, into the ledger."""
     try:
         fleet = await reading.fleet_memo(client, fleet_id)
+        account = await reading.account_memo(client, account_id)
         tasks = await reading.task_memos(client, fleet_id)
         tries = {}
         for task_id, memo in tasks.items():
             done = mirror.done.get(task_id, 0)
             if any(int(a.get("tries") or 1) > 1 for a in memo.get("attempts", [])[done:] if isinstance(a, dict)):
                 tries[task_id] = await reading.tries_of(client.get_workflow_handle(f"{fleet_id}/{task_id}"))
-        await asyncio.to_thread(mirror.sync, fleet, tasks, tries)
+        await asyncio.to_thread(mirror.sync, fleet, tasks, tries, account)
     except (RPCError, OSError, LedgerError) as exc:   # the copy waits for the next turn; the fleet goes on
         say(f"the fleet's state could not be copied into the ledger: {exc}", "warn")
 

@@ -195,8 +195,10 @@ def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the
 
 def live_status(clone: Path, machines: Machines) -> tuple[dict, int]:
     """`genesis fleet status --engine temporal --json` in a clone of the project: its document and exit code."""
+    began = time.monotonic()
     done = subprocess.run([*GENESIS, "--project", str(clone), "fleet", "status", "--engine", "temporal", "--json",
                            *machines.flags()], env=machines.env, capture_output=True, text=True, timeout=90)
+    print(f"\nfleet status --engine temporal in {clone.name}: {time.monotonic() - began:.2f}s")
     assert done.stdout.startswith("{"), done.stderr
     return json.loads(done.stdout), done.returncode
 

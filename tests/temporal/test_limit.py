@@ -5,7 +5,10 @@ held attempts are limits, never failures, and every task comes home after the re
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -16,11 +19,11 @@ from helpers.agent import script  # noqa: E402
 from helpers.fakeclaude import FIXTURES  # noqa: E402
 from helpers.fleet import fleet_env, fleet_project  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import Machines, origin_for  # noqa: E402
+from helpers.temporal import GENESIS, Machines, origin_for  # noqa: E402
 
 from genesis.repo.tasks import DONE, parse  # noqa: E402
 
-from .test_fleet import TEXTS, fleet_id, read_fleet, wait_end  # noqa: E402
+from .test_fleet import TEXTS, fleet_id, live_status, read_fleet, wait_end, wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
 
@@ -93,11 +96,28 @@ def test_a_usage_limit_holds_both_machines_tasks_until_its_reset_with_no_agent_s
     machines.worker("A", parallel=1)
     machines.worker("B", parallel=1)
     home = machines.home(project, 4, "--set", "GENESIS_PHASES=Builder")
+    first = tmp_path / "first"
+    wait_for("B's agent meeting the limit", lambda: first.exists() and first.read_text().strip(), machines)
+    reset = int(first.read_text())
+    # While it holds: the fleet-wide limit and its reset (plus the 1 s margin), in the home's
+    # status and in the one read straight from Temporal.
+    shown: dict = {}
+
+    def held() -> bool:
+        time.sleep(0.5)
+        shown.update(home=json.loads(subprocess.run(
+            [*GENESIS, "--project", str(project), "fleet", "status", "--json"], env=machines.env,
+            capture_output=True, text=True, timeout=60).stdout))
+        return shown["home"]["limit"] is not None
+    wait_for("the home's status showing the account's limit", held, machines, timeout=20)
+    live, _code = live_status(project, machines)
+    for doc in (shown["home"], live):
+        assert doc["limit"]["kind"] == "limit" and doc["limit"]["until_epoch"] == reset + 1, doc["limit"]
+        assert "every task on it, on every machine" in doc["limit"]["reason"], doc["limit"]
     assert wait_end(home, "the fleet", machines) == 0, machines.log("home")[-4000:]
 
     on_origin = parse(git(remote, "show", f"{target}:TASKS.md"))
     assert {t.text: t.state for t in on_origin.items} == {text: DONE for text in TEXTS}
-    reset = int((tmp_path / "first").read_text())
     starts = sorted((float(at), task, host) for at, task, host in
                     (line.split() for line in (tmp_path / "starts").read_text().splitlines()))
     memos, _tries = asyncio.run(read_fleet(machines.address, fleet_id(project, remote)))

@@ -54,3 +54,21 @@ def test_a_running_attempt_waits_for_its_end(tmp_path):
     with FleetLedger.open(tmp_path / "ledger.sqlite3", readonly=True) as led:
         (one,) = led.attempts("t-1")
         assert (one.outcome, led.tasks()[0].state) == ("verified", "merging")
+
+
+def test_the_accounts_limit_is_one_hold_while_it_lasts_and_the_status_shows_it(tmp_path):
+    from genesis.fleet.status import Monitor, from_ledger
+
+    path = tmp_path / "ledger.sqlite3"
+    mirror = Mirror(path, "fleet-1")
+    mirror.start(2, "genesis-fleet-x", "127.0.0.1:7233", 100.0)
+    tasks = {"t-1": {"row": {**ROW, "state": "waiting"}, "attempts": []}}
+    mirror.sync({"tasks": {}}, tasks, {}, {"until": 50.0, "limits": 1}, now=110.0)     # a reset long past
+    for at in (120.0, 122.0):                                                          # synced twice: one hold
+        mirror.sync({"tasks": {}}, tasks, {}, {"until": 200.0, "limits": 2}, now=at)
+    with FleetLedger.open(path, readonly=True) as led:
+        (hold,) = led.events("limit_hold")
+    assert (hold.at, hold.detail["until"]) == (120.0, 200.0)
+    shown = from_ledger(tmp_path, path, Monitor(True, None, "", 100.0, None), now=150.0)
+    assert (shown.limit.kind, shown.limit.until) == ("limit", 200.0)
+    assert from_ledger(tmp_path, path, Monitor(True, None, "", 100.0, None), now=201.0).limit is None
