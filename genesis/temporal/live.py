@@ -22,10 +22,10 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.service import RPCError, RPCStatusCode
 
 from genesis import exitcodes
-from genesis.fleet.queue import project_branch
 from genesis.fleet import status
+from genesis.fleet.queue import project_branch
 from genesis.fleet.status import FleetStatus, Monitor, document, from_ledger, show
-from genesis.repo.gitcmd import run_git
+from genesis.repo.gitcmd import NotARepository, run_git
 from genesis.store.layout import work_tree_of
 from genesis.temporal import reading
 from genesis.temporal.mirror import Mirror
@@ -82,7 +82,6 @@ async def _snapshot(settings: TemporalSettings, fleet_id: str) -> Snapshot | Non
         try:
             result = await handle.result()
             code = int(result.get("exit_code", exitcodes.ERROR)) if isinstance(result, dict) else None
-            reason = "every task ended"
         except WorkflowFailureError as exc:
             code, reason = exitcodes.ERROR, f"the fleet's workflow ended {described.status.name.lower()}: " \
                                             f"{exc.cause or exc}"
@@ -92,6 +91,8 @@ async def _snapshot(settings: TemporalSettings, fleet_id: str) -> Snapshot | Non
             event.workflow_execution_started_event_attributes.input.payloads, [FleetSpec])
         break
     fleet = await reading.fleet_memo(client, fleet_id)
+    if not running and not reason:   # the home's words for the end
+        reason = "stopped" if fleet.get("stopping") else "every task ended"
     tasks = await reading.task_memos(client, fleet_id)
     tries = {}
     for task_id, memo in tasks.items():   # only a task with a try a lost worker cost needs its history
@@ -122,7 +123,11 @@ def read_live(project: Path, settings: TemporalSettings, clock: Callable[[], flo
               bound: float = READ_SECONDS) -> FleetStatus:
     """The project's fleet as Temporal holds it now; Unread when it cannot be read (no remote,
     no answer within the bound, no such fleet)."""
-    project = work_tree_of(project)
+    try:
+        project = work_tree_of(project)
+    except NotARepository:
+        raise Unread(f"{project} is not in a git work tree: pass --project with a clone of the fleet's project",
+                     exitcodes.USAGE) from None
     fleet_id, problem = fleet_id_of(project, settings.remote)
     if not fleet_id:
         raise Unread(problem, exitcodes.USAGE)

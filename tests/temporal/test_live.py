@@ -80,3 +80,10 @@ def test_a_fleet_file_is_refused_with_the_temporal_engine(project, tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == exitcodes.USAGE
     assert "--engine temporal" in done.stderr and "--project" in done.stderr
+
+
+def test_a_folder_that_is_no_git_work_tree_gets_the_document_that_says_so(tmp_path):
+    done = status(tmp_path, "127.0.0.1:7233", "--json")
+    assert done.returncode == exitcodes.USAGE, done.stderr
+    got = json.loads(done.stdout)
+    assert (got["state"], got["exit_code"]) == ("not_running", exitcodes.USAGE) and "git work tree" in got["error"]
