@@ -41,7 +41,8 @@ PAUSE_SEEN = 20.0         # the bound on gamma's wait for the cascade's pause
 class Agent:
     """`run_attempt` on the machine "M": each call takes its task's next planned step:
     "verified" (the task's work, pushed), "failed" (the child ended abnormally, once every task
-    named in `together` has an attempt running), "ceiling" (exit MAX_COST once their attempts
+    named in `together` has an attempt running; "failed-later": a second after another's
+    failure), "ceiling" (exit MAX_COST once their attempts
     ended), "until-paused" (runs until its task workflow's
     memo says the fleet paused it, then steps aside: exit MONITOR_LOST)."""
 
@@ -69,9 +70,13 @@ class Agent:
                     await asyncio.sleep(0.05)
                 return AttemptResult("M", "stopped", exitcodes.MAX_COST, "the cost ceiling", 0.0, "run", 0.1,
                                      False, False, 1, "")
-            if step == "failed":
+            if step in ("failed", "failed-later"):
                 while not all(any(e[1] == t for e in self.events) for t in self.together):
                     await asyncio.sleep(0.05)
+                if step == "failed-later":   # a second after another task's failure: the fleet's next turn
+                    while not any(e[0] == "end" and e[2] == "failed" for e in self.events):
+                        await asyncio.sleep(0.05)
+                    await asyncio.sleep(1.0)
                 raise ApplicationError("M: the child failed", {"host": "M", "exit_code": 1, "reason": "exit 1"},
                                        type=AGENT_FAILED, non_retryable=True)
             deadline = time.monotonic() + PAUSE_SEEN
@@ -143,10 +148,13 @@ def seconds(event) -> float:
 
 def test_two_tasks_failing_at_once_pause_the_fleet_until_a_probe_succeeds(dev_server, tmp_path):
     project, origin, target = make_home(tmp_path, [ALPHA, BETA, GAMMA])
+    # The second failure reaches the fleet's workflow a second after the first, in a later turn
+    # (as on a loaded machine). The first's restart waits 5 s (its backoff), so the second
+    # failure trips the gate before that restart is ready: both are held, and one of them probes.
     spec = spec_for(project, origin, target, cascade_percent=30.0, cascade_window=300.0, probe_after=1.0,
-                    probe_healthy=600.0)
+                    probe_healthy=600.0, ladder=LadderSpec(1, 5, 5.0, ("claude",), ((),), (1.0,)))
     a, b, g = task_id(ALPHA), task_id(BETA), task_id(GAMMA)
-    agent = Agent(origin, tmp_path, {a: ["failed"], b: ["failed"], g: ["until-paused"]}, together=(a, b, g))
+    agent = Agent(origin, tmp_path, {a: ["failed"], b: ["failed-later"], g: ["until-paused"]}, together=(a, b, g))
     alerts = Alerts()
     seen = {"fleet_row": False, "task_row": False}
 
