@@ -199,6 +199,10 @@ def _busy_too_long(tools: ToolMemory | None, now: float, working: bool) -> str:
     stale window counts."""
     if tools is None:
         return ""
+    # A tree that worked within its tool-silent window still counts as working: on a loaded
+    # machine it can miss one check's CPU, and what ran out is still its busy allowance.
+    worked = tools.last_active > tools.since and now - tools.last_active < tools.silent_after
+    working = working or (tools.tool != "" and worked)
     if tools.tool and working and now - tools.since > tools.busy_max:
         return f"inside {tools.tool} for {now - tools.since:.0f}s"
     if tools.hookless and tools.busy_since is not None and now - tools.busy_since > tools.busy_max:

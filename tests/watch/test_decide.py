@@ -106,6 +106,17 @@ def test_a_tool_busy_longer_than_its_ceiling_is_left_to_the_general_window():
                                                   "no heartbeat for 11.0s more (stale after 10s)", window="tool_busy")
 
 
+def test_a_busy_tool_that_misses_the_last_checks_cpu_is_still_ended_by_its_busy_allowance():
+    # As above, but the tree got no CPU at the very check where the window runs out (a loaded
+    # machine): it worked a second before, within its tool-silent window, so what ran out is
+    # still the busy allowance, and it is named so.
+    r = rules(tool_silent=3.0, tool_busy_max=20.0)
+    used = [min(t, 31) for t in range(1, 100)]
+    _, verdicts = replay(r, [at(t, beat=beat(1, "PreToolUse"), activity=cpu(used[t - 1])) for t in range(1, 100)])
+    assert len(verdicts) == 32 and verdicts[-1].end.window == "tool_busy", verdicts[-1].end
+    assert "busy past the tool-busy maximum (20s)" in verdicts[-1].end.detail
+
+
 def test_a_hookless_agent_whose_processes_work_past_the_ceiling_is_ended_by_the_tool_busy_window():
     r = rules(tool_silent=3.0, tool_busy_max=20.0, hookless=True)
     _, verdicts = replay(r, [at(t, activity=cpu(t)) for t in range(1, 100)])
