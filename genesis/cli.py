@@ -1072,7 +1072,7 @@ def fleet_run(obj: Context, parallel: str | None, fleet_file: Path | None, trust
                    "project's fleet: start `--parallel N --engine temporal` in each project instead",
                    exitcodes.USAGE)
     if fleet_file is None and parallel is not None and \
-            obj.config().settings["GENESIS_FLEET_ENGINE"].value.strip().lower() == "temporal":
+            _engine_setting(obj) == "temporal":
         _needs_temporal()
         from genesis.temporal.starting import run_home
         from genesis.temporal.worker import exit_now
@@ -1126,11 +1126,16 @@ def fleet_status(ctx: click.Context, as_json: bool, fleet_file: Path | None, eng
     ctx.exit(run_fleet_status(obj.project, as_json=as_json))
 
 
+def _engine_setting(obj: Context) -> str:
+    """The fleet engine the project's settings (and flags) name: local or temporal."""
+    return obj.config().settings["GENESIS_FLEET_ENGINE"].value.strip().lower()
+
+
 def _engine_of(obj: Context) -> str:
-    """The fleet engine the project's settings name; local where they cannot be read (the local
-    status says why itself)."""
+    """As _engine_setting, but local where the settings cannot be read (the local status says
+    why itself)."""
     try:
-        return obj.config().settings["GENESIS_FLEET_ENGINE"].value.strip().lower()
+        return _engine_setting(obj)
     except Exception:  # noqa: BLE001 - the local status reads the project itself and says what is wrong
         return "local"
 

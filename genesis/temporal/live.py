@@ -25,17 +25,17 @@ from genesis import exitcodes
 from genesis.fleet import status
 from genesis.fleet.queue import project_branch
 from genesis.fleet.status import FleetStatus, Monitor, document, from_ledger, show
-from genesis.repo.gitcmd import NotARepository, run_git
+from genesis.repo.gitcmd import NotARepository
 from genesis.store.layout import work_tree_of
 from genesis.temporal import reading
 from genesis.temporal.mirror import Mirror
+from genesis.temporal.starting import remote_url
 from genesis.temporal.records import FleetSpec, fingerprint, fleet_workflow_id
 from genesis.temporal.settings import TemporalSettings
 
 __all__ = ["read_live", "run_live_status", "fleet_id_of", "Unread", "READ_SECONDS"]
 
 READ_SECONDS = 20.0      # the whole read from Temporal: connect, memos, histories
-GIT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,7 @@ class Snapshot:
 def fleet_id_of(project: Path, remote: str) -> tuple[str, str]:
     """The fleet workflow's id for this clone (its remote's URL and branch, as the home names it),
     or "" and why not."""
-    done = run_git(project, ["remote", "get-url", remote], timeout=GIT_SECONDS)
-    url = done.text.strip() if done.returncode == 0 else ""
+    url = remote_url(project, remote)
     if not url:
         return "", (f"{project} has no git remote named {remote!r}: a Temporal fleet is named by its remote's "
                     f"URL and branch (GENESIS_TEMPORAL_REMOTE names another remote)")
@@ -90,15 +89,10 @@ async def _snapshot(settings: TemporalSettings, fleet_id: str) -> Snapshot | Non
         (spec,) = await client.data_converter.decode(
             event.workflow_execution_started_event_attributes.input.payloads, [FleetSpec])
         break
-    fleet = await reading.fleet_memo(client, fleet_id)
+    fleet, tasks, tries, account = await reading.fleet_state(
+        client, fleet_id, spec.account_workflow if isinstance(spec, FleetSpec) else "", {})
     if not running and not reason:   # the home's words for the end
         reason = "stopped" if fleet.get("stopping") else "every task ended"
-    tasks = await reading.task_memos(client, fleet_id)
-    tries = {}
-    for task_id, memo in tasks.items():   # only a task with a try a lost worker cost needs its history
-        if any(int(a.get("tries") or 1) > 1 for a in memo.get("attempts", []) if isinstance(a, dict)):
-            tries[task_id] = await reading.tries_of(client.get_workflow_handle(f"{fleet_id}/{task_id}"))
-    account = await reading.account_memo(client, spec.account_workflow) if isinstance(spec, FleetSpec) else {}
     return Snapshot(described.run_id or "", running,
                     described.start_time.timestamp() if described.start_time else None,
                     described.close_time.timestamp() if described.close_time else None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Mapping
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -16,7 +17,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from genesis.temporal.records import task_workflow_id
 from genesis.temporal.workflows import MEMO_KEY
 
-__all__ = ["Try", "tries_of", "task_memos", "fleet_memo", "account_memo", "task_ids", "MAX_TASKS"]
+__all__ = ["Try", "tries_of", "task_memos", "fleet_memo", "account_memo", "task_ids", "fleet_state",
+           "MAX_TASKS"]
 
 MAX_TASKS = 1000          # task workflows read for one status (a TASKS.md is never this long)
 
@@ -95,6 +97,8 @@ async def fleet_memo(client: Client, fleet_id: str) -> dict:
 
 async def account_memo(client: Client, account_id: str) -> dict:
     """The account workflow's memo: the reset its one timer waits for (`until`), {} before any limit."""
+    if not account_id:
+        return {}
     try:
         described = await client.get_workflow_handle(account_id).describe()
     except RPCError as exc:
@@ -125,3 +129,18 @@ async def task_memos(client: Client, fleet_id: str) -> dict[str, dict]:
             raise
         memos[workflow_id.rpartition("/")[2]] = await described.memo_value(MEMO_KEY, default={})
     return memos
+
+
+async def fleet_state(client: Client, fleet_id: str, account_id: str,
+                      done: Mapping[str, int]) -> tuple[dict, dict[str, dict], dict[str, list[Try]], dict]:
+    """All a Mirror syncs: the fleet's memo, its tasks' memos, the account's memo, and the history
+    of each task whose attempts past its `done` first ones include a try a lost worker cost."""
+    fleet = await fleet_memo(client, fleet_id)
+    account = await account_memo(client, account_id)
+    tasks = await task_memos(client, fleet_id)
+    tries = {}
+    for task_id, memo in tasks.items():
+        attempts = memo.get("attempts", [])[done.get(task_id, 0):]
+        if any(int(a.get("tries") or 1) > 1 for a in attempts if isinstance(a, dict)):
+            tries[task_id] = await tries_of(client.get_workflow_handle(task_workflow_id(fleet_id, task_id)))
+    return fleet, tasks, tries, account

@@ -97,7 +97,8 @@ def fleet_spec(cfg: Config, settings: TemporalSettings, overrides: Mapping[str, 
         restart_every=cfg.fleet_restart_every)
 
 
-def _remote_url(project: Path, remote: str) -> str:
+def remote_url(project: Path, remote: str) -> str:
+    """The URL of the project's remote every machine clones from ("" when it has none)."""
     done = run_git(project, ["remote", "get-url", remote], timeout=GIT_TIMEOUT)
     return done.text.strip() if done.returncode == 0 else ""
 
@@ -117,7 +118,7 @@ def run_home(project: Path, overrides: Mapping[str, str], parallel: str, *, trus
         say(refused, "error")
         return exitcodes.UNTRUSTED_COMMAND
     target = project_branch(cfg.project)
-    url = _remote_url(cfg.project, settings.remote)
+    url = remote_url(cfg.project, settings.remote)
     if not url:
         say(f"--engine temporal needs a git remote every machine can clone and push to; {cfg.project} has no "
             f"remote named {settings.remote!r}: add one (`git remote add {settings.remote} URL`) or name yours "
@@ -229,14 +230,7 @@ async def _sync(client: Client, fleet_id: str, account_id: str, mirror: Mirror) 
     """The fleet's memos (and, for a try a lost worker cost, the task's history), and the
     account's limit, into the ledger."""
     try:
-        fleet = await reading.fleet_memo(client, fleet_id)
-        account = await reading.account_memo(client, account_id)
-        tasks = await reading.task_memos(client, fleet_id)
-        tries = {}
-        for task_id, memo in tasks.items():
-            done = mirror.done.get(task_id, 0)
-            if any(int(a.get("tries") or 1) > 1 for a in memo.get("attempts", [])[done:] if isinstance(a, dict)):
-                tries[task_id] = await reading.tries_of(client.get_workflow_handle(f"{fleet_id}/{task_id}"))
+        fleet, tasks, tries, account = await reading.fleet_state(client, fleet_id, account_id, mirror.done)
         await asyncio.to_thread(mirror.sync, fleet, tasks, tries, account)
     except (RPCError, OSError, LedgerError) as exc:   # the copy waits for the next turn; the fleet goes on
         say(f"the fleet's state could not be copied into the ledger: {exc}", "warn")
