@@ -6,6 +6,8 @@ queue and on the queue of its machine "M".
   run_fleet_here(address, spec, run_attempt, home_extra=(), during=None, record="")
       -> (the fleet's result, its history's events)
   Alerts()    the home's `alert` activity, its alerts kept (in .sent) instead of sent
+  spec_for(project, origin, target, prefix, **changes)
+      -> a FleetSpec with compressed windows, one task at a time unless `changes` say otherwise
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from temporalio import activity
@@ -22,10 +25,10 @@ from temporalio.worker import Worker
 from genesis.config import resolve
 from genesis.temporal import reading
 from genesis.temporal.activities import HomeActivities
-from genesis.temporal.records import AlertInput, FleetSpec, any_queue, fleet_queue, host_queue
+from genesis.temporal.records import AlertInput, FleetSpec, LadderSpec, any_queue, fleet_queue, host_queue
 from genesis.temporal.workflows import WORKFLOWS, AccountWorkflow, FleetWorkflow
 
-__all__ = ["run_fleet_here", "Alerts", "HISTORIES", "WAIT"]
+__all__ = ["run_fleet_here", "Alerts", "spec_for", "HISTORIES", "WAIT"]
 
 HISTORIES = Path(__file__).resolve().parent.parent / "temporal" / "histories"   # test_replay.py's
 WAIT = 90.0               # the bound on one fleet here (each ends in seconds)
@@ -81,3 +84,14 @@ async def run_fleet_here(address: str, spec: FleetSpec, run_attempt, home_extra=
                         await client.get_workflow_handle(workflow_id).fetch_history()
                     (HISTORIES / f"{record}--{workflow_id.rpartition('/')[2]}.json").write_text(kept.to_json())
             return result, list(history.events)
+
+
+def spec_for(project: Path, origin: Path, target: str, prefix: str, **changes) -> FleetSpec:
+    """The fleet's spec for a fleet run here: windows in seconds, restarts 0.1 s apart."""
+    ladder = LadderSpec(1, 5, 0.1, ("claude",), ((),), (1.0,))
+    spec = FleetSpec(fleet_id=f"{prefix}-fleet", project=str(project), remote_url=str(origin), target=target,
+                     queue_prefix=prefix, home="home", account_workflow=f"{prefix}-account", parallel=1,
+                     heartbeat=30.0, host_wait=30.0, check=0.2, stagger=0.0, ladder=ladder, phases=("Builder",),
+                     iterations=1, overrides=(), attempt_timeout=60.0, merge_timeout=60.0, home_retry=0.1,
+                     held_wait=0.5)
+    return replace(spec, **changes)

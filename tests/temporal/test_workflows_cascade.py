@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
+from helpers import inprocess  # noqa: E402
 from helpers.git import git  # noqa: E402
 from helpers.inprocess import Alerts, run_fleet_here  # noqa: E402
 from helpers.temporal import pushed_project  # noqa: E402
@@ -111,14 +111,8 @@ def make_home(tmp_path: Path, texts: list[str]) -> tuple[Path, Path, str]:
 
 
 def spec_for(project: Path, origin: Path, target: str, **changes) -> FleetSpec:
-    prefix = f"c{uuid.uuid4().hex[:8]}"
-    ladder = LadderSpec(1, 5, 0.1, ("claude",), ((),), (1.0,))
-    spec = FleetSpec(fleet_id=f"{prefix}-fleet", project=str(project), remote_url=str(origin), target=target,
-                     queue_prefix=prefix, home="home", account_workflow=f"{prefix}-account", parallel=3,
-                     heartbeat=30.0, host_wait=30.0, check=0.2, stagger=0.0, ladder=ladder, phases=("Builder",),
-                     iterations=1, overrides=(), attempt_timeout=60.0, merge_timeout=60.0, home_retry=0.1,
-                     held_wait=0.5)
-    return replace(spec, **changes)
+    """Three tasks at once, on a queue prefix of the test's own."""
+    return inprocess.spec_for(project, origin, target, f"c{uuid.uuid4().hex[:8]}", **{"parallel": 3, **changes})
 
 
 async def run_fleet(address: str, spec: FleetSpec, agent: Agent, alerts: Alerts, during=None,

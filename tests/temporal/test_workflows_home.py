@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ pytest.importorskip("temporalio", reason="temporalio is not installed: pip insta
 
 from helpers.fleet import fleet_project  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.inprocess import Alerts, run_fleet_here  # noqa: E402
+from helpers.inprocess import Alerts, run_fleet_here, spec_for  # noqa: E402
 from helpers.temporal import origin_for  # noqa: E402
 from temporalio import activity  # noqa: E402
 from temporalio.client import Client  # noqa: E402
@@ -30,7 +29,7 @@ from genesis import exitcodes  # noqa: E402
 from genesis.fleet.taskref import task_id  # noqa: E402
 from genesis.repo.tasks import DONE, parse  # noqa: E402
 from genesis.temporal import reading  # noqa: E402
-from genesis.temporal.records import (USAGE_LIMIT, AttemptInput, AttemptResult, FleetSpec, LadderSpec,  # noqa: E402
+from genesis.temporal.records import (USAGE_LIMIT, AttemptInput, AttemptResult, FleetSpec,  # noqa: E402
                                       fleet_queue, task_workflow_id)
 from genesis.temporal.workflows import ASIDES_MAX, WORKFLOWS, AccountWorkflow  # noqa: E402
 
@@ -90,16 +89,6 @@ def home(tmp_path):
     target = git(project, "symbolic-ref", "--short", "HEAD").strip()
     git(project, "push", "-q", "origin", target)
     return project, origin, target
-
-
-def spec_for(project: Path, origin: Path, target: str, prefix: str, **changes) -> FleetSpec:
-    ladder = LadderSpec(1, 5, 0.1, ("claude",), ((),), (1.0,))
-    spec = FleetSpec(fleet_id=f"{prefix}-fleet", project=str(project), remote_url=str(origin), target=target,
-                     queue_prefix=prefix, home="home", account_workflow=f"{prefix}-account", parallel=1,
-                     heartbeat=30.0, host_wait=30.0, check=0.2, stagger=0.0, ladder=ladder, phases=("Builder",),
-                     iterations=1, overrides=(), attempt_timeout=60.0, merge_timeout=60.0, home_retry=0.1,
-                     held_wait=0.5)
-    return replace(spec, **changes)
 
 
 async def run_fleet(address: str, spec: FleetSpec, agent: Agent, during=None, alerts: Alerts | None = None) -> dict:
