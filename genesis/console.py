@@ -5,6 +5,9 @@ console log, the per-run copy of what the terminal showed: it is written first, 
 terminal's copy is best effort. A terminal closed or a `| tee` killed mid-night costs the
 output, never the night: a write that meets EPIPE or EIO points the stream at /dev/null
 from then on (a lost reader never comes back), and the step goes on.
+
+A countdown (`progress`) rewrites one terminal line and leaves it open; the next line, the
+wait's own or the loop's, ends it with a newline first, so no message lands inside it.
 """
 
 from __future__ import annotations

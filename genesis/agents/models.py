@@ -3,6 +3,9 @@
 Recorded with each phase's start so that the dashboard's metrics can count runs by model. Only
 what the command says is read: a command that names no model runs its CLI's default, which
 Genesis does not guess (None).
+
+Recorded too with a fleet child's launch (fleet/monitor.py), so runs are counted by model
+across loops and fleets alike.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ Ctrl-C meant for the monitor, or the monitor's death, never reaches it by accide
 it is doing is read from its own state, as for any loop: it is alive while its loop lock
 is held (the kernel's word, never a pid alone: a pid is recycled), and how it ended is its
 ledger's `loop_end`. A signal goes to it only once that is confirmed again at that moment.
+
+Its environment names its task (GENESIS_TASK, GENESIS_TASK_ID), its own port range (PORT,
+GENESIS_PORT_BASE, GENESIS_PORT_COUNT) and the fleet's folder (GENESIS_FLEET_DIR, where the
+monitor's heartbeat is).
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@
 Read once, before anything starts: every mistake (an unknown key, a path that is not the top
 of a git work tree, a project listed twice, a bad parallel, a knob Genesis does not know) is a
 FleetFileError that says what to fix, so a fleet never half-starts.
+
+`fleet status`, `report` and `stop` take the same file (`--fleet`) and act on every project it
+lists.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ Three tables: `tasks` (one row per task: its state and counters, what the views 
 times and outcome) and `events` (everything the monitor decided, in order). One
 connection, one short transaction per write: the monitor of a 50-child fleet writes many
 events a second while any number of readers read (WAL never blocks a reader).
+
+A file that is not a fleet ledger (corrupt, another program's) is kept aside with its -wal and
+-shm, and a new one started.
 """
 
 from __future__ import annotations

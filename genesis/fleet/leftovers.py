@@ -6,6 +6,10 @@ detached HEAD. The next child's preflight would refuse that ("uncommitted change
 yours", exit 2). The worktree is Genesis's, made for this one task: whatever is left in it
 is the agent's work by construction, so it is kept as a commit on the task's branch (never
 thrown away), after the half-done git operation is abandoned and HEAD is on the branch again.
+
+Before anything moves, the work tree as the killed attempt left it is kept at
+`refs/genesis/leftovers/<task>/attempt-<n>` (where no history check looks); the commit says
+"work left by attempt N, which ended: ...".
 """
 
 from __future__ import annotations

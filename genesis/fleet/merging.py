@@ -14,6 +14,11 @@ At the first conflicting commit, the rest of the branch is applied as one change
 conflicts go to `resolve` once (the monitor runs the Merger agent there); still
 conflicted, everything is undone (the worktree back on its branch, the branch at its old
 commits): outcome "conflict". Nothing is ever deleted here.
+
+With GENESIS_FLEET_MERGE=branch the project branch is not moved: the rebased branch is kept for
+review (and pushed with AUTO_PUSH), outcome "ready". A task that failed permanently is marked
+`- [!] text (failed: reason)` on the project branch (`mark_failed`), moved in as merges are.
+The Merger's prompt is data/prompts/merger.md.
 """
 
 from __future__ import annotations

@@ -15,6 +15,17 @@ their own: the monitor's death leaves them running, and the next monitor adopts 
 A fleet file (`--fleet`, fleet/fleetfile.py) puts several projects under one such process:
 a Monitor each, with everything above its own, checked in turn (run_projects); they share
 one cascade gate and failure window, max_parallel, the stagger and the port slots (share()).
+
+`start-multi-agent-loop.sh --parallel` execs `genesis fleet run` (run_fleet). Launches are
+staggered, and held below the memory floor and while the account's usage limit is known; the
+cascade gate and the restart budget (cascade.py, budget.py) bound every restart; with nothing
+open and nothing running, the Planner runs once. A signal the monitor gets is forwarded to
+every child (forward), and every way out records `fleet_end` (a killed monitor's missing end is
+recorded by the next one, which re-adopts the children: reconcile).
+
+Under a fleet file the monitors are ticked in turn, the one that just launched going to the
+back; each beats for all; a project whose fleet ended lets its locks go at once; and the exit
+code is the worst of theirs (worst_exit).
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """The monitor's pure decisions: what a child's end means, what may launch now, how the fleet ends.
 
 No processes, no clock of its own: the monitor observes, these decide, the monitor acts.
+
+A child's end is one of: verified, failed, limit, outage, stopped, config; only `failed`
+climbs the ladder. The fleet's exit code (fleet_exit) puts 31, a task failed for good, over
+32, a task that needs review.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ the single loop's reader (status/view.py) in its worktree. Children are read und
 bound, so a fleet of many children still answers quickly; a child left unread is said so.
 The JSON document keeps status --json's promise: within one SCHEMA keys are only added,
 every documented key is always present (null when its thing is absent), every time twice.
+
+Besides the tasks it shows the monitor's lock and heartbeat, and the fleet-wide pause in force:
+an account's usage limit or outage, or the cascade gate paused or probing.
 """
 
 from __future__ import annotations

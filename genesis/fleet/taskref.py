@@ -3,6 +3,8 @@
 The id is made from the task's text alone (a readable slug and a short hash), so the same
 task keeps its id, worktree and branch across monitor restarts, and two tasks of different
 texts never share them. repo/tasks.py is the one grammar of TASKS.md; this reads through it.
+
+Its branch is `genesis/task/<id>` (BRANCH_PREFIX): the same text, the same branch.
 """
 
 from __future__ import annotations

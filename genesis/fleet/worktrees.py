@@ -5,6 +5,10 @@ The default place is `<git common dir>/genesis-worktrees/<task id>`: outside the
 (git status never lists it, `git clean -fdx` never takes it), and it goes with the repository.
 Every git command here is bounded (repo/gitcmd.run_git), runs no hook of the repository
 unless asked (an agent may have planted one), and never waits on a prompt.
+
+The worktrees are found from `git worktree list`, never from a record of Genesis's own, so a
+monitor started again adopts the ones already made. A worktree is pruned only when its branch
+is merged into the project branch and it holds no uncommitted change or untracked file.
 """
 
 from __future__ import annotations

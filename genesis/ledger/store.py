@@ -6,6 +6,11 @@ the tables the views read (see tables.py). WAL lets any number of readers (a `st
 --watch` in another terminal, a report) read while the loop writes: a reader never
 blocks the loop. Writers wait for each other at most BUSY_TIMEOUT, then the event is
 reported as not recorded rather than the loop waiting on.
+
+A ledger that is not one any more (corrupt, another program's, its tables dropped) is kept
+aside with its -wal and -shm and a new one started, said once; a symlink or FIFO at its path is
+refused, never opened. The watcher's writes wait at most a fraction of a second
+(`waiting_at_most`): its judgement never waits on a ledger another program holds.
 """
 
 from __future__ import annotations

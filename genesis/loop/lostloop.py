@@ -6,6 +6,9 @@ included; SIGKILL it cannot see, and SIGSTOP stops it where it stands. Its compa
 night here as a stop would: the run's processes reaped (only those proven the run's),
 what stays uncommitted remembered, the lock's record released, the end recorded and an
 alert sent. Whichever of the two comes first settles it; the other finds it done.
+
+`genesis status` then says STOPPED (killed), or FROZEN while the loop stands stopped
+(status/view.py).
 """
 
 from __future__ import annotations

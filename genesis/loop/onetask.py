@@ -5,6 +5,9 @@ start with it, and its done rule is that task's box alone: other tasks belong to
 working at the same time. A task is found by its text; an agent that rewrites the task's line
 (its words, not its box) has left no task of that text, so the task is not done (the console
 says so): the fleet's monitor checks the same text at the branch's tip.
+
+The task and its ports reach the agent's environment too (GENESIS_TASK, PORT...:
+loop/step.agent_env).
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ with a fallback agent command; a spent budget is an explicit failure.
 
 Every retry is recorded as a `retry` event (the retry history): type (stuck or wedged),
 count, reason, the old and the new command; its outcome is the retried phase's `phase_end`.
+
+The count of retries is the loop's own too (a small file in its state), and the larger of it
+and the ledger's decides: a ledger that cannot be written never grants more retries.
 """
 
 from __future__ import annotations

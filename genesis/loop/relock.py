@@ -9,6 +9,9 @@ notice it, heal the folder, put the run's settings snapshot back from the descri
 keeps open on it, and lock the new lock file; if another loop has it by then, this one stops
 (STATE_LOST) so that the two never interleave. The ledger's record of the run before that
 went with the folder: that is said, with the console log that still keeps it.
+
+A step of a started run that finds the snapshot itself gone and not put back stops with
+STATE_LOST (cli.py, Context.run_config) rather than read genesis.conf mid-run.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 untracked and ignored files copied aside at the start, and after each phase what it did to
 history, named in the ledger (which raises the alert) and on the console, and the loop
 stopped unless GENESIS_ALLOW_HISTORY_REWRITE says otherwise.
+
+A fleet's child answers for its own task branch alone among the fleet's: the merge queue moving
+the other tasks' branches meanwhile is not this child's history (_fleet_scoped).
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ Where cgroup v2 is not there or not writable (cgroup v1, a read-only /sys/fs/cgr
 session scope not delegated to the user, macOS), `create` says why and the watcher does
 without: its other proofs of ownership (descent, the run's marker, being the subreaper)
 still apply.
+
+Being in the group is no proof alone: the agent can move any process of its user into it. So
+before the watcher ends the group, what it holds without proof of descent from the agent is
+moved back out (`evict`), and only the agent's own are killed with it (watch/supervisor.py).
 """
 
 from __future__ import annotations

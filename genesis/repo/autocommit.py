@@ -3,6 +3,11 @@
 The work tree is the agent's: its hooks do not run unless asked (run_hooks), fsmonitor is
 off, and everything git starts (filters such as git-lfs stay on) carries the loop's
 markers, so the reaper can find it. Every git call is bounded (see progress.run_git).
+
+The per-phase push (AUTO_PUSH) pushes the branch alone (never Genesis's safety refs), never
+forced; a push the remote refuses is said as such (a non-fast-forward as `rejected`). A fleet
+child's task branch gets its upstream on its first push (push_target). A phase whose agent made
+its own commits, leaving nothing to commit, still has them pushed (push).
 """
 
 from __future__ import annotations

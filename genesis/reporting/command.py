@@ -1,5 +1,8 @@
 """`genesis report`: pick the runs, read them from the ledger, print them (text or JSON) and
-write the HTML page."""
+write the HTML page.
+
+A project whose latest night was a fleet's gets the fleet's report (reporting/fleet.py).
+"""
 
 from __future__ import annotations
 

@@ -14,6 +14,10 @@ Genesis's pure modules are imported passed through the sandbox: re-importing the
 would be slow, and some of what they import reads files at import time. Every change to
 this code that adds, removes or reorders a command must go behind `workflow.patched()`:
 fleets running across an upgrade replay their history against it (tests/temporal's replay).
+
+The fleet workflow also keeps the local monitor's cascade gate, restart budget and launch
+stagger (fleet/cascade.py, fleet/budget.py), by signals and durable timers, and raises its
+alerts through the home.
 """
 
 from __future__ import annotations

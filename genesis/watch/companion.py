@@ -15,7 +15,7 @@ its state once a check:
   loop's tree, as seen at the last check (identities: no recycled pid is taken).
 
 It signals nothing but processes of the loop's own tree as it saw them, and only after
-the loop is gone. What to record, reap and tell is the caller's (genesis/loop/lost.py).
+the loop is gone. What to record, reap and tell is the caller's (genesis/loop/lostloop.py).
 """
 
 from __future__ import annotations

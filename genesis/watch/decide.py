@@ -3,6 +3,10 @@
 Nothing here reads a file, a process or a clock: the watcher gathers an Observation,
 decide() turns it and the State carried from the previous check into the next State and a
 Verdict, and the watcher acts on that. So a whole night's history replays in milliseconds.
+
+Each ending names the window that fired (End.window: `stale`, `tool_silent`, `tool_busy` or
+`runtime`); the watcher carries it (Outcome.window) into the phase's `phase_end` event and its
+incident, so the report says which limit ended a phase, not only that it ended.
 """
 
 from __future__ import annotations

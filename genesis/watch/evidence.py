@@ -1,6 +1,12 @@
 """An attempt's evidence: the last lines of its own transcript, taken as it ends, safe for a
 terminal and free of secrets, and small enough to be kept with its end (the phase_end event,
-its incident), so that what it showed outlives its log being deleted or rotated."""
+its incident), so that what it showed outlives its log being deleted or rotated.
+
+Each attempt has its own log, so no attempt's evidence is another's: a phase's first start
+writes `iter-0001-Builder.log`, a later one (a retry, a run after a wait)
+`iter-0001-Builder.attempt-2.log` (store/layout.agent_log; loop/phase.py counts the starts).
+The report reads the kept tail back from `phase_end` (reporting/load.py).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""The watcher's blocking waits: for a stop signal (with its sender) or for the agent's exit."""
+"""The watcher's blocking waits: for a stop signal (with its sender) or for the agent's exit.
+
+Which stop signals are honoured (`honoured`): a step started with SIGHUP ignored (the loop
+under nohup) keeps ignoring it, so a closed terminal does not end a night started to outlive
+it.
+"""
 
 from __future__ import annotations
 
