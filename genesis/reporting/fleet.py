@@ -2,7 +2,7 @@
 commits, and seed 000's KPIs over the fleet, read from the fleet ledger (and, where the
 monitor recorded no cost, from each child's own ledger while its worktree is there).
 
-The KPIs (docs/report.md says the same for the reader):
+The KPIs (docs/guides/morning.md says the same for the reader):
 - completion rate: tasks merged (or ready, in branch mode) with no escalation, over all tasks;
 - MTTD: from a child's failure (its own recorded end, else when it was last seen alive) to the
   monitor detecting it (its `child_end`), over the abnormal ends;

@@ -287,4 +287,5 @@ def test_not_a_git_work_tree_is_a_usage_document_and_the_cli_agrees(tmp_path, pr
 def test_the_schema_is_written_down():
     keys = documented()
     assert {"tasks[].child.health_class", "counts.needs_review", "monitor.alive", "limit.until"} <= set(keys)
-    assert "docs/fleet-status-json.md" in (DOC.parents[1] / "README.md").read_text()
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "morning.md"  # where fleet status is told
+    assert "(../reference/fleet-status-json.md)" in guide.read_text()

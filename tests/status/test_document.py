@@ -253,8 +253,8 @@ def test_json_and_watch_do_not_go_together(project):
     assert "--watch and --json: give one of them" in told.stderr
 
 
-def test_the_schema_is_written_down_and_the_readme_links_it():
+def test_the_schema_is_written_down_and_the_manual_links_it():
     keys = documented()
     assert len(keys) > 90 and "totals.abnormal_phases" in keys and "loops[].reason" in keys
-    readme = (DOC.parents[1] / "README.md").read_text()
-    assert "docs/status-json.md" in readme
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "morning.md"  # where status --json is told
+    assert "(../reference/status-json.md)" in guide.read_text()
