@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
 TEXT = "write the alpha note"
 FLEET_WAIT = 180.0
 # H + 1 s + S past 10 s: a decision sooner after a worker's death may wait 10 s more for the
-# dead worker's sticky queue (see docs/temporal.md), which would only make the test slower.
+# dead worker's sticky queue (see docs/maintainers/temporal.md), which would only make the test slower.
 HEARTBEAT, HOST_WAIT = 3, 6
 
 # One line per run in $RUNS: the machine, whether the worktree's own git folder still holds the

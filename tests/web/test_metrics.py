@@ -308,11 +308,12 @@ def test_no_ledger_yet_is_no_run_and_no_error(project):
                                 "failures": [0]}
 
 
-def test_the_document_is_written_down_and_the_readme_links_it():
+def test_the_document_is_written_down_and_the_dashboard_guide_links_it():
     found = documented()
     assert {"by.model[].failure_rate", "over_time.escalations", "retry_histogram.counts", "errors[].error"} <= \
         set(found)
-    assert "docs/dashboard-metrics.md" in (DOC.parents[1] / "README.md").read_text()
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "dashboard.md"
+    assert "](../reference/dashboard-metrics.md)" in guide.read_text()
 
 
 def test_two_projects_of_one_name_are_told_apart(tmp_path):

@@ -34,7 +34,7 @@ from genesis.web.score import COSTS, Reason, Score, machine_score, score
 
 T0 = float(calendar.timegm((2025, 11, 21, 1, 30, 0)))
 RUN = "20251121T003000Z-4242"
-TABLE = Path(__file__).resolve().parents[2] / "README.md"  # the score's table, in its dashboard section
+TABLE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "dashboard.md"  # the score's table
 
 pytestmark = pytest.mark.usefixtures("utc")
 
@@ -252,7 +252,7 @@ def test_the_machine_is_as_healthy_as_its_worst_project_with_its_reasons_named()
     assert machine_score([]) == Score(100, ())
 
 
-def test_the_readme_tables_every_cost_with_its_points():
+def test_the_dashboard_guide_tables_every_cost_with_its_points():
     text = TABLE.read_text()
     table = {m.group(2): int(m.group(1)) for m in re.finditer(r"^\| (-\d+) \| (.+?) \|$", text, re.M)}
     assert {c.what: c.points for c in COSTS.values()} == \
