@@ -20,7 +20,7 @@ from genesis.agents import Adapter, adapter_named, adapter_of
 from genesis.agents.base import LOGGED_IN, LOGGED_OUT
 from genesis.agents.hook.selftest import MALFORMED, check_outside_loop
 from genesis.alerts.channels import banner, configured
-from genesis.config import KNOBS, Config, ConfigError, layout_for, resolve
+from genesis.config import KNOBS, Config, ConfigError, Setting, build, layout_for, resolve
 from genesis.doctor.versions import VERSION_TIMEOUT, parse_version, version_of
 from genesis.hints import hint, program
 from genesis.loop.preflight import agent_problem, root_problem
@@ -43,6 +43,7 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 MIN_GIT = (2, 31)
 GIT_BOUND = 10.0   # seconds for each git the doctor runs
 GENESIS_CHECKOUT = Path(__file__).resolve().parents[2]
+DEFAULTS = {k.name: str(k.default) for k in KNOBS if k.default is not None}
 
 
 @dataclass(frozen=True)
@@ -95,16 +96,19 @@ def project_to_check(path: Path, given: bool) -> tuple[Path | None, str]:
 def doctor_config(project: Path, overrides: Mapping[str, str], agent: str | None) -> tuple[Config, str]:
     """The settings the loop would run with (for another CLI when `agent` names one), and the
     settings' error when they are broken (then the defaults, so the other checks still run)."""
-    error = ""
+    chosen: dict[str, str] = {}
+    if agent:
+        default = DEFAULTS["GENESIS_AGENT_CMD"]
+        chosen = {"GENESIS_AGENT_CLI": agent,
+                  "GENESIS_AGENT_CMD": default if agent == "claude" else adapter_named(agent).program}
     try:
         cfg = resolve(project, flags=overrides)
+        if agent and adapter_of(cfg).name != agent:
+            cfg = resolve(project, flags={**overrides, **chosen})
+        return cfg, ""
     except ConfigError as exc:
-        error, cfg = str(exc), resolve(project, env={}, flags={})
-    if agent and adapter_of(cfg).name != agent:
-        default = next(k.default for k in KNOBS if k.name == "GENESIS_AGENT_CMD")
-        command = default if agent == "claude" else adapter_named(agent).program
-        cfg = resolve(project, env={}, flags={"GENESIS_AGENT_CLI": agent, "GENESIS_AGENT_CMD": command})
-    return cfg, error
+        settings = {key: Setting(value, "default") for key, value in DEFAULTS.items()}
+        return build(project, {**settings, **{k: Setting(v, "flag") for k, v in chosen.items()}}), str(exc)
 
 
 # --- git ---------------------------------------------------------------------------------
