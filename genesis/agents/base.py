@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from genesis.agents.hook.spec import HookSpec
     from genesis.phases import Phase
 
-__all__ = ["Account", "Adapter", "Login", "LOGGED_IN", "LOGGED_OUT", "LOGIN_UNKNOWN", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
-           "MAX_RESULT_CHARS", "last_line", "key_fingerprint"]
+__all__ = ["Account", "Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
+           "MAX_RESULT_CHARS", "last_line", "key_fingerprint", "Login", "LOGGED_IN", "LOGGED_OUT", "LOGIN_UNKNOWN"]
 
 MAX_RESULT_CHARS = 16 << 10  # the final result kept for the report and the completion phrase
 LOGGED_IN, LOGGED_OUT, LOGIN_UNKNOWN = "yes", "no", "unknown"

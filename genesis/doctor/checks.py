@@ -115,7 +115,8 @@ def doctor_config(project: Path, overrides: Mapping[str, str], agent: str | None
 
 def git_checks(project: Path | None, env: Mapping[str, str]) -> list[Check]:
     """git on PATH and new enough; the name and email its commits will carry."""
-    where = project if project is not None and _usable(project) else Path(env.get("HOME") or "/")
+    home = Path(env.get("HOME") or "/")
+    where = project if project is not None and _usable(project) else home if home.is_dir() else Path("/")
     try:
         done = run_git(where, ["--version"], timeout=GIT_BOUND)
     except FileNotFoundError:
@@ -131,7 +132,10 @@ def git_checks(project: Path | None, env: Mapping[str, str]) -> list[Check]:
         checks = [Check("git", FAIL, f"{said}: older than {need}, which Genesis needs", _system_install("git"))]
     else:
         checks = [Check("git", OK, said)]
-    ident = run_git(where, ["var", "GIT_AUTHOR_IDENT"], timeout=GIT_BOUND)
+    try:
+        ident = run_git(where, ["var", "GIT_AUTHOR_IDENT"], timeout=GIT_BOUND)
+    except (GitFailed, OSError) as exc:
+        return checks + [Check("git identity", WARN, f"cannot tell who git's commits are made as ({exc})")]
     if ident.returncode == 0:
         who = ident.text.strip().rsplit(">", 1)[0] + ">"
         checks.append(Check("git identity", OK, f"commits are made as {who}"))
@@ -211,7 +215,7 @@ def _listing(paths, most: int = 5) -> str:
 def agent_checks(cfg: Config, agent: Adapter, project: Path | None, env: Mapping[str, str],
                  euid: int | None = None) -> list[Check]:
     """The agent command found and runnable, its version, its login, and root with Claude Code."""
-    name = agent.name if agent.name != "generic" else cfg.agent_cmd[0]
+    name = agent.name if agent.name != "generic" else Path(cfg.agent_cmd[0]).name
     problem = agent_problem(cfg)
     install = agent.install or "install it, or set GENESIS_AGENT_CMD to the agent's command line"
     if problem:

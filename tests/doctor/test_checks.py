@@ -14,7 +14,7 @@ from helpers import paths
 from helpers.git import commit_file, git
 from helpers.gitstates import conflicted_merge, detached, stash_pop_conflict
 
-from genesis.agents import adapter_named, adapter_of
+from genesis.agents import adapter_named, adapter_of, known
 from genesis.cli import cli
 from genesis.doctor.checks import (FAIL, GENESIS_CHECKOUT, OK, WARN, agent_checks, alerts_check, box_check,
                                    doctor_config, git_checks, hook_check, project_checks, project_to_check)
@@ -179,6 +179,10 @@ def test_the_real_claude_code_says_its_version(bin_dir, project, monkeypatch):
     found = by_name(agent_checks(cfg, adapter, project, os.environ, euid=1000))["agent CLI"]
     assert found.level == OK
     assert found.found == f"{CLAUDE}: {adapter.version} (Claude Code) (Genesis is tested with {adapter.version})"
+
+
+def test_every_cli_genesis_knows_says_how_it_is_installed():
+    assert {name: bool(adapter_named(name).install) for name in known()} == {name: True for name in known()}
 
 
 def test_another_cli_is_checked_with_agent(bin_dir, project):

@@ -22,7 +22,8 @@ def test_one_marked_line_a_check_the_fix_under_it_and_the_verdict():
         "         fix: genesis --project /p hook install --scope local",
         "1 thing to fix before a night",
     ]
-    assert text(CHECKS + [Check("root", FAIL, "as root", "export IS_SANDBOX=1")])[-1] == "2 things to fix before a night"
+    two = CHECKS + [Check("root", FAIL, "as root", "export IS_SANDBOX=1")]
+    assert text(two)[-1] == "2 things to fix before a night"
 
 
 def test_warnings_alone_leave_it_ready():
