@@ -20,7 +20,7 @@ from genesis.agents import Adapter, adapter_named, adapter_of
 from genesis.agents.base import LOGGED_IN, LOGGED_OUT
 from genesis.agents.hook.selftest import MALFORMED, check_outside_loop
 from genesis.alerts.channels import banner, configured
-from genesis.config import KNOBS, Config, ConfigError, Setting, build, layout_for, resolve
+from genesis.config import KNOBS, Config, ConfigError, Setting, advice, build, layout_for, resolve
 from genesis.doctor.versions import VERSION_TIMEOUT, parse_version, version_of
 from genesis.hints import hint, program
 from genesis.loop.preflight import agent_problem, root_problem
@@ -65,6 +65,7 @@ def run_all(project: Path | None, cfg: Config, agent: Adapter, env: Mapping[str,
     checks = git_checks(project, env)
     if settings_error:
         checks.append(Check("settings", FAIL, settings_error, f"{hint(where, 'config', 'show')}"))
+    checks += [Check("settings", WARN, doubt) for doubt in advice(cfg, env)]
     if project is None:
         checks.append(Check("project", WARN, f"not checked ({skipped or 'none given'}); name one with --project",
                             f"{program()} --project DIR doctor"))
@@ -228,15 +229,13 @@ def agent_checks(cfg: Config, agent: Adapter, project: Path | None, env: Mapping
     checks.append(Check(f"{name} login", level, login.found, agent.login_command if level != OK else ""))
     root = root_problem(cfg, euid, env)
     if root:
-        checks.append(Check("root", FAIL, root.split(". Run the loop")[0] + "; run the loop as another user, or, "
-                            "only inside a sandbox or container, set IS_SANDBOX=1", "export IS_SANDBOX=1"))
+        checks.append(Check("root", FAIL, root, "export IS_SANDBOX=1"))
     return checks
 
 
 def _version_check(cfg: Config, agent: Adapter, project: Path | None, env: Mapping[str, str], name: str) -> Check:
-    program = cfg.agent_cmd[0]
-    path = (str(cfg.project / program) if "/" in program and not os.path.isabs(program)
-            else program if "/" in program else shutil.which(program) or program)
+    command = cfg.agent_cmd[0]  # found and executable (agent_problem): a path from the project, or on PATH
+    path = str(cfg.project / command) if "/" in command else shutil.which(command) or command
     said = version_of(path, project or Path.cwd(), env, VERSION_TIMEOUT)
     if said.problem:
         return Check("agent CLI", WARN, f"{path}: {said.problem}", agent.install)
@@ -248,7 +247,9 @@ def _version_check(cfg: Config, agent: Adapter, project: Path | None, env: Mappi
 
 def box_check(cfg: Config, where: Path, env: Mapping[str, str]) -> Check:
     """The box GENESIS_SANDBOX picks on this machine (the loop's own probe and choice)."""
-    places = Places(str(where), str(where), env.get("HOME"), env.get("TMPDIR"), (), (), "")
+    # What the box keeps visible does not change which box runs: the places of no loop in particular.
+    places = Places(project=str(where), cwd=str(where), home=env.get("HOME"), tmpdir=env.get("TMPDIR"), visible=(),
+                    protected=(), beats="")
     machine = probe()
     try:
         box = choose(cfg.sandbox, machine, places)

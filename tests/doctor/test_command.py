@@ -71,6 +71,20 @@ def test_json_key_by_key(night):
     assert checks["box"]["level"] in ("ok", "warn") and report["warnings"] == (checks["box"]["level"] == "warn")
 
 
+def test_a_misspelt_setting_is_a_warning_and_a_broken_one_a_failure(night, monkeypatch):
+    monkeypatch.setenv("GENESIS_SANBOX", "off")
+    report = json.loads(doctor(night, "--json").output)
+    assert {"name": "settings", "level": "warn", "fix": "",
+            "found": "GENESIS_SANBOX is set in the environment but is not a setting, so it is ignored; did you mean "
+                     "GENESIS_SANDBOX?"} in report["checks"]
+    monkeypatch.setenv("GENESIS_SANDBOX", "maybe")
+    report = json.loads(doctor(night, "--json").output)
+    broken = next(c for c in report["checks"] if c["name"] == "settings" and c["level"] == "fail")
+    assert broken["found"].startswith("GENESIS_SANDBOX='maybe' (env): expected auto, bwrap")
+    assert broken["fix"] == hint(night, "config", "show")
+    assert next(c for c in report["checks"] if c["name"] == "hook")["level"] == "fail"  # the rest still checked
+
+
 def test_agent_checks_another_cli(night):
     done = doctor(night, "--agent", "codex", "--json")
     checks = {c["name"]: c for c in json.loads(done.output)["checks"]}
