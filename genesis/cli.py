@@ -656,6 +656,7 @@ def doctor(ctx: click.Context, agent: str | None, as_json: bool) -> None:
     from click.core import ParameterSource
 
     from genesis.agents import adapter_of
+    from genesis.console import coloured
     from genesis.doctor.checks import doctor_config, project_to_check, run_all
     from genesis.doctor.render import as_json as to_json, ready, text
 
@@ -667,8 +668,6 @@ def doctor(ctx: click.Context, agent: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(to_json(checks), indent=2))
     else:
-        from genesis.console import coloured
-
         click.echo("\n".join(text(checks, coloured(sys.stdout))))
     if not ready(checks):
         sys.exit(exitcodes.ERROR)
