@@ -603,20 +603,11 @@ def hook_status(obj: Context, agent: str | None) -> None:
 
     Exit 0 when it works, 1 when it is not installed or broken, 2 when a settings file is malformed.
     """
-    import shutil
-    import tempfile
-
-    from genesis.agents.hook.selftest import MALFORMED, WORKING
+    from genesis.agents.hook.selftest import MALFORMED, WORKING, check_outside_loop
 
     adapter, _path = _hooked(obj, agent, "user")
     project = obj.project.resolve()
-    scratch = Path(tempfile.mkdtemp(prefix="genesis-hook-status-"))  # 0700: a heartbeat dir of ours alone
-    try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_")}
-        env.update(GENESIS_AGENT="hook-status", GENESIS_RUN_ID=f"hook-status-{os.getpid()}")
-        check = adapter.hook_check(project, env, scratch / "heartbeat.json")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    check = check_outside_loop(adapter, project, os.environ)
     if adapter.name == "claude":
         _claude_copies(project, check)
     click.echo(check.detail)
@@ -648,6 +639,38 @@ def _claude_copies(project: Path, check) -> None:
                  else f"no PostToolUse hook; run: {hint(project, 'hook', 'install', '--scope', scope)}")
         note = "" if installed_events(path, command) else " (points to another copy)"
         click.echo(f"{scope}: installed in {path} for {', '.join(events_)}{note}: {state}")
+
+
+@cli.command()
+@click.option("--agent", type=click.Choice(_agent_names()), default=None,
+              help="Check this agent CLI instead of the configured one.")
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@click.pass_context
+@guarded
+def doctor(ctx: click.Context, agent: str | None, as_json: bool) -> None:
+    """Check this machine for a night: git, the project, the agent CLI and its login, the box,
+    the hook, the alerts; say what fails and the one command that fixes it.
+
+    Exit 0 when ready (warnings allowed), 1 when something fails.
+    """
+    from click.core import ParameterSource
+
+    from genesis.agents import adapter_of
+    from genesis.console import coloured
+    from genesis.doctor.checks import doctor_config, project_to_check, run_all
+    from genesis.doctor.render import as_json as to_json, ready, text
+
+    obj = ctx.obj
+    given = ctx.parent.get_parameter_source("project") is not ParameterSource.DEFAULT
+    project, why_not = project_to_check(obj.project, given)
+    cfg, error = doctor_config(project or obj.project.resolve(), obj.overrides, agent)
+    checks = run_all(project, cfg, adapter_of(cfg), os.environ, settings_error=error, skipped=why_not)
+    if as_json:
+        click.echo(json.dumps(to_json(checks), indent=2))
+    else:
+        click.echo("\n".join(text(checks, coloured(sys.stdout))))
+    if not ready(checks):
+        sys.exit(exitcodes.ERROR)
 
 
 @cli.group("config")

@@ -22,7 +22,7 @@ from typing import TextIO
 from genesis.redact import redact
 from genesis.words import sanitize
 
-__all__ = ["say", "progress", "end_line", "write", "survive_lost_output"]
+__all__ = ["say", "progress", "end_line", "write", "survive_lost_output", "coloured"]
 
 COLOURS = {"info": "", "ok": "\033[32m", "warn": "\033[33m", "error": "\033[31m", "head": "\033[1m"}
 # The reader is gone (a killed `tee`); the terminal closed (EIO), or revoked at a logout (ENXIO).
@@ -33,7 +33,8 @@ LOST = frozenset({errno.EPIPE, errno.EIO, errno.ENXIO})
 _OPEN: set[int] = set()
 
 
-def _colour(stream: TextIO) -> bool:
+def coloured(stream: TextIO) -> bool:
+    """Whether to colour what goes to stream: a terminal, and NO_COLOR unset."""
     return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
 
 
@@ -47,7 +48,7 @@ def say(message: str, kind: str = "info", stream: TextIO | None = None,
     prefix = time.strftime("[genesis %H:%M:%S]")
     for path in copy_to:  # the record first: a terminal that went away must not cost it
         _append(path, f"{prefix} {message}\n")
-    colour = COLOURS.get(kind, "") if _colour(stream) else ""
+    colour = COLOURS.get(kind, "") if coloured(stream) else ""
     reset = "\033[0m" if colour else ""
     end_line(stream)
     write(stream, f"{prefix} {colour}{message}{reset}\n")

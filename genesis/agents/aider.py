@@ -244,6 +244,7 @@ class Aider(Adapter):
     hook_required = False
     # No folder of its own: its keys come from the environment (or a .env aider reads itself).
     key_vars = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY", "DEEPSEEK_API_KEY")
+    install = "pipx install aider-chat"
 
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
         """The unattended flags the command lacks, then `--message` (the prompt follows it)."""

@@ -19,9 +19,10 @@ if TYPE_CHECKING:
     from genesis.phases import Phase
 
 __all__ = ["Account", "Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
-           "MAX_RESULT_CHARS", "last_line", "key_fingerprint"]
+           "MAX_RESULT_CHARS", "last_line", "key_fingerprint", "Login", "LOGGED_IN", "LOGGED_OUT", "LOGIN_UNKNOWN"]
 
 MAX_RESULT_CHARS = 16 << 10  # the final result kept for the report and the completion phrase
+LOGGED_IN, LOGGED_OUT, LOGIN_UNKNOWN = "yes", "no", "unknown"
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,13 @@ class Account:
         parts = [f"config {self.home}" if self.home else "no config folder" if self.home == "" else "",
                  f"key {self.key}" if self.key else "no API key set" if self.key == "" else ""]
         return "; ".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class Login:
+    """Whether the CLI has a login, as far as its environment and its files tell (no network call)."""
+    state: str                   # LOGGED_IN | LOGGED_OUT | LOGIN_UNKNOWN
+    found: str                   # in words: what was found, or what was looked for
 
 
 def key_fingerprint(env: "Mapping[str, str]", names: tuple[str, ...]) -> str:
@@ -146,6 +154,14 @@ class TextReader(OutputReader):
         return Ending(final_text=self.last if returncode == 0 else "")
 
 
+def _filled(path: "Path") -> bool:
+    """A regular file with something in it."""
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False
+
+
 def last_line(text: str) -> str:
     return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
 
@@ -164,6 +180,9 @@ class Adapter:
     hook_required = False        # without a working hook, refuse to start (else warn)
     home_var = ""                # the variable that moves the CLI's own folder (and its login) elsewhere
     key_vars: tuple[str, ...] = ()   # the variables the CLI reads an API key or token from
+    install = ""                 # the command that installs the CLI
+    login_command = ""           # the command that logs it in
+    login_files: tuple[str, ...] = ()  # files in its own folder (home) that hold a login
 
     @property
     def hooks(self) -> "HookSpec | None":
@@ -185,6 +204,20 @@ class Adapter:
         home = self.home(env)
         return Account(self.name, os.path.abspath(home) if home is not None else "",
                        key_fingerprint(env, self.key_vars))
+
+    def login(self, env: "Mapping[str, str]", project: "Path | None" = None) -> Login:
+        """Its login from a key variable or a login file; without either it may still log in
+        another way (a keychain, a provider's own login): then Genesis cannot tell."""
+        keys = [name for name in self.key_vars if env.get(name)]
+        if keys:
+            return Login(LOGGED_IN, f"{' and '.join(keys)} set")
+        home = self.home(env)
+        for name in self.login_files if home is not None else ():
+            if _filled(home / name):
+                return Login(LOGGED_IN, f"logged in ({home / name})")
+        files = f", no {' or '.join(str(home / n) for n in self.login_files)}" if home and self.login_files else ""
+        keys_said = f"none of {', '.join(self.key_vars)} set" if self.key_vars else "no key variable it reads"
+        return Login(LOGIN_UNKNOWN, f"cannot tell: {keys_said}{files}; it may log in another way")
 
     def environment(self) -> dict[str, str]:
         """Variables the CLI needs to run unattended; the loop sets each only where the user did not."""

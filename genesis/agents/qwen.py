@@ -212,6 +212,9 @@ class QwenCode(Adapter):
     hooks = QWEN_HOOKS
     home_var = "QWEN_HOME"
     key_vars = ("OPENAI_API_KEY", "DASHSCOPE_API_KEY")
+    install = "npm install -g @qwen-code/qwen-code"
+    login_command = "qwen"
+    login_files = ("oauth_creds.json",)
 
     def home(self, env: Mapping[str, str]) -> Path:
         return config_dir(env)

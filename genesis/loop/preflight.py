@@ -195,7 +195,8 @@ def agent_problem(cfg: Config) -> str | None:
     A relative path with a slash is found from the project, where the agent starts.
     """
     program = cfg.agent_cmd[0]
-    fix = "install it, or set GENESIS_AGENT_CMD (or --agent-cmd) to the agent's command line"
+    fix = (f"install it, or set GENESIS_AGENT_CMD (or --agent-cmd) to the agent's command line "
+           f"(`{hint(cfg.project, 'doctor')}` checks all the loop needs)")
     if "/" in program:
         path = Path(program) if Path(program).is_absolute() else cfg.project / program
         if not path.is_file():

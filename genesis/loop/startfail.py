@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 from genesis import exitcodes
+from genesis.hints import hint
 from genesis.loop.step import Step
 from genesis.watch.agentlog import tail
 from genesis.words import one_line
@@ -80,7 +81,8 @@ def stop_if_it_cannot_start(step: Step, phase: str, command: tuple[str, ...], lo
     step.say(f"{phase}: the agent failed to start {now.same} times in a row, each within {QUICK:g}s, saying: "
              f"{words}. That is a configuration error, not a lack of progress (the breaker was not moved): fix the "
              f"agent command ({shlex.join(command)}; GENESIS_AGENT_CMD) or what it needs (its login, its flags, its "
-             f"environment), try it by hand in {step.cfg.project}, then restart the loop", "error")
+             f"environment; `{hint(step.cfg.project, 'doctor')}` checks them), try it by hand in {step.cfg.project}, "
+             f"then restart the loop", "error")
     step.event("agent_cannot_start", phase=phase, failures=now.same, words=words, command=list(command))
     return exitcodes.USAGE
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import shlex
 import subprocess
 import tempfile
 import time
@@ -17,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 
 from genesis.procs.group import kill_group
 
-__all__ = ["GitFailed", "GitTimeout", "GitRun", "NotARepository", "run_git", "command_name", "GIT_TIMEOUT"]
+__all__ = ["GitFailed", "GitTimeout", "GitRun", "NotARepository", "NotOwned", "run_git", "command_name", "GIT_TIMEOUT"]
 
 GIT_TIMEOUT = 300          # seconds for one git command over the whole work tree
 OUTPUT_LIMIT = 64 << 20    # bytes of output collected from one git command (streamed output is not held)
@@ -27,6 +28,15 @@ EXIT_CHECK = 0.5           # while its output is silent, how often to look wheth
 
 class NotARepository(ValueError):
     pass
+
+
+class NotOwned(NotARepository):
+    """git refuses a repository another user owns ("dubious ownership") until it is named safe."""
+
+    def __init__(self, project: Path, top: str):
+        self.fix = f"git config --global --add safe.directory {shlex.quote(top)}"
+        super().__init__(f"git refuses to work in {project}: another user owns it (git's \"dubious ownership\"); "
+                         f"if you trust it, run: {self.fix}")
 
 
 class GitFailed(RuntimeError):

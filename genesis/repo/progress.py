@@ -8,7 +8,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from genesis.repo.gitcmd import GIT_TIMEOUT, GitFailed, GitRun, NotARepository, command_name, run_git
+from genesis.repo.gitcmd import GIT_TIMEOUT, GitFailed, GitRun, NotARepository, NotOwned, command_name, run_git
 
 __all__ = ["Fingerprint", "NotARepository", "fingerprint", "check_work_tree", "measuring_config", "file_digest"]
 
@@ -47,6 +47,9 @@ def check_work_tree(project: Path, timeout: float = GIT_TIMEOUT) -> Path:
     lines = done.text.splitlines()
     if lines[:1] == ["true"]:
         raise NotARepository(f"{project} is a bare repository; point --project at a work tree")
+    if done.returncode != 0 and "safe.directory" in done.stderr:  # the hint ends git's message
+        top = done.stderr.rsplit("safe.directory", 1)[1].strip() or str(project)
+        raise NotOwned(project, top)
     if done.returncode != 0 or len(lines) < 2 or not lines[1]:
         said = f" (git: {done.stderr.splitlines()[-1]})" if done.stderr else ""
         raise NotARepository(f"{project} is not a git work tree{said}; run `git init` there or pass "

@@ -9,7 +9,7 @@ import pytest
 from helpers.git import git
 from helpers.waits import wait_for
 
-from genesis.repo.gitcmd import GitFailed, GitTimeout, run_git
+from genesis.repo.gitcmd import GitFailed, GitTimeout, NotOwned, run_git
 from genesis.repo.progress import NotARepository, fingerprint, measuring_config
 from genesis.repo.worktree import open_repo
 from genesis.store.layout import Layout, ensure_git_excludes
@@ -106,6 +106,16 @@ def test_a_subdirectory_of_a_repository_is_refused_with_the_top_level_named(proj
     (project / "sub").mkdir()
     with pytest.raises(NotARepository, match=f"inside the git work tree {project}"):
         fingerprint(project / "sub", [])
+
+
+def test_a_repository_another_user_owns_is_named_so_with_the_command_that_trusts_it(project, monkeypatch):
+    monkeypatch.setenv("GIT_TEST_ASSUME_DIFFERENT_OWNER", "1")  # git's own switch for its ownership check
+    with pytest.raises(NotOwned) as refused:
+        fingerprint(project, [])
+    assert "another user owns it (git's \"dubious ownership\")" in str(refused.value)
+    assert "not a git work tree" not in str(refused.value)
+    assert refused.value.fix == f"git config --global --add safe.directory {project}"
+    assert isinstance(refused.value, NotARepository)  # every command's usage error, as before
 
 
 def test_a_bare_repository_is_refused(tmp_path):

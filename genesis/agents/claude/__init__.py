@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from typing import TYPE_CHECKING
 
-from genesis.agents.base import Adapter, Ending, OutputReader, TextReader
+from genesis.agents.base import LOGGED_IN, LOGGED_OUT, LOGIN_UNKNOWN, Adapter, Ending, Login, OutputReader, TextReader
 from genesis.agents.claude.hookcheck import self_test
 from genesis.agents.claude.messages import classify
-from genesis.agents.claude.settings import CLAUDE_HOOKS, user_settings_dir
+from genesis.agents.claude.settings import CLAUDE_HOOKS, settings_path, user_settings_dir
 from genesis.agents.claude.stream import StreamReader
 
 if TYPE_CHECKING:
@@ -19,9 +21,12 @@ if TYPE_CHECKING:
     from genesis.agents.hook.spec import HookSpec
     from genesis.phases import Phase
 
-__all__ = ["ClaudeCode", "ClaudeTextReader", "output_format"]
+__all__ = ["ClaudeCode", "ClaudeTextReader", "output_format", "PROVIDERS"]
 
 STRUCTURED = ("--output-format", "stream-json", "--verbose")
+# Claude Code through a cloud provider logs in with that cloud's own credentials.
+PROVIDERS = {"CLAUDE_CODE_USE_BEDROCK": "Amazon Bedrock", "CLAUDE_CODE_USE_VERTEX": "Google Vertex AI",
+             "CLAUDE_CODE_USE_FOUNDRY": "Microsoft Foundry"}
 
 
 def output_format(argv: tuple[str, ...]) -> str | None:
@@ -58,6 +63,9 @@ class ClaudeCode(Adapter):
     hook_required = True         # without the hook a healthy Claude Code looks stuck
     home_var = "CLAUDE_CONFIG_DIR"
     key_vars = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+    install = "npm install -g @anthropic-ai/claude-code"
+    login_command = "claude auth login"
+    login_files = (".credentials.json",)
 
     @property
     def hooks(self) -> "HookSpec":
@@ -69,6 +77,25 @@ class ClaudeCode(Adapter):
     def hook_check(self, project: "Path", env: "Mapping[str, str]", heartbeat: "Path") -> "HookCheck":
         """Every settings scope Claude Code reads, and its switches."""
         return self_test(project, env, heartbeat)
+
+    def login(self, env: "Mapping[str, str]", project: "Path | None" = None) -> Login:
+        """A key variable, a cloud provider, the credentials file or an apiKeyHelper; on macOS the
+        login is in the Keychain, which cannot be read without asking it."""
+        found = super().login(env, project)
+        if found.state == LOGGED_IN:
+            return found
+        for name, cloud in PROVIDERS.items():
+            if env.get(name, "") not in ("", "0", "false"):
+                return Login(LOGGED_IN, f"{name} set: it logs in with {cloud}'s own credentials")
+        scopes = ("user", "project", "local") if project is not None else ("user",)
+        for path in (settings_path(scope, project or self.home(env), env=env) for scope in scopes):
+            if _names_key_helper(path):
+                return Login(LOGGED_IN, f"an apiKeyHelper in {path}")
+        if sys.platform == "darwin":
+            return Login(LOGIN_UNKNOWN, f"cannot tell: none of {', '.join(self.key_vars)} set, and on macOS "
+                         f"Claude Code keeps its login in the Keychain")
+        return Login(LOGGED_OUT, f"not logged in: none of {', '.join(self.key_vars)} set, and no "
+                     f"{self.home(env) / self.login_files[0]}")
 
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
         """Structured output unless the user chose a format; the phase's turn and budget caps."""
@@ -97,3 +124,12 @@ class ClaudeCode(Adapter):
 
     def options_problem(self, argv: tuple[str, ...], phase: "Phase") -> str | None:
         return None
+
+
+def _names_key_helper(path: "Path") -> bool:
+    """Whether a settings file sets apiKeyHelper (a command that prints the key)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and bool(data.get("apiKeyHelper"))

@@ -50,6 +50,9 @@ class Codex(Adapter):
     hooks = CODEX_HOOKS
     home_var = "CODEX_HOME"
     key_vars = ("CODEX_API_KEY", "OPENAI_API_KEY")
+    install = "npm install -g @openai/codex"
+    login_command = "codex login"
+    login_files = ("auth.json",)
 
     def home(self, env: Mapping[str, str]) -> Path:
         return config_dir(env)

@@ -103,6 +103,8 @@ class CopilotCli(Adapter):
     hooks = COPILOT_HOOKS
     home_var = "COPILOT_HOME"
     key_vars = ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_PROVIDER_API_KEY")
+    install = "npm install -g @github/copilot"
+    login_command = "copilot login"
 
     def home(self, env: "Mapping[str, str]") -> "Path":
         return config_dir(env)

@@ -75,6 +75,9 @@ class GeminiCli(Adapter):
     hooks = GEMINI_HOOKS
     home_var = "GEMINI_CLI_HOME"
     key_vars = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    install = "npm install -g @google/gemini-cli"
+    login_command = "gemini"
+    login_files = ("oauth_creds.json",)
 
     def home(self, env: Mapping[str, str]) -> Path:
         return config_dir(env)

@@ -12,9 +12,11 @@ import os
 import secrets
 import selectors
 import shlex
+import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +30,10 @@ from genesis.hints import hint
 from genesis.store.atomicio import write_text
 
 if TYPE_CHECKING:
+    from genesis.agents.base import Adapter
     from genesis.agents.hook.spec import HookSpec
 
-__all__ = ["HookCheck", "HookCopy", "Run", "run_hook", "why_not", "spec_self_test", "WORKING", "NOT_INSTALLED",
+__all__ = ["HookCheck", "HookCopy", "Run", "run_hook", "why_not", "spec_self_test", "check_outside_loop", "WORKING", "NOT_INSTALLED",
            "BROKEN", "MALFORMED"]
 
 WORKING, NOT_INSTALLED, BROKEN, MALFORMED = "working", "not_installed", "broken", "malformed"
@@ -177,6 +180,19 @@ def why_not(run: Run, command: str, fix: str, heartbeat: Path, timeout: float) -
     if problem:
         return f"it wrote nothing: {problem}; fix that, or set GENESIS_STATE_DIR to a directory of yours"
     return f"it exited 0 but wrote no heartbeat to {heartbeat}; {fix}"
+
+
+def check_outside_loop(adapter: "Adapter", project: Path, environ: Mapping[str, str]) -> HookCheck | None:
+    """The adapter's hook run as installed, outside any loop (`genesis hook status`, `genesis
+    doctor`): the user's environment without Genesis's settings, and a heartbeat folder of its
+    own (0700), removed after. None: the CLI has no hooks."""
+    scratch = Path(tempfile.mkdtemp(prefix="genesis-hook-status-"))
+    try:
+        env = {k: v for k, v in environ.items() if not k.startswith("GENESIS_")}
+        env.update(GENESIS_AGENT="hook-status", GENESIS_RUN_ID=f"hook-status-{os.getpid()}")
+        return adapter.hook_check(project, env, scratch / "heartbeat.json")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def spec_self_test(spec: "HookSpec", project: Path, env: Mapping[str, str], heartbeat: Path,

@@ -44,6 +44,9 @@ class OpenCode(Adapter):
     hooks = OPENCODE_HOOKS
     home_var = "XDG_DATA_HOME"   # its logins are in $XDG_DATA_HOME/opencode/auth.json
     key_vars = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY")
+    install = "npm install -g opencode-ai"
+    login_command = "opencode auth login"
+    login_files = ("auth.json",)
 
     def home(self, env: Mapping[str, str]) -> Path:
         base = Path(env["XDG_DATA_HOME"]) if env.get("XDG_DATA_HOME") else home_dir(env) / ".local" / "share"
