@@ -30,7 +30,8 @@ ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 PLACEHOLDER = re.compile(r"<[A-Za-z][\w.-]*>")       # <id>, <run-id>: one word
 REDIRECTION = re.compile(r"(?<!\S)\d*(?:>>|>&|&>|>|<)\s*[^\s;|&]+")   # >log, 2>&1, <in
 HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
-INSTALL = re.compile(r"\bpip3? install\b|\bpipx install\b|\buv tool install\b")
+# Puts `genesis` on the PATH (not .venv/bin/pip, which leaves it in .venv/bin).
+INSTALL = re.compile(r"(?<![\w/.-])(?:pip3?|pipx) install\b|\buv tool install\b")
 BARE_LINE = re.compile(r"^\s*(?:\$\s+)?(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*genesis(?:\s|$)")
 GENESIS = "bin/genesis"
 LOOP = "start-multi-agent-loop.sh"
@@ -257,10 +258,10 @@ def test_the_reading_fails_on_what_it_should(line, error):
 
 def test_a_bare_genesis_is_allowed_after_a_pip_install_in_its_block(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("```bash\ngenesis status\n```\n\n```bash\npip install genesis-loop\ngenesis status \\\n"
+    page.write_text("```bash\n.venv/bin/pip install -e .\ngenesis status\n```\n\n```bash\npip install genesis-loop\ngenesis status \\\n"
                     "  --json\ncat <<'EOF'\ngenesis in a heredoc\nEOF\n```\n")
     first, second = docs.blocks(page)
-    assert [(u.where, u.program) for u in block_uses(first, "page.md")] == [("page.md:2", "bare"),
-                                                                           ("page.md:2", "genesis")]
+    assert [(u.where, u.program) for u in block_uses(first, "page.md")] == [("page.md:3", "bare"),
+                                                                           ("page.md:3", "genesis")]
     assert [(u.where, u.program, u.args) for u in block_uses(second, "page.md")] == \
-        [("page.md:7", "genesis", ("status", "--json"))]
+        [("page.md:8", "genesis", ("status", "--json"))]
