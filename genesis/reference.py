@@ -395,6 +395,9 @@ def main(argv: list[str]) -> int:
     if argv not in ([], ["--check"]):
         print(f"usage: {COMMAND} [--check]", file=sys.stderr)
         return exitcodes.USAGE
+    if not REFERENCE.is_dir():
+        print(f"{COMMAND}: no docs/reference/ beside the package; run it in a Genesis checkout", file=sys.stderr)
+        return exitcodes.USAGE
     if argv == ["--check"]:
         old = stale()
         for name in old:
