@@ -13,11 +13,11 @@
 # one monitor (`genesis fleet run`) that merges each verified task home.
 #
 # --engine temporal (with --parallel) puts that fleet on a Temporal server, so it spans
-# machines: each machine runs `genesis worker`; this one is the fleet's home (README: "Past one
-# machine: --engine temporal").
+# machines: each machine runs `genesis worker`; this one is the fleet's home (see
+# docs/guides/temporal.md).
 #
 # --fleet FILE runs the fleets of several projects under that one monitor: FILE (TOML) lists
-# each project's path, parallel and settings (README: "Several projects"). The account's
+# each project's path, parallel and settings (see docs/guides/fleet.md). The account's
 # usage limits, the cascade pause and max_parallel span them all. Not with --project or
 # --parallel (the file says both).
 #

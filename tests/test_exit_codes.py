@@ -1,5 +1,6 @@
-"""One exit-code contract: start-multi-agent-loop.sh, genesis/exitcodes.py, the script's header
-and the README's "Exit codes" table say the same thing.
+"""One exit-code contract: start-multi-agent-loop.sh, genesis/exitcodes.py, the script's header,
+the reference (docs/reference/exit-codes.md, generated from exitcodes.py) and the README's short
+"Exit codes" table say the same thing.
 
 The script names its codes in one block of readonly constants at its top, EXIT_<name> for
 <name> in genesis/exitcodes.py, and spells no code as a number anywhere else.
@@ -13,15 +14,16 @@ import shlex
 import pytest
 from helpers import paths
 
-from genesis import exitcodes
+from genesis import exitcodes, reference
 
 SCRIPT = paths.LOOP
 README = paths.ROOT / "README.md"
+REFERENCE = paths.ROOT / "docs" / "reference" / "exit-codes.md"
 PREFIX = "EXIT_"
 THIS = "tests/test_exit_codes.py"
 
 # Codes the loop itself never ends with (only a step or another command does). Every other code
-# in exitcodes.py is one the loop can end with: the README's table and the script's header list it.
+# in exitcodes.py is one the loop can end with: the reference and the script's header say so.
 STEPS_ONLY = {
     "NOT_RUNNING": "only `genesis stop` and `genesis status` exit with it",
     "AGENT_FAILED": "run-phase: the phase failed, the loop goes on",
@@ -168,19 +170,34 @@ def case_patterns(words: list[str]) -> list[str]:
     return patterns
 
 
-def readme_table() -> dict[int, tuple[str, str]]:
-    """The README's "Exit codes" table: code -> (the script's column, run-phase's column)."""
+def reference_sections() -> dict[int, str]:
+    """The reference's section of each code: value -> its text (from its heading to the next)."""
+    text = REFERENCE.read_text()
+    found = {int(m.group(1)): m.group(2)
+             for m in re.finditer(r"^### (\d+) `\w+`\n(.*?)(?=^#{1,3} |\Z)", text, re.M | re.S)}
+    assert found, f"{REFERENCE.name} has no '### <code> `<NAME>`' sections: run `.venv/bin/{reference.COMMAND}`"
+    return found
+
+
+def words(text: str) -> str:
+    """Text as a reader sees it, for comparing: links as their text, no code marks, one space, lower case."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    return " ".join(text.replace("`", "").replace("*", "").split()).lower().strip(" .")
+
+
+def readme_table() -> dict[tuple[int, ...], str]:
+    """The README's short "Exit codes" table: its codes (a row may give several, `129 / 130`)
+    -> the row's meaning (its second cell)."""
     text = README.read_text()
-    match = re.search(r"^## Exit codes\n(.*?)(?=^## )", text, re.M | re.S)
-    assert match, "README.md has no '## Exit codes' section"
-    rows: dict[int, tuple[str, str]] = {}
+    match = re.search(r"^## Exit codes\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, "README.md has no '## Exit codes' section (a short table of the codes a user meets)"
+    rows: dict[tuple[int, ...], str] = {}
     for line in match.group(1).splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if not line.startswith("|") or not re.fullmatch(r"[\d /]+", cells[0]):
+        if not line.startswith("|") or len(cells) < 2 or not re.fullmatch(r"\[?[\d /]+\]?(\([^)]*\))?", cells[0]):
             continue  # not a row, the header row or the separator
-        for code in re.findall(r"\d+", cells[0]):
-            assert int(code) not in rows, f"README's exit-code table lists {code} twice"
-            rows[int(code)] = (cells[1], cells[2] if len(cells) > 2 else "")
+        codes = tuple(int(code) for code in re.findall(r"\d+", re.sub(r"\(.*\)", "", cells[0])))
+        rows[codes] = cells[1]
     assert rows, "README's '## Exit codes' section has no table of codes"
     return rows
 
@@ -276,22 +293,51 @@ def test_the_loop_ends_only_with_codes_it_can_end_with():
 
 
 @pytest.mark.parametrize("name", sorted(python_codes()))
-def test_the_readme_table_agrees(name):
-    value, table = python_codes()[name], readme_table()
+def test_the_reference_says_who_ends_with_each_code(name):
+    value, sections = python_codes()[name], reference_sections()
+    assert value in sections, (
+        f"{REFERENCE.name} does not list {value} ({name} in genesis/exitcodes.py): run "
+        f"`.venv/bin/{reference.COMMAND}` (and give it its entry in ENDS of genesis/reference.py)")
+    by_loop = "**The loop**" in sections[value]
     if name in STEPS_ONLY:
-        assert value not in table or not table[value][0], (
-            f"README's exit-code table says the loop ends with {value} ({name}), but {THIS} says only steps "
-            f"do ({STEPS_ONLY[name]}): fix the table's start-multi-agent-loop.sh column, or STEPS_ONLY")
+        assert not by_loop, (
+            f"{REFERENCE.name} says the loop ends with {value} ({name}), but {THIS} says only steps do "
+            f"({STEPS_ONLY[name]}): fix its entry in ENDS of genesis/reference.py, or STEPS_ONLY")
     else:
-        assert value in table and table[value][0], (
-            f"the loop can end with {value} ({name} in genesis/exitcodes.py): add a row '| {value} | <what it means "
-            f"for start-multi-agent-loop.sh> | ... |' to README's exit-code table, or list {name} in STEPS_ONLY in "
-            f"{THIS} with the reason")
+        assert by_loop, (
+            f"the loop can end with {value} ({name} in genesis/exitcodes.py): say what it means for "
+            f"start-multi-agent-loop.sh in its entry in ENDS of genesis/reference.py, or list {name} in STEPS_ONLY "
+            f"in {THIS} with the reason")
 
 
-def test_every_code_in_the_readme_table_exists():
-    unknown = sorted(set(readme_table()) - set(python_codes().values()))
-    assert not unknown, f"README's exit-code table lists codes genesis/exitcodes.py does not define: {unknown}"
+def test_every_code_in_the_reference_exists():
+    unknown = sorted(set(reference_sections()) - set(python_codes().values()))
+    assert not unknown, f"{REFERENCE.name} lists codes genesis/exitcodes.py does not define: {unknown}"
+
+
+def test_the_readmes_short_table_says_what_the_reference_says():
+    """Each code of the README's table exists, and its meaning there is the reference's: a part of
+    what the reference says of it, or the whole of its meaning in exitcodes.py. A row of several
+    codes (`129 / 130 / 143`) may give one meaning each, ' / '-separated, or one for them all."""
+    sections, codes_by_value = reference_sections(), {code.value: code for code in reference.exit_codes()}
+    wrong = []
+    for codes, meaning in readme_table().items():
+        unknown = [code for code in codes if code not in sections]
+        if unknown:
+            wrong.append(f"{unknown}: no such code in genesis/exitcodes.py")
+            continue
+        parts = meaning.split(" / ")
+        pairs = [((code,), part) for code, part in zip(codes, parts)] if 1 < len(codes) == len(parts) \
+            else [(codes, meaning)]
+        for group, part in pairs:
+            said = words(" ".join(sections[code] for code in group))
+            if words(part) not in said and not any(words(codes_by_value[c].meaning) in words(part) for c in group):
+                wrong += [f"{code}: the README says '{part}'; the reference says '{codes_by_value[code].meaning}' "
+                          f"(docs/reference/exit-codes.md#{reference.anchor_of(codes_by_value[code])})"
+                          for code in group]
+    assert not wrong, (
+        "README's exit-code table disagrees with the reference (write a part of what the reference says of the "
+        "code, or its whole meaning):\n" + "\n".join(wrong))
 
 
 def test_the_scripts_header_lists_the_codes_the_loop_ends_with():

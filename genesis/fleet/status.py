@@ -1,5 +1,5 @@
 """`genesis fleet status`: every task of the project's fleet, live, as a screen or one JSON
-document (schema 1: docs/fleet-status-json.md).
+document (schema 1: docs/reference/fleet-status-json.md).
 
 Everything here only reads: the fleet ledger read-only, the monitor's heartbeat file, a
 momentary shared probe of the monitor's lock, and each running child's own state through
@@ -314,7 +314,7 @@ def _age(now: float, epoch: float | None) -> float | None:
 
 
 def document(fs: FleetStatus) -> dict[str, Any]:
-    """The fleet as one JSON-ready document (docs/fleet-status-json.md)."""
+    """The fleet as one JSON-ready document (docs/reference/fleet-status-json.md)."""
     now, m = fs.now, fs.monitor
     return {
         "schema": SCHEMA,
@@ -503,7 +503,7 @@ def run_fleets_status(fleet_file: Path, projects: Sequence[Path], as_json: bool 
                       clock: Callable[[], float] = time.time) -> int:
     """Every project of a fleet file (`--fleet`): one section each, or one JSON document whose
     `projects` are the documents `fleet status --json` gives for each (schema 1:
-    docs/fleet-status-json.md). Exit 0 when a fleet ran on one of them, NOT_RUNNING otherwise."""
+    docs/reference/fleet-status-json.md). Exit 0 when a fleet ran on one of them, NOT_RUNNING otherwise."""
     out = out if out is not None else sys.stdout
     now = clock()
     found = [read(project, now=now) for project in projects]

@@ -20,7 +20,7 @@ __all__ = ["Box", "Unavailable", "choose", "CHOICES", "BUBBLEWRAP", "LANDLOCK", 
 
 BUBBLEWRAP, LANDLOCK, SEATBELT, NONE, OFF = "bubblewrap", "landlock", "seatbelt", "none", "off"
 CHOICES = ("auto", "bwrap", LANDLOCK, SEATBELT, OFF)
-UNBOXED = "Genesis fails closed instead (see README, The sandbox)"
+UNBOXED = "Genesis fails closed instead (see docs/concepts/box.md)"
 
 
 class Unavailable(RuntimeError):

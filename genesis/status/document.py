@@ -1,5 +1,5 @@
 """`genesis status --json`: the status as one JSON document, for a tmux status line, a cron
-check or a monitoring probe (the schema is docs/status-json.md).
+check or a monitoring probe (the schema is docs/reference/status-json.md).
 
 Its promise: within one SCHEMA, keys are only ever added, never renamed, removed or given
 another type. Every documented key is always present (null when its thing is absent),

@@ -6,7 +6,7 @@ each phase run, with the agent and model its start recorded) and its fleet ledge
 attempts: one child loop's run each, with the CLI and model its launch recorded). A running
 child's cost so far is read from its own ledger, found beside the project's git dir. Every
 ledger is read within MAX_ROWS rows; one that cannot be read is said in `error` and the other
-projects still count. docs/dashboard-metrics.md describes the document.
+projects still count. docs/reference/dashboard-metrics.md describes the document.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The health score of a project (0-100) and of the machine, from the documents `status --json`
-and `fleet status --json` give (docs/status-json.md, docs/fleet-status-json.md): pure and fast.
+and `fleet status --json` give (docs/reference/status-json.md, docs/reference/fleet-status-json.md): pure and fast.
 
 A project starts at 100; each thing wrong takes the points of its row in COSTS, and the score
 stops at 0. What stops work or loses it (a stuck or wedged agent, an open breaker, a task failed

@@ -1,6 +1,6 @@
 """`genesis fleet status [--json]`: every task of a fleet with its state, attempts, agent, branch,
 worktree and its running child's own phase and health; the monitor, the fleet's pauses; the
-JSON document key by key against docs/fleet-status-json.md; bounded for large fleets."""
+JSON document key by key against docs/reference/fleet-status-json.md; bounded for large fleets."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
+from helpers.docs import linked_from
 from helpers.git import git
 from helpers.nights import first_hour
 
@@ -28,7 +29,7 @@ from genesis.ledger.store import Ledger, iso
 from genesis.store.atomicio import write_json
 from genesis.store.looplock import hold
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "fleet-status-json.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "fleet-status-json.md"
 T0 = float(calendar.timegm((2025, 11, 21, 1, 30, 0)))
 CHILD_RUN = "20251121T003000Z-777"
 ROW = re.compile(r"^\| `([a-z_.\[\]]+)` \| ([a-z ]+) \| (.*) \|$")
@@ -287,5 +288,4 @@ def test_not_a_git_work_tree_is_a_usage_document_and_the_cli_agrees(tmp_path, pr
 def test_the_schema_is_written_down():
     keys = documented()
     assert {"tasks[].child.health_class", "counts.needs_review", "monitor.alive", "limit.until"} <= set(keys)
-    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "morning.md"  # where fleet status is told
-    assert "(../reference/fleet-status-json.md)" in guide.read_text()
+    assert linked_from(DOC), f"no page of the manual links {DOC.name}"

@@ -1,4 +1,4 @@
-"""`genesis status --json`: the document docs/status-json.md describes, key by key, in every
+"""`genesis status --json`: the document docs/reference/status-json.md describes, key by key, in every
 state of the loop; a damaged ledger or state file gives a document that says so, never a
 traceback, and the plain command's exit code."""
 
@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.docs import linked_from
 from helpers.nights import first_hour
 from helpers.loop import GENESIS
 
@@ -24,7 +25,7 @@ from genesis.status.view import layout_of
 from genesis.store.atomicio import write_json
 from genesis.store.looplock import hold
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "status-json.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "status-json.md"
 T0 = float(calendar.timegm((2025, 11, 21, 1, 30, 0)))
 RUN = "20251121T003000Z-4242"
 ROW = re.compile(r"^\| `([a-z_.\[\]]+)` \| ([a-z ]+) \| (.*) \|$")
@@ -32,7 +33,7 @@ TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
 
 
 def documented() -> dict[str, tuple[str, bool]]:
-    """Every key docs/status-json.md lists: its path -> (type, whether it may be null)."""
+    """Every key docs/reference/status-json.md lists: its path -> (type, whether it may be null)."""
     keys = {}
     for line in DOC.read_text().splitlines():
         found = ROW.match(line)
@@ -256,5 +257,4 @@ def test_json_and_watch_do_not_go_together(project):
 def test_the_schema_is_written_down_and_the_manual_links_it():
     keys = documented()
     assert len(keys) > 90 and "totals.abnormal_phases" in keys and "loops[].reason" in keys
-    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "morning.md"  # where status --json is told
-    assert "(../reference/status-json.md)" in guide.read_text()
+    assert linked_from(DOC), f"no page of the manual links {DOC.name}"

@@ -1,7 +1,7 @@
 """The dashboard's metrics (genesis/web/metrics.py): agent runs by agent CLI, model, task and
 project, over time, by retries needed, and what retries cost; read from a real loop's and a real
 fleet's ledgers, and from ledgers written through their own APIs with every figure known; a
-damaged ledger is its project's error alone; every document is the one docs/dashboard-metrics.md
+damaged ledger is its project's error alone; every document is the one docs/reference/dashboard-metrics.md
 describes, key by key."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from helpers.docs import linked_from
 from helpers.fleet import TASK_AGENT, fleet_dir, fleet_env, fleet_project, task_agent
 from helpers.gate import simagent
 from helpers.git import git, new_repo
@@ -24,7 +25,7 @@ from genesis.ledger.store import Ledger
 from genesis.web import metrics as metrics_mod
 from genesis.web.metrics import ProjectSource, metrics
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "dashboard-metrics.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "dashboard-metrics.md"
 ROW = re.compile(r"^\| `([a-z_.\[\]]+)` \| ([a-z ]+) \| (.*) \|$")
 TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
 HOUR = 3600.0
@@ -46,7 +47,7 @@ def documented() -> dict[str, tuple[str, bool]]:
 
 def check(doc: dict) -> None:
     """Every documented key is present with its type; no key is undocumented (as tests/status/
-    test_document.py checks docs/status-json.md)."""
+    test_document.py checks docs/reference/status-json.md)."""
     keys = documented()
 
     def children(path: str) -> set[str]:
@@ -308,12 +309,11 @@ def test_no_ledger_yet_is_no_run_and_no_error(project):
                                 "failures": [0]}
 
 
-def test_the_document_is_written_down_and_the_dashboard_guide_links_it():
+def test_the_document_is_written_down_and_the_manual_links_it():
     found = documented()
     assert {"by.model[].failure_rate", "over_time.escalations", "retry_histogram.counts", "errors[].error"} <= \
         set(found)
-    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "dashboard.md"
-    assert "](../reference/dashboard-metrics.md)" in guide.read_text()
+    assert linked_from(DOC), f"no page of the manual links {DOC.name}"
 
 
 def test_two_projects_of_one_name_are_told_apart(tmp_path):
