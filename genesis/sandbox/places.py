@@ -176,18 +176,21 @@ def install_paths(program: str | None, env: Mapping[str, str]) -> list[str]:
     if not program:
         return []
     real = _real(program)
-    found = [os.path.dirname(program), real and os.path.dirname(real), _root_of(program), _root_of(real)]
     interpreter = _interpreter(real, env) if real else None
-    if interpreter:
-        real_interpreter = _real(interpreter)
-        found += [os.path.dirname(interpreter), real_interpreter and os.path.dirname(real_interpreter),
-                  _root_of(interpreter), _root_of(real_interpreter)]
-    found += [_venv_base(root) for root in found[2:] if root]
+    named = [p for p in (program, real, interpreter, _real(interpreter)) if p]
+    roots = [root for root in map(_root_of, named) if root]
+    found = [os.path.dirname(p) for p in named] + roots + [_venv_base(root) for root in roots]
     return [p for p in map(_real, found) if p]
 
 
 def _read_small(path: str) -> str | None:
-    """A git admin file's first line (commondir, gitdir): bounded, never a FIFO or a device."""
+    """A small file's first line (git's commondir or gitdir, a script's `#!`)."""
+    lines = _read_lines(path)
+    return lines[0].strip() if lines and lines[0].strip() else None
+
+
+def _read_lines(path: str) -> list[str] | None:
+    """A small file's first 4 KiB, as lines: bounded, never a FIFO or a device, nor a symlink."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
@@ -200,16 +203,7 @@ def _read_small(path: str) -> str | None:
         return None
     finally:
         os.close(fd)
-    line = data.decode("utf-8", "replace").splitlines()
-    return line[0].strip() if line and line[0].strip() else None
-
-
-def _read_lines(path: str) -> list[str] | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(65536).splitlines()
-    except OSError:
-        return None
+    return data.decode("utf-8", "replace").splitlines()
 
 
 def _common_of(git_dir: str) -> str:

@@ -146,9 +146,9 @@ class Mirror:
 
     def _said_start(self, text: str, a: dict, number: int) -> None:
         kind = a.get("kind") if a.get("kind") in KINDS else "start"
-        host = str(a.get("host") or "")
-        self.lines.append(started_line(text, kind, int(a.get("attempt") or number), str(a.get("agent", "")))
-                          + (f" on {host}" if host else ""))
+        host, said = str(a.get("host") or ""), a.get("attempt")
+        number = said if isinstance(said, int) and not isinstance(said, bool) and said > 0 else number
+        self.lines.append(started_line(text, kind, number, str(a.get("agent", ""))) + (f" on {host}" if host else ""))
 
     def _events(self, led: FleetLedger, task_id: str, text: str, state: str, said: dict) -> None:
         kind = {"merged": "merged", "ready": "merged", "failed": "failed_permanently",
