@@ -64,13 +64,12 @@ class Mirror:
                 runs = [t for t in tries.get(task_id, []) if t.activity == "run_attempt"]
                 attempts = [a for a in memo.get("attempts", []) if isinstance(a, dict)]
                 text = str(row.get("text", ""))
-                for index in range(self.started.get(task_id, 0), len(attempts)):
-                    self._said_start(text, attempts[index], index + 1)
-                    self.started[task_id] = index + 1
-                for index in range(self.done.get(task_id, 0), len(attempts)):
-                    attempt = attempts[index]
-                    if attempt.get("ended") is None:
-                        break
+                for index, attempt in enumerate(attempts):   # in order: each start before its end
+                    if index >= self.started.get(task_id, 0):
+                        self._said_start(text, attempt, index + 1)
+                        self.started[task_id] = index + 1
+                    if index != self.done.get(task_id, 0) or attempt.get("ended") is None:
+                        continue
                     self._attempt(led, task_id, attempt, runs[index] if index < len(runs) else None)
                     self.done[task_id] = index + 1
                     code = attempt.get("exit_code")
