@@ -10,18 +10,26 @@ thrown away), after the half-done git operation is abandoned and HEAD is on the 
 Before anything moves, the work tree as the killed attempt left it is kept at
 `refs/genesis/leftovers/<task>/attempt-<n>` (where no history check looks); the commit says
 "work left by attempt N, which ended: ...".
+
+The breaker the last attempt left (OPEN after it made no progress) would refuse the next
+child at once: each attempt starts with a fair breaker, the old file kept beside it as evidence.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from genesis.fleet.worktrees import Git
+from genesis.loop.breaker import CLOSED, BreakerState
 from genesis.repo.autocommit import user_changes
+from genesis.store.atomicio import CorruptFile, read_json
 
-__all__ = ["make_startable", "SNAPSHOTS"]
+__all__ = ["make_startable", "unfair", "set_breaker_aside", "SNAPSHOTS", "BREAKER_FILE"]
 
 SNAPSHOTS = "refs/genesis/leftovers"   # a killed attempt's work tree, kept where no history check looks
+BREAKER_FILE = Path("orchestrator") / ".circuit_breaker.json"   # Layout.breaker_file, in the worktree
+
 
 # The git operation under way, by the file git keeps in the worktree's git dir while it is.
 _UNDER_WAY = (("rebase-merge", ("rebase", "--abort")), ("rebase-apply", ("rebase", "--abort")),
@@ -35,7 +43,7 @@ def make_startable(worktree: Path, branch: str, attempt: int, ended: str, *, hoo
     <reason>". What was done, in words (empty when the worktree was startable as it was).
     GitFailed when git cannot do it."""
     git = Git(Path(worktree), hooks)
-    done: list[str] = []
+    done: list[str] = [said for said in (set_breaker_aside(Path(worktree), attempt),) if said]
     git_dir = Path(git.out("rev-parse", "--absolute-git-dir"))
     for marker, abort in _UNDER_WAY:
         if (git_dir / marker).exists():
@@ -61,6 +69,29 @@ def make_startable(worktree: Path, branch: str, attempt: int, ended: str, *, hoo
                 f"Genesis: work left by attempt {attempt}, which ended: {ended}"[:500], identity=True)
         done.append(f"committed {len(paths)} file(s) left uncommitted by attempt {attempt}")
     return done
+
+
+def unfair(state: BreakerState) -> bool:
+    """Whether a breaker left by the last attempt holds anything against the next one."""
+    return state.state != CLOSED or state.no_progress_count > 0
+
+
+def set_breaker_aside(worktree: Path, attempt: int) -> str:
+    """Move the breaker file attempt left in worktree aside (kept as `<name>.attempt-N`, which
+    the loop's ignore pattern covers) when it would count against the next attempt; what was
+    done, in words ("" when nothing). A file the loop cannot read is left to its preflight."""
+    path = worktree / BREAKER_FILE
+    try:
+        data = read_json(path)
+        state = BreakerState.from_json(data) if data is not None else None
+    except (CorruptFile, ValueError, OSError):
+        return ""
+    if state is None or not unfair(state):
+        return ""
+    kept = path.with_name(f"{path.name}.attempt-{attempt}")
+    os.replace(path, kept)
+    return (f"set aside the circuit breaker attempt {attempt} left ({state.state}, {state.no_progress_count} "
+            f"iteration(s) without progress; kept as {kept.name}): the next attempt starts with a fair breaker")
 
 
 def _snapshot(git: Git, git_dir: Path, ref: str, message: str) -> str:

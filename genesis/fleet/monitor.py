@@ -55,6 +55,7 @@ from genesis.fleet import cascade as cascade_mod
 from genesis.fleet import children as kids
 from genesis.fleet import ladder, merging, worktrees
 from genesis.fleet.leftovers import make_startable
+from genesis.fleet.lines import ended_line, merged_line, say, started_line
 from genesis.fleet.budget import SPENDING, RestartBudget
 from genesis.fleet.beats import BeatBook, newest_beat
 from genesis.fleet.ledger import TERMINAL, FleetLedger, TaskRow
@@ -97,16 +98,6 @@ MERGER_PROMPT = Path(__file__).resolve().parent.parent / "data" / "prompts" / "m
 
 def fleet_dir_of(layout: Layout) -> Path:
     return layout.state_dir / FLEET_DIR
-
-
-def say(message: str, kind: str = "info") -> None:
-    stamp = time.strftime("%H:%M:%S")
-    prefix = "genesis: error: " if kind == "error" else "genesis: warning: " if kind == "warn" else \
-        f"[genesis fleet {stamp}] "
-    try:
-        print(prefix + message, file=sys.stderr, flush=True)
-    except OSError:
-        pass  # the terminal went away: the ledger keeps the record
 
 
 class FleetLocked(RuntimeError):
@@ -403,7 +394,7 @@ class Monitor:
         self.ledger.record("launch", row.id, attempt=attempt.attempt, pid=child.pid, how=kind, agent=chosen.name,
                            port_base=ports[0], port_count=ports[1], worktree=str(wt), log=str(spec.log),
                            cli=cli, model=model)
-        say(f"started {row.text!r} ({kind}, attempt {attempt.attempt}, {chosen.name}) in {wt} (pid {child.pid}, "
+        say(started_line(row.text, kind, attempt.attempt, chosen.name) + f" in {wt} (pid {child.pid}, "
             f"ports {ports[0]}-{ports[0] + ports[1] - 1})")
         return True
 
@@ -573,7 +564,7 @@ class Monitor:
                            exit_code=ending.exit_code, outcome=verdict.outcome, cost_usd=ending.cost,
                            ended_at=ending.at, reason=verdict.reason)
         log = self.fleet_dir / "children" / f"{task_id}.attempt-{child.attempt or row.attempts}.log"
-        say(f"{row.text!r} ended: exit {ending.exit_code}, {verdict.outcome} ({verdict.reason})"
+        say(ended_line(row.text, ending.exit_code, verdict.outcome, verdict.reason)
             + ("" if verdict.outcome == "verified" else f"; its output: {log}"))
         if verdict.fleet_code is not None and self.fatal is None:
             self.fatal = verdict.fleet_code
@@ -753,7 +744,7 @@ class Monitor:
             self.ledger.set_state(row.id, state, result.detail, merged_sha=result.sha)
             self.ledger.record("rebased" if again else "merged", row.id, sha=result.sha, commits=list(result.commits),
                                outcome=state)
-            say(f"{row.text!r} {'came home' if state == 'merged' else 'is ready for review'}: {result.sha[:12]}")
+            say(merged_line(row.text, state, result.sha))
         elif result.outcome == "held":
             if row.reason != f"merge held: {result.detail}":
                 self.ledger.record("merge_held", row.id, reason=result.detail)

@@ -2,8 +2,9 @@
 
 Under bubblewrap the agent gets a private /tmp: a fresh tmpfs, so no pre-existing server
 socket there (tmux's, an editor's, a database's) is reachable. What the agent was given
-that lives under /tmp (the project, HOME, TMPDIR, the agent's program and PATH folders, a
-file its command line or environment names) is bound back in; a socket never is.
+that lives under /tmp (the project, HOME, TMPDIR, the agent's program and PATH folders, the
+install root of the program and of its interpreter, a file its command line or environment
+names) is bound back in; a socket never is.
 
 In a repository with linked worktrees (`git worktree add`, a fleet's children) the agent's
 own git must write the common git dir (objects, refs) for its commits, while the other work
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["Places", "places_for", "code_paths", "worktree_layers", "TMP", "WORKTREE_ROOT"]
+__all__ = ["Places", "places_for", "code_paths", "install_paths", "worktree_layers", "TMP", "WORKTREE_ROOT"]
 
 TMP = "/tmp"
 WORKTREE_ROOT = "genesis-worktrees"   # the fleet's worktrees, by default, inside the common git dir
@@ -114,20 +115,82 @@ def code_paths(package: Path) -> list[str]:
 
 
 def _program(argv: tuple[str, ...], env: Mapping[str, str], cwd: str) -> str | None:
+    """The program argv runs, as its command or PATH names it (a symlink not yet followed)."""
     if not argv:
         return None
     program = argv[0]
     if "/" in program:
-        return _real(os.path.join(cwd, program))
+        return os.path.normpath(os.path.join(cwd, program))
     for folder in env.get("PATH", "").split(os.pathsep):
         candidate = os.path.join(folder, program)
         if folder and os.access(candidate, os.X_OK):
-            return _real(candidate)
+            return os.path.abspath(candidate)
     return None
 
 
+def _root_of(path: str | None) -> str | None:
+    """The install root a program's path lies in: the outermost `node_modules` (an npm package
+    and its dependencies), or the prefix above its `bin` folder when that holds a venv
+    (pyvenv.cfg) or an installation (lib/)."""
+    if not path:
+        return None
+    at = path.find("/node_modules/")
+    if at >= 0:
+        return path[:at] + "/node_modules"
+    folder = os.path.dirname(path)
+    prefix = os.path.dirname(folder)
+    if os.path.basename(folder) == "bin" and prefix != "/" and (
+            os.path.isfile(os.path.join(prefix, "pyvenv.cfg")) or os.path.isdir(os.path.join(prefix, "lib"))):
+        return prefix
+    return None
+
+
+def _interpreter(script: str, env: Mapping[str, str]) -> str | None:
+    """The interpreter a script's `#!` line names (through `env`, found on PATH), or None."""
+    line = _read_small(script)
+    if not line or not line.startswith("#!"):
+        return None
+    words = line[2:].split()
+    if words and os.path.basename(words[0]) == "env":
+        named = next((w for w in words[1:] if not w.startswith("-") and "=" not in w), None)
+        return _program((named,), env, "/") if named else None
+    return words[0] if words else None
+
+
+def _venv_base(root: str | None) -> str | None:
+    """The base installation a venv was made from (its pyvenv.cfg's `home`, the folder above it)."""
+    if not root:
+        return None
+    for line in (_read_lines(os.path.join(root, "pyvenv.cfg")) or []):
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and value.strip():
+            home = value.strip()
+            return os.path.dirname(home) if os.path.basename(home) == "bin" else home
+    return None
+
+
+def install_paths(program: str | None, env: Mapping[str, str]) -> list[str]:
+    """What a program needs to run beyond its own file: its folder (as named and as found), its
+    install root (a venv with its base, an npm prefix's node_modules), and the same for the
+    interpreter of its `#!` line (node, python). An agent installed under /tmp dies without them."""
+    if not program:
+        return []
+    real = _real(program)
+    interpreter = _interpreter(real, env) if real else None
+    named = [p for p in (program, real, interpreter, _real(interpreter)) if p]
+    roots = [root for root in map(_root_of, named) if root]
+    found = [os.path.dirname(p) for p in named] + roots + [_venv_base(root) for root in roots]
+    return [p for p in map(_real, found) if p]
+
+
 def _read_small(path: str) -> str | None:
-    """A git admin file's first line (commondir, gitdir): bounded, never a FIFO or a device."""
+    """A small file's first line (git's commondir or gitdir, a script's `#!`)."""
+    lines = _read_lines(path)
+    return lines[0].strip() if lines and lines[0].strip() else None
+
+
+def _read_lines(path: str) -> list[str] | None:
+    """A small file's first 4 KiB, as lines: bounded, never a FIFO or a device, nor a symlink."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
@@ -140,8 +203,7 @@ def _read_small(path: str) -> str | None:
         return None
     finally:
         os.close(fd)
-    line = data.decode("utf-8", "replace").splitlines()
-    return line[0].strip() if line and line[0].strip() else None
+    return data.decode("utf-8", "replace").splitlines()
 
 
 def _common_of(git_dir: str) -> str:
@@ -214,9 +276,7 @@ def places_for(project: Path, state_dir: Path, heartbeat_dir: Path, log_dir: Pat
     state = _real(state_dir) or str(state_dir)
     layers, linked, git_writable = worktree_layers(proj, os.path.dirname(state), tuple(p for p in (home, tmpdir) if p))
     wanted += linked
-    program = _program(argv, env, proj)
-    if program:
-        wanted.append(os.path.dirname(program))
+    wanted += install_paths(_program(argv, env, proj), env)
     wanted += [_real(p) for p in env.get("PATH", "").split(os.pathsep) if p]
     named = [*argv[1:], *env.values()]  # a script the command runs, a file the environment names
     wanted += [_named(v) for v in named if v.startswith(TMP + "/") and "\n" not in v and len(v) < 4096]

@@ -10,6 +10,7 @@ workflow stands for the monitor: it is alive while the workflow runs.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.service import RPCError, RPCStatusCode
 
 from genesis import exitcodes
@@ -64,10 +66,10 @@ def fleet_id_of(project: Path, remote: str) -> tuple[str, str]:
     return fleet_workflow_id(fingerprint(url, project_branch(project))), ""
 
 
-async def _snapshot(settings: TemporalSettings, fleet_id: str) -> Snapshot | None:
+async def _snapshot(settings: TemporalSettings, fleet_id: str, runtime: Runtime) -> Snapshot | None:
     """None when Temporal has no such workflow (no fleet of this project ran there)."""
     client = await Client.connect(settings.address, namespace=settings.namespace,
-                                  identity=f"genesis-status@{settings.host}")
+                                  identity=f"genesis-status@{settings.host}", runtime=runtime)
     handle = client.get_workflow_handle(fleet_id)
     try:
         described = await handle.describe()
@@ -100,9 +102,17 @@ async def _snapshot(settings: TemporalSettings, fleet_id: str) -> Snapshot | Non
 
 
 def _bounded(settings: TemporalSettings, fleet_id: str, bound: float) -> Snapshot | None:
+    """The read, on a runtime of its own that is gone when it returns: the SDK's core threads
+    left running into the interpreter's finalization abort it (temporalio/sdk-python#300)."""
+    runtime = Runtime(telemetry=TelemetryConfig(), worker_heartbeat_interval=None)
+
     async def within() -> Snapshot | None:
-        return await asyncio.wait_for(_snapshot(settings, fleet_id), bound)
-    return asyncio.run(within())
+        return await asyncio.wait_for(_snapshot(settings, fleet_id, runtime), bound)
+    try:
+        return asyncio.run(within())
+    finally:
+        del runtime
+        gc.collect()   # the client and its connection with it, while the interpreter is whole
 
 
 class Unread(Exception):

@@ -6,6 +6,9 @@ Temporal holds the truth: each task's memo (its row and attempts) and its histor
 a lost worker cost). A try lost with its machine is mirrored as an attempt of its own, ended
 `stopped` (it spends no restart, as a stopped child does not): "its worker on B was lost ...",
 followed by the try that finished it elsewhere.
+
+What a sync saw happen (an attempt started or ended, a task came home) is also kept in `lines`,
+in the local monitor's words, for the home's console to say.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 
 from genesis.fleet.cascade import EVENTS as CASCADE_EVENTS
 from genesis.fleet.ledger import KINDS, OUTCOMES, FleetLedger, TaskRow
+from genesis.fleet.lines import ended_line, merged_line, started_line
 from genesis.temporal.reading import Try
 
 __all__ = ["Mirror", "FLEET_STATES"]
@@ -29,6 +33,12 @@ class Mirror:
     run_id: str
     done: dict[str, int] = field(default_factory=dict)    # task -> memo attempts mirrored
     recorded: set[tuple[str, str]] = field(default_factory=set)   # (task, event) recorded once
+    started: dict[str, int] = field(default_factory=dict)  # task -> memo attempts whose start was said
+    lines: list[str] = field(default_factory=list)         # what happened since the console last took them
+
+    def take_lines(self) -> list[str]:
+        taken, self.lines = self.lines, []
+        return taken
 
     def start(self, parallel: int, workflow_id: str, address: str, now: float) -> None:
         with FleetLedger.open(self.path) as led:
@@ -53,12 +63,19 @@ class Mirror:
                 said = states.get(task_id, {})
                 runs = [t for t in tries.get(task_id, []) if t.activity == "run_attempt"]
                 attempts = [a for a in memo.get("attempts", []) if isinstance(a, dict)]
-                for index in range(self.done.get(task_id, 0), len(attempts)):
-                    attempt = attempts[index]
-                    if attempt.get("ended") is None:
-                        break
+                text = str(row.get("text", ""))
+                for index, attempt in enumerate(attempts):   # in order: each start before its end
+                    if index >= self.started.get(task_id, 0):
+                        self._said_start(text, attempt, index + 1)
+                        self.started[task_id] = index + 1
+                    if index != self.done.get(task_id, 0) or attempt.get("ended") is None:
+                        continue
                     self._attempt(led, task_id, attempt, runs[index] if index < len(runs) else None)
                     self.done[task_id] = index + 1
+                    code = attempt.get("exit_code")
+                    self.lines.append(ended_line(text, code if isinstance(code, int) else None,
+                                                 str(attempt.get("outcome") or "failed"),
+                                                 str(attempt.get("reason") or "")))
                 state = said.get("state") if said.get("state") in FLEET_STATES else row.get("state", "queued")
                 if state == "verified":
                     state = "merging"
@@ -69,7 +86,7 @@ class Mirror:
                     "", str(said.get("reason") or row.get("reason") or ""), str(said.get("sha") or ""),
                     "", None, float(row.get("not_before", 0.0)), float(row.get("updated", 0.0)),
                     float(row.get("created", 0.0))))
-                self._events(led, task_id, state, said)
+                self._events(led, task_id, text, state, said)
             self._cascade(led, fleet.get("cascade"))
 
     def _limit(self, led: FleetLedger, account: dict, now: float | None) -> None:
@@ -126,11 +143,19 @@ class Mirror:
         led.record("child_end", task_id, ended, attempt=now.attempt, outcome=outcome, host=host,
                    cost_usd=a.get("cost"), run_id=str(a.get("run_id", "")), reason=reason)
 
-    def _events(self, led: FleetLedger, task_id: str, state: str, said: dict) -> None:
+    def _said_start(self, text: str, a: dict, number: int) -> None:
+        kind = a.get("kind") if a.get("kind") in KINDS else "start"
+        host, said = str(a.get("host") or ""), a.get("attempt")
+        number = said if isinstance(said, int) and not isinstance(said, bool) and said > 0 else number
+        self.lines.append(started_line(text, kind, number, str(a.get("agent", ""))) + (f" on {host}" if host else ""))
+
+    def _events(self, led: FleetLedger, task_id: str, text: str, state: str, said: dict) -> None:
         kind = {"merged": "merged", "ready": "merged", "failed": "failed_permanently",
                 "needs-review": "needs_review"}.get(state)
         if kind is None or (task_id, kind) in self.recorded:
             return
         self.recorded.add((task_id, kind))
+        if kind == "merged":
+            self.lines.append(merged_line(text, state, str(said.get("sha") or "")))
         led.record(kind, task_id, sha=str(said.get("sha") or ""), reason=str(said.get("reason") or ""),
                    outcome=state)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -27,6 +26,7 @@ from genesis import exitcodes
 from genesis.agents import adapter_of
 from genesis.config import Config, layout_for, resolve
 from genesis.fleet import cascade, ladder
+from genesis.fleet.lines import say
 from genesis.fleet.monitor import MONITOR_FILE, FleetLocked, take_fleet_lock
 from genesis.fleet.queue import check_trust, project_branch
 from genesis.fleet.resources import fleet_settings, parallel_of
@@ -53,15 +53,6 @@ SYNC_EVERY = 2.0          # seconds between two copies of the fleet's state into
 SIGNAL_EXIT = {signal.SIGHUP: exitcodes.INTERRUPTED_HUP, signal.SIGINT: exitcodes.INTERRUPTED_INT,
                signal.SIGTERM: exitcodes.INTERRUPTED_TERM}
 RUN_MARGIN = 600.0        # seconds added to an attempt's bound (its steps between phases, a slow start)
-
-
-def say(message: str, kind: str = "info") -> None:
-    prefix = {"error": "genesis: error: ", "warn": "genesis: warning: "}.get(
-        kind, f"[genesis fleet {time.strftime('%H:%M:%S')}] ")
-    try:
-        print(prefix + message, file=sys.stderr, flush=True)
-    except OSError:
-        pass
 
 
 def account_of(cfg: Config, settings: TemporalSettings, env: Mapping[str, str]) -> str:
@@ -234,6 +225,8 @@ async def _sync(client: Client, fleet_id: str, account_id: str, mirror: Mirror) 
         await asyncio.to_thread(mirror.sync, fleet, tasks, tries, account)
     except (RPCError, OSError, LedgerError) as exc:   # the copy waits for the next turn; the fleet goes on
         say(f"the fleet's state could not be copied into the ledger: {exc}", "warn")
+    for line in mirror.take_lines():   # each start, end and merge, as the local monitor says them
+        say(line)
 
 
 def _stop(handle, got: list, sig: int | None) -> None:

@@ -22,7 +22,7 @@ hermetic_env() {
         XDG_* | CLAUDE* | ANTHROPIC_* | CODEX_* | OPENAI_* | GEMINI_* | GOOGLE_* | QWEN_* | OPENCODE* | \
         COPILOT_* | AIDER_* | \
         CLOUDSDK_CONFIG | GH_CONFIG_DIR | GH_TOKEN | GH_HOST | GITHUB_TOKEN | \
-        GIT_DIR | GIT_WORK_TREE | GIT_INDEX_FILE | GIT_CONFIG_GLOBAL)
+        GIT_DIR | GIT_WORK_TREE | GIT_INDEX_FILE | GIT_CONFIG_GLOBAL | OLDPWD)
         unset "${name}"
         ;;
     esac

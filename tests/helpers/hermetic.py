@@ -43,6 +43,9 @@ CLEARED_NAMES = (
     "GH_CONFIG_DIR", "GH_TOKEN", "GH_HOST", "GITHUB_TOKEN",  # the GitHub login Copilot CLI uses
     # A test run from a git hook would otherwise point every test project's git at the caller's repository.
     "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_CONFIG_GLOBAL",
+    # The caller's last folder: a path under /tmp in it is bound into the agent's box, so it would
+    # hide a box that lacks what an agent installed under /tmp needs (a venv's root, node_modules).
+    "OLDPWD",
 )
 
 

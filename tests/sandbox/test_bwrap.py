@@ -4,7 +4,9 @@ the loop out of sight, a private /tmp."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,49 @@ def test_in_the_box_the_loop_is_out_of_sight_and_tmp_is_private(project, tmp_pat
     assert lines[1] != "0"               # the test's own process: no such process in the box
     assert lines[2] != "0"               # a file of the host's /tmp is not there
     assert lines[3] == "2"               # the agent's pid in its namespace
+
+
+def _run_boxed(project: Path, argv: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """argv run in the box as the agent, with an environment that names nothing else under /tmp
+    (no OLDPWD, no TMPDIR): only what places_for finds from the program itself is bound back."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(project.parent / "home")}
+    state = project / ".git" / "genesis"
+    (state / "heartbeats").mkdir(parents=True, exist_ok=True)
+    places = places_for(project, state, state / "heartbeats", project / "orchestrator" / "logs",
+                        project / "orchestrator" / "genesis.conf", PACKAGE, argv, env)
+    return subprocess.run(bwrap_argv(MACHINE.bwrap, places, argv), cwd=project, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+@needs_bwrap
+def test_an_agent_installed_in_a_venv_under_tmp_runs_in_the_box_with_its_modules(project, tmp_path):
+    venv = tmp_path / "tools" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "agentlib.py").write_text('WORDS = "imported from the venv"\n')
+    agent = venv / "bin" / "agent"   # a console script, as pip writes one
+    agent.write_text(f"#!{venv}/bin/python\nimport agentlib\nprint(agentlib.WORDS)\n")
+    agent.chmod(0o755)
+    done = _run_boxed(project, (str(agent),))
+    assert (done.returncode, done.stdout) == (0, "imported from the venv\n"), done.stderr
+
+
+@needs_bwrap
+@pytest.mark.parametrize("layout", ["global", "local"])
+def test_an_npm_cli_linked_from_a_bin_folder_under_tmp_runs_in_the_box_with_its_packages(project, tmp_path, layout):
+    if shutil.which("node", path="/usr/bin:/bin") is None:
+        pytest.skip("no node in /usr/bin or /bin")
+    # global: `npm install -g --prefix P` (P/bin/cli -> ../lib/node_modules/pkg/cli.js); local: a
+    # project's node_modules/.bin/cli -> ../pkg/cli.js. The dependency is hoisted beside the package.
+    modules = tmp_path / "npm" / ("lib/node_modules" if layout == "global" else "node_modules")
+    bin_dir = tmp_path / "npm" / "bin" if layout == "global" else modules / ".bin"
+    (modules / "pkg").mkdir(parents=True)
+    (modules / "dep").mkdir()
+    (modules / "dep" / "index.js").write_text('module.exports = "required from its node_modules";\n')
+    cli = modules / "pkg" / "cli.js"
+    cli.write_text('#!/usr/bin/env node\nconsole.log(require("dep"));\n')
+    cli.chmod(0o755)
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "cli").symlink_to(os.path.relpath(cli, bin_dir))
+    done = _run_boxed(project, (str(bin_dir / "cli"),))
+    assert (done.returncode, done.stdout) == (0, "required from its node_modules\n"), done.stderr

@@ -59,3 +59,20 @@ def test_what_the_agent_was_given_under_tmp_is_bound_back_but_never_a_socket(pro
         assert os.path.realpath(path) in visible or any(os.path.realpath(path).startswith(v + "/") for v in visible)
     assert os.path.realpath(sock_path) not in visible
     assert list(visible) == sorted(visible, key=lambda p: (p.count("/"), p))  # parents first
+
+
+def test_a_venv_agent_under_tmp_brings_its_venv_and_the_python_it_was_made_from(project, tmp_path):
+    base = tmp_path / "python"   # a Python installed under /tmp (pyenv, a tarball), and a venv of it
+    (base / "bin").mkdir(parents=True)
+    (base / "lib" / "python3.12").mkdir(parents=True)
+    (base / "bin" / "python3").write_text("")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text(f"home = {base / 'bin'}\ninclude-system-site-packages = false\n")
+    (venv / "bin" / "python").symlink_to(base / "bin" / "python3")
+    agent = venv / "bin" / "agent"
+    agent.write_text(f"#!{venv / 'bin' / 'python'}\nimport agent_main\n")
+    agent.chmod(0o755)
+    places = _places(project, {"PATH": "/usr/bin"}, argv=(str(agent),))
+    assert {os.path.realpath(venv), os.path.realpath(base)} <= set(places.visible)
+    assert os.path.realpath(tmp_path) not in places.visible   # their roots, not the folder above them

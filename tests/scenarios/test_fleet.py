@@ -583,3 +583,38 @@ def test_a_child_killed_mid_phase_leaves_work_the_next_attempt_starts_on_top_of(
     assert "Genesis: work left by attempt 1, which ended:" in log
     assert git(project, "show", "HEAD:README.md") == "half done by the first attempt\n"  # kept, and home
     assert parse(tasks_on(project)).items[0].state == DONE
+
+
+# The first attempt's agent makes no progress at all (its breaker opens); every later one does the task.
+IDLE_FIRST = """#!/usr/bin/env bash
+set -euo pipefail
+echo "$(basename "$0") ${GENESIS_TASK_ID}" >>"${RAN}"
+if [[ ! -e ${FIRST}/tried ]]; then
+  touch "${FIRST}/tried"
+  exit 0
+fi
+""" + TASK_AGENT.split("\n", 2)[2]
+
+
+def test_a_child_that_ended_with_its_breaker_open_is_restarted_with_a_fair_breaker(project, tmp_path):
+    fleet_project(project, ["the task"])
+    ran, first = tmp_path / "ran", tmp_path / "first"
+    first.mkdir()
+    env = fleet_env(RAN=str(ran), FIRST=str(first), GENESIS_FLEET_CHILD_ITERATIONS="3", CB_WARNING_THRESHOLD="1",
+                    CB_STOP_THRESHOLD="1")
+    proc = start_fleet(project, "1", task_agent(tmp_path / "agent.sh", IDLE_FIRST), env=env,
+                       log=tmp_path / "fleet.log")
+    try:
+        assert proc.wait(timeout=240) == exitcodes.OK, (tmp_path / "fleet.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=180)
+    ident = task_id("the task")
+    with fleet_ledger(project) as led:
+        assert [(a.exit_code, a.outcome) for a in led.attempts(ident)] == [(exitcodes.BREAKER_OPEN, "failed"),
+                                                                           (exitcodes.OK, "verified")]
+        (left,) = led.events("leftovers")
+    assert len(ran.read_text().splitlines()) == 2  # the second attempt ran its agent: not refused by the breaker
+    assert any(d.startswith("set aside the circuit breaker attempt 1 left (OPEN") for d in left.detail["done"])
+    assert parse(tasks_on(project)).items[0].state == DONE

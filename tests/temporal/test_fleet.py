@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -116,6 +117,11 @@ def test_four_tasks_on_two_machines_are_all_merged_once(machines, project, tmp_p
         ran = list(machines.roots[host].glob("*/fleet/children/*.log"))
         assert ran, f"machine {host} ran no attempt\n{machines.log(f'worker-{host}')[-2000:]}"
         assert list(machines.roots[host].glob("*/repo/.git"))
+    said = machines.log("home")
+    for text in TEXTS:   # the home's console says each start, end and merge, as the local monitor does
+        assert re.search(rf"\] started {re.escape(repr(text))} \(start, attempt 1, configured\)", said), said[-3000:]
+        assert f"] {text!r} ended: exit 0, verified (" in said, said[-3000:]
+        assert re.search(rf"\] {re.escape(repr(text))} came home: [0-9a-f]{{12}}\n", said), said[-3000:]
     record_histories(machines, project, remote, "four-tasks")
 
 

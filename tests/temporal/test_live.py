@@ -48,6 +48,16 @@ def test_a_clone_whose_fleet_never_ran_on_temporal_is_told_so(dev_server, projec
     assert fleet in got["error"]
 
 
+def test_a_read_that_finds_no_fleet_ends_cleanly_every_time(dev_server, project, tmp_path):
+    """The SDK's core threads must not outlive the command: the interpreter's finalization with
+    them alive aborts it (exit 134) after the right words, in some runs and not others."""
+    git(tmp_path, "init", "-q", "--bare", str(tmp_path / "origin.git"))
+    git(project, "remote", "add", "origin", str(tmp_path / "origin.git"))
+    runs = [status(project, dev_server.address, *(("--json",) if n % 2 else ())) for n in range(8)]
+    assert [(r.returncode, "Fatal Python error" in r.stderr) for r in runs] == \
+        [(exitcodes.NOT_RUNNING, False)] * 8, [r.stderr[-600:] for r in runs if r.returncode != exitcodes.NOT_RUNNING]
+
+
 def test_a_temporal_that_does_not_answer_is_an_error_or_at_home_the_copy_saying_so(project, tmp_path):
     git(project, "remote", "add", "origin", str(tmp_path / "origin.git"))
     address = f"127.0.0.1:{free_port()}"           # nothing listens there

@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
 from genesis.fleet.ledger import FleetLedger  # noqa: E402
+from genesis.fleet.lines import ended_line, merged_line, started_line  # noqa: E402
 from genesis.temporal.mirror import Mirror  # noqa: E402
 from genesis.temporal.reading import Try  # noqa: E402
 
@@ -54,6 +55,24 @@ def test_a_running_attempt_waits_for_its_end(tmp_path):
     with FleetLedger.open(tmp_path / "ledger.sqlite3", readonly=True) as led:
         (one,) = led.attempts("t-1")
         assert (one.outcome, led.tasks()[0].state) == ("verified", "merging")
+
+
+def test_each_start_end_and_merge_is_said_once_in_the_local_monitors_words(tmp_path):
+    mirror = Mirror(tmp_path / "ledger.sqlite3", "fleet-1")
+    failed = attempt(ended=110.0, exit_code=3, outcome="failed", reason="exit 3")
+    running = attempt(attempt=2, kind="restart", started=112.0, ended=None, exit_code=None, outcome=None, host="")
+    mirror.sync({"tasks": {}}, {"t-1": {"row": {**ROW, "state": "running"}, "attempts": [failed, running]}}, {})
+    assert mirror.take_lines() == [started_line("do it", "start", 1, "configured") + " on A",   # one sync saw both
+                                   ended_line("do it", 3, "failed", "exit 3"),
+                                   started_line("do it", "restart", 2, "configured")]
+    assert mirror.take_lines() == []
+    done = attempt(attempt=2, kind="restart", started=112.0, host="B")
+    fleet = {"tasks": {"t-1": {"state": "merged", "sha": "abcdef0123456789", "reason": "came home"}}}
+    for _ in range(2):   # synced twice: said once
+        mirror.sync(fleet, {"t-1": {"row": ROW, "attempts": [failed, done]}}, {})
+    assert mirror.take_lines() == [ended_line("do it", 0, "verified", "its task is done on its branch"),
+                                   merged_line("do it", "merged", "abcdef0123456789")]
+    assert merged_line("do it", "merged", "abcdef0123456789") == "'do it' came home: abcdef012345"
 
 
 def test_the_accounts_limit_is_one_hold_while_it_lasts_and_the_status_shows_it(tmp_path):
