@@ -183,7 +183,7 @@ def test_a_refused_push_steps_aside_and_the_next_attempt_starts_from_the_pushed_
 
     theirs, stepped, following = asyncio.run(run())
     # The refused try is a "stopped" result with 34 (the workflow's free new attempt), not a failure.
-    assert stepped.outcome == "stopped" and stepped.exit_code == exitcodes.MONITOR_LOST, stepped
+    assert stepped.outcome == "stopped" and stepped.exit_code == exitcodes.STEPPED_ASIDE, stepped
     assert "was refused" in stepped.reason and "steps aside" in stepped.reason, stepped.reason
     # The next attempt on the same machine starts from the pushed branch (theirs under its work),
     # the refused commit kept under a ref of this clone, never pushed over theirs.
