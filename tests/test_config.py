@@ -255,6 +255,7 @@ def test_config_show_names_the_new_knob_with_where_an_old_name_set_it(project, m
     lines = result.output.splitlines()
     assert any(line.split()[:3] == ["TOOL_SILENT", "75s", "[env]"] for line in lines)
     assert not any(line.startswith("TOOL_SILENT_SECONDS") for line in lines)
+    assert "genesis: warning: TOOL_SILENT_SECONDS is an old name: write TOOL_SILENT=75s" in result.stderr
 
 
 def test_a_run_snapshot_written_under_the_old_names_is_read_under_the_new(project):

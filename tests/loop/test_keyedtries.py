@@ -156,7 +156,7 @@ def test_a_keyed_childs_own_retry_of_a_stuck_phase_runs_and_commits_under_the_sa
     agent = script(tmp_path / "stalling.sh", STALLING)
     done = run_loop(child["tree"], "--trust", "--agent-cmd", f"bash {agent}", "--max-iterations", "1",
                     "--set", "GENESIS_PHASES=Builder Criticizer", "--set", "AUTO_PUSH=true",
-                    "--set", "PHASE_Criticizer_TRIGGER=always", "--set", "HEARTBEAT_STALE_SECONDS=2",
+                    "--set", "PHASE_Criticizer_TRIGGER=always", "--set", "HEARTBEAT_STALE=2s",
                     "--set", "HEARTBEAT_CHECK_INTERVAL=0.2", "--set", "PHASE_RETRY_DELAY_SECONDS=0",
                     env=loop_env(**CHILD, GENESIS_COMMIT_KEY=KEY))
     assert done.returncode == 0, done.stderr

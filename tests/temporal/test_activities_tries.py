@@ -83,7 +83,7 @@ def machine(client: Client, root: Path, tmp: Path, name: str, hold: Path,
     home = tmp / f"home-{name}"
     home.mkdir(exist_ok=True)
     env = fleet_env(HOME=str(home), GENESIS_SHARED_STATE_DIR=str(tmp / f"state-{name}"), RUNS=str(tmp / "runs"),
-                    MACHINE=name, HOLD=str(hold), HEARTBEAT_STALE_SECONDS="120",
+                    MACHINE=name, HOLD=str(hold), HEARTBEAT_STALE="120s",
                     BUILDER_HOLD=str(builder_hold or tmp / "no-builder-hold"))
     return MachineActivities(client, root, name, env, stop_wait=5.0)
 
