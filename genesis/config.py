@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Mapping
 
 from genesis.agents import UnknownCli, adapter_named
+from genesis.alerts.settings import DURATIONS as ALERT_DURATIONS
 from genesis.alerts.settings import KNOBS as ALERT_KNOBS
 from genesis.alerts.settings import PREFIX as ALERT_PREFIX
-from genesis.alerts.settings import DURATIONS as ALERT_DURATIONS
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.settings import misspelt as misspelt_alert
 from genesis.alerts.settings import parse as parse_alerts
@@ -161,7 +161,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_FLEET_CASCADE_PERCENT", "30", "a fleet: when more than this percent of its children (at least "
          "two) end abnormally within GENESIS_FLEET_CASCADE_WINDOW_SECONDS, it stops restarting and probes with "
          "one child (0: off)"),
-    Knob("GENESIS_FLEET_CASCADE_WINDOW_SECONDS", "300", "a fleet: the window of GENESIS_FLEET_CASCADE_PERCENT", unit="s"),
+    Knob("GENESIS_FLEET_CASCADE_WINDOW_SECONDS", "300", "a fleet: the window of GENESIS_FLEET_CASCADE_PERCENT",
+         unit="s"),
     Knob("GENESIS_FLEET_WORKTREE_DIR", "", "a fleet: where each task's git worktree is made (<dir>/<task id>), "
          "outside the project's work tree; empty: genesis-worktrees in the repository's git directory"),
     Knob("GENESIS_FLEET_MERGE", "queue", "a fleet: queue (a verified task's branch is rebased onto the project "
@@ -846,8 +847,8 @@ def advice(cfg: Config, env: Mapping[str, str]) -> list[str]:
     environment (ignored there, where a misspelt key in genesis.conf is refused), a phase
     setting for no phase, a `$VARIABLE` in genesis.conf (never expanded)."""
     phases = tuple(p.name for p in cfg.phases)
-    said = [f"{setting.old} is an old name: write {key}={setting.value}" for key, setting in sorted(cfg.settings.items())
-            if setting.old]
+    said = [f"{setting.old} is an old name: write {key}={setting.value}"
+            for key, setting in sorted(cfg.settings.items()) if setting.old]
     for key in sorted(env):
         if key in NOT_SETTINGS or not key.startswith(KNOB_PREFIXES) or is_genesis_key(key):
             continue

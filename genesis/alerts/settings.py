@@ -97,7 +97,8 @@ class AlertSettings:
                 raise ValueError("minimum is not an object")
             return cls(desktop=str(data.get("desktop", unset.desktop)), webhook=data.get("webhook"),
                        ntfy=data.get("ntfy"), command=tuple(map(str, data["command"])) if data.get("command") else None,
-                       timeout=float(data.get("timeout", unset.timeout)), retries=int(data.get("retries", unset.retries)),
+                       timeout=float(data.get("timeout", unset.timeout)),
+                       retries=int(data.get("retries", unset.retries)),
                        triage_command=tuple(map(str, data["triage_command"])) if data.get("triage_command") else None,
                        triage_timeout=float(data.get("triage_timeout", unset.triage_timeout)),
                        backoff=tuple(float(b) for b in data.get("backoff", unset.backoff)) or (1.0,),
