@@ -294,7 +294,7 @@ def test_bad_values_get_a_clear_error(project, env, message):
 
 def test_a_config_file_line_that_is_not_a_known_key_is_named(project):
     conf(project, "# ok\nHEARTBEAT_STALE_MINUTS=3\n")
-    with pytest.raises(ConfigError, match=r"genesis.conf:2: .*known key"):
+    with pytest.raises(ConfigError, match=r"genesis.conf:2: .*known key.*\(docs/reference/settings\.md lists the keys\)"):
         resolve(project, env={})
 
 
