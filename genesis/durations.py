@@ -36,8 +36,13 @@ def with_unit(raw: str, unit: str) -> str:
 
 
 def written(value: float) -> str:
-    """Seconds as a setting is best written: 90s, 15m, 2h, 1d (seconds when nothing larger divides)."""
+    """Seconds as a setting is best written: 90s, 15m, 2h, 1d (seconds when nothing larger divides),
+    never in an exponent's form, which no setting reads."""
     for unit in ("d", "h", "m"):
         if value >= UNITS[unit] and value % UNITS[unit] == 0:
-            return f"{value / UNITS[unit]:g}{unit}"
-    return f"{value:g}s"
+            return f"{_plain(value / UNITS[unit])}{unit}"
+    return f"{_plain(value)}s"
+
+
+def _plain(number: float) -> str:
+    return f"{number:.6f}".rstrip("0").rstrip(".") or "0"
