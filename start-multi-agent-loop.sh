@@ -34,6 +34,7 @@
 # genesis.conf names is new or changed since the last start (approve it: --trust),
 # 29 the box GENESIS_SANDBOX names cannot run here, 31 a fleet: some task failed permanently,
 # 32 a fleet: some task needs review, 34 a fleet's child whose monitor was gone too long,
+# 35 a fleet's keyed child whose push was refused (another loop of its task owns the branch),
 # 129/130/143 SIGHUP/SIGINT/SIGTERM.
 set -euo pipefail
 set -o errtrace  # the ERR trap also fires inside functions, so no failure goes unreported
@@ -44,7 +45,7 @@ readonly EXIT_OK=0 EXIT_ERROR=1 EXIT_USAGE=2 EXIT_BREAKER_OPEN=3 EXIT_DISK_FULL=
 readonly EXIT_STEP_TIMEOUT=8 EXIT_USAGE_LIMIT=20 EXIT_API_OUTAGE=21 EXIT_AGENT_FATAL=22 EXIT_MAX_RUNTIME=23
 readonly EXIT_MAX_COST=24 EXIT_RECOVERY_SPENT=25 EXIT_STATE_LOST=26 EXIT_UNTRUSTED_COMMAND=28
 readonly EXIT_HISTORY_REWRITTEN=27
-readonly EXIT_SANDBOX_UNAVAILABLE=29 EXIT_MONITOR_LOST=34
+readonly EXIT_SANDBOX_UNAVAILABLE=29 EXIT_MONITOR_LOST=34 EXIT_STEPPED_ASIDE=35
 # shellcheck disable=SC2034  # a fleet's codes: its monitor (exec'd by --parallel) ends with them
 readonly EXIT_FLEET_TASKS_FAILED=31 EXIT_FLEET_NEEDS_REVIEW=32
 readonly EXIT_INTERRUPTED_HUP=129 EXIT_INTERRUPTED_INT=130 EXIT_INTERRUPTED_TERM=143
@@ -289,6 +290,8 @@ after_step() {
     "${EXIT_SANDBOX_UNAVAILABLE}") finish_loop "${rc}" "the box GENESIS_SANDBOX names cannot run here any more" ;;
     "${EXIT_MONITOR_LOST}") finish_loop "${rc}" \
       "the fleet's monitor is gone (GENESIS_FLEET_MONITOR_STOP_SECONDS): another machine may have this task" ;;
+    "${EXIT_STEPPED_ASIDE}") finish_loop "${rc}" \
+      "the task's branch was pushed by another loop of this task: this loop stepped aside, its work committed" ;;
     "${EXIT_HISTORY_REWRITTEN}") finish_loop "${rc}" \
       "a phase rewrote or deleted history, or left its branch (GENESIS_ALLOW_HISTORY_REWRITE=false)" ;;
     "${EXIT_INTERRUPTED_HUP}" | "${EXIT_INTERRUPTED_INT}" | "${EXIT_INTERRUPTED_TERM}")
@@ -335,7 +338,7 @@ run_loop() {
         "${EXIT_ERROR}" | "${EXIT_USAGE}" | "${EXIT_DISK_FULL}" | "${EXIT_STEP_TIMEOUT}" | \
           "${EXIT_USAGE_LIMIT}" | "${EXIT_API_OUTAGE}" | "${EXIT_AGENT_FATAL}" | "${EXIT_MAX_RUNTIME}" | \
           "${EXIT_MAX_COST}" | "${EXIT_RECOVERY_SPENT}" | "${EXIT_STATE_LOST}" | "${EXIT_HISTORY_REWRITTEN}" | \
-          "${EXIT_SANDBOX_UNAVAILABLE}" | "${EXIT_MONITOR_LOST}")
+          "${EXIT_SANDBOX_UNAVAILABLE}" | "${EXIT_MONITOR_LOST}" | "${EXIT_STEPPED_ASIDE}")
           after_step "${rc}" "${LINENO}" ;;
         *)
           # The watcher died of a signal this loop did not send (the user's reaches the

@@ -69,7 +69,7 @@ def doom_calls(check: float) -> int:
         agent = Path(tmp) / "doom.sh"
         agent.write_text(DOOM)
         env = {**os.environ, "HOOK": str(HOOK), "GENESIS_AGENT_CMD": f"bash {agent}", "GENESIS_PHASES": "Builder",
-               "PHASE_RETRIES": "0", "HEARTBEAT_CHECK_INTERVAL": str(check), "HEARTBEAT_STALE_SECONDS": "60",
+               "PHASE_RETRIES": "0", "HEARTBEAT_CHECK_INTERVAL": str(check), "HEARTBEAT_STALE": "60s",
                "ITERATION_PAUSE_SECONDS": "0", "REAP_PORTS": "", "NO_COLOR": "1"}
         subprocess.run(["bash", str(ROOT / "start-multi-agent-loop.sh"), "--project", str(project),
                         "--max-iterations", "1"], env=env, check=True, stdout=subprocess.DEVNULL,

@@ -24,7 +24,7 @@ def run(iterations: int = 6) -> list[Row]:
         agent.write_text('echo "start $EPOCHREALTIME" >> "$TIMES"\necho "end $EPOCHREALTIME" >> "$TIMES"\n')
         env = {**os.environ, "TIMES": str(times), "GENESIS_AGENT_CMD": f"bash {agent}", "ITERATION_PAUSE_SECONDS": "0",
                "CB_WARNING_THRESHOLD": "100", "CB_STOP_THRESHOLD": "100", "HEARTBEAT_CHECK_INTERVAL": "1",
-               "HEARTBEAT_STALE_SECONDS": "30", "REAP_PORTS": "8080", "NO_COLOR": "1"}
+               "HEARTBEAT_STALE": "30s", "REAP_PORTS": "8080", "NO_COLOR": "1"}
         subprocess.run(["bash", str(ROOT / "start-multi-agent-loop.sh"), "--project", str(project),
                         "--max-iterations", str(iterations)], env=env, check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)

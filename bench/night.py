@@ -52,8 +52,8 @@ def night(tmp: Path, api: StubAPI) -> list[dict]:
                 "ANTHROPIC_BASE_URL": api.url, "CLAUDE_CODE_OAUTH_TOKEN": "tok-stub", "CLAUDE_CODE_MAX_RETRIES": "1",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
                 "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1", "NO_COLOR": "1",
-                "GENESIS_BIN": genesis_bin(), "HEARTBEAT_CHECK_INTERVAL": "0.5", "HEARTBEAT_STALE_SECONDS": "30",
-                "AGENT_MAX_RUNTIME_SECONDS": "120", "KILL_GRACE_SECONDS": "3", "ITERATION_PAUSE_SECONDS": "0",
+                "GENESIS_BIN": genesis_bin(), "HEARTBEAT_CHECK_INTERVAL": "0.5", "HEARTBEAT_STALE": "30s",
+                "AGENT_MAX_RUNTIME": "120s", "KILL_GRACE_SECONDS": "3", "ITERATION_PAUSE_SECONDS": "0",
                 "GENESIS_LIMIT_MARGIN_SECONDS": f"{MARGIN:g}", "GENESIS_BACKOFF_FIRST_SECONDS": f"{FIRST:g}",
                 "GENESIS_BACKOFF_MAX_SECONDS": f"{CAP:g}"})
     if os.geteuid() == 0:

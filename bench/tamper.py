@@ -43,7 +43,7 @@ def restore(iterations: int = 5) -> Row:
         script = "*:Builder=bash:git%20clean%20-fdxq+bash:sleep%203,*:*=idle"
         env = {**os.environ, "GENESIS_AGENT_CMD": f"{PY} -m genesis.demo.simagent --script '{script}'",
                "ITERATION_PAUSE_SECONDS": "0", "HEARTBEAT_CHECK_INTERVAL": str(CHECK),
-               "HEARTBEAT_STALE_SECONDS": "30", "CB_WARNING_THRESHOLD": "100", "CB_STOP_THRESHOLD": "100",
+               "HEARTBEAT_STALE": "30s", "CB_WARNING_THRESHOLD": "100", "CB_STOP_THRESHOLD": "100",
                "REAP_PORTS": "", "NO_COLOR": "1"}
         poller = threading.Thread(target=watch, daemon=True)
         poller.start()

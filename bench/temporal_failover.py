@@ -137,7 +137,7 @@ def machines(tmp: Path, address: str, heartbeat: str, host_wait: str, **env: str
     # an agent held by SLOW_FILE (no heartbeat hook) is not stale for the bench's whole wait
     return Machines(tmp, address, f"b{uuid.uuid4().hex[:8]}",
                     fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS=heartbeat, GENESIS_TEMPORAL_HOST_WAIT_SECONDS=host_wait,
-                              HEARTBEAT_STALE_SECONDS="600", **env))
+                              HEARTBEAT_STALE="600s", **env))
 
 
 def polling(world: Machines, host: str) -> None:

@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import Mapping
 
 from genesis.agents import UnknownCli, adapter_named
+from genesis.alerts.settings import DURATIONS as ALERT_DURATIONS
 from genesis.alerts.settings import KNOBS as ALERT_KNOBS
 from genesis.alerts.settings import PREFIX as ALERT_PREFIX
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.settings import misspelt as misspelt_alert
 from genesis.alerts.settings import parse as parse_alerts
 from genesis.alerts.settings import refusal as alert_refusal
+from genesis.durations import seconds as duration_seconds
+from genesis.durations import unit_of, with_unit, written
 from genesis.health.doomloop import DoomLimits
 from genesis.hints import hint
 from genesis.phases import BUILTIN_PROMPTS, NAME_RE, DoneRule, Phase, Trigger, parse_done_rule, parse_trigger
@@ -50,6 +53,7 @@ class Knob:
     name: str
     default: str | None
     help: str
+    unit: str | None = None   # a duration's: what a bare number means (s, m or h); None: no duration
 
 
 # The shipped workflow on TASKS.md, read with the one grammar of repo/tasks.py.
@@ -67,17 +71,14 @@ KNOBS: tuple[Knob, ...] = (
          "runs with its own unattended flags"),
     Knob("GENESIS_PHASES", "Builder Criticizer Planner", "phases run in order each iteration"),
     Knob("GENESIS_MAX_ITERATIONS", "0", "stop after this many iterations (0: no limit)"),
-    Knob("ITERATION_PAUSE_SECONDS", "10", "pause between iterations (interruptible)"),
-    Knob("HEARTBEAT_CHECK_INTERVAL", "60", "seconds between heartbeat checks"),
-    Knob("HEARTBEAT_STALE_MINUTES", "15", "no heartbeat for this long means stuck"),
-    Knob("HEARTBEAT_STALE_SECONDS", None, "the same in seconds (wins over minutes at equal precedence)"),
-    Knob("AGENT_MAX_RUNTIME_MINUTES", "45", "runtime cap per agent run, even with fresh heartbeats"),
-    Knob("AGENT_MAX_RUNTIME_SECONDS", None, "the same in seconds"),
-    Knob("TOOL_SILENT_MINUTES", "5", "a tool in flight whose processes use no CPU, do no I/O, start nothing and "
-         "print nothing for this long is stuck (0: off)"),
-    Knob("TOOL_SILENT_SECONDS", None, "the same in seconds"),
+    Knob("ITERATION_PAUSE_SECONDS", "10", "pause between iterations (interruptible)", unit="s"),
+    Knob("HEARTBEAT_CHECK_INTERVAL", "60", "seconds between heartbeat checks", unit="s"),
+    Knob("HEARTBEAT_STALE", "15m", "no heartbeat for this long means stuck", unit="s"),
+    Knob("AGENT_MAX_RUNTIME", "45m", "runtime cap per agent run, even with fresh heartbeats", unit="s"),
+    Knob("TOOL_SILENT", "5m", "a tool in flight whose processes use no CPU, do no I/O, start nothing and "
+         "print nothing for this long is stuck (0: off)", unit="s"),
     Knob("TOOL_BUSY_MAX_MINUTES", "60", "a tool in flight whose processes work (CPU, I/O, new processes) is "
-         "not stuck however silent, for at most this long"),
+         "not stuck however silent, for at most this long", unit="m"),
     Knob("DOOM_SAME_FAILURES", "6", "the same tool call (same input) failing this many times in a row ends the "
          "phase as wedged (stall_same_tool; 3-50)"),
     Knob("DOOM_CYCLE_CALLS", "12", "the last this many tool calls cycling over at most DOOM_CYCLE_INPUTS inputs, "
@@ -89,20 +90,20 @@ KNOBS: tuple[Knob, ...] = (
          "nothing but a run over AGENT_MAX_RUNTIME (to tune thresholds on real nights)"),
     Knob("PHASE_RETRIES", "1", "a phase that ended stuck or wedged runs again this many times per iteration "
          "(after a short jittered delay), then counts as failed for the iteration (0-5)"),
-    Knob("PHASE_RETRY_DELAY_SECONDS", "10", "the wait before a retry, up to half as long again (jitter)"),
+    Knob("PHASE_RETRY_DELAY_SECONDS", "10", "the wait before a retry, up to half as long again (jitter)", unit="s"),
     Knob("GENESIS_FALLBACK_AGENT_CMD", None, "the agent command a retry runs (e.g. another model); unset: "
          "the same command"),
     Knob("GENESIS_MAX_RECOVERIES", "8", "retries in one run before the loop stops as thrashing (exit 25; 0-100)"),
     Knob("HEARTBEAT_COUNT_OUTPUT", "true", "agent output to its log also counts as a sign of life "
          "(for CLIs without hooks)"),
-    Knob("KILL_GRACE_SECONDS", "10", "SIGTERM, then SIGKILL after this many seconds"),
+    Knob("KILL_GRACE_SECONDS", "10", "SIGTERM, then SIGKILL after this many seconds", unit="s"),
     Knob("CB_WARNING_THRESHOLD", "3", "iterations without progress before HALF_OPEN (warn)"),
     Knob("CB_STOP_THRESHOLD", "5", "iterations without progress before OPEN (stop)"),
     Knob("AUTO_COMMIT", "true", "commit the project's changes after each phase"),
     Knob("AUTO_PUSH", "false", "push after each auto-commit"),
     Knob("GENESIS_COMMIT_KEY", "", "each phase's auto-commit carries a trailer `Genesis-Phase: <key>/<iteration>-"
          "<phase>` (the fleet on Temporal sets it per attempt: a fleet child with a key skips a phase an earlier "
-         "try keyed on its branch, gives its task branch an upstream, and steps aside with exit 34 when its push is "
+         "try keyed on its branch, gives its task branch an upstream, and steps aside with exit 35 when its push is "
          "refused); printable ASCII without spaces, at most 200 characters; empty: no trailer"),
     Knob("GENESIS_COMMIT_MAX_FILE_MB", "10", "auto-commit leaves out a file larger than this, as it leaves out "
          "files that look like secrets (0: no size cap); what it leaves out stays in the work tree and is reported"),
@@ -125,25 +126,25 @@ KNOBS: tuple[Knob, ...] = (
          "extended regex on a leftover's command line (| for several)"),
     Knob("REAP_PORTS", "8080", "ports whose listeners are reaped if ours, reported if not"),
     Knob("GENESIS_LIMIT_MARGIN_SECONDS", "60", "after a usage limit, wait this long past its reset before "
-         "retrying the phase"),
+         "retrying the phase", unit="s"),
     Knob("GENESIS_SHARED_STATE_DIR", "", "the machine-wide, per-user state every loop shares (usage limits and "
          "API outages, per account); empty: $XDG_STATE_HOME/genesis, else ~/.local/state/genesis"),
     Knob("GENESIS_LIMIT_JITTER_PERCENT", "20", "after a usage limit, each waiting loop resumes up to this "
          "percent of GENESIS_LIMIT_MARGIN_SECONDS later, at random, so that loops on one account resume one by one"),
     Knob("GENESIS_MAX_LIMIT_WAIT", "6h", "a usage limit that resets later than this (e.g. a weekly one) ends "
-         "the loop (exit 20); a duration: 90s, 30m, 6h, 2d"),
+         "the loop (exit 20); a duration: 90s, 30m, 6h, 2d", unit="s"),
     Knob("GENESIS_BACKOFF_FIRST_SECONDS", "30", "API outage: the first wait before retrying the phase; "
-         "doubles each time, with up to 20% jitter below"),
-    Knob("GENESIS_BACKOFF_MAX_SECONDS", "900", "API outage: the longest single wait"),
-    Knob("GENESIS_MAX_OUTAGE_MINUTES", "120", "an API outage longer than this ends the loop (exit 21)"),
+         "doubles each time, with up to 20% jitter below", unit="s"),
+    Knob("GENESIS_BACKOFF_MAX_SECONDS", "900", "API outage: the longest single wait", unit="s"),
+    Knob("GENESIS_MAX_OUTAGE_MINUTES", "120", "an API outage longer than this ends the loop (exit 21)", unit="m"),
     Knob("GENESIS_DONE_WHEN", "tasks", "when the work is done and the loop ends with exit 0: tasks (TASKS.md "
          "has nothing open after a Planner pass), when:COMMAND, phrase:TEXT or never"),
     Knob("GENESIS_MAX_RUNTIME_HOURS", "0", "end the run after this many hours, between phases (0: no "
-         "ceiling; exit 23)"),
+         "ceiling; exit 23)", unit="h"),
     Knob("GENESIS_MAX_COST_USD", "0", "end the run once the agents' reported costs reach this, between "
          "phases (0: no ceiling; exit 24)"),
     Knob("CB_COOLDOWN_MINUTES", None, "opt-in: an OPEN breaker waits this long, then lets one trial "
-         "iteration through (HALF_OPEN); unset, OPEN stops the loop"),
+         "iteration through (HALF_OPEN); unset, OPEN stops the loop", unit="m"),
     Knob("CB_MAX_TRIALS", "3", "with CB_COOLDOWN_MINUTES: trial iterations before OPEN stops the loop; "
          "the cooldown doubles after each failed trial"),
     Knob("GENESIS_FLEET_MAX_TASK_RESTARTS", "3", "a fleet: a task whose child ends abnormally is restarted with "
@@ -154,13 +155,14 @@ KNOBS: tuple[Knob, ...] = (
          "order, |-separated: fallback (GENESIS_FALLBACK_AGENT_CMD; skipped when unset), longer (the same agent "
          "with its stale and runtime windows doubled) or an agent command line"),
     Knob("GENESIS_FLEET_RESTART_BACKOFF_SECONDS", "10", "a fleet: a task's restart n waits this times 2^(n-1) "
-         "seconds, at most 300"),
+         "seconds, at most 300", unit="s"),
     Knob("GENESIS_FLEET_RESTART_EVERY_SECONDS", "60", "a fleet: at most one restart or escalation per this many "
-         "seconds across the whole fleet (0: no bound)"),
+         "seconds across the whole fleet (0: no bound)", unit="s"),
     Knob("GENESIS_FLEET_CASCADE_PERCENT", "30", "a fleet: when more than this percent of its children (at least "
          "two) end abnormally within GENESIS_FLEET_CASCADE_WINDOW_SECONDS, it stops restarting and probes with "
          "one child (0: off)"),
-    Knob("GENESIS_FLEET_CASCADE_WINDOW_SECONDS", "300", "a fleet: the window of GENESIS_FLEET_CASCADE_PERCENT"),
+    Knob("GENESIS_FLEET_CASCADE_WINDOW_SECONDS", "300", "a fleet: the window of GENESIS_FLEET_CASCADE_PERCENT",
+         unit="s"),
     Knob("GENESIS_FLEET_WORKTREE_DIR", "", "a fleet: where each task's git worktree is made (<dir>/<task id>), "
          "outside the project's work tree; empty: genesis-worktrees in the repository's git directory"),
     Knob("GENESIS_FLEET_MERGE", "queue", "a fleet: queue (a verified task's branch is rebased onto the project "
@@ -169,23 +171,24 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_MERGE_TEST_CMD", "", "a fleet's merge queue: the project's test command, run by bash in the "
          "task's worktree after the rebase; a failure keeps the branch out (empty: no test)"),
     Knob("GENESIS_MERGE_TEST_TIMEOUT", "20m", "a fleet's merge queue: GENESIS_MERGE_TEST_CMD running longer is "
-         "killed with everything it started, and the merge counts as failed; a duration: 90s, 30m, 2h"),
-    *(Knob(name, default, help) for name, default, help in ALERT_KNOBS),
+         "killed with everything it started, and the merge counts as failed; a duration: 90s, 30m, 2h", unit="s"),
+    *(Knob(name, default, help, unit=unit_of(name) if name in ALERT_DURATIONS else None)
+      for name, default, help in ALERT_KNOBS),
     Knob("GENESIS_FLEET_CHILD_ITERATIONS", "6", "a fleet's child loop: iterations on its one task before it "
          "ends (1-1000)"),
-    Knob("GENESIS_FLEET_STAGGER_SECONDS", "5", "a fleet: seconds between two launches of children"),
+    Knob("GENESIS_FLEET_STAGGER_SECONDS", "5", "a fleet: seconds between two launches of children", unit="s"),
     Knob("GENESIS_FLEET_MEMORY_PER_AGENT_MB", "400", "a fleet: memory one agent takes, for --parallel auto "
          "(agent CLIs take 200-620 MB)"),
     Knob("GENESIS_FLEET_MEMORY_FLOOR_MB", "1024", "a fleet launches no child while less memory than this is "
          "available"),
     Knob("GENESIS_FLEET_PORT_BASE", "20000", "a fleet: the first port of the children's port ranges"),
     Knob("GENESIS_FLEET_PORTS_PER_TASK", "10", "a fleet: ports in each child's range (PORT, GENESIS_PORT_BASE)"),
-    Knob("GENESIS_FLEET_CHECK_SECONDS", "2", "a fleet's monitor checks its children this often"),
+    Knob("GENESIS_FLEET_CHECK_SECONDS", "2", "a fleet's monitor checks its children this often", unit="s"),
     Knob("GENESIS_FLEET_MONITOR_STALE_SECONDS", "60", "a fleet's child raises one \"monitor down\" alert when "
-         "the monitor's heartbeat (monitor.json) is older than this (1-86400)"),
+         "the monitor's heartbeat (monitor.json) is older than this (1-86400)", unit="s"),
     Knob("GENESIS_FLEET_MONITOR_STOP_SECONDS", "0", "a fleet's child ends its night (exit 34) at its next check "
          "between phases once its monitor's heartbeat is older than this, or missing that long: its task may be "
-         "another machine's by then (0: never, the child goes on to its own end; at most 604800)"),
+         "another machine's by then (0: never, the child goes on to its own end; at most 604800)", unit="s"),
     Knob("GENESIS_LOG_DIR", "orchestrator/logs", "agent logs and the console's copy, relative to the project"),
     Knob("GENESIS_STOP_FLAG", "hooks/loop_multi_agent.txt",
          "the loop stops when this file says false (relative to the project)"),
@@ -198,9 +201,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_TEMPORAL_HOST", "", "the temporal engine: this machine's name in its task queue (empty: the "
          "hostname)"),
     Knob("GENESIS_TEMPORAL_HEARTBEAT_SECONDS", "60", "the temporal engine: a phase whose worker has not "
-         "heartbeaten for this long is retried (1-3600)"),
+         "heartbeaten for this long is retried (1-3600)", unit="s"),
     Knob("GENESIS_TEMPORAL_HOST_WAIT_SECONDS", "300", "the temporal engine: how long a task's phase waits for "
-         "the machine holding its worktree before it moves to another machine's fresh clone (1-86400)"),
+         "the machine holding its worktree before it moves to another machine's fresh clone (1-86400)", unit="s"),
     Knob("GENESIS_TEMPORAL_REMOTE", "origin", "the temporal engine: the git remote every machine clones the "
          "tasks' branches from and pushes them to"),
     Knob("GENESIS_TEMPORAL_ACCOUNT", "", "the temporal engine: a name for the agent subscription machines share, "
@@ -208,6 +211,12 @@ KNOBS: tuple[Knob, ...] = (
          "API key's fingerprint, else the home machine's name: per home, not per worker)"),
 )
 KNOB_NAMES = {k.name for k in KNOBS}
+KNOB_BY_NAME = {k.name: k for k in KNOBS}
+# The names the three windows had when each was two knobs, still read (a _SECONDS one wins
+# over its _MINUTES one, and the new name over both, at equal precedence) and said to be old.
+OLD_NAMES = {"HEARTBEAT_STALE_MINUTES": "HEARTBEAT_STALE", "HEARTBEAT_STALE_SECONDS": "HEARTBEAT_STALE",
+             "AGENT_MAX_RUNTIME_MINUTES": "AGENT_MAX_RUNTIME", "AGENT_MAX_RUNTIME_SECONDS": "AGENT_MAX_RUNTIME",
+             "TOOL_SILENT_MINUTES": "TOOL_SILENT", "TOOL_SILENT_SECONDS": "TOOL_SILENT"}
 PHASE_SUFFIXES = ("TRIGGER", "PROMPT", "MAX_TURNS", "MAX_BUDGET_USD")
 PHASE_KEY_RE = re.compile(r"^PHASE_([A-Za-z][A-Za-z0-9_]*)_(" + "|".join(PHASE_SUFFIXES) + ")$")
 # A variable in the environment with a knob's prefix, close to a knob's name but none, is
@@ -225,9 +234,7 @@ MAX_ADVICE = 10              # warnings said at one start, at most
 # $NAME or ${NAME...}: what a shell would expand and genesis.conf does not.
 PATH_VARIABLES = frozenset({"HOME", "USER", "LOGNAME", "PWD", "TMPDIR"})
 VARIABLE_RE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|([A-Za-z_][A-Za-z0-9_]*))")
-DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d)$")
 MAX_TRIALS = 20
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # A newline, NUL or other control character in a value (a tab is spacing): meaningless in any
 # setting, and a newline in a path would shift the lines `genesis loop-settings` gives the loop.
 CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -237,6 +244,7 @@ CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 class Setting:
     value: str
     source: str
+    old: str = ""   # the old name it was written under (OLD_NAMES), to be said at start
 
 
 @dataclass(frozen=True)
@@ -308,7 +316,31 @@ class Config:
 
 
 def is_genesis_key(key: str) -> bool:
-    return key in KNOB_NAMES or PHASE_KEY_RE.match(key) is not None
+    return key in KNOB_NAMES or key in OLD_NAMES or PHASE_KEY_RE.match(key) is not None
+
+
+def default_of(name: str) -> str:
+    """A knob's default, from the one table that holds them (KeyError: no such knob, or none)."""
+    default = KNOB_BY_NAME[name].default
+    if default is None:
+        raise KeyError(f"{name} has no default")
+    return default
+
+
+def _renamed(merged: Mapping[str, Setting]) -> dict[str, Setting]:
+    """The settings with each old name's value under its new name, written with its unit, where
+    it wins: from a higher source than the new name's, or from the same one when the new name
+    is not set there (a _SECONDS form beats a _MINUTES one from the same source)."""
+    kept = {key: setting for key, setting in merged.items() if key not in OLD_NAMES}
+    for old in sorted(OLD_NAMES, key=lambda name: name.endswith("_SECONDS")):   # _MINUTES first
+        if old not in merged:
+            continue
+        new, setting = OLD_NAMES[old], merged[old]
+        current = kept.get(new)
+        if current is None or RANKS[setting.source] > RANKS[current.source] or (
+                RANKS[setting.source] == RANKS[current.source] and current.old):
+            kept[new] = Setting(with_unit(setting.value, unit_of(old)), setting.source, old)
+    return kept
 
 
 def closest(key: str, phases: tuple[str, ...] = ()) -> str | None:
@@ -386,7 +418,7 @@ def parse_file(path: Path) -> dict[str, str]:
         key = key.strip().removeprefix("export ").strip()
         if not sep or not is_genesis_key(key):
             raise ConfigError(f"{path}:{n}: '{line[:60]}' is not KEY=VALUE with a known key"
-                              f"{_meant(key) if sep else ''} (the README's Configuration section lists the keys)")
+                              f"{_meant(key) if sep else ''} (docs/reference/settings.md lists the keys)")
         try:
             parts = shlex.split(raw, comments=True)
         except ValueError as exc:
@@ -417,7 +449,7 @@ def gather(project: Path, env: Mapping[str, str], flags: Mapping[str, str]) -> d
                                   f"character {control.start() + 1}): no setting means one, and a newline would "
                                   f"split the value in two; write the value on one line without it")
             merged[key] = Setting(value, source)
-    return merged
+    return _renamed(merged)
 
 
 def resolve(project: Path, env: Mapping[str, str] | None = None,
@@ -437,7 +469,7 @@ def from_snapshot(project: Path, data: object) -> Config:
     if not isinstance(data, dict) or not all(
             isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v) for v in data.values()):
         raise ConfigError("the run's configuration snapshot is unreadable; restart the loop")
-    return build(Path(project).resolve(), {key: Setting(v[0], v[1]) for key, v in data.items()})
+    return build(Path(project).resolve(), _renamed({key: Setting(v[0], v[1]) for key, v in data.items()}))
 
 
 def build(project: Path, s: Mapping[str, Setting]) -> Config:
@@ -465,19 +497,18 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
             return False
         raise ConfigError(f"{key}={get(key)!r} ({s[key].source}): expected true or false")
 
-    def seconds(minutes_key: str, seconds_key: str, minimum: float) -> float:
-        m, sec = s.get(minutes_key), s.get(seconds_key)
-        if sec is not None and (m is None or RANKS[sec.source] >= RANKS[m.source]):
-            return number(seconds_key, minimum)
-        return number(minutes_key, minimum / 60) * 60
-
-    def duration(key: str) -> float:
-        raw = get(key)
-        found = DURATION_RE.match(raw.lower())
-        if not found:
-            raise ConfigError(f"{key}={raw!r} ({s[key].source}): expected a duration with its unit, e.g. "
-                              f"90s, 30m, 6h or 2d")
-        return float(found.group(1)) * UNITS[found.group(2)]
+    def span(key: str, minimum: float, maximum: float | None = None) -> float:
+        """A duration knob in seconds, from minimum to maximum (its name's unit for a bare number)."""
+        name, raw = s[key].old or key, get(key)
+        try:
+            value = duration_seconds(name, raw, unit_of(name), s[key].source)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if value < minimum:
+            raise ConfigError(f"{name}={raw!r} ({s[key].source}): must be at least {written(minimum)}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(f"{name}={raw!r} ({s[key].source}): at most {written(maximum)}")
+        return value
 
     def clamped(key: str, low: int, high: int) -> int:
         value = int(number(key, low, integer=True))
@@ -500,12 +531,12 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
     if agent_cli and s["GENESIS_AGENT_CMD"].source == "default":
         agent_cmd = (adapter_named(agent_cli).program or agent_cmd[0],)  # its adapter adds the flags
 
-    check_interval = number("HEARTBEAT_CHECK_INTERVAL", 0.05)
-    stale_after = seconds("HEARTBEAT_STALE_MINUTES", "HEARTBEAT_STALE_SECONDS", 0.1)
+    check_interval = span("HEARTBEAT_CHECK_INTERVAL", 0.05)
+    stale_after = span("HEARTBEAT_STALE", 0.1)
     if stale_after < check_interval:
         raise ConfigError(f"the stale window ({stale_after:g}s) is shorter than HEARTBEAT_CHECK_INTERVAL "
                           f"({check_interval:g}s); lengthen the window or check more often")
-    tool_silent = seconds("TOOL_SILENT_MINUTES", "TOOL_SILENT_SECONDS", 0)
+    tool_silent = span("TOOL_SILENT", 0)
     if 0 < tool_silent < check_interval:
         raise ConfigError(f"the tool-silent window ({tool_silent:g}s) is shorter than HEARTBEAT_CHECK_INTERVAL "
                           f"({check_interval:g}s); lengthen it, check more often, or set it to 0 (off)")
@@ -529,8 +560,8 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
             raise ConfigError(f"REAP_PORTS: {word!r} is not a port number (1-65535)")
         ports.append(int(word))
 
-    backoff_first = number("GENESIS_BACKOFF_FIRST_SECONDS", 0.1)
-    backoff_max = number("GENESIS_BACKOFF_MAX_SECONDS", 0.1)
+    backoff_first = span("GENESIS_BACKOFF_FIRST_SECONDS", 0.1)
+    backoff_max = span("GENESIS_BACKOFF_MAX_SECONDS", 0.1)
     if backoff_max < backoff_first:
         raise ConfigError(f"GENESIS_BACKOFF_MAX_SECONDS ({backoff_max:g}) is below GENESIS_BACKOFF_FIRST_SECONDS "
                           f"({backoff_first:g}); raise the cap or lower the first wait")
@@ -561,11 +592,11 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         agent_cli=agent_cli,
         phases=_phases(project, s),
         max_iterations=int(number("GENESIS_MAX_ITERATIONS", 0, integer=True)),
-        pause=number("ITERATION_PAUSE_SECONDS", 0),
+        pause=span("ITERATION_PAUSE_SECONDS", 0),
         check_interval=check_interval,
         stale_after=stale_after,
-        max_runtime=seconds("AGENT_MAX_RUNTIME_MINUTES", "AGENT_MAX_RUNTIME_SECONDS", 0.1),
-        kill_grace=number("KILL_GRACE_SECONDS", 0),
+        max_runtime=span("AGENT_MAX_RUNTIME", 0.1),
+        kill_grace=span("KILL_GRACE_SECONDS", 0),
         count_output=boolean("HEARTBEAT_COUNT_OUTPUT"),
         cb_warning=cb_warning,
         cb_stop=cb_stop,
@@ -580,25 +611,25 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         git_hooks=boolean("GENESIS_GIT_HOOKS"),
         log_max_bytes=int(number("AGENT_LOG_MAX_MB", 1) * (1 << 20)),
         tool_silent=tool_silent,
-        tool_busy_max=number("TOOL_BUSY_MAX_MINUTES", 0.01) * 60,
+        tool_busy_max=span("TOOL_BUSY_MAX_MINUTES", 0.6),
         health_enforce=boolean("GENESIS_HEALTH_ENFORCE"),
         doom_limits=doom_limits,
         phase_retries=clamped("PHASE_RETRIES", 0, 5),
-        retry_delay=number("PHASE_RETRY_DELAY_SECONDS", 0),
+        retry_delay=span("PHASE_RETRY_DELAY_SECONDS", 0),
         fallback_agent_cmd=fallback,
         max_recoveries=clamped("GENESIS_MAX_RECOVERIES", 0, 100),
-        limit_margin=number("GENESIS_LIMIT_MARGIN_SECONDS", 0),
+        limit_margin=span("GENESIS_LIMIT_MARGIN_SECONDS", 0),
         limit_jitter=min(number("GENESIS_LIMIT_JITTER_PERCENT", 0), 100.0) / 100,
         shared_state_dir=_shared_state_dir(s),
-        max_limit_wait=duration("GENESIS_MAX_LIMIT_WAIT"),
+        max_limit_wait=span("GENESIS_MAX_LIMIT_WAIT", 0),
         backoff_first=backoff_first,
         backoff_max=backoff_max,
-        max_outage=number("GENESIS_MAX_OUTAGE_MINUTES", 0) * 60,
+        max_outage=span("GENESIS_MAX_OUTAGE_MINUTES", 0),
         done_when=done_when,
-        max_run_seconds=number("GENESIS_MAX_RUNTIME_HOURS", 0) * 3600,
+        max_run_seconds=span("GENESIS_MAX_RUNTIME_HOURS", 0),
         max_cost_usd=number("GENESIS_MAX_COST_USD", 0),
-        cb_cooldown=(number("CB_COOLDOWN_MINUTES", 0.01) * 60 if "CB_COOLDOWN_MINUTES" in s
-                     and get("CB_COOLDOWN_MINUTES") else None),
+        cb_cooldown=span("CB_COOLDOWN_MINUTES", 0.6) if "CB_COOLDOWN_MINUTES" in s and get("CB_COOLDOWN_MINUTES")
+        else None,
         cb_max_trials=trials,
         alerts=alerts,
         sandbox=_sandbox(s),
@@ -610,16 +641,16 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         fleet_max_task_restarts=clamped("GENESIS_FLEET_MAX_TASK_RESTARTS", 0, 20),
         fleet_max_failed_tasks=clamped("GENESIS_FLEET_MAX_FAILED_TASKS", 0, 20),
         fleet_escalation=_escalation(s),
-        fleet_restart_backoff=min(number("GENESIS_FLEET_RESTART_BACKOFF_SECONDS", 0), 300.0),
-        fleet_restart_every=number("GENESIS_FLEET_RESTART_EVERY_SECONDS", 0),
+        fleet_restart_backoff=min(span("GENESIS_FLEET_RESTART_BACKOFF_SECONDS", 0), 300.0),
+        fleet_restart_every=span("GENESIS_FLEET_RESTART_EVERY_SECONDS", 0),
         fleet_cascade_percent=_percent(s, "GENESIS_FLEET_CASCADE_PERCENT"),
-        fleet_cascade_window=number("GENESIS_FLEET_CASCADE_WINDOW_SECONDS", 1),
-        monitor_stale=min(number("GENESIS_FLEET_MONITOR_STALE_SECONDS", 1), 86400.0),
-        monitor_stop=min(number("GENESIS_FLEET_MONITOR_STOP_SECONDS", 0), 604800.0),
+        fleet_cascade_window=span("GENESIS_FLEET_CASCADE_WINDOW_SECONDS", 1),
+        monitor_stale=min(span("GENESIS_FLEET_MONITOR_STALE_SECONDS", 1), 86400.0),
+        monitor_stop=min(span("GENESIS_FLEET_MONITOR_STOP_SECONDS", 0), 604800.0),
         fleet_worktree_dir=_worktree_dir(project, s),
         fleet_merge=_choice(s, "GENESIS_FLEET_MERGE", ("queue", "branch")),
         merge_test_cmd=get("GENESIS_MERGE_TEST_CMD"),
-        merge_test_timeout=duration("GENESIS_MERGE_TEST_TIMEOUT"),
+        merge_test_timeout=span("GENESIS_MERGE_TEST_TIMEOUT", 0),
     )
 
 
@@ -808,9 +839,6 @@ def effective(cfg: Config) -> list[tuple[str, str, str, str]]:
         for suffix, value, what in rows_of:
             key = f"PHASE_{phase.name}_{suffix}"
             rows.append((key, value, cfg.settings[key].source if key in cfg.settings else "default", what))
-    rows.append(("(stale window)", f"{cfg.stale_after:g}s", "derived", "from the _MINUTES or _SECONDS form"))
-    rows.append(("(max runtime)", f"{cfg.max_runtime:g}s", "derived", "from the _MINUTES or _SECONDS form"))
-    rows.append(("(tool-silent window)", f"{cfg.tool_silent:g}s", "derived", "from the _MINUTES or _SECONDS form"))
     return rows
 
 
@@ -819,7 +847,8 @@ def advice(cfg: Config, env: Mapping[str, str]) -> list[str]:
     environment (ignored there, where a misspelt key in genesis.conf is refused), a phase
     setting for no phase, a `$VARIABLE` in genesis.conf (never expanded)."""
     phases = tuple(p.name for p in cfg.phases)
-    said = []
+    said = [f"{setting.old} is an old name: write {key}={setting.value}"
+            for key, setting in sorted(cfg.settings.items()) if setting.old]
     for key in sorted(env):
         if key in NOT_SETTINGS or not key.startswith(KNOB_PREFIXES) or is_genesis_key(key):
             continue

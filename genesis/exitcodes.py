@@ -28,8 +28,8 @@ ALERT_FAILED = 30       # `genesis alert test`: an alert channel failed (the oth
 FLEET_TASKS_FAILED = 31 # a fleet (--parallel): some task failed permanently (its branch kept; wins over 32)
 FLEET_NEEDS_REVIEW = 32 # a fleet (--parallel): some task's branch needs review (a conflict the Merger left)
 SERVE_FAILED = 33      # `genesis serve`: the address cannot be listened on (the port is taken, no permission)
-MONITOR_LOST = 34      # a fleet's child: its monitor was gone past GENESIS_FLEET_MONITOR_STOP_SECONDS (its task may be another machine's),
-                       # or a keyed child's push was refused: another loop of its task owns the branch
+MONITOR_LOST = 34      # a fleet's child: its monitor was gone past GENESIS_FLEET_MONITOR_STOP_SECONDS (its task may be another machine's)
+STEPPED_ASIDE = 35  # a fleet's keyed child: its push was refused, another loop of its task owns the branch
 AGENT_STALE = 124      # run-phase: no heartbeat for the stale window; tree killed
 AGENT_OVERTIME = 125   # run-phase: over the runtime cap; tree killed
 INTERRUPTED_HUP = 129  # SIGHUP (the terminal or SSH session closed)

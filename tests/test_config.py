@@ -30,6 +30,10 @@ def minutes(text):
     return float(text) * 60
 
 
+def span(text):
+    return {"15m": 900, "45m": 2700, "5m": 300}[text]
+
+
 def yes(text):
     return text == "true"
 
@@ -45,9 +49,9 @@ READ = {
     "GENESIS_MAX_ITERATIONS": (lambda c: c.max_iterations, int),
     "ITERATION_PAUSE_SECONDS": (lambda c: c.pause, float),
     "HEARTBEAT_CHECK_INTERVAL": (lambda c: c.check_interval, float),
-    "HEARTBEAT_STALE_MINUTES": (lambda c: c.stale_after, minutes),
-    "AGENT_MAX_RUNTIME_MINUTES": (lambda c: c.max_runtime, minutes),
-    "TOOL_SILENT_MINUTES": (lambda c: c.tool_silent, minutes),
+    "HEARTBEAT_STALE": (lambda c: c.stale_after, span),
+    "AGENT_MAX_RUNTIME": (lambda c: c.max_runtime, span),
+    "TOOL_SILENT": (lambda c: c.tool_silent, span),
     "TOOL_BUSY_MAX_MINUTES": (lambda c: c.tool_busy_max, minutes),
     "DOOM_SAME_FAILURES": (lambda c: c.doom_limits.same_failures, int),
     "DOOM_CYCLE_CALLS": (lambda c: c.doom_limits.cycle_window, int),
@@ -151,11 +155,115 @@ def test_flags_beat_environment_beat_file_beat_defaults(project):
     assert cfg.settings["ITERATION_PAUSE_SECONDS"].source == "flag"
 
 
-def test_seconds_forms_win_at_equal_precedence_and_lose_to_a_higher_source(project):
-    assert resolve(project, env={"HEARTBEAT_STALE_SECONDS": "90"}).stale_after == 90
+# --- durations: one grammar for every duration knob ------------------------------------
+
+@pytest.mark.parametrize("key, value, held", [
+    ("HEARTBEAT_STALE", "90s", lambda c: c.stale_after == 90),
+    ("HEARTBEAT_STALE", "90", lambda c: c.stale_after == 90),            # a name without a unit: seconds
+    ("AGENT_MAX_RUNTIME", "2h", lambda c: c.max_runtime == 7200),
+    ("TOOL_SILENT", "0", lambda c: c.tool_silent == 0),                   # off
+    ("ITERATION_PAUSE_SECONDS", "1.5m", lambda c: c.pause == 90),
+    ("TOOL_BUSY_MAX_MINUTES", "2", lambda c: c.tool_busy_max == 120),    # a bare number: the name's unit
+    ("TOOL_BUSY_MAX_MINUTES", "90s", lambda c: c.tool_busy_max == 90),
+    ("GENESIS_MAX_RUNTIME_HOURS", "1.5", lambda c: c.max_run_seconds == 5400),
+    ("GENESIS_MAX_RUNTIME_HOURS", "1d", lambda c: c.max_run_seconds == 86400),
+    ("GENESIS_MAX_OUTAGE_MINUTES", "2h", lambda c: c.max_outage == 7200),
+    ("CB_COOLDOWN_MINUTES", "30s", lambda c: c.cb_cooldown == 30),
+    ("GENESIS_MAX_LIMIT_WAIT", "3600", lambda c: c.max_limit_wait == 3600),
+    ("GENESIS_MERGE_TEST_TIMEOUT", "1h", lambda c: c.merge_test_timeout == 3600),
+    ("GENESIS_FLEET_MONITOR_STOP_SECONDS", "10m", lambda c: c.monitor_stop == 600),
+    ("GENESIS_NOTIFY_TIMEOUT_SECONDS", "1m", lambda c: c.alerts.timeout == 60),
+    ("GENESIS_FLEET_CHECK_SECONDS", "500ms" if False else "0.5s", lambda c: fleet_settings(c.settings).check == 0.5),
+    ("GENESIS_TEMPORAL_HOST_WAIT_SECONDS", "10m", lambda c: temporal_settings(c.settings).host_wait == 600),
+])
+def test_every_duration_knob_takes_a_unit_or_a_bare_number_in_its_names_unit(project, key, value, held):
+    assert held(resolve(project, env={key: value}))
+
+
+@pytest.mark.parametrize("key", [k.name for k in KNOBS if k.unit])
+def test_a_duration_knob_that_is_no_duration_is_refused_with_what_to_write(project, key):
+    cfg = resolve(project, env={})
+    env = {key: "15x"}
+    with pytest.raises(ConfigError, match=rf"^{key}='15x'( \(env\))? is not a duration: write 90s, 15m or 2h"):
+        cfg = resolve(project, env=env)
+        fleet_settings(cfg.settings)
+        temporal_settings(cfg.settings)
+
+
+def test_a_knobs_unit_is_the_one_its_name_says():
+    suffixes = {"_SECONDS": "s", "_MINUTES": "m", "_HOURS": "h"}
+    for knob in KNOBS:
+        said = next((unit for suffix, unit in suffixes.items() if knob.name.endswith(suffix)), None)
+        if said:
+            assert knob.unit == said, knob.name
+    assert {k.name for k in KNOBS if k.unit == "s" and not k.name.endswith("_SECONDS")} == {
+        "HEARTBEAT_CHECK_INTERVAL", "HEARTBEAT_STALE", "AGENT_MAX_RUNTIME", "TOOL_SILENT", "GENESIS_MAX_LIMIT_WAIT",
+        "GENESIS_MERGE_TEST_TIMEOUT"}
+
+
+def test_a_bound_is_said_in_the_unit_the_value_was_written_in(project):
+    with pytest.raises(ConfigError, match=r"TOOL_BUSY_MAX_MINUTES='0.5s' \(env\): must be at least 0.6s"):
+        resolve(project, env={"TOOL_BUSY_MAX_MINUTES": "0.5s"})
+    with pytest.raises(ConfigError, match=r"GENESIS_TEMPORAL_HEARTBEAT_SECONDS='2h' \(env\): expected 1s to 3600s"):
+        temporal_settings(resolve(project, env={"GENESIS_TEMPORAL_HEARTBEAT_SECONDS": "2h"}).settings)
+
+
+# --- the old names of the three windows -------------------------------------------------
+
+@pytest.mark.parametrize("old, new, value, seconds", [
+    ("HEARTBEAT_STALE_MINUTES", "HEARTBEAT_STALE", "2", 120),
+    ("HEARTBEAT_STALE_SECONDS", "HEARTBEAT_STALE", "90", 90),
+    ("AGENT_MAX_RUNTIME_MINUTES", "AGENT_MAX_RUNTIME", "1.5", 90),
+    ("AGENT_MAX_RUNTIME_SECONDS", "AGENT_MAX_RUNTIME", "5", 5),
+    ("TOOL_SILENT_MINUTES", "TOOL_SILENT", "0", 0),
+    ("TOOL_SILENT_SECONDS", "TOOL_SILENT", "120", 120),
+])
+def test_an_old_name_still_sets_its_window_and_is_said_to_be_old(project, old, new, value, seconds):
+    held = {"HEARTBEAT_STALE": "stale_after", "AGENT_MAX_RUNTIME": "max_runtime", "TOOL_SILENT": "tool_silent"}[new]
+    unit = old.rsplit("_", 1)[1][0].lower()
+    for cfg in (resolve(project, env={old: value}), resolve(project, env={}, flags={old: value})):
+        assert getattr(cfg, held) == seconds
+        assert cfg.settings[new].value == f"{value}{unit}" and old not in cfg.settings
+        assert advice(cfg, {})[0] == f"{old} is an old name: write {new}={value}{unit}"
+    conf(project, f"{old}={value}\n")
+    assert getattr(resolve(project, env={}), held) == seconds
+
+
+def test_the_old_names_keep_their_precedence_and_the_new_name_wins_at_equal_precedence(project):
+    # The _SECONDS form wins over the _MINUTES one from the same source, as it always did...
+    assert resolve(project, env={"HEARTBEAT_STALE_SECONDS": "90", "HEARTBEAT_STALE_MINUTES": "2"}).stale_after == 90
     conf(project, "HEARTBEAT_STALE_SECONDS=90\n")
+    # ...and a higher source wins whatever the name.
     assert resolve(project, env={"HEARTBEAT_STALE_MINUTES": "2"}).stale_after == 120
-    assert resolve(project, env={}, flags={"AGENT_MAX_RUNTIME_SECONDS": "5"}).max_runtime == 5
+    assert resolve(project, env={"HEARTBEAT_STALE": "3m"}).stale_after == 180
+    conf(project, "HEARTBEAT_STALE=3m\nHEARTBEAT_STALE_SECONDS=90\n")
+    cfg = resolve(project, env={})
+    assert cfg.stale_after == 180 and cfg.settings["HEARTBEAT_STALE"].source == "file"
+    assert not any("old name" in line for line in advice(cfg, {}))   # the old one is overruled, not read
+    cfg = resolve(project, env={}, flags={"HEARTBEAT_STALE_SECONDS": "100"})
+    assert cfg.stale_after == 100 and cfg.settings["HEARTBEAT_STALE"].source == "flag"
+
+
+def test_a_bad_value_under_an_old_name_is_refused_under_that_name(project):
+    with pytest.raises(ConfigError, match=r"^AGENT_MAX_RUNTIME_MINUTES='x' \(env\) is not a duration: .*minutes"):
+        resolve(project, env={"AGENT_MAX_RUNTIME_MINUTES": "x"})
+
+
+def test_config_show_names_the_new_knob_with_where_an_old_name_set_it(project, monkeypatch):
+    monkeypatch.setenv("TOOL_SILENT_SECONDS", "75")
+    result = CliRunner().invoke(cli, ["--project", str(project), "config", "show"], catch_exceptions=False)
+    lines = result.output.splitlines()
+    assert any(line.split()[:3] == ["TOOL_SILENT", "75s", "[env]"] for line in lines)
+    assert not any(line.startswith("TOOL_SILENT_SECONDS") for line in lines)
+    assert "genesis: warning: TOOL_SILENT_SECONDS is an old name: write TOOL_SILENT=75s" in result.stderr
+
+
+def test_a_run_snapshot_written_under_the_old_names_is_read_under_the_new(project):
+    from genesis.config import from_snapshot, snapshot
+    data = snapshot(resolve(project, env={}))
+    del data["HEARTBEAT_STALE"]
+    cfg = from_snapshot(project, {**data, "HEARTBEAT_STALE_MINUTES": ["3", "env"]})
+    assert cfg.stale_after == 180 and "HEARTBEAT_STALE_MINUTES" not in snapshot(cfg)
 
 
 def test_the_agent_command_is_word_split_like_a_shell(project):
@@ -164,10 +272,11 @@ def test_the_agent_command_is_word_split_like_a_shell(project):
 
 
 @pytest.mark.parametrize("env, message", [
-    ({"HEARTBEAT_STALE_SECONDS": "30", "HEARTBEAT_CHECK_INTERVAL": "60"}, "shorter than HEARTBEAT_CHECK_INTERVAL"),
+    ({"HEARTBEAT_STALE": "30s", "HEARTBEAT_CHECK_INTERVAL": "1m"}, "shorter than HEARTBEAT_CHECK_INTERVAL"),
     ({"CB_WARNING_THRESHOLD": "5", "CB_STOP_THRESHOLD": "3"}, "must warn before it stops"),
     ({"CB_STOP_THRESHOLD": "five"}, "expected a whole number"),
-    ({"HEARTBEAT_CHECK_INTERVAL": "nan"}, "must be at least"),
+    ({"HEARTBEAT_CHECK_INTERVAL": "nan"}, "is not a duration"),
+    ({"HEARTBEAT_CHECK_INTERVAL": "0.01"}, r"HEARTBEAT_CHECK_INTERVAL='0.01' \(env\): must be at least 0.05s"),
     ({"GENESIS_AGENT_CMD": "  "}, "is empty"),
     ({"GENESIS_AGENT_CMD": "claude 'unclosed"}, "check its quotes"),
     ({"REAP_PORTS": "8080,99999"}, "not a port number"),
@@ -185,7 +294,7 @@ def test_bad_values_get_a_clear_error(project, env, message):
 
 def test_a_config_file_line_that_is_not_a_known_key_is_named(project):
     conf(project, "# ok\nHEARTBEAT_STALE_MINUTS=3\n")
-    with pytest.raises(ConfigError, match=r"genesis.conf:2: .*known key"):
+    with pytest.raises(ConfigError, match=r"genesis.conf:2: .*known key.*\(docs/reference/settings\.md lists the keys\)"):
         resolve(project, env={})
 
 
@@ -206,7 +315,7 @@ def test_config_show_prints_every_value_and_its_source(project, monkeypatch):
     lines = result.output.splitlines()
     assert any(line.split()[:3] == ["CB_STOP_THRESHOLD", "7", "[env]"] for line in lines)
     assert any(line.split()[:3] == ["ITERATION_PAUSE_SECONDS", "1", "[flag]"] for line in lines)
-    assert any(line.split()[:3] == ["HEARTBEAT_STALE_MINUTES", "15", "[default]"] for line in lines)
+    assert any(line.split()[:3] == ["HEARTBEAT_STALE", "15m", "[default]"] for line in lines)
     assert any(line.startswith("PHASE_Builder_TRIGGER") and "always" in line for line in lines)
     explained = CliRunner().invoke(cli, ["--project", str(project), "config", "show", "--explain"],
                                    catch_exceptions=False)

@@ -139,7 +139,7 @@ def test_the_loop_s_hints_act_on_its_project_when_run_from_another_repository(pr
     checkout.mkdir()
     git(checkout, "init", "-q")
     agent = script(tmp_path / "agent.sh", STUCK_THEN_IDLE)
-    env = loop_env(GENESIS_PHASES="Builder", HEARTBEAT_STALE_SECONDS="1.5", HEARTBEAT_COUNT_OUTPUT="false",
+    env = loop_env(GENESIS_PHASES="Builder", HEARTBEAT_STALE="1.5s", HEARTBEAT_COUNT_OUTPUT="false",
                    PHASE_RETRIES="0", CB_WARNING_THRESHOLD="1", CB_STOP_THRESHOLD="2")
     done = run_loop(project, "--agent-cmd", str(agent), "--max-iterations", "3", env=env)
     assert done.returncode == 3, done.stderr

@@ -9,8 +9,11 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Mapping
 
-__all__ = ["AlertSettings", "parse", "KNOBS", "DESKTOP_MODES", "LEVELS", "CHANNEL_KEYS", "PREFIX", "misspelt",
-           "refusal", "at_least"]
+from genesis.durations import seconds as duration_seconds
+from genesis.durations import unit_of
+
+__all__ = ["AlertSettings", "parse", "KNOBS", "DURATIONS", "DEFAULTS", "DESKTOP_MODES", "LEVELS", "CHANNEL_KEYS",
+           "PREFIX", "misspelt", "refusal", "at_least"]
 
 DESKTOP_MODES = ("auto", "true", "false")
 MAX_URL = 2048
@@ -41,24 +44,26 @@ KNOBS: tuple[tuple[str, str | None, str], ...] = (
      "its answer starts with dismiss or intervene); unset, or failing: the built-in rules decide"),
     ("GENESIS_TRIAGE_TIMEOUT_SECONDS", "60", "bound on the triage command; past it the rules decide"),
 )
+DURATIONS = ("GENESIS_NOTIFY_TIMEOUT_SECONDS", "GENESIS_TRIAGE_TIMEOUT_SECONDS")
+DEFAULTS = {name: default for name, default, _ in KNOBS if default is not None}
 
 
 @dataclass(frozen=True)
 class AlertSettings:
-    desktop: str = "auto"                       # auto, true, false
+    desktop: str = DEFAULTS["GENESIS_NOTIFY_DESKTOP"]   # auto, true, false
     webhook: str | None = None
     ntfy: str | None = None
     command: tuple[str, ...] | None = None
-    timeout: float = 10.0                       # seconds per try of a channel
-    retries: int = 2
+    timeout: float = float(DEFAULTS["GENESIS_NOTIFY_TIMEOUT_SECONDS"])   # seconds per try of a channel
+    retries: int = int(DEFAULTS["GENESIS_NOTIFY_RETRIES"])
     triage_command: tuple[str, ...] | None = None
-    triage_timeout: float = 60.0
+    triage_timeout: float = float(DEFAULTS["GENESIS_TRIAGE_TIMEOUT_SECONDS"])
     backoff: tuple[float, ...] = (1.0, 2.0)     # seconds before the 2nd, 3rd... try (the last repeats)
     # The lowest severity each channel gets (GENESIS_NOTIFY_<CHANNEL>_MIN_SEVERITY).
-    desktop_min: str = "low"
-    webhook_min: str = "low"
-    ntfy_min: str = "low"
-    command_min: str = "low"
+    desktop_min: str = DEFAULTS["GENESIS_NOTIFY_DESKTOP_MIN_SEVERITY"]
+    webhook_min: str = DEFAULTS["GENESIS_NOTIFY_WEBHOOK_MIN_SEVERITY"]
+    ntfy_min: str = DEFAULTS["GENESIS_NOTIFY_NTFY_MIN_SEVERITY"]
+    command_min: str = DEFAULTS["GENESIS_NOTIFY_CMD_MIN_SEVERITY"]
 
     def __post_init__(self) -> None:
         for name, _ in CHANNEL_KEYS:
@@ -86,16 +91,18 @@ class AlertSettings:
         if not isinstance(data, dict):
             raise ValueError("alert settings are a JSON object")
         minimum = data.get("minimum") or {}
+        unset = cls()   # what a document written before a field existed meant
         try:
             if not isinstance(minimum, dict):
                 raise ValueError("minimum is not an object")
-            return cls(desktop=str(data.get("desktop", "auto")), webhook=data.get("webhook"), ntfy=data.get("ntfy"),
-                       command=tuple(map(str, data["command"])) if data.get("command") else None,
-                       timeout=float(data.get("timeout", 10.0)), retries=int(data.get("retries", 2)),
+            return cls(desktop=str(data.get("desktop", unset.desktop)), webhook=data.get("webhook"),
+                       ntfy=data.get("ntfy"), command=tuple(map(str, data["command"])) if data.get("command") else None,
+                       timeout=float(data.get("timeout", unset.timeout)),
+                       retries=int(data.get("retries", unset.retries)),
                        triage_command=tuple(map(str, data["triage_command"])) if data.get("triage_command") else None,
-                       triage_timeout=float(data.get("triage_timeout", 60.0)),
-                       backoff=tuple(float(b) for b in data.get("backoff", (1.0, 2.0))) or (1.0,),
-                       **{f"{name}_min": str(minimum.get(name, "low")) for name, _ in CHANNEL_KEYS})
+                       triage_timeout=float(data.get("triage_timeout", unset.triage_timeout)),
+                       backoff=tuple(float(b) for b in data.get("backoff", unset.backoff)) or (1.0,),
+                       **{f"{name}_min": str(minimum.get(name, unset.minimum(name))) for name, _ in CHANNEL_KEYS})
         except (TypeError, ValueError) as exc:
             raise ValueError(f"alert settings are malformed ({exc})") from None
 
@@ -107,7 +114,7 @@ def parse(settings: Mapping[str, str]) -> AlertSettings:
     def get(key: str) -> str:
         return str(settings.get(key) or "").strip()
 
-    desktop = get("GENESIS_NOTIFY_DESKTOP").lower() or "auto"
+    desktop = get("GENESIS_NOTIFY_DESKTOP").lower() or DEFAULTS["GENESIS_NOTIFY_DESKTOP"]
     desktop = {"1": "true", "yes": "true", "on": "true", "0": "false", "no": "false", "off": "false"}.get(desktop,
                                                                                                        desktop)
     if desktop not in DESKTOP_MODES:
@@ -117,12 +124,10 @@ def parse(settings: Mapping[str, str]) -> AlertSettings:
         webhook=_url("GENESIS_NOTIFY_WEBHOOK", get("GENESIS_NOTIFY_WEBHOOK")),
         ntfy=_url("GENESIS_NOTIFY_NTFY", get("GENESIS_NOTIFY_NTFY")),
         command=_command("GENESIS_NOTIFY_CMD", get("GENESIS_NOTIFY_CMD")),
-        timeout=_seconds("GENESIS_NOTIFY_TIMEOUT_SECONDS", get("GENESIS_NOTIFY_TIMEOUT_SECONDS") or "10",
-                         MAX_NOTIFY_TIMEOUT),
-        retries=_retries(get("GENESIS_NOTIFY_RETRIES") or "2"),
+        timeout=_seconds("GENESIS_NOTIFY_TIMEOUT_SECONDS", settings, MAX_NOTIFY_TIMEOUT),
+        retries=_retries(get("GENESIS_NOTIFY_RETRIES") or DEFAULTS["GENESIS_NOTIFY_RETRIES"]),
         triage_command=_command("GENESIS_TRIAGE_CMD", get("GENESIS_TRIAGE_CMD")),
-        triage_timeout=_seconds("GENESIS_TRIAGE_TIMEOUT_SECONDS", get("GENESIS_TRIAGE_TIMEOUT_SECONDS") or "60",
-                                MAX_TRIAGE_TIMEOUT),
+        triage_timeout=_seconds("GENESIS_TRIAGE_TIMEOUT_SECONDS", settings, MAX_TRIAGE_TIMEOUT),
         **{f"{name}_min": _level(f"{PREFIX}{key}{MIN_SUFFIX}", get(f"{PREFIX}{key}{MIN_SUFFIX}"))
            for name, key in CHANNEL_KEYS})
 
@@ -156,7 +161,7 @@ def refusal(key: str, meant: str | None) -> str:
 
 
 def _level(key: str, raw: str) -> str:
-    value = raw.lower() or "low"
+    value = raw.lower() or DEFAULTS[key]
     if value not in LEVELS:
         raise ValueError(f"{key}={raw!r}: expected {', '.join(LEVELS[:-1])} or {LEVELS[-1]}")
     return value
@@ -189,13 +194,12 @@ def _command(key: str, raw: str) -> tuple[str, ...] | None:
     return tuple(words) or None
 
 
-def _seconds(key: str, raw: str, high: float) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{key}={raw!r}: expected a number of seconds") from None
+def _seconds(key: str, settings: Mapping[str, str], high: float) -> float:
+    """A duration knob (unset or empty: its default) in seconds, above 0 and at most high."""
+    raw = str(settings.get(key) or "").strip() or DEFAULTS[key]
+    value = duration_seconds(key, raw, unit_of(key))
     if not 0 < value <= high:
-        raise ValueError(f"{key}={raw!r}: expected seconds above 0, at most {high:g}")
+        raise ValueError(f"{key}={raw!r}: expected a duration above 0, at most {high:g}s")
     return value
 
 

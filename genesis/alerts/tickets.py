@@ -41,6 +41,7 @@ STOP_WORDS = {3: "breaker OPEN", 6: "disk full", 7: "phase watcher lost", 8: "a 
               20: "usage limit resets too late", 21: "API outage too long", 22: "the agent cannot go on",
               23: "runtime cap reached", 24: "cost cap reached", 25: "recovery budget spent",
               26: "Genesis's state lost", 27: "git history rewritten", 29: "sandbox unavailable",
+              34: "the fleet's monitor is gone", 35: "stepped aside for another loop of its task",
               129: "terminal closed", 130: "interrupted (Ctrl-C)", 143: "stopped (SIGTERM)"}
 
 

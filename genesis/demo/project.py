@@ -48,8 +48,8 @@ def init_project(directory: Path) -> Path:
             "GENESIS_MAX_ITERATIONS=10\n"
             "ITERATION_PAUSE_SECONDS=1\n"
             "HEARTBEAT_CHECK_INTERVAL=1\n"
-            "HEARTBEAT_STALE_SECONDS=4\n"
-            "AGENT_MAX_RUNTIME_SECONDS=60\n"
+            "HEARTBEAT_STALE=4s\n"
+            "AGENT_MAX_RUNTIME=60s\n"
             "KILL_GRACE_SECONDS=2\n"
             "PHASE_RETRY_DELAY_SECONDS=2\n"
             f"REAP_PORTS={port}\n"),

@@ -22,6 +22,7 @@ import shlex
 from dataclasses import dataclass
 
 from genesis.config import Config
+from genesis.durations import written
 from genesis.fleet.ledger import TERMINAL, Attempt, TaskRow
 
 __all__ = ["Strategy", "strategies", "child_settings", "Rung", "LadderPolicy", "policy_of", "next_rung",
@@ -62,10 +63,10 @@ def child_settings(strategy: Strategy, cfg: Config) -> dict[str, str]:
     if strategy.agent_cmd is not None:
         settings["GENESIS_AGENT_CMD"] = shlex.join(strategy.agent_cmd)
     if strategy.window_factor != 1.0:
-        settings["HEARTBEAT_STALE_SECONDS"] = f"{cfg.stale_after * strategy.window_factor:g}"
-        settings["AGENT_MAX_RUNTIME_SECONDS"] = f"{cfg.max_runtime * strategy.window_factor:g}"
+        settings["HEARTBEAT_STALE"] = written(cfg.stale_after * strategy.window_factor)
+        settings["AGENT_MAX_RUNTIME"] = written(cfg.max_runtime * strategy.window_factor)
         if cfg.tool_silent > 0:
-            settings["TOOL_SILENT_SECONDS"] = f"{cfg.tool_silent * strategy.window_factor:g}"
+            settings["TOOL_SILENT"] = written(cfg.tool_silent * strategy.window_factor)
     return settings
 
 

@@ -45,8 +45,11 @@ def outcome_of(exit_code: int | None, verified: bool, stopping: bool, signalled:
         return Verdict("outage", reason=why or "an API outage outlasted GENESIS_MAX_OUTAGE_MINUTES")
     if exit_code in FLEET_STOPPING:
         return Verdict("config", exit_code, why or f"exit {exit_code}: it would stop every child the same way")
-    if exit_code == exitcodes.MONITOR_LOST:  # no failure of its task: it stepped aside for another machine
+    if exit_code == exitcodes.MONITOR_LOST:  # no failure of its task: it stopped for another machine
         return Verdict("stopped", reason=why or "its monitor was gone: it stopped so that no two loops work its task")
+    if exit_code == exitcodes.STEPPED_ASIDE:  # no failure of its task: another loop of it owns the branch
+        return Verdict("stopped", reason=why or "its push was refused: it stepped aside for the loop that owns the "
+                                               "task's branch")
     if exit_code in CEILINGS:
         return Verdict("stopped", exit_code, why or f"a ceiling was reached (exit {exit_code})")
     if exit_code in SIGNAL_CODES and (signalled or stopping):

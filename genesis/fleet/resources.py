@@ -15,7 +15,9 @@ from typing import Mapping
 
 import psutil
 
-from genesis.config import ConfigError, Setting
+from genesis.config import ConfigError, Setting, default_of
+from genesis.durations import seconds as duration_seconds
+from genesis.durations import unit_of
 
 __all__ = ["FleetSettings", "fleet_settings", "auto_parallel", "parallel_of", "available_memory", "port_range",
            "AUTO_CAP", "MB"]
@@ -36,36 +38,40 @@ class FleetSettings:
     check: float              # seconds between two checks of the children
 
 
-DEFAULTS = {"GENESIS_FLEET_CHILD_ITERATIONS": "6", "GENESIS_FLEET_STAGGER_SECONDS": "5",
-            "GENESIS_FLEET_MEMORY_PER_AGENT_MB": "400", "GENESIS_FLEET_MEMORY_FLOOR_MB": "1024",
-            "GENESIS_FLEET_PORT_BASE": "20000", "GENESIS_FLEET_PORTS_PER_TASK": "10",
-            "GENESIS_FLEET_CHECK_SECONDS": "2"}
+KEYS = ("GENESIS_FLEET_CHILD_ITERATIONS", "GENESIS_FLEET_STAGGER_SECONDS", "GENESIS_FLEET_MEMORY_PER_AGENT_MB",
+        "GENESIS_FLEET_MEMORY_FLOOR_MB", "GENESIS_FLEET_PORT_BASE", "GENESIS_FLEET_PORTS_PER_TASK",
+        "GENESIS_FLEET_CHECK_SECONDS")
+DEFAULTS = {key: default_of(key) for key in KEYS}   # from the knob table, the one place defaults live
 
 
 def fleet_settings(settings: Mapping[str, Setting]) -> FleetSettings:
     """The fleet's knobs from a configuration's settings; ConfigError names a bad one."""
 
-    def number(key: str, low: float, high: float, integer: bool = False) -> float:
+    def number(key: str, low: float, high: float, integer: bool = False, duration: bool = False) -> float:
         setting = settings.get(key)
         raw = (setting.value if setting is not None else DEFAULTS[key]).strip()
         source = setting.source if setting is not None else "default"
         try:
-            value = int(raw) if integer else float(raw)
-        except ValueError:
+            value = duration_seconds(key, raw, unit_of(key), source) if duration else int(raw) if integer \
+                else float(raw)
+        except ValueError as exc:
+            if duration:
+                raise ConfigError(str(exc)) from None
             raise ConfigError(f"{key}={raw!r} ({source}): expected {'a whole number' if integer else 'a number'}") \
                 from None
         if not low <= value <= high:
-            raise ConfigError(f"{key}={raw!r} ({source}): expected {low:g} to {high:g}")
+            unit = "s" if duration else ""
+            raise ConfigError(f"{key}={raw!r} ({source}): expected {low:g}{unit} to {high:g}{unit}")
         return value
 
     fleet = FleetSettings(
         child_iterations=int(number("GENESIS_FLEET_CHILD_ITERATIONS", 1, 1000, integer=True)),
-        stagger=number("GENESIS_FLEET_STAGGER_SECONDS", 0, 3600),
+        stagger=number("GENESIS_FLEET_STAGGER_SECONDS", 0, 3600, duration=True),
         memory_per_agent=int(number("GENESIS_FLEET_MEMORY_PER_AGENT_MB", 1, 1 << 20)) * MB,
         memory_floor=int(number("GENESIS_FLEET_MEMORY_FLOOR_MB", 0, 1 << 24)) * MB,
         port_base=int(number("GENESIS_FLEET_PORT_BASE", 1024, 65535, integer=True)),
         ports_per_task=int(number("GENESIS_FLEET_PORTS_PER_TASK", 1, 1000, integer=True)),
-        check=number("GENESIS_FLEET_CHECK_SECONDS", 0.05, 60),
+        check=number("GENESIS_FLEET_CHECK_SECONDS", 0.05, 60, duration=True),
     )
     return fleet
 

@@ -6,8 +6,8 @@ While it is, what its processes do decides, not the heartbeat's age alone:
 
 - busy (CPU or I/O moving, processes starting): not stuck, however long it is silent, up to
   TOOL_BUSY_MAX_MINUTES (the runtime cap still applies);
-- silent (no CPU, no I/O, no new process, no output) for TOOL_SILENT_MINUTES: stuck, even
-  though the general window (HEARTBEAT_STALE_MINUTES) has not passed.
+- silent (no CPU, no I/O, no new process, no output) for TOOL_SILENT: stuck, even
+  though the general window (HEARTBEAT_STALE) has not passed.
 
 With no tool in flight the general window alone applies; but a CLI without hooks (aider)
 never says a tool is in flight, so there the work of its processes (a test command it

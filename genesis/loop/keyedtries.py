@@ -14,7 +14,7 @@ fresh clone of the branch as pushed), and each try starts a new loop at iteratio
   always did: only to an upstream the user set;
 - a push the remote refuses as non-fast-forward means another loop of the task pushed its
   branch meanwhile (the task moved while this loop was still in a phase): this loop steps
-  aside with MONITOR_LOST (`stepped_aside`), its work committed here, and the newer loop owns
+  aside with STEPPED_ASIDE (`stepped_aside`), its work committed here, and the newer loop owns
   the branch. Nothing is ever forced.
 """
 
@@ -92,7 +92,7 @@ def replayed(events: Iterable[Mapping]) -> bool:
 
 
 def stepped_aside(step: Step, phase: str, iteration: int, result: CommitResult | None) -> int | None:
-    """MONITOR_LOST (said and recorded as the loop's stop reason) when a keyed child's push was
+    """STEPPED_ASIDE (said and recorded as the loop's stop reason) when a keyed child's push was
     refused as non-fast-forward; None otherwise (an unkeyed loop says it and goes on, as ever)."""
     if result is None or not result.rejected or not keyed(step.cfg, os.environ):
         return None
@@ -101,5 +101,5 @@ def stepped_aside(step: Step, phase: str, iteration: int, result: CommitResult |
               f"here ({result.sha}), and the newer loop owns the branch")
     step.say(reason, "error")
     step.event("stepped_aside", iteration=iteration, phase=phase, sha=result.sha, error=result.error[:1000])
-    step.event("stop_reason", code=exitcodes.MONITOR_LOST, reason=reason[:1000])
-    return exitcodes.MONITOR_LOST
+    step.event("stop_reason", code=exitcodes.STEPPED_ASIDE, reason=reason[:1000])
+    return exitcodes.STEPPED_ASIDE

@@ -187,7 +187,7 @@ class MachineActivities:
         verdict = outcome_of(ending.exit_code, verified, False, child.signalled is not None, ending.reason)
         code = ending.exit_code
         if aside and verdict.outcome not in ("config", "limit"):   # stepped aside, as the loop does: a new attempt
-            verdict, code = Verdict("stopped", reason=f"{self.host}: {aside}"), exitcodes.MONITOR_LOST
+            verdict, code = Verdict("stopped", reason=f"{self.host}: {aside}"), exitcodes.STEPPED_ASIDE
         result = AttemptResult(self.host, verdict.outcome, code, verdict.reason, ending.cost,
                                child.run_id, round(time.time() - began, 1), adopted, fresh, info.attempt, tip,
                                lost=lost)

@@ -12,7 +12,9 @@ import socket
 from dataclasses import dataclass
 from typing import Mapping
 
-from genesis.config import ConfigError, Setting
+from genesis.config import ConfigError, Setting, default_of
+from genesis.durations import seconds as duration_seconds
+from genesis.durations import unit_of
 
 __all__ = ["TemporalSettings", "temporal_settings", "ENGINES", "DEFAULTS"]
 
@@ -21,11 +23,10 @@ ENGINES = ("local", "temporal")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ADDRESS_RE = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$")
 
-DEFAULTS = {"GENESIS_FLEET_ENGINE": "local", "GENESIS_TEMPORAL_ADDRESS": "127.0.0.1:7233",
-            "GENESIS_TEMPORAL_NAMESPACE": "default", "GENESIS_TEMPORAL_TASK_QUEUE": "genesis",
-            "GENESIS_TEMPORAL_HOST": "", "GENESIS_TEMPORAL_HEARTBEAT_SECONDS": "60",
-            "GENESIS_TEMPORAL_HOST_WAIT_SECONDS": "300", "GENESIS_TEMPORAL_REMOTE": "origin",
-            "GENESIS_TEMPORAL_ACCOUNT": ""}
+KEYS = ("GENESIS_FLEET_ENGINE", "GENESIS_TEMPORAL_ADDRESS", "GENESIS_TEMPORAL_NAMESPACE",
+        "GENESIS_TEMPORAL_TASK_QUEUE", "GENESIS_TEMPORAL_HOST", "GENESIS_TEMPORAL_HEARTBEAT_SECONDS",
+        "GENESIS_TEMPORAL_HOST_WAIT_SECONDS", "GENESIS_TEMPORAL_REMOTE", "GENESIS_TEMPORAL_ACCOUNT")
+DEFAULTS = {key: default_of(key) for key in KEYS}   # from the knob table, the one place defaults live
 
 
 @dataclass(frozen=True)
@@ -56,14 +57,15 @@ def temporal_settings(settings: Mapping[str, Setting], hostname: str | None = No
             return DEFAULTS[key], "default"
         return setting.value.strip(), setting.source
 
-    def number(key: str, low: float, high: float) -> float:
+    def span(key: str, low: float, high: float) -> float:
+        """A duration knob in seconds, from low to high."""
         value, source = raw(key)
         try:
-            parsed = float(value)
-        except ValueError:
-            raise ConfigError(f"{key}={value!r} ({source}): expected a number") from None
+            parsed = duration_seconds(key, value, unit_of(key), source)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if not low <= parsed <= high:
-            raise ConfigError(f"{key}={value!r} ({source}): expected {low:g} to {high:g}")
+            raise ConfigError(f"{key}={value!r} ({source}): expected {low:g}s to {high:g}s")
         return parsed
 
     def name(key: str, value: str, source: str) -> str:
@@ -88,8 +90,8 @@ def temporal_settings(settings: Mapping[str, Setting], hostname: str | None = No
         namespace=name("GENESIS_TEMPORAL_NAMESPACE", *raw("GENESIS_TEMPORAL_NAMESPACE")),
         queue_prefix=name("GENESIS_TEMPORAL_TASK_QUEUE", *raw("GENESIS_TEMPORAL_TASK_QUEUE")),
         host=host,
-        heartbeat=number("GENESIS_TEMPORAL_HEARTBEAT_SECONDS", 1, 3600),
-        host_wait=number("GENESIS_TEMPORAL_HOST_WAIT_SECONDS", 1, 86400),
+        heartbeat=span("GENESIS_TEMPORAL_HEARTBEAT_SECONDS", 1, 3600),
+        host_wait=span("GENESIS_TEMPORAL_HOST_WAIT_SECONDS", 1, 86400),
         remote=name("GENESIS_TEMPORAL_REMOTE", remote, source),
         account=name("GENESIS_TEMPORAL_ACCOUNT", account, source_account) if account else "",
     )

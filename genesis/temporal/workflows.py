@@ -51,6 +51,11 @@ LIMIT_FALLBACK = 300.0                # seconds held when a limit's reset time i
 HOME_TRIES = 20                       # tries of a home activity (merge, mark) before it gives up
 HISTORY_BOUND = 10_000               # events: the account workflow continues as new past it (the cap is 51,200)
 ASIDES_MAX = 10                       # attempts in a row whose loop stepped aside before the task needs a person
+# An attempt whose loop stepped aside (its push refused) ends STEPPED_ASIDE. MONITOR_LOST is
+# taken the same way: histories recorded before STEPPED_ASIDE existed hold it for a step
+# aside, and replay must take the branch they took; a worker's child whose monitor is gone
+# has stopped for another machine's loop just the same.
+ASIDE_CODES = frozenset({exitcodes.STEPPED_ASIDE, exitcodes.MONITOR_LOST})
 QUEUE_PERIOD = 60.0                   # seconds between two reads of the queue while tasks run (history size)
 GATED = "fleet-gate"                  # the patch: the fleet decides restarts (cascade, budget), staggers, alerts
 MOVES_KEPT = 50                       # the cascade gate's last moves in the fleet's memo
@@ -339,7 +344,7 @@ class TaskWorkflow:
                     self._set(state="queued", reason=result.reason)
                     self._publish()
                     return TaskOutcome(task.task_id, "stopped", result.reason, tuple(hosts), fleet_code=code)
-                if result.exit_code == exitcodes.MONITOR_LOST:   # it stepped aside: a new attempt, nothing spent
+                if result.exit_code in ASIDE_CODES:   # it stepped aside: a new attempt, nothing spent
                     asides += 1
                     if asides >= ASIDES_MAX and workflow.patched("asides-bounded"):
                         why = (f"its loop stepped aside {asides} times in a row: another loop keeps pushing "

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from genesis import exitcodes
+from genesis.config import default_of
+from genesis.durations import seconds
 from genesis.status.view import KILLED_PREFIX
 from genesis.when import clock
 from genesis.words import duration, one_line
@@ -24,7 +26,7 @@ __all__ = ["Score", "Reason", "Cost", "COSTS", "score", "machine_score", "ENDED_
            "SILENT_SECONDS", "MONITOR_SILENT_SECONDS", "FULL"]
 
 FULL = 100
-SILENT_SECONDS = 15 * 60        # a heartbeat older than the default stale window (HEARTBEAT_STALE_MINUTES)
+SILENT_SECONDS = seconds("HEARTBEAT_STALE", default_of("HEARTBEAT_STALE"), "s")   # older than the default stale window
 MONITOR_SILENT_SECONDS = 120    # the fleet's monitor beats every few seconds: two minutes is far past that
 NAME_CHARS = 40                 # a task's text in a reason, at most
 

@@ -25,7 +25,7 @@ loop_setup() {
 # agent that hangs in a Bash call; returns once the agent runs, with the loop in LOOP_PID.
 start_hung_loop() {
   fast_loop_env '*:*=hang'
-  export HEARTBEAT_STALE_SECONDS=120
+  export HEARTBEAT_STALE=120s
   set -m
   "${LOOP}" --project "${PROJECT}" >"${BATS_TEST_TMPDIR}/out" 2>&1 &
   LOOP_PID=$!
@@ -264,7 +264,7 @@ exec "${REPO_ROOT}/.venv/bin/genesis" "\$@"
 WRAP
   chmod +x "${BATS_TEST_TMPDIR}/genesis-dies"
   fast_loop_env '*:*=hang'
-  export HEARTBEAT_STALE_SECONDS=120
+  export HEARTBEAT_STALE=120s
   # Without the box: in it the agent dies with its watcher (--die-with-parent), nothing to reap after.
   export GENESIS_SANDBOX=off
   GENESIS_BIN="${BATS_TEST_TMPDIR}/genesis-dies" run -7 "${LOOP}" --project "${PROJECT}" --max-iterations 3

@@ -63,6 +63,15 @@ breaker_field() {
   [[ ${#lines[@]} -eq 2 ]] || false
 }
 
+@test "a window set by its old name still holds, and the start says the name is old" {
+  fast_loop_env '*:Builder=hang'
+  unset HEARTBEAT_STALE
+  export HEARTBEAT_STALE_SECONDS=4 GENESIS_PHASES=Builder PHASE_RETRIES=0
+  run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 1
+  assert_output --partial "HEARTBEAT_STALE_SECONDS is an old name: write HEARTBEAT_STALE=4s"
+  assert_output --regexp "Builder: stuck: no heartbeat for [0-9.]+s \(stale after 4s\)"
+}
+
 @test "a server left on a port is reaped after the phase; an unrelated one survives" {
   local ours theirs
   ours="$(free_port)"

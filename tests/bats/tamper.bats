@@ -72,7 +72,7 @@ wipe_test() {
 
 @test "fault 37: an agent edits genesis.conf mid-run: reported, and only the next start applies it" {
   # Iteration 1's Builder loosens its own supervision; iteration 2's Builder hangs.
-  local edit="printf%20%27HEARTBEAT_STALE_SECONDS=86400\\nAUTO_COMMIT=false\\n%27%20>orchestrator/genesis.conf"
+  local edit="printf%20%27HEARTBEAT_STALE=86400\\nAUTO_COMMIT=false\\n%27%20>orchestrator/genesis.conf"
   fast_loop_env "1:Builder=bash:${edit}+edit,2:Builder=hang,*:*=idle"
   run -0 "${LOOP}" --project "${PROJECT}" --max-iterations 2
   assert_output --partial "orchestrator/genesis.conf changed during the run; the loop keeps the settings it started with"
@@ -80,8 +80,8 @@ wipe_test() {
   run -0 git -C "${PROJECT}" log --format=%s
   assert_output --partial "genesis: Builder, iteration 1 (finished)"
   # The next start reads the edited file: the 86400 s window is in force.
-  run -0 env -u HEARTBEAT_STALE_SECONDS genesis --project "${PROJECT}" config show
-  assert_output --regexp "HEARTBEAT_STALE_SECONDS +86400 +\[file\]"
+  run -0 env -u HEARTBEAT_STALE genesis --project "${PROJECT}" config show
+  assert_output --regexp "HEARTBEAT_STALE +86400 +\[file\]"
 }
 
 @test "fault 29: the agent signals the watcher (pkill -f run-phase): the night goes on" {

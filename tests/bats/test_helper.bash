@@ -57,7 +57,7 @@ make_project() {
 # triggers stay the shipped defaults: in a project without TASKS.md the Builder and the
 # Planner run every iteration and the Criticizer is skipped.
 fast_loop_env() {
-  export HEARTBEAT_CHECK_INTERVAL=0.2 HEARTBEAT_STALE_SECONDS=4 AGENT_MAX_RUNTIME_SECONDS=60
+  export HEARTBEAT_CHECK_INTERVAL=0.2 HEARTBEAT_STALE=4s AGENT_MAX_RUNTIME=60s
   export KILL_GRACE_SECONDS=1 ITERATION_PAUSE_SECONDS=0 PHASE_RETRY_DELAY_SECONDS=0 REAP_PORTS=""
   export GENESIS_AGENT_CMD="${PY} -m genesis.demo.simagent --script '${1:-*:*=idle}'"
 }

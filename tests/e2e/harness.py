@@ -40,7 +40,7 @@ CLAUDE = TOOLS / "claude" / "node_modules" / ".bin" / "claude"
 TOOL_SHELL = ("tool-shell.pid", "time.sleep(600)")  # the hang scenario's command (stub_api.py, stubs/base.py)
 # What every e2e loop shares: quick checks and windows so that a hang shows in seconds.
 LOOP_ENV = {"GENESIS_BIN": str(Path(sys.executable).parent / "genesis"),
-            "HEARTBEAT_CHECK_INTERVAL": "0.5", "HEARTBEAT_STALE_SECONDS": "6", "AGENT_MAX_RUNTIME_SECONDS": "120",
+            "HEARTBEAT_CHECK_INTERVAL": "0.5", "HEARTBEAT_STALE": "6s", "AGENT_MAX_RUNTIME": "120s",
             "KILL_GRACE_SECONDS": "3", "ITERATION_PAUSE_SECONDS": "0", "PHASE_RETRY_DELAY_SECONDS": "0",
             "REAP_PORTS": "", "NO_COLOR": "1"}
 
@@ -203,8 +203,8 @@ def calls(beats: list[dict], event: str, tool: str) -> int:
 # --- the Claude Code nights (acceptance, night, morning) ------------------------------------
 
 # Only time is compressed; every other setting is the shipped default.
-TIME_KNOBS = {"HEARTBEAT_CHECK_INTERVAL": "0.5", "HEARTBEAT_STALE_SECONDS": "30",
-              "AGENT_MAX_RUNTIME_SECONDS": "120", "KILL_GRACE_SECONDS": "3", "ITERATION_PAUSE_SECONDS": "0"}
+TIME_KNOBS = {"HEARTBEAT_CHECK_INTERVAL": "0.5", "HEARTBEAT_STALE": "30s",
+              "AGENT_MAX_RUNTIME": "120s", "KILL_GRACE_SECONDS": "3", "ITERATION_PAUSE_SECONDS": "0"}
 # The new knobs' time values, compressed like the rest; the ceilings keep their defaults.
 NIGHT_KNOBS = {"GENESIS_LIMIT_MARGIN_SECONDS": "1", "GENESIS_BACKOFF_FIRST_SECONDS": "1",
                "GENESIS_BACKOFF_MAX_SECONDS": "4"}

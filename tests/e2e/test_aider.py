@@ -65,7 +65,7 @@ def e2e(aider, stub, project, tmp_path):
                                                       "litellm_provider": "openai", "mode": "chat", **PRICES}}))
     env = {**os.environ, **LOOP_ENV, "GENESIS_AGENT_CMD": str(aider),
            # Quiet start-ups can be long on a busy machine (aider imports a lot before it speaks).
-           "HEARTBEAT_STALE_SECONDS": "30",
+           "HEARTBEAT_STALE": "30s",
            "OPENAI_API_KEY": "sk-stub", "AIDER_MODEL": f"openai/{MODEL}", "AIDER_OPENAI_API_BASE": f"{stub.url}/v1",
            "AIDER_MODEL_METADATA_FILE": str(prices), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
            "GENESIS_PHASES": "Builder"}   # one aider start per phase is the bulk of a test's time
@@ -116,7 +116,7 @@ def test_a_silent_hung_test_command_gets_stuck_and_aider_and_its_tree_are_killed
     e2e.phase("Builder", "hang")
     e2e.env.update(GENESIS_AGENT_CMD=shlex.join([e2e.env["GENESIS_AGENT_CMD"], "--auto-test", "--test-cmd",
                                                  HANGING_TEST]),
-                   HEARTBEAT_STALE_SECONDS="15", PHASE_RETRIES="0")
+                   HEARTBEAT_STALE="15s", PHASE_RETRIES="0")
     done, _ = e2e.run("--max-iterations", "1", trace=True)
     assert done.returncode == 0, done.stdout
     assert "Builder: stuck: no heartbeat for" in done.stdout

@@ -109,7 +109,7 @@ def test_a_hung_bash_call_gets_stuck_and_claude_and_the_tool_session_are_killed(
 @pytest.mark.fault(45)
 def test_a_busy_build_step_silent_for_three_windows_is_not_killed(e2e):
     e2e.phase("Builder", "build", seconds=10)
-    e2e.env.update(HEARTBEAT_STALE_SECONDS="3", TOOL_SILENT_SECONDS="2")
+    e2e.env.update(HEARTBEAT_STALE="3s", TOOL_SILENT="2s")
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == 0, done.stdout
     assert "Builder: finished" in done.stdout and "Builder: stuck" not in done.stdout
@@ -122,7 +122,7 @@ def test_a_busy_build_step_silent_for_three_windows_is_not_killed(e2e):
 @pytest.mark.fault(46)
 def test_a_hung_step_is_stuck_after_the_tool_silent_window_before_the_general_one(e2e):
     e2e.phase("Builder", "hang")
-    e2e.env.update(HEARTBEAT_STALE_SECONDS="120", TOOL_SILENT_SECONDS="3")
+    e2e.env.update(HEARTBEAT_STALE="120s", TOOL_SILENT="3s")
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == 0, done.stdout
     assert "Builder: stuck: inside Bash" in done.stdout and "tool-silent window 3s" in done.stdout

@@ -60,7 +60,7 @@ def e2e(gemini, stub, project, hermetic, tmp_path):
     # The CLI starts Node twice (it relaunches itself with a larger heap): 3 s before its first
     # output on an idle machine, over 6 s on a busy one. A window the start fits in, where
     # staleness is not what a test is about.
-    env = {**os.environ, **LOOP_ENV, "GENESIS_PHASES": "Builder", "HEARTBEAT_STALE_SECONDS": "30",
+    env = {**os.environ, **LOOP_ENV, "GENESIS_PHASES": "Builder", "HEARTBEAT_STALE": "30s",
            "GOOGLE_GEMINI_BASE_URL": stub.url, "GEMINI_API_KEY": "stub-key", "TMPDIR": str(tmp_path),
            "GENESIS_AGENT_CLI": "gemini", "GENESIS_AGENT_CMD": f"{gemini} -m {MODEL}"}
     env.pop("GEMINI_CLI_TRUST_WORKSPACE", None)
@@ -94,7 +94,7 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e, stub, 
 
 def test_a_hung_shell_call_gets_stuck_and_gemini_and_the_tool_shell_are_killed(e2e):
     e2e.phase("Builder", "hang")
-    e2e.env.update(PHASE_RETRIES="0", HEARTBEAT_STALE_SECONDS="12")
+    e2e.env.update(PHASE_RETRIES="0", HEARTBEAT_STALE="12s")
     done, beats = e2e.run("--max-iterations", "1", watch="Builder", trace=True)
     assert "Builder: stuck: no heartbeat for" in done.stdout, done.stdout
     assert (beats[-1]["event"], beats[-1]["tool"]) == ("BeforeTool", "run_shell_command")
@@ -131,7 +131,7 @@ def test_a_quota_wait_inside_the_cli_is_waited_on_not_stuck(e2e, stub):
     ("Retrying after 15234ms..."): the loop lets it be, and the phase finishes."""
     stub.refuse(*quota(retry_delay="14s"), count=1)
     e2e.phase("Builder", "progress")
-    e2e.env["HEARTBEAT_STALE_SECONDS"] = "10"
+    e2e.env["HEARTBEAT_STALE"] = "10s"
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == 0, done.stdout
     assert "the agent retries by itself (attempt 1 of 10" in done.stdout

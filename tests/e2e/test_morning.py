@@ -113,7 +113,7 @@ def test_a_compressed_night_seen_live_in_status_then_in_the_report_and_the_alert
     # whose 30 s leave the probes below time to look on a loaded machine.
     window = fast_stub.limit_after(10, 30)
     with Receiver() as hook, Receiver() as phone:
-        env = night_env(fast_stub, subscriber=True, HEARTBEAT_STALE_SECONDS="10", PHASE_RETRY_DELAY_SECONDS="1",
+        env = night_env(fast_stub, subscriber=True, HEARTBEAT_STALE="10s", PHASE_RETRY_DELAY_SECONDS="1",
                         GENESIS_DONE_WHEN="never", CB_WARNING_THRESHOLD="1", CB_STOP_THRESHOLD="2",
                         GENESIS_NOTIFY_WEBHOOK=f"{hook.url}/hook", GENESIS_NOTIFY_NTFY=f"{phone.url}/night",
                         GENESIS_NOTIFY_DESKTOP="false")

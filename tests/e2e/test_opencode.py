@@ -92,7 +92,7 @@ def e2e(opencode, stub, project, hermetic, tmp_path, monkeypatch):
     env = {**os.environ, **LOOP_ENV, "PWD": str(elsewhere), "GENESIS_AGENT_CMD": str(opencode),
            "GENESIS_PHASES": "Builder", "OPENCODE_DISABLE_MODELS_FETCH": "1",
            # opencode takes seconds to start before its first tool call: a window for that.
-           "HEARTBEAT_STALE_SECONDS": "60"}
+           "HEARTBEAT_STALE": "60s"}
     return Loop(project, env, tmp_path)
 
 
@@ -121,7 +121,7 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
 
 def test_a_hung_shell_command_gets_stuck_and_opencode_and_the_tool_shell_are_killed(e2e):
     e2e.phase("Builder", "hang")
-    e2e.env.update(TOOL_SILENT_SECONDS="3", PHASE_RETRIES="0")
+    e2e.env.update(TOOL_SILENT="3s", PHASE_RETRIES="0")
     done, beats = e2e.run("--max-iterations", "1", watch="Builder", trace=True)
     assert done.returncode == 0, done.stdout
     assert "Builder: stuck: inside bash" in done.stdout, done.stdout

@@ -48,7 +48,7 @@ def e2e(qwen, stub, project, hermetic, tmp_path):
     env = {**os.environ, **LOOP_ENV, "OPENAI_API_KEY": "sk-stub", "OPENAI_BASE_URL": f"{stub.url}/v1",
            "OPENAI_MODEL": "stub-model", "GENESIS_AGENT_CMD": str(qwen),
            # Qwen Code takes seconds to start (several on a busy machine) before its first sign of life.
-           "HEARTBEAT_STALE_SECONDS": "30"}
+           "HEARTBEAT_STALE": "30s"}
     loop = Loop(project, env, tmp_path)
     loop.phase("Planner", "quick")  # the Planner runs too (no TASKS.md): a quick turn, no change
     return loop
@@ -79,7 +79,7 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
 
 def test_a_hung_shell_command_gets_stuck_and_qwen_and_the_tool_shell_are_killed(e2e):
     e2e.phase("Builder", "hang")
-    e2e.env.update(TOOL_SILENT_SECONDS="3", PHASE_RETRIES="0")  # stuck 3 s into the silent call; no retry
+    e2e.env.update(TOOL_SILENT="3s", PHASE_RETRIES="0")  # stuck 3 s into the silent call; no retry
     done, beats = e2e.run("--max-iterations", "1", watch="Builder", trace=True)
     assert done.returncode == 0, done.stdout
     assert "Builder: stuck: inside run_shell_command for" in done.stdout and "tool-silent window 3s" in done.stdout

@@ -161,8 +161,7 @@ def test_the_strategies_come_from_the_agent_the_fallback_and_the_escalation_list
         ("gemini -m 'pro 2' -y", ("gemini", "-m", "pro 2", "-y"), 1.0)]
     assert policy_of(cfg) == LadderPolicy(3, 3, 10.0, 4)
     longer = child_settings(strategies(cfg)[2], cfg)
-    assert longer == {"HEARTBEAT_STALE_SECONDS": "1800", "AGENT_MAX_RUNTIME_SECONDS": "5400",
-                      "TOOL_SILENT_SECONDS": "600"}
+    assert longer == {"HEARTBEAT_STALE": "30m", "AGENT_MAX_RUNTIME": "90m", "TOOL_SILENT": "10m"}
     assert child_settings(strategies(cfg)[3], cfg) == {"GENESIS_AGENT_CMD": "gemini -m 'pro 2' -y"}
     assert child_settings(strategies(cfg)[0], cfg) == {}
 
@@ -172,7 +171,7 @@ def test_the_strategies_come_from_the_agent_the_fallback_and_the_escalation_list
     ("GENESIS_FLEET_ESCALATION", "fallback|''", "no agent command"),
     ("GENESIS_FLEET_MAX_TASK_RESTARTS", "21", "at most 20"),
     ("GENESIS_FLEET_MAX_FAILED_TASKS", "-1", "at least 0"),
-    ("GENESIS_FLEET_RESTART_BACKOFF_SECONDS", "soon", "expected a number"),
+    ("GENESIS_FLEET_RESTART_BACKOFF_SECONDS", "soon", "is not a duration: write 90s, 15m or 2h"),
     ("GENESIS_FLEET_CASCADE_PERCENT", "130", "percentage from 0 to 100"),
     ("GENESIS_FLEET_CASCADE_WINDOW_SECONDS", "0", "at least 1"),
 ])

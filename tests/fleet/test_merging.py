@@ -329,7 +329,7 @@ def test_signing_that_would_prompt_is_never_tried_in_the_merge(project, fleet, t
 
 @pytest.mark.parametrize("env, said", [
     ({"GENESIS_FLEET_MERGE": "rebase"}, "expected queue or branch"),
-    ({"GENESIS_MERGE_TEST_TIMEOUT": "20"}, "expected a duration"),
+    ({"GENESIS_MERGE_TEST_TIMEOUT": "20 min"}, "is not a duration: write 90s, 15m or 2h"),
 ])
 def test_the_merge_settings_are_checked_at_the_start(project, env, said):
     with pytest.raises(ConfigError, match=said):

@@ -23,6 +23,7 @@ MB = 1 << 20
     (23, False, False, False, "stopped", 23),          # a ceiling: nothing more launches
     (24, False, False, False, "stopped", 24),
     (34, False, False, False, "stopped", None),        # its monitor was gone: no failure, nothing else stops
+    (35, False, False, False, "stopped", None),        # it stepped aside (its push refused): no failure either
     (130, False, False, True, "stopped", None),        # the monitor's own Ctrl-C
     (143, False, True, False, "stopped", None),
     (143, False, False, False, "failed", None),        # a SIGTERM nobody in the fleet sent

@@ -21,7 +21,7 @@ def loop_env(**extra: str) -> dict[str, str]:
     IS_SANDBOX=1: the suite may run as root in a container, where preflight would otherwise
     refuse a stand-in `claude` given the default --dangerously-skip-permissions."""
     return {**os.environ, "GENESIS_BIN": str(Path(sys.executable).parent / "genesis"), "NO_COLOR": "1",
-            "HEARTBEAT_CHECK_INTERVAL": "0.2", "HEARTBEAT_STALE_SECONDS": "5", "KILL_GRACE_SECONDS": "1",
+            "HEARTBEAT_CHECK_INTERVAL": "0.2", "HEARTBEAT_STALE": "5s", "KILL_GRACE_SECONDS": "1",
             "ITERATION_PAUSE_SECONDS": "0", "PHASE_RETRY_DELAY_SECONDS": "0", "REAP_PORTS": "", "IS_SANDBOX": "1",
             **extra}
 

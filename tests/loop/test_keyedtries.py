@@ -125,10 +125,10 @@ def rival_push(child: dict[str, Path], tmp_path: Path) -> str:
     return git(child["bare"], "rev-parse", f"refs/heads/{BRANCH}").strip()
 
 
-def test_a_keyed_child_whose_push_is_refused_steps_aside_with_34(child, tmp_path):
+def test_a_keyed_child_whose_push_is_refused_steps_aside_with_35(child, tmp_path):
     theirs = rival_push(child, tmp_path)
     done = loop(child, 3, GENESIS_COMMIT_KEY=KEY)
-    assert done.returncode == exitcodes.MONITOR_LOST == 34, done.stderr
+    assert done.returncode == exitcodes.STEPPED_ASIDE == 35, done.stderr
     # At the Builder's refused push: no later phase ran, its work committed here, theirs kept there.
     assert [e["phase"] for e in events(child["state"], "phase_start")] == ["Builder"]
     (aside,) = events(child["state"], "stepped_aside")
@@ -137,7 +137,7 @@ def test_a_keyed_child_whose_push_is_refused_steps_aside_with_34(child, tmp_path
     assert git(child["tree"], "status", "--porcelain") == ""
     assert git(child["tree"], "log", "-1", "--format=%s").startswith("genesis: Builder, iteration 1")
     (end,) = events(child["state"], "loop_end")
-    assert end["exit_code"] == 34 and "this loop steps aside" in end["reason"], end
+    assert end["exit_code"] == 35 and "this loop steps aside" in end["reason"], end
 
 
 # Builder: its first run writes part of its work and then hangs, silent (stuck); its retry
@@ -156,7 +156,7 @@ def test_a_keyed_childs_own_retry_of_a_stuck_phase_runs_and_commits_under_the_sa
     agent = script(tmp_path / "stalling.sh", STALLING)
     done = run_loop(child["tree"], "--trust", "--agent-cmd", f"bash {agent}", "--max-iterations", "1",
                     "--set", "GENESIS_PHASES=Builder Criticizer", "--set", "AUTO_PUSH=true",
-                    "--set", "PHASE_Criticizer_TRIGGER=always", "--set", "HEARTBEAT_STALE_SECONDS=2",
+                    "--set", "PHASE_Criticizer_TRIGGER=always", "--set", "HEARTBEAT_STALE=2s",
                     "--set", "HEARTBEAT_CHECK_INTERVAL=0.2", "--set", "PHASE_RETRY_DELAY_SECONDS=0",
                     env=loop_env(**CHILD, GENESIS_COMMIT_KEY=KEY))
     assert done.returncode == 0, done.stderr

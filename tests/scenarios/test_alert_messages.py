@@ -58,7 +58,7 @@ def test_a_stall_that_heals_itself_is_one_quiet_message_then_its_resolution_and_
     base = git(project, "rev-parse", "HEAD").strip()
     with Receiver() as rx:
         done = run_loop(project, "--agent-cmd", str(agent), "--max-iterations", "1",
-                        env=loop_env(**channels(rx), HEARTBEAT_STALE_SECONDS="2", HEARTBEAT_COUNT_OUTPUT="true",
+                        env=loop_env(**channels(rx), HEARTBEAT_STALE="2s", HEARTBEAT_COUNT_OUTPUT="true",
                                      GENESIS_PHASES="Builder Criticizer", PHASE_RETRIES="1",
                                      GENESIS_MAX_RECOVERIES="2"))
         assert done.returncode == 0, done.stderr

@@ -40,8 +40,8 @@ def test_a_retried_phase_keeps_each_attempts_own_evidence_in_its_end_its_inciden
     commit_file(project, ".gitignore", ".tried-*\n", "ignore the agent's marks")
     flaky = script(tmp_path / "flaky.sh", FLAKY)
     done = run_loop(project, "--agent-cmd", str(flaky), "--max-iterations", "1",
-                    env=loop_env(HOOK=str(hook_script()), GENESIS_PHASES="Builder", TOOL_SILENT_SECONDS="1",
-                                 HEARTBEAT_STALE_SECONDS="30", HEARTBEAT_COUNT_OUTPUT="false"))
+                    env=loop_env(HOOK=str(hook_script()), GENESIS_PHASES="Builder", TOOL_SILENT="1s",
+                                 HEARTBEAT_STALE="30s", HEARTBEAT_COUNT_OUTPUT="false"))
     assert done.returncode == 0, done.stderr
 
     # Each attempt has its own transcript, named in its start and its end.
@@ -117,7 +117,7 @@ def test_a_watcher_killed_mid_phase_still_leaves_its_attempts_own_evidence(proje
     genesis = Path(loop_env()["GENESIS_BIN"])
     wrapper = script(tmp_path / "genesis-dies", KILLS_THE_WATCHER.format(genesis=genesis, project=project))
     done = run_loop(project, "--agent-cmd", str(agent), "--max-iterations", "1",
-                    env=loop_env(GENESIS_BIN=str(wrapper), GENESIS_PHASES="Builder", HEARTBEAT_STALE_SECONDS="120"))
+                    env=loop_env(GENESIS_BIN=str(wrapper), GENESIS_PHASES="Builder", HEARTBEAT_STALE="120s"))
     assert "Builder: the watcher died of signal 9" in done.stderr, done.stderr
     (start,) = events_of(project, kind="phase_start")
     (end,) = events_of(project, kind="phase_end")

@@ -59,7 +59,7 @@ def test_fault_74_a_deleted_state_folder_never_lets_a_second_loop_in(project, ag
     marks = tmp_path / "marks"
     marks.mkdir()
     first_agent, second_agent = agents("deletes.sh", DELETES_STATE), agents("second.sh", SECOND)
-    env = loop_env(MARKS=str(marks), HEARTBEAT_STALE_SECONDS="120", **NO_BOX)
+    env = loop_env(MARKS=str(marks), HEARTBEAT_STALE="120s", **NO_BOX)
     first = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(first_agent),
                               "--max-iterations", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, stdin=subprocess.DEVNULL)
@@ -102,7 +102,7 @@ def test_fault_74_a_deleted_state_folder_never_lets_a_second_loop_in(project, ag
 # Loosens its own supervision in genesis.conf, then deletes the run's snapshot of the settings.
 EDITS_CONF = r"""#!/usr/bin/env bash
 set -eu
-printf 'HEARTBEAT_STALE_SECONDS=86400\nAUTO_COMMIT=false\n' >>orchestrator/genesis.conf
+printf 'HEARTBEAT_STALE=86400s\nAUTO_COMMIT=false\n' >>orchestrator/genesis.conf
 rm -f "$(git rev-parse --absolute-git-dir)/genesis/config.json"
 echo "iteration $GENESIS_ITERATION" >>work.txt
 """
@@ -140,7 +140,7 @@ exec sleep 300
 @pytest.mark.fault(75)
 def test_fault_75_dropped_ledger_tables_neither_make_retries_endless_nor_lose_later_nights(project, agents, tmp_path):
     drops = agents("drops.sh", DROPS_LEDGER)
-    env = loop_env(PY=sys.executable, HEARTBEAT_STALE_SECONDS="1.5", GENESIS_MAX_RECOVERIES="1", **NO_BOX)
+    env = loop_env(PY=sys.executable, HEARTBEAT_STALE="1.5s", GENESIS_MAX_RECOVERIES="1", **NO_BOX)
     done = run_loop(project, "--agent-cmd", str(drops), "--max-iterations", "4", env=env, timeout=60)
     # The budget held though the ledger lost its retries: iteration 1 retried once and failed,
     # iteration 2's stuck phase found the night's one recovery spent.
@@ -212,8 +212,8 @@ def test_fault_84_a_ledger_held_by_a_foreign_writer_is_not_the_watcher_paused(pr
     marks = tmp_path / "marks"
     marks.mkdir()
     hang = agents("hang.sh", '#!/usr/bin/env bash\necho $$ >"$MARKS/started"\nexec sleep 300\n')
-    env = loop_env(MARKS=str(marks), HEARTBEAT_STALE_SECONDS="4", HEARTBEAT_CHECK_INTERVAL="1",
-                   AGENT_MAX_RUNTIME_SECONDS="60", PHASE_RETRIES="0", **NO_BOX)
+    env = loop_env(MARKS=str(marks), HEARTBEAT_STALE="4s", HEARTBEAT_CHECK_INTERVAL="1",
+                   AGENT_MAX_RUNTIME="60s", PHASE_RETRIES="0", **NO_BOX)
     loop = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(hang),
                              "--max-iterations", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, stdin=subprocess.DEVNULL)

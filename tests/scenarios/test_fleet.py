@@ -135,7 +135,7 @@ def test_fault_97_a_monitor_killed_mid_night_is_readopted_without_a_duplicate_or
     merge_gate.touch()
     test_cmd = f"touch {merging}; while [ -e {merge_gate} ]; do sleep 0.1; done"
     env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), GENESIS_MERGE_TEST_CMD=test_cmd,
-                    HEARTBEAT_STALE_SECONDS="600")
+                    HEARTBEAT_STALE="600s")
     agent = task_agent(tmp_path / "agent.sh", GATED)
     first = start_fleet(project, "3", agent, "--trust", env=env, log=tmp_path / "first.log")
     # The first task is verified and its merge is under way; the other two children run.
@@ -195,7 +195,7 @@ def test_fault_99_ctrl_c_on_a_fleet_reaps_every_child_tree_and_records_every_end
     gates.mkdir()
     for text in texts:
         (gates / task_id(text)).touch()
-    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE_SECONDS="600")
+    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE="600s")
     proc = start_fleet(project, "3", task_agent(tmp_path / "agent.sh", GATED), env=env, log=tmp_path / "fleet.log")
     wait_for(lambda: len(agent_pids(pids)) == 3, 90, "three agents at work")
     with fleet_ledger(project) as led:
@@ -224,7 +224,7 @@ def test_genesis_stop_ends_the_fleet_after_the_current_phases(project, tmp_path)
     gates.mkdir()
     for text in texts:
         (gates / task_id(text)).touch()
-    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE_SECONDS="600")
+    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE="600s")
     proc = start_fleet(project, "2", task_agent(tmp_path / "agent.sh", GATED), env=env, log=tmp_path / "fleet.log")
     wait_for(lambda: len(agent_pids(pids)) == 2, 90, "two agents at work")
     status = subprocess.run([*GENESIS, "--project", str(project), "status"], env=env, capture_output=True,
@@ -270,7 +270,7 @@ def test_genesis_stop_reaches_the_children_of_a_monitor_that_died(project, tmp_p
     for text in texts:
         (gates / task_id(text)).touch()
     never_done = GATED.split('"${PY}"')[0]  # works, but never ticks its task: only the stop ends the child
-    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE_SECONDS="600")
+    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE="600s")
     proc = start_fleet(project, "2", task_agent(tmp_path / "agent.sh", never_done), env=env,
                        log=tmp_path / "fleet.log")
     wait_for(lambda: len(agent_pids(pids)) == 2, 90, "two agents at work")
@@ -348,7 +348,7 @@ def test_fault_98_ten_of_twenty_children_killed_at_once_pause_every_restart_with
     gates.mkdir()
     for text in texts:
         (gates / task_id(text)).touch()
-    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE_SECONDS="600",
+    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE="600s",
                     GENESIS_FLEET_STAGGER_SECONDS="0.3",
                     GENESIS_FLEET_RESTART_EVERY_SECONDS="60")  # the shipped budget: one restart a minute
     proc = start_fleet(project, "20", task_agent(tmp_path / "agent.sh", GATED), env=env, log=tmp_path / "fleet.log")
@@ -558,7 +558,7 @@ def test_a_child_killed_mid_phase_leaves_work_the_next_attempt_starts_on_top_of(
     fleet_project(project, ["the task"])
     first = tmp_path / "first"
     first.mkdir()
-    env = fleet_env(FIRST=str(first), HEARTBEAT_STALE_SECONDS="600")
+    env = fleet_env(FIRST=str(first), HEARTBEAT_STALE="600s")
     proc = start_fleet(project, "1", task_agent(tmp_path / "agent.sh", KILLED_FIRST), env=env,
                        log=tmp_path / "fleet.log")
     try:

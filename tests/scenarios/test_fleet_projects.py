@@ -176,7 +176,7 @@ def test_genesis_stop_with_the_fleet_file_stops_every_projects_fleet(tmp_path):
     fleet = two_projects(tmp_path, texts_app, texts_api)
     fleet.write_text(fleet.read_text().replace("parallel = 2", "parallel = 1"))
     gates, pids = gated(tmp_path, texts_app + texts_api), tmp_path / "pids"
-    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE_SECONDS="600", **marked(tmp_path))
+    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE="600s", **marked(tmp_path))
     proc = start(fleet, task_agent(tmp_path / "agent.sh", GATED), env, tmp_path / "fleet.log")
     try:
         wait_for(lambda: len(agents(pids)) == 2, 120, "one agent at work in each project")
@@ -248,7 +248,7 @@ def test_fault_104_a_burst_of_crashes_in_one_project_pauses_the_restarts_of_the_
     fleet.write_text(fleet.read_text().replace('path = "app"\nparallel = 2', 'path = "app"\nparallel = 3'))
     app, api = tmp_path / "app", tmp_path / "api"
     gates, pids = gated(tmp_path, app_texts + api_texts), tmp_path / "pids"
-    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE_SECONDS="600", **marked(tmp_path))
+    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE="600s", **marked(tmp_path))
     proc = start(fleet, task_agent(tmp_path / "agent.sh", GATED), env, tmp_path / "fleet.log")
     try:
         wait_for(lambda: len(agents(pids)) == 4, 180, "four agents at work")
@@ -373,7 +373,7 @@ def test_a_project_whose_fleet_ended_is_free_while_another_project_still_works(t
     fleet = two_projects(tmp_path, ["app one"], ["api one"])
     app = tmp_path / "app"
     gates, pids = gated(tmp_path, ["api one"]), tmp_path / "pids"  # api's agent held, app's runs through
-    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE_SECONDS="600", **marked(tmp_path))
+    env = fleet_env(GATES=str(gates), AGENT_PIDS=str(pids), HEARTBEAT_STALE="600s", **marked(tmp_path))
     proc = start(fleet, task_agent(tmp_path / "agent.sh", GATED), env, tmp_path / "fleet.log")
     try:
         wait_for(lambda: fleet_events(app, "fleet_end"), 120, "app's fleet over")

@@ -18,7 +18,7 @@ from helpers.gitstates import branch_of
 from helpers.loop import GENESIS, loop_env, run_loop
 from helpers.state import events_of
 
-FAST = dict(GENESIS_PHASES="Builder", HEARTBEAT_STALE_SECONDS="120", HEARTBEAT_COUNT_OUTPUT="true")
+FAST = dict(GENESIS_PHASES="Builder", HEARTBEAT_STALE="120s", HEARTBEAT_COUNT_OUTPUT="true")
 HISTORY_REWRITTEN = 27
 
 

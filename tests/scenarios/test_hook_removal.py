@@ -58,8 +58,8 @@ def uninstall_meanwhile(project: Path, tmp_path: Path, env: dict, procs, iterati
 def held_env(*options: str, **extra: str) -> dict:
     """The loop's environment with the simulated agent held in iteration 1's Builder (GATE: see
     uninstall_meanwhile), as `options` ask, and patient with the held call."""
-    return loop_env(GENESIS_AGENT_CMD=simagent("1:Builder=GATE,*:*=idle", *options), HEARTBEAT_STALE_SECONDS="120",
-                    TOOL_SILENT_SECONDS="0", **extra)
+    return loop_env(GENESIS_AGENT_CMD=simagent("1:Builder=GATE,*:*=idle", *options), HEARTBEAT_STALE="120s",
+                    TOOL_SILENT="0", **extra)
 
 
 @pytest.mark.fault(67)

@@ -144,7 +144,7 @@ def test_a_killed_agents_work_is_committed_as_partial_and_the_report_gives_the_r
     agent = script(tmp_path / "agent.sh", '#!/usr/bin/env bash\n[ "$GENESIS_AGENT" = Builder ] || '
                    '{ echo "API Error: 401 bad key"; exit 1; }\necho half >half-done.txt\nexec sleep 300\n')
     done = run_loop(project, "--agent-cmd", str(agent), "--max-iterations", "1",
-                    env=loop_env(HEARTBEAT_STALE_SECONDS="2", HEARTBEAT_COUNT_OUTPUT="false"))
+                    env=loop_env(HEARTBEAT_STALE="2s", HEARTBEAT_COUNT_OUTPUT="false"))
     assert done.returncode == 0, done.stderr
     run_id = events_of(project)[0]["run_id"]
     assert git(project, "log", "-1", "--format=%s", "--", "half-done.txt").strip() == \
@@ -221,7 +221,7 @@ def test_reap_dry_run_during_a_run_tells_the_live_agent_tree_from_leftovers(proj
 
     agent = script(tmp_path / "agent.sh", "#!/bin/sh\necho $$ >\"$AGENT_PID_FILE\"\nexec sleep 300\n")
     pid_file = tmp_path / "agent.pid"
-    env = loop_env(AGENT_PID_FILE=str(pid_file), HEARTBEAT_STALE_SECONDS="120",
+    env = loop_env(AGENT_PID_FILE=str(pid_file), HEARTBEAT_STALE="120s",
                    GENESIS_SANDBOX="off")  # the agent tells its own pid: in a box, its namespace's ($$ is 2)
     log = tmp_path / "loop.log"
     with open(log, "wb") as out:

@@ -106,7 +106,7 @@ def test_the_runtime_ceiling_lets_a_running_phase_finish_then_stops(night):
     project, env, calls = night
     done = subprocess.run(["bash", str(LOOP), "--project", str(project)],
                           env=env("success.jsonl", GENESIS_MAX_RUNTIME_HOURS="0.0015", FAKE_SLEEP="6",
-                                  HEARTBEAT_STALE_SECONDS="30"),
+                                  HEARTBEAT_STALE="30s"),
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 23, done.stderr
     assert of(project, "phase_end")[0]["ending"] == "finished"  # 6 s, past the 5.4 s ceiling (room for a slow start)

@@ -37,7 +37,7 @@ def agents(project: Path, tmp_path: Path):
     return make
 
 
-FAST = dict(HEARTBEAT_STALE_SECONDS="1.5", HEARTBEAT_COUNT_OUTPUT="false", GENESIS_PHASES="Builder")
+FAST = dict(HEARTBEAT_STALE="1.5s", HEARTBEAT_COUNT_OUTPUT="false", GENESIS_PHASES="Builder")
 
 
 def test_a_stuck_phase_is_retried_and_succeeds_on_the_second_attempt(project, agents):
@@ -84,7 +84,7 @@ def test_a_phase_whose_retries_are_spent_fails_and_a_spent_night_budget_stops_th
 def test_warn_only_records_classifications_and_would_be_kills_but_kills_nothing(project, agents):
     slow = agents("slow.sh", "#!/usr/bin/env bash\nsleep 4\necho finished after a long silence\n")
     done = run_loop(project, "--agent-cmd", str(slow), "--max-iterations", "1",
-                    env=loop_env(GENESIS_HEALTH_ENFORCE="false", HEARTBEAT_STALE_SECONDS="1",
+                    env=loop_env(GENESIS_HEALTH_ENFORCE="false", HEARTBEAT_STALE="1s",
                                  HEARTBEAT_COUNT_OUTPUT="false", GENESIS_PHASES="Builder"))
     assert done.returncode == 0, done.stderr
     (end,) = events_of(project, kind="phase_end")
@@ -102,8 +102,8 @@ def test_warn_only_records_classifications_and_would_be_kills_but_kills_nothing(
 def test_warn_only_still_applies_the_runtime_cap(project, agents):
     hang = agents("hang.sh", HANG)
     done = run_loop(project, "--agent-cmd", str(hang), "--max-iterations", "1",
-                    env=loop_env(GENESIS_HEALTH_ENFORCE="false", HEARTBEAT_STALE_SECONDS="1",
-                                 AGENT_MAX_RUNTIME_SECONDS="3", HEARTBEAT_COUNT_OUTPUT="false",
+                    env=loop_env(GENESIS_HEALTH_ENFORCE="false", HEARTBEAT_STALE="1s",
+                                 AGENT_MAX_RUNTIME="3s", HEARTBEAT_COUNT_OUTPUT="false",
                                  GENESIS_PHASES="Builder"))
     assert done.returncode == 0, done.stderr
     (end,) = events_of(project, kind="phase_end")
@@ -131,7 +131,7 @@ def test_the_same_failing_command_repeated_ends_the_phase_as_a_doom_loop_before_
 
     doom = agents("doom.sh", DOOM)
     done = run_loop(project, "--agent-cmd", str(doom), "--max-iterations", "1",
-                    env=loop_env(HOOK=str(hook_script()), HEARTBEAT_STALE_SECONDS="60", PHASE_RETRIES="0",
+                    env=loop_env(HOOK=str(hook_script()), HEARTBEAT_STALE="60s", PHASE_RETRIES="0",
                                  GENESIS_PHASES="Builder"))
     assert done.returncode == 0, done.stderr
     (end,) = events_of(project, kind="phase_end")
@@ -155,7 +155,7 @@ def test_the_status_of_a_running_loop_shows_its_phase_health_and_tool_in_flight(
     inside = agents("inside.sh", "#!/usr/bin/env bash\nprintf '%s' '{\"session_id\":\"s\",\"hook_event_name\":"
                     "\"PreToolUse\",\"tool_name\":\"Bash\",\"tool_input\":{\"command\":\"make test\"},"
                     "\"tool_use_id\":\"toolu_1\"}' | \"$HOOK\"\nexec sleep 300\n")
-    env = loop_env(HOOK=str(hook_script()), HEARTBEAT_STALE_SECONDS="60", GENESIS_PHASES="Builder")
+    env = loop_env(HOOK=str(hook_script()), HEARTBEAT_STALE="60s", GENESIS_PHASES="Builder")
     loop = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(inside),
                              "--max-iterations", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL, start_new_session=True)

@@ -32,7 +32,7 @@ echo $$ >"$AGENT_MARK"
 exec sleep 300
 """
 QUICK = "#!/bin/sh\necho \"work of $GENESIS_RUN_ID\" >>quick.txt\n"
-FAST = dict(GENESIS_PHASES="Builder", HEARTBEAT_STALE_SECONDS="120", HEARTBEAT_COUNT_OUTPUT="true")
+FAST = dict(GENESIS_PHASES="Builder", HEARTBEAT_STALE="120s", HEARTBEAT_COUNT_OUTPUT="true")
 INTERRUPTED_SUBJECT = "genesis: Builder, iteration 1 (ended: interrupted, killed; partial work) [run "
 
 
@@ -181,7 +181,7 @@ exec sleep 300
 """)
     # GENESIS_SANDBOX=off: the test kills the agent by the pid it tells ($$), its namespace's in a box.
     env = loop_env(AGENT_MARK=str(night["mark"]), AUTO_COMMIT="false", GENESIS_PHASES="Builder Planner",
-                   PHASE_Planner_TRIGGER="always", HEARTBEAT_STALE_SECONDS="120", HEARTBEAT_COUNT_OUTPUT="true",
+                   PHASE_Planner_TRIGGER="always", HEARTBEAT_STALE="120s", HEARTBEAT_COUNT_OUTPUT="true",
                    GENESIS_SANDBOX="off")
     loop = procs(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(both), "--max-iterations", "1"],
                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

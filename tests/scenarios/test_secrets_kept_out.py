@@ -96,8 +96,8 @@ def assert_no_secret(where: str, text: str) -> None:
 def test_secrets_and_a_1gb_file_are_never_committed_or_pushed_and_no_output_shows_the_key(project, remote, tmp_path):
     agent = script(tmp_path / "leaky.sh", LEAKY)
     done = run_loop(project, "--agent-cmd", str(agent), "--max-iterations", "1",
-                    env=loop_env(GENESIS_PHASES="Builder", HEARTBEAT_STALE_SECONDS="120", PHASE_RETRIES="0",
-                                 AGENT_MAX_RUNTIME_SECONDS="4", HEARTBEAT_COUNT_OUTPUT="true", AUTO_PUSH="true"))
+                    env=loop_env(GENESIS_PHASES="Builder", HEARTBEAT_STALE="120s", PHASE_RETRIES="0",
+                                 AGENT_MAX_RUNTIME="4s", HEARTBEAT_COUNT_OUTPUT="true", AUTO_PUSH="true"))
     assert done.returncode == 0, done.stderr
 
     # The agent's work is committed and pushed; the secrets and the 1 GB file are in neither history.
@@ -162,7 +162,7 @@ def test_secrets_and_a_1gb_file_are_never_committed_or_pushed_and_no_output_show
 def test_a_secret_the_agent_commits_itself_is_named_and_alerted_and_its_phase_is_not_pushed(project, remote, tmp_path):
     agent = script(tmp_path / "own.sh", COMMITS_ITS_OWN)
     done = run_loop(project, "--agent-cmd", str(agent), "--max-iterations", "1",
-                    env=loop_env(GENESIS_PHASES="Builder", HEARTBEAT_STALE_SECONDS="120", HEARTBEAT_COUNT_OUTPUT="true",
+                    env=loop_env(GENESIS_PHASES="Builder", HEARTBEAT_STALE="120s", HEARTBEAT_COUNT_OUTPUT="true",
                                  AUTO_PUSH="true", GENESIS_SANDBOX="off"))  # the same without the box
     assert done.returncode == 0, done.stderr
     own = git(project, "log", "--format=%h", "--diff-filter=A", "HEAD", "--", ".env").strip()

@@ -38,7 +38,7 @@ def test_a_misspelt_knob_in_the_environment_is_named_with_the_one_it_meant(one_b
     assert done.returncode == 0, done.stderr
     for typo, meant in [("GENESIS_MAX_ITERATONS", "GENESIS_MAX_ITERATIONS"),
                         ("GENESIS_TRIAGE_COMAND", "GENESIS_TRIAGE_CMD"),
-                        ("HEARTBEAT_STALE_MINS", "HEARTBEAT_STALE_MINUTES"),
+                        ("HEARTBEAT_STALE_MINS", "HEARTBEAT_STALE"),
                         ("PHASE_Builder_TRIGER", "PHASE_Builder_TRIGGER"),
                         ("CB_STOPTHRESHOLD", "CB_STOP_THRESHOLD")]:
         assert f"{typo} is set in the environment but is not a setting, so it is ignored; did you mean {meant}?" \

@@ -36,7 +36,7 @@ def held_loop(project, tmp_path, procs):
                    capture_output=True, timeout=60)
     action, ready, go = gate(tmp_path)
     env = loop_env(GENESIS_AGENT_CMD=simagent(f"1:Builder=exit:1,1:Planner={action},*:*=idle"),
-                   HEARTBEAT_STALE_SECONDS="120", TOOL_SILENT_SECONDS="0")
+                   HEARTBEAT_STALE="120s", TOOL_SILENT="0")
     loop = procs(["bash", str(LOOP), "--project", str(project), "--max-iterations", "1"], env=env,
                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for(ready.exists, 60, "the Planner to be running")

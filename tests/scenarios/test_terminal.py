@@ -150,7 +150,7 @@ def test_ctrl_c_with_the_output_through_tee_ends_130_with_the_end_recorded(night
     """Ctrl-C reaches the tee as well as the loop: the loop used to die of SIGPIPE (141) at
     its "received SIGINT" line, the phase left `running` and no end recorded."""
     project, agent, run, code = night
-    term = terminal(loop_env(AGENT_SECONDS="60", HEARTBEAT_STALE_SECONDS="120"))
+    term = terminal(loop_env(AGENT_SECONDS="60", HEARTBEAT_STALE="120s"))
     term.type(loop_line(run, code, project, agent, "--max-iterations", "1", tee=tmp_path / "night.log"))
     wait_for(lambda: running(project, "Builder"), timeout=60, what="the first phase's agent at work")
     term("send-keys", "-t", "w", "C-c")
@@ -171,7 +171,7 @@ def test_closing_the_terminal_ends_the_loop_with_129_and_everything_recorded(nig
     phase's end, the run's end and the end-of-loop alert recorded, and nothing left running."""
     project, agent, run, code = night
     with Receiver() as rx:
-        term = terminal(loop_env(AGENT_SECONDS="60", HEARTBEAT_STALE_SECONDS="120",
+        term = terminal(loop_env(AGENT_SECONDS="60", HEARTBEAT_STALE="120s",
                                  GENESIS_NOTIFY_WEBHOOK=f"{rx.url}/hook"))
         term.type(loop_line(run, code, project, agent, "--max-iterations", "1"))
         wait_for(lambda: running(project, "Builder"), timeout=60, what="the first phase's agent at work")
@@ -197,7 +197,7 @@ def test_under_nohup_a_closed_terminal_costs_only_the_output(night, terminal, tm
     the tee dies with it, the loop (which ignores the hangup) used to die of SIGPIPE; now
     the night goes on to its normal end."""
     project, agent, run, code = night
-    term = terminal(loop_env(AGENT_SECONDS="3", HEARTBEAT_STALE_SECONDS="120"))
+    term = terminal(loop_env(AGENT_SECONDS="3", HEARTBEAT_STALE="120s"))
     line = loop_line(run, code, project, agent, "--max-iterations", "2", nohup=True)
     term.type(f"{line} 2>&1 | tee {shlex.quote(str(tmp_path / 'night.log'))} &")
     wait_for(lambda: running(project, "Builder"), timeout=60, what="the first phase's agent at work")
@@ -217,7 +217,7 @@ def slow_loop(project: Path, agent: Path, out: Path) -> subprocess.Popen:
     with open(out, "w") as sink:
         return subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(agent),
                                  "--max-iterations", "1"],
-                                env=loop_env(AGENT_SECONDS="60", HEARTBEAT_STALE_SECONDS="120"), stdout=sink,
+                                env=loop_env(AGENT_SECONDS="60", HEARTBEAT_STALE="120s"), stdout=sink,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 

@@ -28,8 +28,8 @@ def test_status_where_no_loop_runs_lists_the_running_loop_with_the_command_that_
     subprocess.run(GENESIS + ["--project", str(project), "hook", "install", "--scope", "local"], check=True,
                    capture_output=True)
     action, ready, go = gate(tmp_path)
-    env = loop_env(GENESIS_AGENT_CMD=simagent(f"1:Builder={action},*:*=idle"), HEARTBEAT_STALE_SECONDS="120",
-                   TOOL_SILENT_SECONDS="0", GENESIS_PHASES="Builder")
+    env = loop_env(GENESIS_AGENT_CMD=simagent(f"1:Builder={action},*:*=idle"), HEARTBEAT_STALE="120s",
+                   TOOL_SILENT="0", GENESIS_PHASES="Builder")
     loop = procs(["bash", str(LOOP), "--project", str(project), "--max-iterations", "1"], env=env,
                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for(ready.exists, 60, "the Builder to be running")

@@ -231,7 +231,7 @@ agent = mnt / "agent.sh"
 agent.write_text("#!/bin/sh\\nhead -c 8000000 /dev/zero >filler 2>/dev/null; echo filled\\n")
 agent.chmod(0o755)
 env = {{**os.environ, "GENESIS_BIN": {str(Path(PY).parent / "genesis")!r}, "NO_COLOR": "1",
-       "ITERATION_PAUSE_SECONDS": "0", "HEARTBEAT_CHECK_INTERVAL": "0.2", "HEARTBEAT_STALE_SECONDS": "5",
+       "ITERATION_PAUSE_SECONDS": "0", "HEARTBEAT_CHECK_INTERVAL": "0.2", "HEARTBEAT_STALE": "5s",
        "REAP_PORTS": ""}}
 done = subprocess.run(["bash", {str(loop)!r}, "--project", str(project), "--agent-cmd", str(agent),
                        "--max-iterations", "3"], env=env, capture_output=True, text=True, timeout=120)

@@ -55,7 +55,7 @@ def world(tmp_path):
                        "tacct", ("Builder",), 1,
                        (("GENESIS_AGENT_CMD", f"bash {agent}"), ("GENESIS_PHASES", "Builder")), 1.0)
     env = fleet_env(HOME=str(tmp_path / "home"), GENESIS_SHARED_STATE_DIR=str(tmp_path / "state"),
-                    AGENT_PIDS=str(tmp_path / "agents"), HOLD=str(tmp_path / "hold"), HEARTBEAT_STALE_SECONDS="120")
+                    AGENT_PIDS=str(tmp_path / "agents"), HOLD=str(tmp_path / "hold"), HEARTBEAT_STALE="120s")
     root = tmp_path / "root"
     yield inp, env, root
     kill_under(root)

@@ -54,7 +54,7 @@ def attempt(project: Path, remote: Path, agent: Path) -> AttemptInput:
 
 def machine(client: Client, root: Path, tmp: Path, hold: Path) -> MachineActivities:
     env = fleet_env(HOME=str(tmp / "home"), GENESIS_SHARED_STATE_DIR=str(tmp / "state"),
-                    AGENT_PIDS=str(tmp / "agents"), HOLD=str(hold), HEARTBEAT_STALE_SECONDS="120")
+                    AGENT_PIDS=str(tmp / "agents"), HOLD=str(hold), HEARTBEAT_STALE="120s")
     (tmp / "home").mkdir(exist_ok=True)
     return MachineActivities(client, root, "A", env, frozen_after=2.0, stop_wait=5.0)
 

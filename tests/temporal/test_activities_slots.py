@@ -65,7 +65,7 @@ def attempt(project, remote, agent, text: str) -> AttemptInput:
 
 def machine(client, root, tmp, running=None, floor_mb: str = "0") -> MachineActivities:
     env = fleet_env(HOME=str(tmp / "home"), GENESIS_SHARED_STATE_DIR=str(tmp / "state"),
-                    AGENT_PIDS=str(tmp / "agents"), HOLD=str(tmp / "hold"), HEARTBEAT_STALE_SECONDS="120")
+                    AGENT_PIDS=str(tmp / "agents"), HOLD=str(tmp / "hold"), HEARTBEAT_STALE="120s")
     fleet = fleet_settings({"GENESIS_FLEET_MEMORY_FLOOR_MB": Setting(floor_mb, "test")})
     return MachineActivities(client, root, "A", env, stop_wait=5.0, fleet=fleet, running=running)
 

@@ -83,7 +83,7 @@ def machine(client: Client, root: Path, tmp: Path, name: str, hold: Path,
     home = tmp / f"home-{name}"
     home.mkdir(exist_ok=True)
     env = fleet_env(HOME=str(home), GENESIS_SHARED_STATE_DIR=str(tmp / f"state-{name}"), RUNS=str(tmp / "runs"),
-                    MACHINE=name, HOLD=str(hold), HEARTBEAT_STALE_SECONDS="120",
+                    MACHINE=name, HOLD=str(hold), HEARTBEAT_STALE="120s",
                     BUILDER_HOLD=str(builder_hold or tmp / "no-builder-hold"))
     return MachineActivities(client, root, name, env, stop_wait=5.0)
 
@@ -183,7 +183,7 @@ def test_a_refused_push_steps_aside_and_the_next_attempt_starts_from_the_pushed_
 
     theirs, stepped, following = asyncio.run(run())
     # The refused try is a "stopped" result with 34 (the workflow's free new attempt), not a failure.
-    assert stepped.outcome == "stopped" and stepped.exit_code == exitcodes.MONITOR_LOST, stepped
+    assert stepped.outcome == "stopped" and stepped.exit_code == exitcodes.STEPPED_ASIDE, stepped
     assert "was refused" in stepped.reason and "steps aside" in stepped.reason, stepped.reason
     # The next attempt on the same machine starts from the pushed branch (theirs under its work),
     # the refused commit kept under a ref of this clone, never pushed over theirs.

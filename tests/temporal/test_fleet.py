@@ -41,7 +41,7 @@ def machines(dev_server, tmp_path):
     world = Machines(tmp_path, dev_server.address, f"t{uuid.uuid4().hex[:8]}",
                      # an agent held by SLOW_FILE (no heartbeat hook) is not stale for the tests' whole wait
                      fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS="3", GENESIS_TEMPORAL_HOST_WAIT_SECONDS="4",
-                               HEARTBEAT_STALE_SECONDS="120"))
+                               HEARTBEAT_STALE="120s"))
     yield world
     world.stop_all()
 

@@ -66,7 +66,7 @@ if (( runs == 2 )); then while [[ -e ${SLOW_FILE} ]]; do sleep 0.1; done; fi
 def machines(dev_server, tmp_path):
     world = Machines(tmp_path, dev_server.address, f"p{uuid.uuid4().hex[:8]}",
                      fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS=str(HEARTBEAT),
-                               GENESIS_TEMPORAL_HOST_WAIT_SECONDS=str(HOST_WAIT), HEARTBEAT_STALE_SECONDS="120"))
+                               GENESIS_TEMPORAL_HOST_WAIT_SECONDS=str(HOST_WAIT), HEARTBEAT_STALE="120s"))
     yield world
     world.stop_all()
 

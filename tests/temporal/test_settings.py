@@ -33,8 +33,8 @@ def test_set_values_are_read():
     ("GENESIS_TEMPORAL_ADDRESS", "h:99999", "HOST:PORT"),
     ("GENESIS_TEMPORAL_HOST", "a/b", "letters, digits"),
     ("GENESIS_TEMPORAL_TASK_QUEUE", "-x", "letters, digits"),
-    ("GENESIS_TEMPORAL_HEARTBEAT_SECONDS", "0", "1 to 3600"),
-    ("GENESIS_TEMPORAL_HOST_WAIT_SECONDS", "soon", "a number"),
+    ("GENESIS_TEMPORAL_HEARTBEAT_SECONDS", "0", "1s to 3600s"),
+    ("GENESIS_TEMPORAL_HOST_WAIT_SECONDS", "soon", "is not a duration: write 90s, 15m or 2h"),
 ])
 def test_bad_values_are_refused_with_their_key(key, value, said):
     with pytest.raises(ConfigError, match=f"{key}.*{said}"):

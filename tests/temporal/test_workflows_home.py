@@ -167,7 +167,7 @@ def test_a_ceiling_launches_nothing_more_and_ends_the_fleet_with_its_code(dev_se
 def test_a_loop_that_stepped_aside_gets_a_new_attempt_that_spends_nothing(dev_server, home, tmp_path):
     project, origin, target = home
     spec = spec_for(project, origin, target, f"w{uuid.uuid4().hex[:8]}")
-    agent = Agent(origin, tmp_path, {task_id(ALPHA): [("stopped", exitcodes.MONITOR_LOST)]})
+    agent = Agent(origin, tmp_path, {task_id(ALPHA): [("stopped", exitcodes.STEPPED_ASIDE)]})
     captured = {}
 
     async def keep_alpha(client):   # the task's memo, read while its workflow is there
@@ -193,7 +193,9 @@ def test_a_loop_that_stepped_aside_gets_a_new_attempt_that_spends_nothing(dev_se
 def test_a_task_whose_loops_keep_stepping_aside_fails_after_a_bound_not_forever(dev_server, home, tmp_path):
     project, origin, target = home
     spec = spec_for(project, origin, target, f"w{uuid.uuid4().hex[:8]}")
-    agent = Agent(origin, tmp_path, {task_id(ALPHA): [("stopped", exitcodes.MONITOR_LOST)] * (ASIDES_MAX + 5)})
+    # MONITOR_LOST counts as a step aside too: a history recorded before STEPPED_ASIDE holds it.
+    asides = [("stopped", exitcodes.STEPPED_ASIDE), ("stopped", exitcodes.MONITOR_LOST)] * (ASIDES_MAX // 2 + 3)
+    agent = Agent(origin, tmp_path, {task_id(ALPHA): asides})
     result = asyncio.run(run_fleet(dev_server.address, spec, agent))
     assert result["exit_code"] == exitcodes.FLEET_TASKS_FAILED, result
     assert states(result) == {task_id(ALPHA): "failed", task_id(BETA): "merged"}, result

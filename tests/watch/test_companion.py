@@ -36,8 +36,8 @@ def start(project: Path, tmp_path: Path, procs, script: str = AGENT, **knobs: st
     agent = tmp_path / "agent.sh"
     agent.write_text(script)
     agent.chmod(0o755)
-    env = loop_env(GENESIS_SANDBOX="off", GENESIS_PHASES="Builder", HEARTBEAT_STALE_SECONDS="120",
-                   TOOL_SILENT_SECONDS="0", GENESIS_NOTIFY_DESKTOP="false", MARKS=str(marks),
+    env = loop_env(GENESIS_SANDBOX="off", GENESIS_PHASES="Builder", HEARTBEAT_STALE="120s",
+                   TOOL_SILENT="0", GENESIS_NOTIFY_DESKTOP="false", MARKS=str(marks),
                    GENESIS_NOTIFY_CMD=NOTIFY.format(marks=marks), **knobs)
     loop = procs(["bash", str(LOOP), "--project", str(project), "--agent-cmd", str(agent)], env=env,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
