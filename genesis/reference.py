@@ -157,6 +157,8 @@ ENDS: dict[str, Ends] = {
     "MONITOR_LOST": Ends("a fleet's child (a loop its monitor started): it stopped at its next check between "
                          "phases, its work committed; the fleet counts that end as stopped, not as the task's "
                          "failure"),
+    "STEPPED_ASIDE": Ends("a child of the fleet on Temporal whose push was refused as non-fast-forward: another "
+                          "loop of its task pushed the branch, so it stepped aside, its work committed here"),
     "AGENT_STALE": Ends("", "run-phase: stuck (stale heartbeat); the tree killed, the loop goes on"),
     "AGENT_OVERTIME": Ends("", "run-phase: over the runtime cap; the tree killed, the loop goes on"),
     "INTERRUPTED_HUP": Ends("interrupted by SIGHUP (the terminal closed; ignored under `nohup`)", "interrupted",

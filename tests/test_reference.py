@@ -108,7 +108,8 @@ def test_the_exit_codes_page_lists_every_code_with_its_comment():
         comment = re.search(rf"^{name} = {value}\s*#\s*(.+)$", source, re.M)
         if comment:
             assert comment.group(1).strip() in text
-    assert "a keyed child's push was refused" in reference.comments(source)["MONITOR_LOST"], \
+    went_on = reference.comments("A = 1  # the first line\n           # and the next\nB = 2  # alone\n")
+    assert went_on == {"A": "the first line and the next", "B": "alone"}, \
         "a comment that goes on below its line is read whole"
 
 
