@@ -261,10 +261,20 @@ def group_of(knob: Knob) -> str:
     return next(title for title, _, prefixes in GROUPS if knob.name.startswith(prefixes))
 
 
+UNIT_WORDS = {"s": "seconds", "m": "minutes", "h": "hours"}
+
+
 def default_of(value: str | None) -> str:
     if value is None:
         return "unset"
     return f"`{value}`" if value else "empty"
+
+
+def said_of(knob: Knob) -> str:
+    """The knob's help, and for a duration what a bare number means (see genesis/durations.py)."""
+    if knob.unit is None:
+        return knob.help
+    return f"{knob.help}. A duration (`90s`, `15m`, `2h`); a bare number is in {UNIT_WORDS[knob.unit]}"
 
 
 def settings_lines() -> list[str]:
@@ -275,7 +285,7 @@ def settings_lines() -> list[str]:
             continue
         out += ["", f"### {title}", "", f"More in {more}.", "",
                 "| Setting | Default | What it does |", "|---|---|---|"]
-        out += [f'| <a id="{k.name.lower()}"></a>`{k.name}` | {cell(default_of(k.default))} | {cell(k.help)} |'
+        out += [f'| <a id="{k.name.lower()}"></a>`{k.name}` | {cell(default_of(k.default))} | {cell(said_of(k))} |'
                 for k in knobs]
     missing = [suffix for suffix in PHASE_SUFFIXES if suffix not in PHASE_SETTINGS]
     if missing:
