@@ -60,7 +60,7 @@ from genesis.repo.tasks import parse
 from genesis.store import accounts
 from genesis.store.accounts import AccountStore, StoreUnusable
 from genesis.store.atomicio import DiskFull, write_json, write_text
-from genesis.store.layout import Layout, private_dir
+from genesis.store.layout import Layout, ensure_git_excludes, private_dir
 from genesis.store.looplock import FLEET_RUN, Locked, hold, release
 from genesis.watch.waits import honoured
 
@@ -970,6 +970,7 @@ def _take(project: Path, overrides: Mapping[str, str], parallel: str, trust: boo
             _let_go(held, run_id)
             return exitcodes.UNTRUSTED_COMMAND
         held.target = project_branch(cfg.project)
+        ensure_git_excludes(layout)  # the stop flag `genesis stop` writes here stays untracked, as a loop's does
         if read_flag(cfg.stop_flag) == "false":
             write_text(cfg.stop_flag, "true\n")
             say(f"stop flag {cfg.stop_flag} said false (an earlier stop); set it back to true")

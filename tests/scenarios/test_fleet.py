@@ -248,6 +248,7 @@ def test_genesis_stop_ends_the_fleet_after_the_current_phases(project, tmp_path)
     (left,) = set(rows) - started
     assert rows[left].state == "queued" and rows[left].attempts == 0
     assert (project / "hooks" / "loop_multi_agent.txt").read_text().strip() == "false"
+    assert git(project, "status", "--porcelain") == ""  # the stop flag is kept out, as a single loop keeps it
 
 
 def ended_runs(worktrees: list[Path]) -> int:
