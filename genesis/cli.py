@@ -110,6 +110,14 @@ class Context:
         return default_layout(self.project)
 
 
+def _project_dir(_ctx, _param, value: Path) -> Path:
+    """--project names a folder that exists: else an error of Genesis's own that says what to give."""
+    if not value.is_dir():
+        raise Fail(f"--project {value}: {'not a directory' if value.exists() else 'no such directory'}; give the "
+                   f"folder of the git project (its work tree)", exitcodes.USAGE)
+    return value
+
+
 def _parse_set(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for item in values:
@@ -122,7 +130,7 @@ def _parse_set(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="genesis")
-@click.option("--project", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".",
+@click.option("--project", type=click.Path(path_type=Path), default=".", callback=_project_dir,
               show_default=True, help="The git project the loop works on (must exist).")
 @click.option("--set", "overrides", multiple=True, callback=_parse_set, metavar="KEY=VALUE",
               help="Override a setting (highest precedence); repeatable.")

@@ -55,6 +55,20 @@ def test_heartbeat_show_reports_age_and_fields(project, tmp_path):
     assert "age: 42." in result.output and "tool: Bash" in result.output
 
 
+def test_a_project_folder_that_does_not_exist_is_genesiss_own_error_saying_what_to_give(tmp_path):
+    missing = tmp_path / "no-such-project"
+    done = subprocess.run([sys.executable, "-m", "genesis", "--project", str(missing), "status"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"genesis: error: --project {missing}: no such directory; give the folder of the git "
+                           f"project (its work tree)\n")
+    (tmp_path / "file").write_text("")
+    done = subprocess.run([sys.executable, "-m", "genesis", "--project", str(tmp_path / "file"), "status"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--project " in done.stderr and ": not a directory; " in done.stderr
+    assert "Usage:" not in done.stderr
+
+
 def test_stop_without_a_running_loop_says_so_exits_5_and_writes_nothing(project):
     result = invoke(project, "stop")
     assert result.exit_code == 5
