@@ -646,7 +646,7 @@ class Monitor:
         if step.event is None or step.action == "probe":
             return
         self.record_everywhere(step.event, None, reason=step.reason)
-        say(f"cascade: {step.reason}", "error" if step.action == "pause" else "info")
+        say(f"cascade: {step.reason}")  # the fleet's own news (its alert is critical), no error of the user's
         if step.action == "pause":
             self.alert("cascade", "critical", "cascade: many children failed at once",
                        f"{step.reason}. No restart until one probe child succeeds",
