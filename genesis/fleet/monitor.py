@@ -50,7 +50,7 @@ from genesis.fleet.ledger import TERMINAL, FleetLedger, TaskRow
 from genesis.fleet.planning import fleet_exit, launch_gate, outcome_of
 from genesis.fleet.queue import check_trust, done_at, project_branch, tasks_at
 from genesis.fleet.resources import FleetSettings, available_memory, fleet_settings, parallel_of, port_range
-from genesis.fleet.taskref import TaskRef, branch_for, open_refs
+from genesis.fleet.taskref import PLANNER, TaskRef, branch_for, open_refs
 from genesis.hints import hint
 from genesis.ledger.store import LedgerError, iso
 from genesis.loop import limits
@@ -79,7 +79,6 @@ TICK_ERRORS = 5           # checks in a row that fail (git, the disk, the ledger
 LOG_CAP = 8 << 20         # a child's stdout+stderr log: restarted past this (its own console log keeps all)
 SIGNAL_EXIT = {signal.SIGHUP: exitcodes.INTERRUPTED_HUP, signal.SIGINT: exitcodes.INTERRUPTED_INT,
                signal.SIGTERM: exitcodes.INTERRUPTED_TERM}
-PLANNER = "planner-"         # the id prefix of the Planner's row (not a task of TASKS.md)
 PLANNER_TEXT = "the Planner: new tasks for TASKS.md"
 MERGER_PROMPT = Path(__file__).resolve().parent.parent / "data" / "prompts" / "merger.md"
 

@@ -462,6 +462,20 @@ def test_with_no_task_open_the_planner_runs_once_and_its_tasks_start_children(pr
                                                           "write the changelog": "merged"}
 
 
+def test_a_planner_that_adds_nothing_is_no_merged_task_of_the_report(project, tmp_path):
+    fleet_project(project, ["write the readme"])
+    idle_planner = TASK_AGENT.replace("set -euo pipefail\n", 'set -euo pipefail\n[[ ${GENESIS_AGENT} != Planner ]] || exit 0\n')
+    proc = start_fleet(project, "2", task_agent(tmp_path / "agent.sh", idle_planner), "--set",
+                       "GENESIS_PHASES=Builder Planner", log=tmp_path / "fleet.log")
+    assert proc.wait(timeout=180) == exitcodes.OK, (tmp_path / "fleet.log").read_text()[-3000:]
+    with fleet_ledger(project) as led:
+        assert sorted(r.text for r in led.tasks()) == ["the Planner: new tasks for TASKS.md", "write the readme"]
+    report = subprocess.run([*GENESIS, "--project", str(project), "report"], env=fleet_env(), capture_output=True,
+                            text=True, timeout=60)
+    assert "1 task: 1 merged; the Planner: nothing-added" in report.stdout, report.stdout
+    assert "tasks merged without escalation: 1 of 1 task (1 merged in all)" in " ".join(report.stdout.split())
+
+
 def test_no_child_starts_while_a_usage_limit_of_the_account_is_known_and_they_start_after_it(tmp_path):
     """Another loop of this user met a 5-hour limit of the same CLI and account: the fleet starts no
     child (the task `waiting`, and why) until the reset and its margin, then starts them."""
