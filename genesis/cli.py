@@ -24,7 +24,7 @@ from genesis.alerts.settings import LEVELS
 from genesis.config import Config, ConfigError, advice, default_layout, effective, layout_for, resolve
 from genesis.console import say, survive_lost_output
 from genesis.health.heartbeat import default_heartbeat_file, hook_script, read_heartbeat
-from genesis.hints import hint
+from genesis.hints import hint, program
 from genesis.loop import breaker
 from genesis.loop.breaker import BreakerLocked
 from genesis.loop.step import Step, StepFailed
@@ -110,6 +110,14 @@ class Context:
         return default_layout(self.project)
 
 
+def _project_dir(_ctx, _param, value: Path) -> Path:
+    """--project names a folder that exists: else an error of Genesis's own that says what to give."""
+    if not value.is_dir():
+        raise Fail(f"--project {value}: {'not a directory' if value.exists() else 'no such directory'}; give the "
+                   f"folder of the git project (its work tree)", exitcodes.USAGE)
+    return value
+
+
 def _parse_set(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for item in values:
@@ -122,7 +130,7 @@ def _parse_set(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="genesis")
-@click.option("--project", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".",
+@click.option("--project", type=click.Path(path_type=Path), default=".", callback=_project_dir,
               show_default=True, help="The git project the loop works on (must exist).")
 @click.option("--set", "overrides", multiple=True, callback=_parse_set, metavar="KEY=VALUE",
               help="Override a setting (highest precedence); repeatable.")
@@ -404,8 +412,7 @@ def _stop(cfg: Config) -> None:
         return
     if holder is None:
         others = [lp.project for lp in running_loops() if lp.project != cfg.project]
-        raise Fail(f"no Genesis loop is running on {cfg.project}; nothing to stop"
-                   + "".join(f"; a loop runs on {p}: `{hint(p, 'stop')}` stops it" for p in others),
+        raise Fail(f"no Genesis loop is running on {cfg.project}; nothing to stop{_others_running(others)}",
                    exitcodes.NOT_RUNNING)
     cfg.stop_flag.parent.mkdir(parents=True, exist_ok=True)
     write_text(cfg.stop_flag, "false\n")
@@ -415,6 +422,21 @@ def _stop(cfg: Config) -> None:
         return
     click.echo(f"wrote false to {cfg.stop_flag}; the loop (pid {holder.pid}, run {holder.run_id}) stops "
                f"before its next phase")
+
+
+OTHERS_NAMED = 3  # the loops of other projects a refused stop names; `status --all` lists them all
+
+
+def _others_running(others: list[Path]) -> str:
+    """The loops that run on other projects, in a few words: where a mistyped --project may have meant."""
+    if len(others) == 1:
+        return f". A loop runs on {others[0]}: `{hint(others[0], 'stop')}` stops it"
+    if not others:
+        return ""
+    named = ", ".join(map(str, others[:OTHERS_NAMED]))
+    more = len(others) - OTHERS_NAMED
+    return (f". Loops run on {len(others)} other projects: {named}" + (f" and {more} more" if more > 0 else "")
+            + f" (`{program()} status --all` lists them)")
 
 
 @cli.group("breaker")

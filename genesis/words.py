@@ -17,8 +17,8 @@ __all__ = ["LABELS", "WAIT_LABELS", "WINDOW_LABELS", "FORMER", "ending_label", "
 # watcher_lost) or "running" while it runs. An agent is stuck when it shows no sign of life (its
 # heartbeat is stale), wedged when it keeps calling tools and gets nowhere.
 LABELS = {"finished": "finished", "running": "running", "exited": "exited", "failed": "exited with an error",
-          "limit": "usage limit", "outage": "API outage", "fatal": "refused by the API",
-          "api_fatal": "refused by the API", "stuck": "stuck", "wedged": "wedged", "overtime": "over time",
+          "limit": "usage limit", "outage": "API outage", "fatal": "fatal error",
+          "api_fatal": "fatal error", "stuck": "stuck", "wedged": "wedged", "overtime": "over time",
           "interrupted": "interrupted", "not_started": "could not start", "watcher_lost": "watcher lost"}
 
 # The stuck state as older versions recorded it: the watcher said stale, the health judgment stalled.

@@ -18,6 +18,13 @@ from helpers.hermetic import cleared
 # loop the tests interrupt with it (bash cannot trap a signal ignored at its start): restored.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# Under nohup it inherits SIGHUP ignored, with the same effect on the loops the tests hang up.
+# Here a hangup stays ignored, as nohup asked, but by a handler, which exec resets: every
+# program a test starts gets the default, as from a terminal. A parallel run's workers, started
+# with the default, learn of it from NOHUP_IGNORED.
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN or os.environ.get("NOHUP_IGNORED") == "1":
+    os.environ["NOHUP_IGNORED"] = "1"
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: None)
 
 
 @pytest.fixture(autouse=True)

@@ -2,16 +2,19 @@
 
 import json
 import os
+import subprocess
 import sys
 import time
 
 from click.testing import CliRunner
 from helpers import paths
-from helpers.procs import alive
+from helpers.git import new_repo
+from helpers.procs import LOCK_HOLDER, alive
 from helpers.state import state_of
 from helpers.waits import wait_for
 
 from genesis.cli import cli
+from genesis.config import default_layout
 from genesis.ledger.store import Ledger
 from genesis.procs.reaper import markers_for
 from genesis.store.looplock import hold
@@ -52,11 +55,53 @@ def test_heartbeat_show_reports_age_and_fields(project, tmp_path):
     assert "age: 42." in result.output and "tool: Bash" in result.output
 
 
+def test_a_project_folder_that_does_not_exist_is_genesiss_own_error_saying_what_to_give(tmp_path):
+    missing = tmp_path / "no-such-project"
+    done = subprocess.run([sys.executable, "-m", "genesis", "--project", str(missing), "status"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"genesis: error: --project {missing}: no such directory; give the folder of the git "
+                           f"project (its work tree)\n")
+    (tmp_path / "file").write_text("")
+    done = subprocess.run([sys.executable, "-m", "genesis", "--project", str(tmp_path / "file"), "status"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--project " in done.stderr and ": not a directory; " in done.stderr
+    assert "Usage:" not in done.stderr
+
+
 def test_stop_without_a_running_loop_says_so_exits_5_and_writes_nothing(project):
     result = invoke(project, "stop")
     assert result.exit_code == 5
     assert f"no Genesis loop is running on {project}; nothing to stop" in result.output
     assert not (project / "hooks").exists()
+
+
+def test_stop_without_a_loop_here_names_a_few_loops_elsewhere_in_a_short_line(project, tmp_path):
+    """Five loops on other projects (stand-ins holding their locks, found by their marker): the
+    refusal names three and counts the rest, in a line that stays short."""
+    holders = []
+    try:
+        for n in range(5):
+            other = new_repo(tmp_path / f"other-{n}")
+            lay = default_layout(other)
+            lay.state_dir.mkdir(parents=True, exist_ok=True)
+            holders.append(subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(lay.loop_lock),
+                                             str(lay.loop_record), f"run-{n}"], stdout=subprocess.PIPE, text=True,
+                                            env={**os.environ, "GENESIS_PROJECT_DIR": str(other)}))
+        assert all(h.stdout.readline() == "locked\n" for h in holders)
+        result = invoke(project, "stop")
+    finally:
+        for h in holders:
+            h.kill()
+            h.wait()
+            h.stdout.close()
+    assert result.exit_code == 5
+    (line,) = result.output.splitlines()
+    assert line.startswith(f"genesis: error: no Genesis loop is running on {project}; nothing to stop. Loops run on ")
+    found = int(line.split("Loops run on ")[1].split()[0])  # this machine may run loops of its own too
+    assert found >= 5 and f" and {found - 3} more (`" in line and " status --all` lists them)" in line
+    assert sum(f"other-{n}" in line for n in range(5)) <= 3 and "stop` stops it" not in line
+    assert len(line) < 400 + 3 * len(str(tmp_path)), line
 
 
 def test_stop_writes_false_to_the_flag_file_of_a_running_loop(project):

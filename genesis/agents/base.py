@@ -19,10 +19,14 @@ if TYPE_CHECKING:
     from genesis.phases import Phase
 
 __all__ = ["Account", "Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
-           "MAX_RESULT_CHARS", "last_line", "key_fingerprint", "Login", "LOGGED_IN", "LOGGED_OUT", "LOGIN_UNKNOWN"]
+           "MAX_RESULT_CHARS", "PERMISSION_REFUSED", "last_line", "key_fingerprint", "Login", "LOGGED_IN",
+           "LOGGED_OUT", "LOGIN_UNKNOWN"]
 
 MAX_RESULT_CHARS = 16 << 10  # the final result kept for the report and the completion phrase
 LOGGED_IN, LOGGED_OUT, LOGIN_UNKNOWN = "yes", "no", "unknown"
+# ApiError.code of a tool call the CLI refused because it needs an approval nobody is there to
+# give: a configuration of the agent command that no retry changes (its message says the fix).
+PERMISSION_REFUSED = "permission_refused"
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ from genesis.fleet.ledger import TERMINAL, FleetLedger, TaskRow
 from genesis.fleet.planning import fleet_exit, launch_gate, outcome_of
 from genesis.fleet.queue import check_trust, done_at, project_branch, tasks_at
 from genesis.fleet.resources import FleetSettings, available_memory, fleet_settings, parallel_of, port_range
-from genesis.fleet.taskref import TaskRef, branch_for, open_refs
+from genesis.fleet.taskref import PLANNER, TaskRef, branch_for, open_refs
 from genesis.hints import hint
 from genesis.ledger.store import LedgerError, iso
 from genesis.loop import limits
@@ -72,7 +72,7 @@ from genesis.repo.tasks import parse
 from genesis.store import accounts
 from genesis.store.accounts import AccountStore, StoreUnusable
 from genesis.store.atomicio import DiskFull, write_json, write_text
-from genesis.store.layout import Layout, private_dir
+from genesis.store.layout import Layout, ensure_git_excludes, private_dir
 from genesis.store.looplock import FLEET_RUN, Locked, hold, release
 from genesis.watch.waits import honoured
 
@@ -91,7 +91,6 @@ TICK_ERRORS = 5           # checks in a row that fail (git, the disk, the ledger
 LOG_CAP = 8 << 20         # a child's stdout+stderr log: restarted past this (its own console log keeps all)
 SIGNAL_EXIT = {signal.SIGHUP: exitcodes.INTERRUPTED_HUP, signal.SIGINT: exitcodes.INTERRUPTED_INT,
                signal.SIGTERM: exitcodes.INTERRUPTED_TERM}
-PLANNER = "planner-"         # the id prefix of the Planner's row (not a task of TASKS.md)
 PLANNER_TEXT = "the Planner: new tasks for TASKS.md"
 MERGER_PROMPT = Path(__file__).resolve().parent.parent / "data" / "prompts" / "merger.md"
 
@@ -648,7 +647,7 @@ class Monitor:
         if step.event is None or step.action == "probe":
             return
         self.record_everywhere(step.event, None, reason=step.reason)
-        say(f"cascade: {step.reason}", "error" if step.action == "pause" else "info")
+        say(f"cascade: {step.reason}")  # the fleet's own news (its alert is critical), no error of the user's
         if step.action == "pause":
             self.alert("cascade", "critical", "cascade: many children failed at once",
                        f"{step.reason}. No restart until one probe child succeeds",
@@ -972,6 +971,7 @@ def _take(project: Path, overrides: Mapping[str, str], parallel: str, trust: boo
             _let_go(held, run_id)
             return exitcodes.UNTRUSTED_COMMAND
         held.target = project_branch(cfg.project)
+        ensure_git_excludes(layout)  # the stop flag `genesis stop` writes here stays untracked, as a loop's does
         if read_flag(cfg.stop_flag) == "false":
             write_text(cfg.stop_flag, "true\n")
             say(f"stop flag {cfg.stop_flag} said false (an earlier stop); set it back to true")

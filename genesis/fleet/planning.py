@@ -19,8 +19,10 @@ __all__ = ["Verdict", "outcome_of", "fleet_exit", "LaunchGate", "launch_gate", "
 SIGNAL_CODES = frozenset({exitcodes.INTERRUPTED_HUP, exitcodes.INTERRUPTED_INT, exitcodes.INTERRUPTED_TERM})
 # Ends that would fail every child the same way: the fleet stops with the child's code. Not 2:
 # a child's preflight also says 2 for what is its own worktree's (leftovers of a killed attempt),
-# so a 2 climbs that task's ladder like any abnormal end.
-FLEET_STOPPING = frozenset({exitcodes.UNTRUSTED_COMMAND, exitcodes.SANDBOX_UNAVAILABLE, exitcodes.DISK_FULL})
+# so a 2 climbs that task's ladder like any abnormal end. 22: every child runs the same agent
+# command on the same account (a refused login, billing, model or tool permission).
+FLEET_STOPPING = frozenset({exitcodes.UNTRUSTED_COMMAND, exitcodes.SANDBOX_UNAVAILABLE, exitcodes.DISK_FULL,
+                            exitcodes.AGENT_FATAL})
 CEILINGS = frozenset({exitcodes.MAX_RUNTIME, exitcodes.MAX_COST})
 
 

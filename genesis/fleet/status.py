@@ -443,6 +443,25 @@ def _hold_line(h: Hold) -> Text:
     return Text(text + (f": {one_line(redact(h.reason), TEXT_LIMIT)}" if h.reason else ""), style="bold yellow")
 
 
+def _starting(row: TaskRow, c: ChildView) -> bool:
+    """A child launched that has not begun its first iteration: its loop holds its lock and has
+    not started one, or has not taken its lock yet while the loop the monitor started lives."""
+    if c.state == "RUNNING":
+        return c.iteration is None
+    return c.state in ("NOT RUNNING", "STOPPED") and row.state == "running" and row.pid is not None and \
+        _alive(row.pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _table(tasks: Sequence[TaskView], now: float) -> Table:
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for name in ("task", "state", "tries", "agent", "phase", "health", "branch / worktree", "reason"):
@@ -452,7 +471,8 @@ def _table(tasks: Sequence[TaskView], now: float) -> Table:
         tries = f"{r.attempts}" + (f" ({r.restarts}r {r.escalations}e)" if r.restarts or r.escalations else "")
         phase = health = Text("-")
         if c is not None and c.read:
-            phase = Text(c.phase or (f"waiting: {c.wait}" if c.wait else c.state.lower()))
+            phase = Text(c.phase or (f"waiting: {c.wait}" if c.wait else "starting" if _starting(r, c)
+                                     else c.state.lower()))
             if c.iteration is not None and c.phase:
                 phase.append(f" (it {c.iteration})")
             health = Text(c.health or "-", style=HEALTH_STYLE.get(c.health or "", ""))

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from genesis.repo.tasks import OPEN, Task, Tasks, read_tasks
 
-__all__ = ["TaskRef", "BRANCH_PREFIX", "task_id", "branch_for", "ref_of", "open_refs", "read_open"]
+__all__ = ["TaskRef", "BRANCH_PREFIX", "PLANNER", "task_id", "branch_for", "ref_of", "open_refs", "read_open"]
 
 BRANCH_PREFIX = "genesis/task/"
+PLANNER = "planner-"  # the id prefix of the fleet's row for the Planner's pass (not a task of TASKS.md)
 SLUG_CHARS = 40
 HASH_CHARS = 6
 NOT_SLUG_RE = re.compile(r"[^a-z0-9]+")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
+from genesis.agents.base import PERMISSION_REFUSED
 from genesis.loop.step import Step
 from genesis.phases import DoneRule, Phase
 from genesis.watch.evidence import transcript_tail
@@ -72,7 +73,9 @@ def describe(step: Step, phase: Phase, outcome: Outcome, log: Path, ending: str,
     if ending in ("limit", "outage", "fatal") and outcome.ending is not None:
         end = outcome.ending
         message = end.limit.message if end.limit is not None else end.api_error.message
-        detail = f"{LABELS[ending]}: {sanitize(message)}"
+        refused = end.api_error is not None and end.api_error.code == PERMISSION_REFUSED
+        # A refused permission is no error of the API's: its message says what and the fix, then the CLI's words.
+        detail = sanitize(message, 600) if refused else f"{LABELS[ending]}: {sanitize(message)}"
         say(f"{phase.name}: {detail} (after {took}; see {step.rel(log)})", "warn")
         return detail
     if outcome.status == "exited":

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from genesis import exitcodes
 from genesis.agents import adapter_of
-from genesis.agents.base import Adapter
+from genesis.agents.base import PERMISSION_REFUSED, Adapter
 from genesis.agents.models import model_of
 from genesis.config import read_prompt
 from genesis.health.toollog import tool_log_path
@@ -295,8 +295,14 @@ def _act_on(step: Step, phase: Phase, iteration: int, outcome: Outcome, ending: 
         return waiting.plan_outage(step, end.api_error, phase.name, iteration, time.time())
     if ending == "fatal":
         err = end.api_error
-        step.say(f"{phase.name}: the agent reported an error that retrying cannot fix: {err.message} "
-                 f"({err.code}{f', HTTP {err.status}' if err.status else ''}). Fix it, then restart the loop", "error")
+        if err.code == PERMISSION_REFUSED:  # the agent command's configuration: its message says the fix
+            reason = err.message
+            step.say(f"{phase.name}: the loop stops: a refused permission is refused again on every retry", "error")
+        else:
+            reason = (f"the agent reported an error that retrying cannot fix: {err.message} "
+                      f"({err.code}{f', HTTP {err.status}' if err.status else ''}). Fix it, then restart the loop")
+            step.say(f"{phase.name}: {reason}", "error")
+        step.event("stop_reason", code=exitcodes.AGENT_FATAL, reason=f"{phase.name}: {reason}"[:1000])
         return exitcodes.AGENT_FATAL
     return outcome.exit_code
 

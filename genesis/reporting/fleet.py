@@ -33,6 +33,7 @@ from rich.table import Table
 
 from genesis.config import default_layout
 from genesis.fleet.ledger import Attempt, FleetEvent, FleetLedger
+from genesis.fleet.taskref import PLANNER
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.redact import redact
 from genesis.repo.gitcmd import NotARepository
@@ -45,6 +46,7 @@ __all__ = ["TaskReport", "FleetKpis", "FleetReport", "fleet_ledger_of", "load", 
 
 RETRIES = frozenset({"restart", "escalate"})   # attempt kinds that are a retry of the task
 COMPLETE = frozenset({"merged", "ready"})
+NOTHING_ADDED = "nothing-added"   # the state shown for a Planner's pass that brought no task home
 SHOWN = 500          # task rows in the text and the page (the JSON has every one)
 CHILD_LEDGERS = 200  # child ledgers opened for costs the monitor did not record, at most
 
@@ -69,6 +71,11 @@ class TaskReport:
     commits: tuple[str, ...]       # the task's commits that came home
     reason: str
     history: tuple[Attempt, ...]
+
+    @property
+    def planner(self) -> bool:
+        """The Planner's pass, not a task of TASKS.md: no count or KPI of the tasks holds it."""
+        return self.id.startswith(PLANNER)
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,11 @@ class FleetReport:
     # The cascade gate's moves (at, event, reason): with several projects under one monitor,
     # a pause that began in another project is recorded here too.
     cascade: tuple[tuple[float, str, str], ...] = ()
+
+    @property
+    def listed(self) -> tuple[TaskReport, ...]:
+        """The tasks of TASKS.md (the Planner's passes aside)."""
+        return tuple(t for t in self.tasks if not t.planner)
 
 
 def _num(value: Any) -> float | None:
@@ -224,8 +236,11 @@ def _report(project: Path, rows: Sequence[Any], history: Sequence[Attempt], even
         costs = [c for c in (cost[(a.task_id, a.attempt)] for a in tried) if c is not None]
         merged = [e for e in by_kind.get("merged", []) if e.task_id == r.id]
         commits = tuple(str(c) for e in merged for c in (_detail(e).get("commits") or ()) if isinstance(c, str))
+        # A Planner that added nothing is recorded as done with nothing to merge: no merge to show.
+        state = NOTHING_ADDED if r.id.startswith(PLANNER) and r.state in COMPLETE and not (commits or r.merged_sha) \
+            else r.state
         tasks.append(TaskReport(
-            r.id, r.text, r.state, r.attempts, r.restarts, r.escalations, tried[-1].agent if tried else "",
+            r.id, r.text, state, r.attempts, r.restarts, r.escalations, tried[-1].agent if tried else "",
             sum(max(0.0, (a.ended if a.ended is not None else now) - a.started) for a in tried),
             sum(costs) if costs else None, r.merged_sha, commits, r.reason, tuple(tried)))
     starts, ends = by_kind.get("fleet_start", []), by_kind.get("fleet_end", [])
@@ -233,7 +248,7 @@ def _report(project: Path, rows: Sequence[Any], history: Sequence[Attempt], even
     last_end = ends[-1] if ends and (last_start is None or ends[-1].at >= last_start.at) else None
     started = starts[0].at if starts else min((a.started for a in history), default=None)
     ended = last_end.at if last_end is not None and not running else None
-    kpis = compute_kpis(tasks, history, by_kind, cost, children, worktree, writes=len(events) + len(history) +
+    kpis = compute_kpis([t for t in tasks if not t.planner], history, by_kind, cost, children, worktree, writes=len(events) + len(history) +
                         sum(1 for a in history if a.ended is not None),
                         span=((ended if ended is not None else now) - started) if started is not None else None)
     sd = _detail(last_start) if last_start is not None else {}
@@ -350,10 +365,12 @@ def _head(r: FleetReport) -> list[str]:
              f"fleet {r.run_id or '?'}" + (f", parallel {r.parallel}" if r.parallel is not None else "")
              + (f", started {stamp(r.started)}" if r.started is not None else "") + f", {state}"]
     counts: dict[str, int] = {}
-    for t in r.tasks:
+    for t in r.listed:
         counts[t.state] = counts.get(t.state, 0) + 1
-    lines.append(f"{plural(len(r.tasks), 'task')}: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    planner = [t.state for t in r.tasks if t.planner]
+    lines.append(f"{plural(len(r.listed), 'task')}: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                                                           or "none") +
+                 (f"; the Planner: {', '.join(planner)}" if planner else "") +
                  (f"; cost {money(r.cost_usd)}" if r.cost_usd is not None else ""))
     pauses = [c for c in r.cascade if c[1] == "cascade_pause"]
     if pauses:

@@ -58,7 +58,7 @@ def load(projects: Sequence[Path], now: float | None = None) -> list[ProjectRepo
 
 
 def _count(r: FleetReport, states: frozenset[str] | set[str]) -> int:
-    return sum(1 for t in r.tasks if t.state in states)
+    return sum(1 for t in r.listed if t.state in states)
 
 
 def summary_rows(reports: Sequence[ProjectReport]) -> list[list[str]]:
@@ -72,7 +72,7 @@ def summary_rows(reports: Sequence[ProjectReport]) -> list[list[str]]:
         if r is None:
             rows.append([name, "-", "-", "-", "-", "-", p.error])
             continue
-        counts = [len(r.tasks), _count(r, COMPLETE), _count(r, {"failed"}), _count(r, {"needs-review"})]
+        counts = [len(r.listed), _count(r, COMPLETE), _count(r, {"failed"}), _count(r, {"needs-review"})]
         totals = [a + b for a, b in zip(totals, counts)]
         if r.cost_usd is not None:
             costs.append(r.cost_usd)

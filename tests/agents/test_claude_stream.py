@@ -11,7 +11,7 @@ import time
 import pytest
 from helpers import paths
 
-from genesis.agents.base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit
+from genesis.agents.base import MAX_RESULT_CHARS, PERMISSION_REFUSED, ApiError, ApiRetry, Ending, Limit
 from genesis.agents.claude import ClaudeTextReader
 from genesis.agents.claude.stream import MAX_LINE_BYTES, StreamReader
 
@@ -90,6 +90,41 @@ def test_a_successful_run_reads_as_its_tool_calls_its_failed_call_and_its_result
     assert (r.subtype, r.is_error, r.num_turns, r.total_cost_usd, r.terminal_reason, r.api_error_status) == \
         ("success", False, 5, 0.003, "completed", None)
     assert r.session_id == init["session_id"] and r.text == ending.final_text
+
+
+def test_a_call_refused_for_want_of_an_approval_makes_the_run_hopeless_at_that_call():
+    """`claude -p` without --dangerously-skip-permissions: its first refused call (a Bash
+    redirection) ends the run, whatever its result says; the message names the fix."""
+    lines = lines_of("permission_refused.jsonl")
+    first = next(i for i, r in enumerate(records_of("permission_refused.jsonl"))
+                 if r["type"] == "user" and r.get("tool_result_meta", [{}])[0].get("non_execution_kind"))
+    reader, _ = read(lines[:first])
+    assert reader.hopeless is None
+    reader, transcript = read(lines[first:first + 1], reader)
+    refused = reader.hopeless
+    assert isinstance(refused, ApiError) and (refused.retryable, refused.status, refused.code) == (
+        False, None, PERMISSION_REFUSED)
+    assert refused.message.startswith(
+        "Claude Code refused a Bash call that needs approval: an unattended run has nobody to approve it. Add "
+        "--dangerously-skip-permissions to GENESIS_AGENT_CMD (or --permission-mode bypassPermissions, or allow the "
+        "tool in Claude Code's permissions.allow), then restart. Claude Code said: Output redirection to "
+        "'/home/user/project/hello.txt' needs approval.")
+    assert transcript == ["  error: Output redirection to '/home/user/project/hello.txt' needs approval. The path is "
+                          "inside the working directories for this session ('/home/user/project'), and Claude Code "
+                          "asks before a shell command creates, changes or removes files there."]
+    read(lines[first + 1:], reader)  # the run went on to a "success" result: the first refusal stands
+    assert reader.hopeless is refused and reader.result.subtype == "success"
+    assert reader.ending(0) == Ending(result=reader.result, api_error=refused)
+
+
+def test_a_deny_rule_of_the_users_settings_is_no_reason_to_end_the_run():
+    reader, transcript = read(lines_of("permission_rule.jsonl"))
+    assert "  error: Permission to use Bash with command echo hello from claude > hello.txt has been denied." in \
+        transcript
+    assert reader.hopeless is None
+    assert records_of("permission_rule.jsonl")[-1]["permission_denials"]  # counted there all the same
+    ending = reader.ending(0)
+    assert ending.api_error is None and ending.final_text.startswith("Done:")
 
 
 @pytest.mark.parametrize("name, kind", [("limit_five_hour.jsonl", "five_hour"),

@@ -69,3 +69,34 @@ def test_a_limit_one_child_meets_holds_the_whole_fleet_until_the_reset(claude, f
     after = {child: min(r["at"] for r, c in asked if c == child and r["at"] >= window.resets_at + margin)
              for _r, child in refused}
     assert len(set(after.values())) == len(after)
+
+
+def test_a_refused_tool_permission_stops_the_fleet_launching_with_the_fix_no_breaker_no_cascade(claude, fast_stub,
+                                                                                                 tmp_path):
+    """GENESIS_AGENT_CMD="claude -p": every child's first call that needs approval is refused (see
+    test_night.py's test of one loop). The first child that ends says exit 22 with the fix; the
+    fleet launches nothing more (every child would meet it) and ends with 22: no child runs into
+    its breaker, no cascade, no probe."""
+    project = new_repo(tmp_path / "project")
+    plan_night(project, TASKS)
+    env = night_env(fast_stub, GENESIS_AGENT_CMD="claude -p", GENESIS_FLEET_STAGGER_SECONDS="0.5",
+                    GENESIS_FLEET_CHECK_SECONDS="0.5", GENESIS_FLEET_MEMORY_FLOOR_MB="0")
+    fleet = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--parallel", "2"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                             start_new_session=True)
+    try:
+        out = fleet.communicate(timeout=300)[0]
+    except subprocess.TimeoutExpired:  # never leave a fleet behind
+        os.killpg(fleet.pid, signal.SIGTERM)
+        out = fleet.communicate(timeout=150)[0]
+        pytest.fail(f"the fleet did not end: {out[-4000:]}")
+    assert fleet.returncode == exitcodes.AGENT_FATAL, out[-4000:]
+    fix = "Add --dangerously-skip-permissions to GENESIS_AGENT_CMD"
+    assert "the fleet launches nothing more: a child ended with exit 22 (Builder: Claude Code refused a " in out
+    assert fix in out and "breaker OPEN" not in out and "cascade" not in out, out[-4000:]
+    with FleetLedger.open(state_dir_of(project) / "fleet" / "ledger.sqlite3", readonly=True) as led:
+        ends = led.events("child_end")
+        launches = led.events("launch")
+        assert {e.detail["exit_code"] for e in ends} == {exitcodes.AGENT_FATAL}
+        assert all(fix in e.detail["reason"] for e in ends) and {e.detail["outcome"] for e in ends} == {"config"}
+        assert len(launches) == len(ends) <= 2 and not led.events("restart") and not led.events("failed_permanently")

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from e2e.harness import (LOOP, NIGHT_KNOBS, agent_log, checklist, commits, leftovers, night_env, of, plan_night,
+from e2e.harness import (GENESIS, LOOP, NIGHT_KNOBS, agent_log, checklist, commits, leftovers, night_env, of, plan_night,
                          run_events, run_to_end)
 from e2e.stub_api import StubAPI, Window, slug
 
@@ -271,6 +271,47 @@ def test_an_authentication_failure_stops_the_night_at_once_with_exit_22(claude, 
     assert (error["retryable"], error["status"]) == (False, 401), error
     assert "Invalid API key" in done.stdout
     assert len(fast_stub.messages()) == 1
+    assert leftovers(project) == []
+
+
+def test_a_refused_tool_permission_ends_the_night_at_the_first_refusal_naming_the_fix(claude, fast_stub, project):
+    """GENESIS_AGENT_CMD="claude -p", without --dangerously-skip-permissions. The real CLI (2.1.329)
+    runs the Builder's `cat TASKS.md` (read-only: `"permission_decision": {"decision": "accept"}`);
+    its next call, a Write into the project, needs approval, which `-p` has nobody to give:
+
+      {"type":"system","subtype":"permission_denied","tool_name":"Write","tool_use_id":"toolu_…",
+       "message":"Claude requested permissions to write to …/add-a-health-endpoint-with-a-test.txt,
+       but you haven't granted it yet."}
+      {"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"Claude
+       requested permissions to write to …, but you haven't granted it yet.","is_error":true,
+       "tool_use_id":"toolu_…"}]},"tool_use_result":"Error: Claude requested …",
+       "tool_result_meta":[{"id":"toolu_…","non_execution_kind":"user-rejected",
+       "permission_decision":{"decision":"reject","source":"config"}}]}
+
+    Its Bash calls after it are refused alike ("message":"This command requires approval",
+    "decision_reason_type":"other"), and left alone it ends with a `result` of subtype success,
+    exit 0, each refused call in `permission_denials` (tests/fixtures/claude/permission_refused.jsonl).
+    Before, every phase "finished" with nothing done until the breaker opened; now the first
+    refusal ends the phase and the night with exit 22 and the fix, in the console, the ledger and
+    the report."""
+    plan_night(project, TASKS)
+
+    done, evs = night(project, night_env(fast_stub, GENESIS_AGENT_CMD="claude -p"))
+
+    assert done.returncode == 22, done.stdout
+    (ended,) = of(evs, "phase_end")
+    assert (ended["phase"], ended["ending"]) == ("Builder", "fatal"), ended
+    assert ended["api_error"]["code"] == "permission_refused", ended
+    fix = "Add --dangerously-skip-permissions to GENESIS_AGENT_CMD (or --permission-mode bypassPermissions"
+    said = f"Claude Code said: Claude requested permissions to write to {project / slug(TASKS[0])}"
+    assert ended["detail"].startswith("Claude Code refused a Write call that needs approval") and fix in ended["detail"]
+    assert said in ended["detail"] and ended["detail"].endswith("but you haven't granted it yet."), ended["detail"]
+    assert "Builder: Claude Code refused a Write call that needs approval" in done.stdout and fix in done.stdout
+    end = of(evs, "loop_end")[-1]
+    assert end["exit_code"] == 22 and fix in end["reason"], end
+    assert len(of(evs, "phase_start")) == 1 and of(evs, "iteration_end") == [] and "no progress" not in done.stdout
+    report = subprocess.run([*GENESIS, "--project", str(project), "report"], capture_output=True, text=True)
+    assert fix in report.stdout, report.stdout
     assert leftovers(project) == []
 
 

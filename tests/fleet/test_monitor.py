@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -400,6 +401,19 @@ def test_several_projects_share_one_cascade_gate_rebuilt_from_the_ledger_that_sa
         first.gate_step(first.gate._resume(time.time(), "the probe's task was verified"))
         assert [e.task_id for e in a.events("cascade_resume")] == [None]
         assert [e.detail["project"] for e in b.events("cascade_resume")] == [str(project)]
+
+
+def test_a_cascade_is_said_as_the_fleets_own_line_not_as_an_error_of_the_users(project, tmp_path, capsys):
+    with_tasks(project, TASK)
+    now = time.time()
+    with FleetLedger.open(tmp_path / "a.sqlite3") as led:
+        monitor = monitor_of(project, led)
+        monitor.failures.extend((now, f"task {n}") for n in range(3))
+        monitor.gate_step(monitor.gate.observe(now, monitor.failures, 4))
+        assert monitor.gate.state == "paused"
+    said = capsys.readouterr().err
+    assert re.search(r"^\[genesis fleet \d\d:\d\d:\d\d\] cascade: 3 of 4 children failed within ", said, re.M), said
+    assert "genesis: error:" not in said
 
 
 def test_the_same_task_failing_in_two_projects_counts_as_two_children_for_the_shared_gate(project, tmp_path):

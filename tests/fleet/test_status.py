@@ -217,6 +217,34 @@ def test_a_running_fleet_every_task_its_childs_phase_and_health_and_the_pauses(p
     assert "3 escalations spent: exit 3 (breaker OPEN)" in text and "free memory below the floor" in text
 
 
+def test_a_child_before_its_first_iteration_is_starting_and_one_whose_loop_is_gone_not_running(project, procs):
+    """Just launched: its loop has not taken its lock yet (its process lives), or holds it and
+    has begun no iteration. Its phase reads "starting", not "not running"."""
+    spare = [project.parent / "worktrees" / tid for tid in ("early-aaaaaa", "locked-bbbbbb", "gone-cccccc")]
+    for where in spare:
+        git(project, "worktree", "add", "-q", "-b", f"genesis/task/{where.name}", str(where))
+    loop = procs(["sleep", "60"])  # the child loop the monitor started, before its lock
+    gone = procs(["true"])
+    gone.wait()
+    lay = default_layout(spare[1])
+    lay.state_dir.mkdir(parents=True, exist_ok=True)
+    fd = hold(lay.loop_lock, lay.loop_record, CHILD_RUN)
+    mon = monitor_alive(project)
+    try:
+        with ledger(project) as led:
+            led.record("fleet_start", now=T0 - 60, run_id="fleet-1", parallel=3, pid=os.getpid())
+            for n, (where, pid) in enumerate(zip(spare, (loop.pid, os.getpid(), gone.pid))):
+                led.upsert_task(task(where.name, "running", n, worktree=str(where), pid=pid))
+        screen = io.StringIO()
+        Console(file=screen, width=200, highlight=False).print(render(read(project, now=T0)))
+    finally:
+        os.close(fd)
+        os.close(mon)
+    lines = {ln.split()[0]: ln for ln in screen.getvalue().splitlines() if ln.split()[:1] and "-" in ln.split()[0]}
+    assert " starting " in lines["early-aaaaaa"] and " starting " in lines["locked-bbbbbb"], screen.getvalue()
+    assert " not running " in lines["gone-cccccc"], screen.getvalue()
+
+
 def test_a_killed_monitor_is_stopped_an_ended_fleet_ended_and_no_pause_outlives_it(project):
     with ledger(project) as led:
         led.record("fleet_start", now=T0 - 3600, run_id="fleet-1", parallel=2, pid=1)

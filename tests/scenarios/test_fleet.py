@@ -248,6 +248,7 @@ def test_genesis_stop_ends_the_fleet_after_the_current_phases(project, tmp_path)
     (left,) = set(rows) - started
     assert rows[left].state == "queued" and rows[left].attempts == 0
     assert (project / "hooks" / "loop_multi_agent.txt").read_text().strip() == "false"
+    assert git(project, "status", "--porcelain") == ""  # the stop flag is kept out, as a single loop keeps it
 
 
 def ended_runs(worktrees: list[Path]) -> int:
@@ -459,6 +460,20 @@ def test_with_no_task_open_the_planner_runs_once_and_its_tasks_start_children(pr
     with fleet_ledger(project) as led:
         assert {r.text: r.state for r in led.tasks()} == {"the Planner: new tasks for TASKS.md": "merged",
                                                           "write the changelog": "merged"}
+
+
+def test_a_planner_that_adds_nothing_is_no_merged_task_of_the_report(project, tmp_path):
+    fleet_project(project, ["write the readme"])
+    idle_planner = TASK_AGENT.replace("set -euo pipefail\n", 'set -euo pipefail\n[[ ${GENESIS_AGENT} != Planner ]] || exit 0\n')
+    proc = start_fleet(project, "2", task_agent(tmp_path / "agent.sh", idle_planner), "--set",
+                       "GENESIS_PHASES=Builder Planner", log=tmp_path / "fleet.log")
+    assert proc.wait(timeout=180) == exitcodes.OK, (tmp_path / "fleet.log").read_text()[-3000:]
+    with fleet_ledger(project) as led:
+        assert sorted(r.text for r in led.tasks()) == ["the Planner: new tasks for TASKS.md", "write the readme"]
+    report = subprocess.run([*GENESIS, "--project", str(project), "report"], env=fleet_env(), capture_output=True,
+                            text=True, timeout=60)
+    assert "1 task: 1 merged; the Planner: nothing-added" in report.stdout, report.stdout
+    assert "tasks merged without escalation: 1 of 1 task (1 merged in all)" in " ".join(report.stdout.split())
 
 
 def test_no_child_starts_while_a_usage_limit_of_the_account_is_known_and_they_start_after_it(tmp_path):

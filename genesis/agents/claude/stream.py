@@ -4,6 +4,14 @@ line into a readable transcript and, at the end, into how the run ended.
 Each output line is one JSON record; only the type of the record itself counts. Text inside a
 record (the model's words, a tool's output) is never searched for a limit or an error: an
 agent that reads a log full of "You've hit your limit" must not pause the night.
+
+A tool call Claude Code refused because it needs an approval (`claude -p` without
+--dangerously-skip-permissions has nobody to ask) ends the run at once: every later call would
+be refused the same way. Claude Code 2.1 says so in three records: a `system` record
+`permission_denied` (the tool, and its words), the `user` record of the call's result, whose
+`tool_result_meta` entry says `"non_execution_kind": "user-rejected"`, and at the end the
+result's `permission_denials`. Only the second tells the refusal from a deny rule of the user's
+settings (`"permission-rule"`), which the agent works around, so only it counts.
 """
 
 from __future__ import annotations
@@ -13,7 +21,8 @@ import json
 import time
 from typing import Any, Callable
 
-from genesis.agents.base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
+from genesis.agents.base import (MAX_RESULT_CHARS, PERMISSION_REFUSED, ApiError, ApiRetry, Ending, Limit, OutputReader,
+                                 Result)
 from genesis.agents.claude.messages import classify
 from genesis.agents.output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number,
                                    one_line, paragraph, parse, text, turns)
@@ -33,6 +42,8 @@ FATAL_CODES = {"authentication_failed", "oauth_org_not_allowed", "account_on_hol
 # Its `api_error` field (the typed cause) for an API that did not answer at all.
 NO_ANSWER = {"connection_failed", "no_response", "stream_idle_timeout", "computer_slept"}
 USAGE_LIMIT = "usage_limit_reached"
+# A call's `non_execution_kind` when Claude Code refused it for want of an approval.
+UNAPPROVED = "user-rejected"
 # Claude Code retries a refused login too (for minutes, with its default retries), in case a
 # token refresh helps; once this many tries in a row were refused, none will help.
 HOPELESS_AFTER = 3
@@ -54,6 +65,8 @@ class StreamReader(OutputReader):
         self._rejected: dict[str, Any] | None = None   # the last rate_limit_event that refused work
         self._error: dict[str, Any] | None = None      # the last API error message of the main agent
         self._refused = 0                              # retries in a row the API refused as fatal
+        self._denied: tuple[str, str] = ("", "")       # the last refused call said: (its id, its tool)
+        self._unapproved: ApiError | None = None       # the first call refused for want of an approval
 
     def feed(self, line: str) -> list[str]:
         if len(line) > MAX_LINE_BYTES // 4:
@@ -70,6 +83,9 @@ class StreamReader(OutputReader):
         if kind == "system" and subtype == "api_retry":
             return [self._api_retry(record)]
         self.retry = None
+        if kind == "system" and subtype == "permission_denied":
+            self._denied = (text(record.get("tool_use_id")), text(record.get("tool_name")))
+            return []
         if kind == "system" and subtype == "init":
             return [one_line(f"session {text(record.get('session_id'))}: model {text(record.get('model'))}")]
         if kind == "assistant":
@@ -77,6 +93,7 @@ class StreamReader(OutputReader):
                 self.turns += 1
             return self._assistant(record)
         if kind == "user":
+            self._unapproved_call(record)
             return tool_errors(record)
         if kind == "rate_limit_event":
             return self._rate_limit(record)
@@ -122,6 +139,23 @@ class StreamReader(OutputReader):
                 lines.append(tool_line(text(block.get("name")), block.get("input")))
         return lines
 
+    def _unapproved_call(self, record: dict[str, Any]) -> None:
+        """The first tool call refused for want of an approval: the run ends now (hopeless)."""
+        metas = record.get("tool_result_meta")
+        if self._unapproved is not None or not isinstance(metas, list):
+            return
+        ids = {text(m.get("id")) for m in metas if isinstance(m, dict) and m.get("non_execution_kind") == UNAPPROVED}
+        if not ids:
+            return
+        message = record.get("message") if isinstance(record.get("message"), dict) else {}
+        content = message.get("content") if isinstance(message.get("content"), list) else []
+        said = next((block_text(b.get("content")) for b in content
+                     if isinstance(b, dict) and text(b.get("tool_use_id")) in ids), "")
+        tool = self._denied[1] if self._denied[0] in ids else ""
+        self._unapproved = ApiError(False, None, PERMISSION_REFUSED, unapproved(tool, said))
+        if self.hopeless is None:
+            self.hopeless = self._unapproved
+
     def _rate_limit(self, record: dict[str, Any]) -> list[str]:
         info = record.get("rate_limit_info") if isinstance(record.get("rate_limit_info"), dict) else {}
         status, kind = info.get("status"), text(info.get("rateLimitType")) or "unknown"
@@ -159,6 +193,8 @@ class StreamReader(OutputReader):
 
     def ending(self, returncode: int | None) -> Ending:
         result = self.result
+        if self._unapproved is not None:  # whatever the result says: its tool calls were refused
+            return Ending(result=result, api_error=self._unapproved)
         if result is not None and not result.is_error:
             return Ending(result=result, final_text=result.text)
         limit = self._limit()
@@ -217,6 +253,15 @@ class StreamReader(OutputReader):
         name = cause if cause in NO_ANSWER else code or cause or "unknown"
         return ApiError(retryable=retryable, status=status, code=name, message=self._said())
 
+
+
+def unapproved(tool: str, said: str) -> str:
+    """What a call refused for want of an approval means and its fix, then Claude Code's words."""
+    first = next((line.strip() for line in said.splitlines() if line.strip()), "")
+    return (f"Claude Code refused a {tool or 'tool'} call that needs approval: an unattended run has nobody to "
+            f"approve it. Add --dangerously-skip-permissions to GENESIS_AGENT_CMD (or --permission-mode "
+            f"bypassPermissions, or allow the tool in Claude Code's permissions.allow), then restart"
+            + (f". Claude Code said: {sanitize(first, ERROR_WIDTH)}" if first else ""))
 
 
 def tool_line(name: str, tool_input: Any) -> str:
