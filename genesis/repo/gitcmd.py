@@ -21,7 +21,6 @@ from genesis.repo import gitenv
 
 __all__ = ["GitFailed", "GitTimeout", "GitRun", "NotARepository", "run_git", "command_name", "GIT_TIMEOUT"]
 
-PATCH_COMMANDS = frozenset({"diff", "log", "show"})  # those that would run an external diff driver
 GIT_TIMEOUT = 300          # seconds for one git command over the whole work tree
 OUTPUT_LIMIT = 64 << 20    # bytes of output collected from one git command (streamed output is not held)
 CHUNK = 1 << 16
@@ -82,8 +81,7 @@ def run_git(project: Path, args: Sequence[str], *, timeout: float = GIT_TIMEOUT,
     full_env = {**os.environ, **gitenv.NEUTRAL_ENV, **(env or {})}
     _add_config(full_env, [*gitenv.config_for(Path(project)), *config])
     command = command_name(args)
-    if args and args[0] in PATCH_COMMANDS:
-        args = [args[0], "--no-ext-diff", *args[1:]]
+    args = gitenv.args_for(args)
     deadline = time.monotonic() + timeout
     collected = bytearray()
 

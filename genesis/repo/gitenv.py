@@ -25,7 +25,7 @@ from typing import Mapping
 from genesis.store.atomicio import CorruptFile, read_json, write_json
 
 __all__ = ["NEUTRAL_ENV", "FIXED", "Settings", "runs_program", "record", "save", "load", "settings_file",
-           "config_for", "env_for", "git_dir_of", "common_dir_of", "hooks_dir", "neutralisers", "read_config",
+           "config_for", "args_for", "env_for", "git_dir_of", "common_dir_of", "hooks_dir", "neutralisers", "read_config",
            "lfs_line", "forget"]
 
 SETTINGS_FILE = "git-settings.json"
@@ -45,6 +45,15 @@ FIXED: tuple[tuple[str, str], ...] = (
     ("gpg.program", "gpg"), ("gpg.openpgp.program", "gpg"), ("gpg.x509.program", "gpgsm"),
     ("gpg.ssh.program", "ssh-keygen"), ("gpg.ssh.defaultKeyCommand", ""),
 )
+
+# Options that keep the programs a config can name but not override out of these commands:
+# external diffs, and the pack programs of a remote (git takes a remote's first one, not the last).
+OPTIONS: Mapping[str, tuple[str, ...]] = {
+    "diff": ("--no-ext-diff", "--no-textconv"), "log": ("--no-ext-diff", "--no-textconv"),
+    "show": ("--no-ext-diff", "--no-textconv"), "push": ("--receive-pack=git-receive-pack",),
+    "fetch": ("--upload-pack=git-upload-pack",), "pull": ("--upload-pack=git-upload-pack",),
+    "clone": ("--upload-pack=git-upload-pack",), "ls-remote": ("--upload-pack=git-upload-pack",),
+}
 
 # The user's settings kept from the run's start (keys as `git config --list` names them).
 KEPT = frozenset({
@@ -103,14 +112,12 @@ def _neutral(key: str) -> list[tuple[str, str]]:
     if section == "filter" and var in ("clean", "smudge", "process"):
         return [(f"filter.{sub}.{var}", ""), (f"filter.{sub}.required", "false")]
     if section == "diff" and sub and var == "textconv":
-        return [(f"diff.{sub}.textconv", "")]
+        return [(f"diff.{sub}.textconv", "cat")]  # an empty one is an error where git converts
     if section == "merge" and sub and var == "driver":
         return [(f"merge.{sub}.driver", MERGE_AS_TEXT)]
-    if section == "remote" and sub and var in ("uploadpack", "receivepack"):
-        return [(f"remote.{sub}.{var}", f"git-{var[:-4]}-pack")]
     if section == "trailer" and sub and var in ("cmd", "command"):
         return [(f"trailer.{sub}.{var}", "")]
-    return []  # the rest: FIXED, or a command-line option (--no-ext-diff), or never run by Genesis
+    return []  # the rest: FIXED, or a command-line option (OPTIONS), or never run by Genesis
 
 
 # --- where the repository keeps its files, read without running git -------------------------
@@ -283,6 +290,12 @@ def neutralisers(project: Path) -> list[tuple[str, str]]:
     if stamp is not None and not any(_split(k)[0] in ("include", "includeif") for k, _ in pairs):
         _NEUTRALISERS[str(project)] = (stamp, out)
     return out
+
+
+def args_for(args: list[str] | tuple[str, ...]) -> list[str]:
+    """The command with the options that keep what config cannot turn off from running (OPTIONS)."""
+    args = list(args)
+    return [args[0], *OPTIONS[args[0]], *args[1:]] if args and args[0] in OPTIONS else args
 
 
 def config_for(project: Path) -> list[tuple[str, str]]:
