@@ -75,3 +75,28 @@ def test_in_the_box_the_loop_is_out_of_sight_and_tmp_is_private(project, tmp_pat
     assert lines[1] != "0"               # the test's own process: no such process in the box
     assert lines[2] != "0"               # a file of the host's /tmp is not there
     assert lines[3] == "2"               # the agent's pid in its namespace
+
+
+as_root = pytest.mark.skipif(os.geteuid() != 0 or MACHINE.bwrap is None or bool(MACHINE.root_why),
+                             reason="needs root and a bubblewrap that can drop root's capabilities")
+UNMOUNT = ("umount -l .git/genesis; echo $?; echo x > .git/genesis/planted; echo $?; "
+           "grep CapEff /proc/self/status")
+
+
+@as_root
+def test_as_root_the_box_drops_every_capability_and_the_state_bind_cannot_be_unmounted(project):
+    done = subprocess.run(bwrap_argv(MACHINE.bwrap, _places(project), ("sh", "-c", UNMOUNT), root=True),
+                          cwd=project, capture_output=True, text=True, timeout=30)
+    lines = done.stdout.split("\n")
+    assert lines[0] != "0" and lines[1] != "0", done.stderr  # umount refused; the state stays read-only
+    assert lines[2].split() == ["CapEff:", "0000000000000000"]
+    assert not (project / ".git" / "genesis" / "planted").exists()
+
+
+@as_root
+def test_as_root_a_box_that_kept_its_capabilities_could_unmount_it(project):
+    # Why the flags matter: the same box without them lets root take the read-only bind away.
+    done = subprocess.run(bwrap_argv(MACHINE.bwrap, _places(project), ("sh", "-c", UNMOUNT)), cwd=project,
+                          capture_output=True, text=True, timeout=30)
+    assert done.stdout.split("\n")[:2] == ["0", "0"], done.stderr
+    (project / ".git" / "genesis" / "planted").unlink()
