@@ -161,3 +161,13 @@ def test_neutral_git_reads_no_system_or_global_config(project, tmp_path, monkeyp
     assert subprocess.run(["git", "config", "genesis.probe"], cwd=project, capture_output=True,
                           text=True).stdout.strip() == "global"
     assert run_git(project, ["config", "genesis.probe"]).returncode == 1
+
+
+def test_a_filter_planted_in_the_common_config_never_runs_in_a_fleet_childs_commit(project, tmp_path):
+    child = tmp_path / "child"
+    git(project, "worktree", "add", "-q", "-b", "task-1", str(child))
+    git(child, "config", "filter.x.clean", payload(tmp_path, "child-filter-ran"))
+    (child / ".gitattributes").write_text("*.txt filter=x\n")
+    (child / "work.txt").write_text("work\n")
+    assert commit(child, "genesis: Builder", [], push=False).committed
+    assert not (tmp_path / "child-filter-ran").exists()

@@ -84,3 +84,13 @@ def test_nothing_planted_is_nothing_said_and_nothing_kept(project, tmp_path):
     (project / "work.txt").write_text("work\n")
     assert planted.undo(project, start, tmp_path / "evidence") == []
     assert not (tmp_path / "evidence").exists()
+
+
+def test_a_fleet_childs_planting_in_the_common_config_is_found_from_its_worktree(project, tmp_path):
+    child = tmp_path / "child"
+    git(project, "worktree", "add", "-q", "-b", "task-1", str(child))
+    start = planted.snapshot(child)
+    git(child, "config", "filter.x.clean", "sh payload")  # a linked worktree writes the common .git/config
+    found = planted.undo(child, start, tmp_path / "evidence")
+    assert [(f.where, f.undone) for f in found] == [(".git/config", True)]
+    assert subprocess.run(["git", "config", "filter.x.clean"], cwd=project).returncode == 1
