@@ -39,11 +39,11 @@ NEUTRAL_ENV: Mapping[str, str] = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL
 FIXED: tuple[tuple[str, str], ...] = (
     ("core.hooksPath", os.devnull), ("core.fsmonitor", "false"), ("core.attributesFile", os.devnull),
     ("core.pager", "cat"), ("core.editor", ":"), ("core.askPass", ""), ("core.gitProxy", "none"),
-    ("core.sshCommand", "ssh"), ("credential.helper", ""),  # an empty helper empties the list so far
+    ("credential.helper", ""),  # an empty helper empties the list so far
     ("protocol.ext.allow", "never"), ("gc.auto", "0"), ("maintenance.auto", "false"),
     ("commit.gpgSign", "false"), ("tag.gpgSign", "false"),
     ("gpg.program", "gpg"), ("gpg.openpgp.program", "gpg"), ("gpg.x509.program", "gpgsm"),
-    ("gpg.ssh.program", "ssh-keygen"), ("gpg.ssh.defaultKeyCommand", ""),
+    ("gpg.ssh.program", "ssh-keygen"),
 )
 
 # Options that keep the programs a config can name but not override out of these commands:
@@ -115,6 +115,8 @@ def _neutral(key: str) -> list[tuple[str, str]]:
         return [(f"diff.{sub}.textconv", "cat")]  # an empty one is an error where git converts
     if section == "merge" and sub and var == "driver":
         return [(f"merge.{sub}.driver", MERGE_AS_TEXT)]
+    if section == "core" and var == "sshcommand":  # GIT_SSH, which a config's sshCommand would beat, or ssh
+        return [("core.sshCommand", os.environ.get("GIT_SSH_COMMAND") or os.environ.get("GIT_SSH") or "ssh")]
     if section == "trailer" and sub and var in ("cmd", "command"):
         return [(f"trailer.{sub}.{var}", "")]
     return []  # the rest: FIXED, or a command-line option (OPTIONS), or never run by Genesis
