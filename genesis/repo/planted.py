@@ -1,13 +1,14 @@
 """Git configuration an agent planted during a phase: found, kept as evidence, undone, named.
 
-The agent writes the repository's git dir, and what it plants there would run outside the
-box: a filter or driver in `.git/config` (Genesis's own git turns them off: gitenv.py),
-a hook the user's first `git commit` of the morning runs, an `info/attributes` that
-points files at a filter. So the git files are read at a phase's start and compared after
-it: a program key that is new in a config file is removed again (the rest of the file,
-a remote or an upstream, stays as the agent left it), a new or changed hook is taken out
-(the start's put back), `info/attributes` is put back as it was, and each is kept under
-the run's log folder. A `.gitattributes` that newly names a filter, diff or merge driver
+The agent writes the repository's git dir and HOME, and what it plants there would run
+outside the box: a filter or driver in `.git/config` or `~/.gitconfig` (Genesis's own git
+turns them off: gitenv.py; the user's git in every repository would not), a hook the
+user's first `git commit` of the morning runs, an `info/attributes` that points files at a
+filter. So the git files are read at a phase's start and compared after it: a program key
+that is new in a config file is removed again (the rest of the file, a remote or an
+upstream, stays as it was left), a new or changed hook is taken out (the start's put
+back), an attributes file is put back as it was, and each is kept under the run's log
+folder. A `.gitattributes` that newly names a filter, diff or merge driver
 is the agent's work and is committed (with no driver running), but named.
 """
 
@@ -35,12 +36,12 @@ READ_TIMEOUT = 10.0
 @dataclass(frozen=True)
 class GitFiles:
     """The git files an agent could plant code in, as they were."""
-    configs: Mapping[str, bytes | None]            # each config file's bytes (None: absent)
-    info_attributes: bytes | None
+    configs: Mapping[str, bytes | None]            # each config file's bytes (None: absent), by path
+    attribute_files: Mapping[str, bytes | None]    # info/attributes and the user's global attributes
     hooks: Mapping[str, tuple[int, str, bytes | None]] = field(default_factory=dict)  # name: mode, sha256, bytes
     attributes: bytes | None = None                # the work tree's top .gitattributes
     hooks_dir: str = ""
-    info_dir: str = ""
+    shown: Mapping[str, str] = field(default_factory=dict)  # path: as the user knows it (.git/config, ~/.gitconfig)
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,20 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
-def _places(project: Path) -> tuple[list[Path], Path, Path]:
+def _places(project: Path, environ: Mapping[str, str]) -> tuple[dict[Path, str], dict[Path, str], Path | None]:
+    """The config files and attribute files (each with how it is shown), and the hooks folder.
+    The user's global ones too: HOME is writable in the box, and they reach every repository."""
+    home = Path(environ.get("HOME") or os.path.expanduser("~"))
+    xdg = Path(environ.get("XDG_CONFIG_HOME") or home / ".config")
+    configs = {home / ".gitconfig": "~/.gitconfig", xdg / "git" / "config": "~/.config/git/config"}
+    attributes = {xdg / "git" / "attributes": "~/.config/git/attributes"}
     git_dir = gitenv.git_dir_of(project)
     if git_dir is None:
-        return [], Path(), Path()
+        return configs, attributes, None
     common = gitenv.common_dir_of(git_dir)
-    configs = list(dict.fromkeys([common / "config", common / "config.worktree", git_dir / "config.worktree"]))
-    return configs, common / "hooks", common / "info"
+    configs = {common / "config": ".git/config", common / "config.worktree": ".git/config.worktree",
+               git_dir / "config.worktree": ".git/config.worktree", **configs}
+    return configs, {common / "info" / "attributes": ".git/info/attributes", **attributes}, common / "hooks"
 
 
 def _hooks(folder: Path) -> dict[str, tuple[int, str, bytes | None]]:
@@ -93,10 +101,15 @@ def _hooks(folder: Path) -> dict[str, tuple[int, str, bytes | None]]:
     return found
 
 
-def snapshot(project: Path) -> GitFiles:
-    configs, hooks, info = _places(Path(project))
-    return GitFiles({str(p): _read(p) for p in configs}, _read(info / "attributes"), _hooks(hooks),
-                    _read(Path(project) / ".gitattributes"), str(hooks), str(info))
+def snapshot(project: Path, environ: Mapping[str, str] | None = None) -> GitFiles:
+    configs, attributes, hooks = _places(Path(project), os.environ if environ is None else environ)
+    return GitFiles({str(p): _read(p) for p in configs}, {str(p): _read(p) for p in attributes},
+                    _hooks(hooks) if hooks else {}, _read(Path(project) / ".gitattributes"),
+                    str(hooks) if hooks else "", {str(p): shown for p, shown in {**configs, **attributes}.items()})
+
+
+def _evidence_name(shown: str) -> str:
+    return shown.lstrip("~/.").replace("/", "-") + ".found"
 
 
 def _entries(data: bytes | None) -> list[tuple[str, str]]:
@@ -136,7 +149,7 @@ def _keep(source: Path | bytes, evidence: Path, name: str) -> str:
     return str(target)
 
 
-def _undo_config(path: Path, start: bytes | None, evidence: Path) -> list[Planted]:
+def _undo_config(path: Path, shown: str, start: bytes | None, evidence: Path) -> list[Planted]:
     now = _read(path)
     if now == start:
         return []
@@ -144,14 +157,13 @@ def _undo_config(path: Path, start: bytes | None, evidence: Path) -> list[Plante
     planted = [(k, v) for k, v in _entries(now) if gitenv.runs_program(k, v) and (k, v) not in before]
     if not planted:
         return []
-    kept = _keep(now or b"", evidence, f"{path.name}.found")
+    kept = _keep(now or b"", evidence, _evidence_name(shown))
     for key in dict.fromkeys(k for k, _ in planted):
         _config_git(path, "--unset-all", key)
         for k, v in before:
             if k == key:
                 _config_git(path, "--add", key, v)
-    where = f".git/{path.name}"
-    return [Planted(where, describe(k, v), _entries(_read(path)).count((k, v)) == 0, kept) for k, v in planted]
+    return [Planted(shown, describe(k, v), _entries(_read(path)).count((k, v)) == 0, kept) for k, v in planted]
 
 
 def _undo_hooks(start: GitFiles, evidence: Path) -> list[Planted]:
@@ -172,19 +184,18 @@ def _undo_hooks(start: GitFiles, evidence: Path) -> list[Planted]:
     return found
 
 
-def _undo_info(start: GitFiles, evidence: Path) -> list[Planted]:
-    path = Path(start.info_dir) / "attributes"
+def _undo_attributes(path: Path, shown: str, start: bytes | None, evidence: Path) -> list[Planted]:
     now = _read(path)
-    if now == start.info_attributes or not now and not start.info_attributes:
+    if now == start or not now and not start:
         return []
-    kept = _keep(now or b"", evidence, "info-attributes.found")
-    if start.info_attributes is None:
+    kept = _keep(now or b"", evidence, _evidence_name(shown))
+    if start is None:
         path.unlink(missing_ok=True)
     else:
-        path.write_bytes(start.info_attributes)
+        path.write_bytes(start)
     drivers = sorted({f"{m[0].decode()}={m[1].decode(errors='replace')}" for m in DRIVER.findall(now or b"")})
     what = f"git attributes ({', '.join(drivers)})" if drivers else "git attributes"
-    return [Planted(".git/info/attributes", what, True, kept)]
+    return [Planted(shown, what, True, kept)]
 
 
 def _named_attributes(project: Path, start: GitFiles) -> list[Planted]:
@@ -201,9 +212,9 @@ def undo(project: Path, start: GitFiles, evidence: Path) -> list[Planted]:
     evidence (made only when something is kept)."""
     found: list[Planted] = []
     for path, data in start.configs.items():
-        found += _undo_config(Path(path), data, evidence)
+        found += _undo_config(Path(path), start.shown[path], data, evidence)
     if start.hooks_dir:
         found += _undo_hooks(start, evidence)
-    if start.info_dir:
-        found += _undo_info(start, evidence)
+    for path, data in start.attribute_files.items():
+        found += _undo_attributes(Path(path), start.shown[path], data, evidence)
     return found + _named_attributes(Path(project), start)

@@ -32,17 +32,17 @@ def test_a_planted_filter_hook_and_attributes_are_undone_kept_and_named(project,
     lines = [f.line() for f in found]
     assert lines == [
         f"the agent planted a git clean filter `x` (filter.x.clean = 'sh .git/payload.sh') in .git/config; undone, "
-        f"kept at {evidence / 'config.found'}",
+        f"kept at {evidence / 'git-config.found'}",
         f"the agent planted a git hook `pre-commit` in .git/hooks/pre-commit; undone, kept at "
         f"{evidence / 'hooks' / 'pre-commit'}",
         f"the agent planted git attributes (diff=x) in .git/info/attributes; undone, kept at "
-        f"{evidence / 'info-attributes.found'}",
+        f"{evidence / 'git-info-attributes.found'}",
         "the agent planted attributes naming a driver (filter=x) in .gitattributes; committed with no driver "
         "run by Genesis's git",
     ]
     assert subprocess.run(["git", "config", "filter.x.clean"], cwd=project).returncode == 1
     assert git(project, "config", "remote.mirror.url").strip() == "/elsewhere"
-    assert "clean = sh .git/payload.sh" in (evidence / "config.found").read_text()
+    assert "clean = sh .git/payload.sh" in (evidence / "git-config.found").read_text()
     assert not (project / ".git" / "info" / "attributes").exists()
     assert not (project / ".git" / "hooks" / "pre-commit").exists()
     assert (evidence / "hooks" / "pre-commit").read_text().startswith("#!/bin/sh")
@@ -94,3 +94,26 @@ def test_a_fleet_childs_planting_in_the_common_config_is_found_from_its_worktree
     found = planted.undo(child, start, tmp_path / "evidence")
     assert [(f.where, f.undone) for f in found] == [(".git/config", True)]
     assert subprocess.run(["git", "config", "filter.x.clean"], cwd=project).returncode == 1
+
+
+def test_a_filter_planted_in_the_users_global_config_is_undone_for_every_repository(project, tmp_path, monkeypatch):
+    home = tmp_path / "user-home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[user]\n\tname = Night Owl\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    start = planted.snapshot(project)
+    subprocess.run(["git", "config", "--global", "filter.g.clean", f'touch "{tmp_path / "ran"}"; cat'], check=True)
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / ".config" / "git" / "attributes").write_text("* filter=g\n")
+    found = planted.undo(project, start, tmp_path / "evidence")
+    assert [(f.where, f.what.split(" (")[0], f.undone) for f in found] == [
+        ("~/.gitconfig", "a git clean filter `g`", True), ("~/.config/git/attributes", "git attributes", True)]
+    assert (home / ".gitconfig").read_text().startswith("[user]\n\tname = Night Owl\n")
+    assert not (home / ".config" / "git" / "attributes").exists()
+    other = tmp_path / "other"  # another repository of the user's, with the user's own git
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    (other / "a.txt").write_text("a\n")
+    subprocess.run(["git", "add", "-A"], cwd=other, check=True)
+    assert not (tmp_path / "ran").exists()
