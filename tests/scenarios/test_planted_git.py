@@ -38,7 +38,7 @@ def test_a_planted_filter_fsmonitor_and_hook_never_run_and_are_undone_and_named(
     assert git(project, "show", "HEAD:work.txt") == "the agent's real work\n"  # as written, no filter
     assert "the agent planted a git clean filter `x` (filter.x.clean = 'sh .git/payload.sh') in .git/config; " \
            "undone, kept at " in done.stderr
-    assert "/planted/1-Builder/config.found" in done.stderr
+    assert "/planted/1-Builder/git-config.found" in done.stderr
     assert "the agent planted a git hook `pre-commit` in .git/hooks/pre-commit; undone" in done.stderr
     planted = [e for e in events_of(project) if e["event"] == "git_planted"]
     assert {(e["where"], e["undone"]) for e in planted} == {(".git/config", True), (".git/hooks/pre-commit", True),
