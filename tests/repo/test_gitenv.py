@@ -4,6 +4,7 @@ the user's identity is kept from the run's start."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -171,3 +172,18 @@ def test_a_filter_planted_in_the_common_config_never_runs_in_a_fleet_childs_comm
     (child / "work.txt").write_text("work\n")
     assert commit(child, "genesis: Builder", [], push=False).committed
     assert not (tmp_path / "child-filter-ran").exists()
+
+
+def test_the_real_git_lfs_configured_at_the_start_is_kept_by_its_full_path(project, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git-lfs").write_text("#!/bin/sh\nexec cat\n")
+    (bin_dir / "git-lfs").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    git(project, "config", "filter.lfs.process", "git-lfs filter-process")
+    git(project, "config", "filter.lfs.required", "true")
+    settings = gitenv.record(project)
+    assert settings.lfs == str(bin_dir / "git-lfs")
+    assert ("filter.lfs.process", f"{bin_dir / 'git-lfs'} filter-process") in settings.entries
+    assert gitenv.lfs_line(settings) == (f"git-lfs: its filters run in Genesis's git as configured at the start "
+                                         f"({bin_dir / 'git-lfs'})")
