@@ -24,9 +24,9 @@ from typing import Mapping
 
 from genesis.store.atomicio import CorruptFile, read_json, write_json
 
-__all__ = ["NEUTRAL_ENV", "FIXED", "Settings", "runs_program", "record", "save", "load", "settings_file",
-           "config_for", "args_for", "env_for", "git_dir_of", "common_dir_of", "hooks_dir", "neutralisers", "read_config",
-           "lfs_line", "forget"]
+__all__ = ["NEUTRAL_ENV", "FIXED", "OPTIONS", "Settings", "runs_program", "record", "save", "load",
+           "settings_file", "config_for", "args_for", "env_for", "git_dir_of", "common_dir_of", "hooks_dir",
+           "neutralisers", "read_config", "lfs_line", "forget"]
 
 SETTINGS_FILE = "git-settings.json"
 READ_TIMEOUT = 10.0

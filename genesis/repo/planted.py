@@ -18,6 +18,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -97,7 +98,8 @@ def _hooks(folder: Path) -> dict[str, tuple[int, str, bytes | None]]:
             data = os.readlink(entry.path).encode() if entry.is_symlink() else Path(entry.path).read_bytes()
         except OSError:
             continue
-        found[entry.name] = (st.st_mode, hashlib.sha256(data).hexdigest(), data if len(data) <= MAX_HOOK_BYTES else None)
+        kept = data if len(data) <= MAX_HOOK_BYTES else None
+        found[entry.name] = (st.st_mode, hashlib.sha256(data).hexdigest(), kept)
     return found
 
 
@@ -176,7 +178,9 @@ def _undo_hooks(start: GitFiles, evidence: Path) -> list[Planted]:
         path = folder / name
         kept = _keep(path, evidence / "hooks", name)
         path.unlink()
-        if was is not None and was[2] is not None:
+        if was is not None and was[2] is not None and stat.S_ISLNK(was[0]):
+            os.symlink(os.fsdecode(was[2]), path)
+        elif was is not None and was[2] is not None:
             path.write_bytes(was[2])
             os.chmod(path, was[0] & 0o7777)
         what = f"a changed git hook `{name}`" if was is not None else f"a git hook `{name}`"

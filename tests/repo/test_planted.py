@@ -117,3 +117,17 @@ def test_a_filter_planted_in_the_users_global_config_is_undone_for_every_reposit
     (other / "a.txt").write_text("a\n")
     subprocess.run(["git", "add", "-A"], cwd=other, check=True)
     assert not (tmp_path / "ran").exists()
+
+
+def test_a_users_hook_that_is_a_link_is_put_back_as_that_link(project, tmp_path):
+    target = tmp_path / "users-hook.sh"
+    target.write_text("#!/bin/sh\nexit 0\n")
+    target.chmod(0o755)
+    link = project / ".git" / "hooks" / "pre-commit"
+    link.symlink_to(target)
+    start = planted.snapshot(project)
+    link.unlink()
+    plant_hook(project, "pre-commit", tmp_path / "agent")
+    found = planted.undo(project, start, tmp_path / "evidence")
+    assert [f.what for f in found] == ["a changed git hook `pre-commit`"]
+    assert link.is_symlink() and link.resolve() == target
