@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from genesis.repo.gitcmd import run_git
+
 __all__ = ["init_project", "DEMO_SCRIPT"]
+
+DEMO_GIT_TIMEOUT = 60.0  # seconds for each git command making the demo project
 
 # The shipped phases and triggers on a two-task TASKS.md. Iteration 1: the Builder builds
 # the first task and leaves a server behind (reaped); the Criticizer, due because a task
@@ -57,11 +61,11 @@ def init_project(directory: Path) -> Path:
     for rel, text in files.items():
         (directory / rel).parent.mkdir(parents=True, exist_ok=True)
         (directory / rel).write_text(text)
-    git = ["git", "-c", "user.name=Genesis demo", "-c", "user.email=demo@localhost"]
-    subprocess.run(["git", "init", "-q", str(directory)], check=True)
-    subprocess.run(["git", "config", "user.name", "Genesis demo"], cwd=directory, check=True)
-    subprocess.run(["git", "config", "user.email", "demo@localhost"], cwd=directory, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=directory, check=True)
-    subprocess.run(git + ["commit", "-qm", "demo project"], cwd=directory, check=True)
+    # Genesis's own git (repo/gitcmd.py): nothing a global config names runs here either.
+    for args in (["init", "-q"], ["config", "user.name", "Genesis demo"], ["config", "user.email", "demo@localhost"],
+                 ["add", "-A"], ["commit", "-qm", "demo project"]):
+        done = run_git(directory, args, timeout=DEMO_GIT_TIMEOUT)
+        if done.returncode != 0:
+            raise subprocess.CalledProcessError(done.returncode, ["git", *args], stderr=done.stderr)
     print(directory)
     return directory

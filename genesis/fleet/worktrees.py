@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from genesis.repo.gitcmd import GitFailed, GitRun, run_git
+from genesis.repo.gitenv import hooks_dir
 from genesis.store.layout import private_dir
 
 __all__ = ["Git", "WorktreeInfo", "WorktreeError", "ROOT_NAME", "worktree_root", "create", "listed", "merged_into",
@@ -45,9 +46,8 @@ class Git:
 
     def __call__(self, *args: str, stdin: bytes | None = None, env: Mapping[str, str] | None = None,
                  identity: bool = False) -> GitRun:
-        config = [("core.fsmonitor", "false")]
-        if not self.hooks:
-            config.append(("core.hooksPath", os.devnull))  # no hook is found under /dev/null
+        # No hook runs unless asked (gitcmd turns them off); then those the user had at the start.
+        config = [("core.hooksPath", hooks_dir(self.cwd))] if self.hooks else []
         if self.unsigned:
             config.append(("commit.gpgsign", "false"))
         if identity and not self("config", "user.email").text.strip():

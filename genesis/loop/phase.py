@@ -34,7 +34,7 @@ from genesis.loop.sandboxing import box_for, compare_with_start
 from genesis.loop.step import Step, agent_env, ledger_of
 from genesis.phases import Phase, should_run
 from genesis.procs.markers import markers_for
-from genesis.repo import phasework
+from genesis.repo import phasework, planted
 from genesis.repo.autocommit import CommitResult, commit
 from genesis.repo.autocommit import push as push_branch
 from genesis.repo.ownership import remember, user_files
@@ -90,6 +90,7 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     step.say(f"{phase.name}: agent started (log {step.rel(attempt.log)})", "head")
     started = time.time()
     work = phasework.before(step.cfg.project)
+    git_files = planted.snapshot(step.cfg.project)
     at_start = keep_at_phase(step, iteration, phase.name)
     _note_leftovers(step, f"when {phase.name} started, iteration {iteration}")
     step.event("phase_start", iteration=iteration, phase=phase.name, log=str(attempt.log), epoch=started,
@@ -107,6 +108,7 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
                would_kill=list(outcome.would_kill[-3:]), window=outcome.window, log=str(attempt.log), tail=lines,
                said_done=said_done(step.cfg.done_when, outcome), **reported(outcome))
     reap(step, "after " + phase.name)
+    _undo_planted(step, iteration, phase.name, git_files)
     rewrites = history_of(step, iteration, phase.name, at_start)
     leaked = agent_committed(step, iteration, phase.name, work)  # a secret in the agent's own commits: not pushed
     # After a rewrite that stops the loop, the work is committed (kept) but not pushed.
@@ -226,6 +228,16 @@ def _watch(step: Step, phase: Phase, iteration: int, attempt: Attempt) -> Outcom
         writes = contextlib.nullcontext()
     with writes:
         return supervise(run, limits, note=lambda msg: step.say(f"{phase.name}: {msg}", "warn"))
+
+
+def _undo_planted(step: Step, iteration: int, phase: str, start: planted.GitFiles) -> None:
+    """Git config, hooks or attributes the agent planted: undone before anything of git's runs
+    again (planted.py), kept under the run's log folder, said and recorded."""
+    evidence = step.layout.run_dir(step.run_id) / "planted" / f"{iteration}-{phase}"
+    for found in planted.undo(step.cfg.project, start, evidence):
+        found = replace(found, kept=step.rel(Path(found.kept)) if found.kept else "")
+        step.say(f"{phase}: {found.line()}", "warn")
+        step.event("git_planted", iteration=iteration, phase=phase, text=found.line(), **found.record())
 
 
 def _note_leftovers(step: Step, when: str) -> None:

@@ -28,6 +28,7 @@ from genesis.loop.safekeeping import keep_at_start
 from genesis.loop.sandboxing import announce, box_for
 from genesis.loop.step import Step, StepFailed, agent_env, is_claude, reads_prompt_from_stdin
 from genesis.procs.markers import markers_for
+from genesis.repo import gitenv
 from genesis.repo.autocommit import commit, user_changes
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.ownership import Leftovers, leftovers_in, recall
@@ -71,6 +72,7 @@ def preflight(step: Step, loop_pid: int, lock_fd: int, allow_dirty: bool = False
         raise StepFailed(exitcodes.LOCKED, str(exc)) from None
     try:
         _check_commands(step, trust)
+        _record_git(step)
         _check_signing(step)
         _check_repo_state(step, allow_detached)
         _check_user_changes(step, allow_dirty)
@@ -133,6 +135,14 @@ def _check_commands(step: Step, trust: bool) -> None:
     elif verdict.unapproved:
         say(f"--trust: approved {'; '.join(c.shown() for c in verdict.unapproved)}", "warn")
     approve(verdict.commands, step.layout.state_dir)
+
+
+def _record_git(step: Step) -> None:
+    """The user's git settings as the night starts: Genesis's git takes them from here (gitenv)."""
+    settings = gitenv.record(step.cfg.project)
+    gitenv.save(gitenv.settings_file(step.layout.state_dir), step.run_id, settings)
+    if gitenv.lfs_line(settings):
+        step.say(gitenv.lfs_line(settings), "info")
 
 
 def _check_signing(step: Step) -> None:

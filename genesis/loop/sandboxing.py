@@ -43,7 +43,7 @@ def _account_store(step: Step) -> Path | None:
 
 def announce(step: Step, box: Box) -> None:
     """At the run's start: the box named with what it protects, on the console and in the ledger."""
-    step.say(box.line(), "info" if box.kind not in ("none", "off") else "warn")
+    step.say(box.line(), "info" if box.kind not in ("none", "off") and not box.weak else "warn")
     step.event("sandbox", **box.record())
 
 

@@ -1,8 +1,9 @@
 """Auto-commit after a phase, so that work survives a later kill; push only if asked.
 
-The work tree is the agent's: its hooks do not run unless asked (run_hooks), fsmonitor is
-off, and everything git starts (filters such as git-lfs stay on) carries the loop's
-markers, so the reaper can find it. Every git call is bounded (see progress.run_git).
+The work tree is the agent's: no program its git config names runs (gitcmd, gitenv: git-lfs
+only when the user had it at the start), hooks only when asked (run_hooks), and everything
+git starts carries the loop's markers, so the reaper can find it. Every git call is bounded
+(see progress.run_git).
 
 The per-phase push (AUTO_PUSH) pushes the branch alone (never Genesis's safety refs), never
 forced; a push the remote refuses is said as such (a non-fast-forward as `rejected`). A fleet
@@ -20,6 +21,7 @@ from typing import Callable, Mapping, Sequence
 
 from genesis.repo.commitfilter import MB, LeftOut, Rules, by_content, by_name_and_size, exclusions
 from genesis.repo.gitcmd import GitFailed, GitRun, run_git
+from genesis.repo.gitenv import hooks_dir
 from genesis.repo.indexlock import clear_stale
 
 __all__ = ["CommitResult", "UserChanges", "commit", "push", "push_rejected", "user_changes", "LeftOut", "Rules",
@@ -54,9 +56,9 @@ class _Git:
     def __call__(self, *args: str, identity: bool = False, stdin: bytes | None = None,
                  literal: bool = False, env: Mapping[str, str] | None = None,
                  config: Sequence[tuple[str, str]] = ()) -> GitRun:
-        config = [("core.fsmonitor", "false"), *config]
-        if not self.run_hooks:
-            config.append(("core.hooksPath", os.devnull))  # no hook is found under /dev/null
+        config = [*config]
+        if self.run_hooks:  # gitcmd turns hooks off; asked for, they are those the user had at the start
+            config.insert(0, ("core.hooksPath", hooks_dir(self.project)))
         if self.unsigned:
             config.append(("commit.gpgsign", "false"))  # signing would wait on a prompt (repo/signing.py)
         if identity:

@@ -1,7 +1,8 @@
 """How Genesis runs git in a work tree an agent controls.
 
 Bounded in time and output, never through a shell, in a session of its own whose whole
-process group (filters, hooks and their children) is killed at the deadline.
+process group (filters, hooks and their children) is killed at the deadline; with a
+configuration the agent cannot reach, so that nothing the agent wrote runs (gitenv.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from genesis.procs.group import kill_group
+from genesis.repo import gitenv
 
 __all__ = ["GitFailed", "GitTimeout", "GitRun", "NotARepository", "NotOwned", "run_git", "command_name", "GIT_TIMEOUT"]
 
@@ -83,10 +85,13 @@ def run_git(project: Path, args: Sequence[str], *, timeout: float = GIT_TIMEOUT,
     wrong here, its whole process group (filters, hooks and their children) is killed
     and GitTimeout or the error is raised. Something git started and left behind that
     still holds its output does not keep us waiting once git itself has exited.
+    Neither the system's nor the user's global config is read, and no program the
+    repository's config names runs (gitenv.py); config entries come after, so a caller's win.
     """
-    full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
-    _add_config(full_env, config)
+    full_env = {**os.environ, **gitenv.NEUTRAL_ENV, **(env or {})}
+    _add_config(full_env, [*gitenv.config_for(Path(project)), *config])
     command = command_name(args)
+    args = gitenv.args_for(args)
     deadline = time.monotonic() + timeout
     collected = bytearray()
 

@@ -64,9 +64,10 @@ def measuring_config(project: Path, timeout: float = GIT_TIMEOUT) -> list[tuple[
     """Config that makes git read the work tree without running anything the repository
     configures: every filter driver (clean, smudge, process) off, fsmonitor off, no hooks.
 
-    Filters are found by name in git's own view of its config (every scope and include),
-    then each is emptied, which git treats as no filter; `required` is turned off so an
-    emptied filter is not an error. Textconv and external diff are command-line options.
+    Filters are found by name in the config Genesis's git reads (the repository's, with its
+    includes, and git-lfs's where the user had it: gitcmd/gitenv), then each is emptied, which
+    git treats as no filter; `required` is turned off so an emptied filter is not an error.
+    Textconv and external diff are command-line options.
     """
     found = run_git(project, ["config", "-z", "--get-regexp", r"^filter\."], timeout=timeout,
                     config=[("core.fsmonitor", "false")])

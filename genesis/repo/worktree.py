@@ -12,6 +12,7 @@ from pathlib import Path
 import git
 
 from genesis.repo.gitcmd import NotARepository
+from genesis.repo.gitenv import env_for
 from genesis.repo.progress import check_work_tree
 
 __all__ = ["open_repo"]
@@ -30,4 +31,5 @@ def open_repo(project: Path):
     # Its command wrapper expands a str working directory whatever Repo was told, so git
     # would run in another directory; a Path is taken literally.
     repo.git = repo.GitCommandWrapperType(Path(repo.working_tree_dir))
+    repo.git.update_environment(**env_for(Path(repo.working_tree_dir)))  # as gitcmd's: nothing of the agent's runs
     return repo

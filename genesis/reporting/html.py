@@ -12,7 +12,7 @@ import re
 import time
 
 from genesis.hints import hint
-from genesis.reporting.model import Night, PhaseRow
+from genesis.reporting.model import TROUBLE_LABELS, Night, PhaseRow
 from genesis.reporting.tasks import Step, TaskRow
 from genesis.reporting.text import (between, clock, ending_line, iteration_cells, kpi_rows, label, lasted, outcome,
                                     phase_name, phase_names, span, stamp, summary_line, wait_span, where)
@@ -515,7 +515,7 @@ def _body(night: Night, now: float, tasks: tuple[TaskRow, ...], prefix: str = ""
         parts.append(section("tasks", f"Tasks done ({len(done)})", f'<ul class="tasks">{items}</ul>'))
     if night.commit_troubles:
         rows = [[_e(where(t.iteration, t.phase) or "-"),
-                 _e("auto-commit failed" if t.kind == "failed" else "stale index.lock removed"), _line(t.text)]
+                 _e(TROUBLE_LABELS.get(t.kind, t.kind)), _line(t.text)]
                 for t in night.commit_troubles]
         parts.append(section("commit-troubles", f"Auto-commit troubles ({len(night.commit_failures)} failed)",
                               _table(["when", "what", "details"], rows, text=(2,))))

@@ -138,7 +138,8 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
         kpis=kpis.compute(phases, incidents, silent, [e for e in events if e["event"] in ("health", "phase_start")],
                           retries, alerts),
         reaped=reaped, history=_history(kept),
-        commit_troubles=_commit_troubles(led.events(run_id, kinds=("commit_failed", "index_lock_removed"))),
+        commit_troubles=_commit_troubles(led.events(run_id, kinds=("commit_failed", "index_lock_removed",
+                                                                   "git_planted"))),
         left_out=_left_out(led.events(run_id, kinds=("commit_left_out", "agent_committed_secret"))),
         phase_order=_phase_order(led.events(run_id, kinds=("loop_start",)), events))
 
@@ -179,11 +180,15 @@ def _left_out(events: list[dict[str, Any]]) -> tuple[LeftOutRow, ...]:
     return tuple(rows)
 
 
+TROUBLE_KINDS = {"commit_failed": "failed", "index_lock_removed": "lock_removed", "git_planted": "planted"}
+
+
 def _commit_troubles(events: list[dict[str, Any]]) -> tuple[CommitTrouble, ...]:
-    """Failed auto-commits, in git's words, and the stale index.lock files removed before one."""
+    """Failed auto-commits, in git's words, the stale index.lock files removed before one, and git
+    config the agent planted (undone before the auto-commit)."""
     return tuple(CommitTrouble(at=float(e.get("epoch") or 0), iteration=e.get("iteration"), phase=e.get("phase"),
-                               kind="failed" if e["event"] == "commit_failed" else "lock_removed",
-                               text=str(e.get("error") or e.get("what") or "")) for e in events)
+                               kind=TROUBLE_KINDS[e["event"]],
+                               text=str(e.get("error") or e.get("text") or e.get("what") or "")) for e in events)
 
 
 def _history(events: list[dict[str, Any]]) -> tuple[HistoryRow, ...]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = ["PhaseRow", "IterationRow", "WaitRow", "IncidentRow", "BreakerChange", "AlertRow", "CommitRow",
-           "HistoryRow", "CommitTrouble", "LeftOutRow", "Kpis", "Night"]
+           "HistoryRow", "CommitTrouble", "TROUBLE_LABELS", "LeftOutRow", "Kpis", "Night"]
 
 
 @dataclass(frozen=True)
@@ -122,12 +122,17 @@ class CommitRow:
 
 @dataclass(frozen=True)
 class CommitTrouble:
-    """An auto-commit that failed, or a stale index.lock removed before one (loop/commitfail.py)."""
+    """An auto-commit that failed, a stale index.lock removed before one (loop/commitfail.py), or git
+    config the agent planted in a phase, undone (repo/planted.py)."""
     at: float
     iteration: int | None
     phase: str | None
-    kind: str                      # failed, lock_removed
+    kind: str                      # failed, lock_removed, planted (git config the agent planted)
     text: str                      # git's words, or what was removed
+
+
+TROUBLE_LABELS = {"failed": "auto-commit failed", "lock_removed": "stale index.lock removed",
+                  "planted": "git config planted by the agent"}
 
 
 @dataclass(frozen=True)

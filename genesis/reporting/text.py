@@ -14,7 +14,7 @@ from rich.padding import Padding
 from rich.table import Table
 
 from genesis.hints import hint
-from genesis.reporting.model import AlertRow, IterationRow, Kpis, Night, PhaseRow, WaitRow
+from genesis.reporting.model import TROUBLE_LABELS, AlertRow, IterationRow, Kpis, Night, PhaseRow, WaitRow
 from genesis.when import clock, stamp, zone
 from genesis.words import LABELS, WAIT_LABELS, duration, ending_label, money, one_line, plural, sanitize
 
@@ -294,7 +294,7 @@ def render_text(night: Night, width: int = 100, sending: tuple[str, ...] | None 
         section(f"auto-commit troubles ({failed} failed, abnormal: the work was left uncommitted)" if failed
                 else f"auto-commit troubles ({len(night.commit_troubles)})")
         for t in night.commit_troubles:
-            what = "auto-commit failed" if t.kind == "failed" else "stale index.lock removed"
+            what = TROUBLE_LABELS.get(t.kind, t.kind)
             console.print(f"{where(t.iteration, t.phase) or '-'}: {what}")
             console.print(Padding(one_line(t.text), (0, 0, 0, 4)))
     done = [(p, task) for p in night.phases for task in p.tasks_done]

@@ -34,6 +34,8 @@ class Box:
     program: str = ""              # bwrap or sandbox-exec
     rules: landlock.Ruleset | None = None
     why_none: str = ""             # kind none: why no box could run
+    root: bool = False             # bubblewrap as root: its own user namespace, no capability (bwrap.py)
+    weak: str = ""                 # bubblewrap as root that cannot drop root's capabilities: why
 
     @property
     def pid_namespace(self) -> bool:
@@ -50,7 +52,7 @@ class Box:
 
     def wrap(self, argv: tuple[str, ...]) -> tuple[str, ...]:
         if self.kind == BUBBLEWRAP:
-            return bwrap_argv(self.program, self.places, argv)
+            return bwrap_argv(self.program, self.places, argv, root=self.root)
         if self.kind == SEATBELT:
             return seatbelt_argv(self.program, self.places, argv)
         return argv
@@ -62,9 +64,15 @@ class Box:
 
     def line(self) -> str:
         """The start-up line: the box, and what it protects (or what is lost without one)."""
+        if self.kind == BUBBLEWRAP and self.weak:
+            return (f"sandbox: bubblewrap, a weaker box: Genesis runs as root and the box cannot take root's "
+                    f"capabilities away ({self.weak}), so the agent CAN unmount its read-only folders and write "
+                    f"Genesis's state and code; it cannot see or signal the loop, has a private /tmp. Run Genesis "
+                    f"as a normal user, or allow user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
+                    f"user.max_user_namespaces)")
         if self.kind == BUBBLEWRAP:
             return ("sandbox: bubblewrap: the agent cannot write Genesis's state or code, cannot see or signal "
-                    "the loop, has a private /tmp")
+                    "the loop, has a private /tmp" + ("; as root, without capabilities" if self.root else ""))
         if self.kind == LANDLOCK:
             signals = ("cannot signal the loop or reach its abstract sockets" if self.rules and self.rules.scoped
                        else f"CAN signal the loop (Landlock ABI {self.rules.abi if self.rules else 0} < "
@@ -82,7 +90,7 @@ class Box:
 
     def record(self) -> dict:
         """The ledger event's fields."""
-        return {"box": self.kind, "protects": self.line(),
+        return {"box": self.kind, "protects": self.line(), "weak": self.weak,
                 "protected": list(self.places.protected) if self.places and self.kind != LANDLOCK else [],
                 "landlock_abi": self.rules.abi if self.rules else 0}
 
@@ -102,6 +110,13 @@ def _install(kind: str, why: str) -> str:
             f"GENESIS_SANDBOX=auto (the best box this machine has) or GENESIS_SANDBOX=off (no box)")
 
 
+def _bubblewrap(machine: Machine, places: Places) -> Box:
+    """As root, the box drops every capability, or says it is weaker (never claims what it cannot keep)."""
+    if machine.root and machine.root_why:
+        return Box(BUBBLEWRAP, places, program=machine.bwrap, weak=machine.root_why)
+    return Box(BUBBLEWRAP, places, program=machine.bwrap, root=machine.root)
+
+
 def choose(setting: str, machine: Machine, places: Places) -> Box:
     """The box for GENESIS_SANDBOX on this machine; Unavailable for a named box that cannot run."""
     def landlock_box() -> Box:
@@ -113,7 +128,7 @@ def choose(setting: str, machine: Machine, places: Places) -> Box:
     if setting == "bwrap":
         if machine.bwrap is None:
             raise Unavailable(_install("bwrap", machine.bwrap_why))
-        return Box(BUBBLEWRAP, places, program=machine.bwrap)
+        return _bubblewrap(machine, places)
     if setting == LANDLOCK:
         if machine.landlock_abi < 1:
             raise Unavailable(_install(LANDLOCK, "the kernel has no Landlock"))
@@ -123,7 +138,7 @@ def choose(setting: str, machine: Machine, places: Places) -> Box:
             raise Unavailable(_install(SEATBELT, "no sandbox-exec"))
         return Box(SEATBELT, places, program=machine.seatbelt)
     if machine.bwrap is not None:
-        return Box(BUBBLEWRAP, places, program=machine.bwrap)
+        return _bubblewrap(machine, places)
     if machine.landlock_abi >= 1:
         return landlock_box()
     if machine.seatbelt is not None:

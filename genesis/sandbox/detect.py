@@ -31,12 +31,19 @@ class Machine:
     bwrap_why: str                 # why not, when bwrap is None
     landlock_abi: int              # 0: none
     seatbelt: str | None           # sandbox-exec (macOS), or None
+    root: bool = False             # Genesis runs as root: the box must take root's capabilities away
+    root_why: str = ""             # as root, why a box without capabilities could not run ("": it can)
 
 
-def _trial(bwrap: str) -> str:
+# As root, bubblewrap keeps every capability unless told: the agent could unmount the read-only
+# binds. A user namespace of its own, and no capability in it, keeps them read-only.
+ROOT_FLAGS = ("--unshare-user", "--cap-drop", "ALL")
+
+
+def _trial(bwrap: str, extra: tuple[str, ...] = ()) -> str:
     """"" if a box like the agent's runs here, else what went wrong."""
     argv = [bwrap, "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-pid",
-            "--unshare-ipc", "--die-with-parent", "--new-session", "true"]
+            "--unshare-ipc", *extra, "--die-with-parent", "--new-session", "true"]
     # A box's PID namespace leaves an orphan behind for a moment: adopted here and waited for,
     # never left a zombie under an init that does not reap (a container's).
     become_subreaper()
@@ -75,15 +82,17 @@ def _collect_orphans(bwrap: str, bound: float = 1.0) -> None:
         time.sleep(0.005)
 
 
-def probe(platform: str | None = None) -> Machine:
+def probe(platform: str | None = None, root: bool | None = None) -> Machine:
     platform = platform or sys.platform
-    bwrap, why = None, "not Linux"
+    root = os.geteuid() == 0 if root is None else root
+    bwrap, why, root_why = None, "not Linux", ""
     if platform.startswith("linux"):
         found = shutil.which("bwrap")
         if found is None:
             why = f"bubblewrap not installed: {INSTALL_BWRAP}"
         else:
-            why = _trial(found)
+            root_why = _trial(found, ROOT_FLAGS) if root else ""
+            why = _trial(found) if root_why or not root else ""
             bwrap = None if why else found
     seatbelt = shutil.which("sandbox-exec") if platform == "darwin" else None
-    return Machine(bwrap, why, landlock.abi() if platform.startswith("linux") else 0, seatbelt)
+    return Machine(bwrap, why, landlock.abi() if platform.startswith("linux") else 0, seatbelt, root, root_why)

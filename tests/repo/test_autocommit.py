@@ -76,12 +76,26 @@ def test_with_run_hooks_the_hooks_run_and_what_they_start_carries_the_markers(pr
                 psutil.Process(pid).kill()
 
 
+def fake_lfs(tmp_path, monkeypatch, clean: str) -> None:
+    """A `git-lfs` on PATH whose clean filter runs clean (the only filter Genesis's git runs)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "git-lfs").write_text(f"#!/bin/sh\n[ \"$1\" = clean ] || exec cat\n{clean}\n")
+    (bin_dir / "git-lfs").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def use_lfs(project) -> None:
+    git(project, "config", "filter.lfs.clean", "git-lfs clean -- %f")
+    git(project, "config", "filter.lfs.smudge", "git-lfs smudge -- %f")
+
+
 @pytest.mark.fault(31)
-def test_filters_stay_on_for_add_and_carry_the_markers(project, tmp_path):
-    # A clean filter like git-lfs's: the committed blob is what it made of the file.
-    (project / ".gitattributes").write_text("*.big filter=up\n")
-    git(project, "config", "filter.up.clean", f'env > "{tmp_path / "filter-env"}"; tr a-z A-Z')
-    git(project, "config", "filter.up.smudge", "cat")
+def test_git_lfs_filters_stay_on_for_add_and_carry_the_markers(project, tmp_path, monkeypatch):
+    # The lfs filter, named as `git lfs install` names it, with git-lfs on PATH: it runs.
+    fake_lfs(tmp_path, monkeypatch, f'env > "{tmp_path / "filter-env"}"; tr a-z A-Z')
+    use_lfs(project)
+    (project / ".gitattributes").write_text("*.big filter=lfs\n")
     (project / "data.big").write_text("payload\n")
     markers = markers_for(project, "run-31")
     assert commit(project, "with a filter", [], push=False, markers=markers).committed
@@ -91,9 +105,10 @@ def test_filters_stay_on_for_add_and_carry_the_markers(project, tmp_path):
 
 
 @pytest.mark.fault(31)
-def test_a_hanging_filter_in_add_is_killed_with_its_group_and_reported(project, tmp_path):
-    (project / ".gitattributes").write_text("*.txt filter=hang\n")
-    git(project, "config", "filter.hang.clean", "sleep 1041; cat")
+def test_a_hanging_filter_in_add_is_killed_with_its_group_and_reported(project, tmp_path, monkeypatch):
+    fake_lfs(tmp_path, monkeypatch, "sleep 1041; cat")
+    use_lfs(project)
+    (project / ".gitattributes").write_text("*.txt filter=lfs\n")
     (project / "a.txt").write_text("a\n")
     head = git(project, "rev-parse", "HEAD")
     result = commit(project, "never", [], push=False, timeout=1)
@@ -116,9 +131,10 @@ def test_user_changes_runs_no_fsmonitor_and_no_hook(project, tmp_path):
     assert not (tmp_path / "fsmonitor-ran").exists() and not (tmp_path / "hooks-ran").exists()
 
 
-def test_user_changes_that_hang_raise_a_timeout_naming_git_status(project):
-    (project / ".gitattributes").write_text("README.md filter=hang\n")
-    git(project, "config", "filter.hang.clean", "sleep 1043; cat")
+def test_user_changes_that_hang_raise_a_timeout_naming_git_status(project, tmp_path, monkeypatch):
+    fake_lfs(tmp_path, monkeypatch, "sleep 1043; cat")
+    use_lfs(project)
+    (project / ".gitattributes").write_text("README.md filter=lfs\n")
     st = os.stat(project / "README.md")
     os.utime(project / "README.md", ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))  # same size: git must look
     with pytest.raises(GitTimeout, match=r"^`git status --porcelain=v1 .*` ran for more than 1s") as caught:

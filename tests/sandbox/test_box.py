@@ -52,3 +52,29 @@ def test_only_bubblewrap_renumbers_pids_and_only_it_and_seatbelt_wrap_the_comman
     assert choose("auto", NO_BWRAP, PLACES).wrap(("a",)) == ("a",)
     assert choose("auto", MAC, PLACES).wrap(("a",))[:2] == ("/usr/bin/sandbox-exec", "-p")
     assert choose("auto", ALL, PLACES).wrap(("a",))[0] == "/usr/bin/bwrap"
+
+
+ROOT = Machine("/usr/bin/bwrap", "", 7, None, root=True)
+ROOT_KEEPS_CAPS = Machine("/usr/bin/bwrap", "", 7, None, root=True,
+                          root_why="a trial box failed: bwrap: No permissions to create new namespace")
+
+
+@pytest.mark.parametrize("setting", ["auto", "bwrap"])
+def test_as_root_the_box_runs_in_its_own_user_namespace_without_capabilities(setting):
+    box = choose(setting, ROOT, PLACES)
+    argv = " ".join(box.wrap(("claude",)))
+    assert "--unshare-user --cap-drop ALL" in argv and argv.index("--cap-drop ALL") < argv.index("-- claude")
+    assert box.line().endswith("has a private /tmp; as root, without capabilities") and not box.weak
+    assert "--cap-drop" not in " ".join(choose(setting, ALL, PLACES).wrap(("claude",)))
+
+
+@pytest.mark.parametrize("setting", ["auto", "bwrap"])
+def test_as_root_a_box_that_cannot_drop_capabilities_says_it_is_weaker_and_claims_nothing(setting):
+    box = choose(setting, ROOT_KEEPS_CAPS, PLACES)
+    line = box.line()
+    assert line.startswith("sandbox: bubblewrap, a weaker box: Genesis runs as root and the box cannot take root's "
+                           "capabilities away (a trial box failed: bwrap: No permissions to create new namespace), "
+                           "so the agent CAN unmount its read-only folders and write Genesis's state and code")
+    assert "cannot write Genesis's state" not in line
+    assert box.record()["weak"].startswith("a trial box failed")
+    assert "--cap-drop" not in " ".join(box.wrap(("claude",)))  # it would not run: said, not pretended

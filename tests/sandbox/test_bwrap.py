@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from genesis.sandbox.detect import probe
 from genesis.sandbox.places import Places, places_for
 
 MACHINE = probe()
+NOBODY = 65534
 PACKAGE = Path(genesis.__file__).resolve().parent
 needs_bwrap = pytest.mark.skipif(MACHINE.bwrap is None, reason=f"no bubblewrap here: {MACHINE.bwrap_why}")
 
@@ -123,3 +125,53 @@ def test_an_npm_cli_linked_from_a_bin_folder_under_tmp_runs_in_the_box_with_its_
     (bin_dir / "cli").symlink_to(os.path.relpath(cli, bin_dir))
     done = _run_boxed(project, (str(bin_dir / "cli"),))
     assert (done.returncode, done.stdout) == (0, "required from its node_modules\n"), done.stderr
+
+
+as_root = pytest.mark.skipif(os.geteuid() != 0 or MACHINE.bwrap is None or bool(MACHINE.root_why),
+                             reason="needs root and a bubblewrap that can drop root's capabilities")
+UNMOUNT = ("umount -l .git/genesis; echo $?; echo x > .git/genesis/planted; echo $?; "
+           "grep CapEff /proc/self/status")
+
+
+@as_root
+def test_as_root_the_box_drops_every_capability_and_the_state_bind_cannot_be_unmounted(project):
+    done = subprocess.run(bwrap_argv(MACHINE.bwrap, _places(project), ("sh", "-c", UNMOUNT), root=True),
+                          cwd=project, capture_output=True, text=True, timeout=30)
+    lines = done.stdout.split("\n")
+    assert lines[0] != "0" and lines[1] != "0", done.stderr  # umount refused; the state stays read-only
+    assert lines[2].split() == ["CapEff:", "0000000000000000"]
+    assert not (project / ".git" / "genesis" / "planted").exists()
+
+
+@as_root
+def test_as_root_a_box_that_kept_its_capabilities_could_unmount_it(project):
+    # Why the flags matter: the same box without them lets root take the read-only bind away.
+    done = subprocess.run(bwrap_argv(MACHINE.bwrap, _places(project), ("sh", "-c", UNMOUNT)), cwd=project,
+                          capture_output=True, text=True, timeout=30)
+    assert done.stdout.split("\n")[:2] == ["0", "0"], done.stderr
+    (project / ".git" / "genesis" / "planted").unlink()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or MACHINE.bwrap is None or shutil.which("setpriv") is None,
+                    reason="needs root (to become a normal user with setpriv) and bubblewrap")
+def test_as_a_normal_user_the_box_cannot_unmount_the_state_bind_either():
+    base = Path(tempfile.mkdtemp(prefix="genesis-test-user-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        project = base / "project"
+        project.mkdir()
+        (base / "home").mkdir()
+        places = _places(project)
+        for path in (base / "home", project, *project.rglob("*")):
+            os.chown(path, NOBODY, NOBODY)
+        argv = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
+                *bwrap_argv(MACHINE.bwrap, places, ("sh", "-c", UNMOUNT)))
+        done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=30)
+        if "No permissions to create" in done.stderr or "setting up uid map" in done.stderr:
+            pytest.skip(f"bubblewrap cannot run as a normal user here: {done.stderr.strip()}")
+        lines = done.stdout.split("\n")
+        assert lines[0] != "0" and lines[1] != "0", done.stderr
+        assert lines[2].split() == ["CapEff:", "0000000000000000"]
+        assert not (project / ".git" / "genesis" / "planted").exists()
+    finally:
+        shutil.rmtree(base)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from genesis.sandbox import detect
 
 
@@ -30,3 +32,23 @@ def test_seatbelt_only_on_macos(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path) + os.pathsep + os.environ["PATH"])
     assert detect.probe("darwin").seatbelt == str(fake)
     assert detect.probe("darwin").bwrap is None and detect.probe("linux").seatbelt is None
+
+
+
+def test_as_root_a_bwrap_that_cannot_make_a_user_namespace_counts_but_says_why(monkeypatch, tmp_path):
+    fake = tmp_path / "bwrap"
+    fake.write_text('#!/bin/sh\ncase " $* " in *" --unshare-user "*) echo "bwrap: setting up uid map: '
+                    'Permission denied" >&2; exit 1;; esac\nexit 0\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    found = detect.probe("linux", root=True)
+    assert found.bwrap == str(fake) and found.root
+    assert found.root_why == "a trial box failed: bwrap: setting up uid map: Permission denied"
+    assert detect.probe("linux", root=False).root_why == ""
+
+
+def test_as_root_here_the_trial_box_drops_every_capability():
+    found = detect.probe(root=True)
+    if found.bwrap is None:
+        pytest.skip(f"no bubblewrap here: {found.bwrap_why}")
+    assert found.root and found.root_why == ""  # measured: bubblewrap 0.8 makes its user namespace as root
