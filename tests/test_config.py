@@ -99,6 +99,8 @@ READ = {
     "GENESIS_FLEET_MERGE": (lambda c: c.fleet_merge, str),
     "GENESIS_MERGE_TEST_CMD": (lambda c: c.merge_test_cmd, str),
     "GENESIS_MERGE_TEST_TIMEOUT": (lambda c: c.merge_test_timeout, lambda t: float(t.removesuffix("m")) * 60),
+    "GENESIS_CHECK_CMD": (lambda c: c.check_cmd, str),
+    "GENESIS_CHECK_TIMEOUT": (lambda c: c.check_timeout, lambda t: float(t.removesuffix("m")) * 60),
     "GENESIS_FLEET_CHILD_ITERATIONS": (lambda c: fleet_settings(c.settings).child_iterations, int),
     "GENESIS_FLEET_STAGGER_SECONDS": (lambda c: fleet_settings(c.settings).stagger, float),
     "GENESIS_FLEET_MEMORY_PER_AGENT_MB": (lambda c: fleet_settings(c.settings).memory_per_agent, lambda t: int(t) << 20),
