@@ -16,9 +16,15 @@ from pathlib import Path
 
 import pytest
 from helpers.agent import script
+from helpers.fleet import fleet_env, fleet_ledger, fleet_project, start_fleet, task_agent, tasks_on
 from helpers.git import git
 from helpers.loop import GENESIS, loop_env, run_loop
 from helpers.state import events_of
+
+from genesis import exitcodes
+from genesis.fleet.taskref import task_id
+from genesis.ledger.store import Ledger
+from genesis.store.layout import state_dir_of
 
 TASKS = ("# Tasks\n\n- [ ] Add a health file\n"
          "  check: `grep -q ok health.txt || { echo 'health.txt does not say ok'; exit 3; }`\n")
@@ -55,6 +61,12 @@ def hostile(project: Path, tmp_path: Path):
 
 def evidence(project: Path) -> list[dict]:
     return events_of(project, kind="task_evidence")
+
+
+def child_evidence(worktree: Path) -> list[dict]:
+    """The task_evidence events of a fleet child's own ledger, in its worktree's state folder."""
+    with Ledger.open(state_dir_of(worktree) / "ledger.sqlite3", readonly=True) as led:
+        return led.events(kinds=["task_evidence"])
 
 
 def test_a_builder_that_ticks_its_task_without_the_work_is_reopened_then_done_on_evidence(hostile):
@@ -111,3 +123,29 @@ def test_a_builders_own_tick_goes_back_for_review_where_a_criticizer_runs(hostil
     outcomes = [(e["iteration"], e["phase"], e["outcome"], e["back_to"]) for e in evidence(project)]
     assert outcomes == [(1, "Builder", "unreviewed", "review"), (1, "Criticizer", "passed", None)]
     assert "iteration 1: done: every task in TASKS.md is done" in done.stderr
+
+
+def test_a_fleet_child_whose_builder_ticks_its_own_task_is_not_verified_and_its_work_stays_out(project, tmp_path):
+    """The hostile Builder as a fleet's child: its task `[x]` on its branch is refuted by its
+    check, so the child is not "verified" and nothing of its branch comes home."""
+    fleet_project(project, [])
+    (project / "TASKS.md").write_text("# Tasks\n\n- [ ] add the probe\n  check: test -f probe.txt\n")
+    git(project, "commit", "-qam", "the task and its check")
+    env = fleet_env(GENESIS_FLEET_CHILD_ITERATIONS="1", GENESIS_FLEET_MAX_TASK_RESTARTS="0",
+                    GENESIS_FLEET_MAX_FAILED_TASKS="0", HEARTBEAT_COUNT_OUTPUT="false")
+    proc = start_fleet(project, "1", task_agent(tmp_path / "agent.sh"), env=env, log=tmp_path / "fleet.log")
+    assert proc.wait(timeout=240) == exitcodes.FLEET_TASKS_FAILED, (tmp_path / "fleet.log").read_text()[-3000:]
+
+    ident = task_id("add the probe")
+    with fleet_ledger(project) as led:
+        outcomes = [a.outcome for a in led.attempts(ident) if a.outcome]
+        (row,) = led.tasks()
+    assert outcomes == ["failed"] and row.state == "failed"
+    # The child's own ledger holds the refuting evidence; its branch has the task reopened.
+    worktree = Path(row.worktree)
+    (proof,) = child_evidence(worktree)
+    assert (proof["task"], proof["outcome"], proof["checks"][0]["exit_code"]) == ("add the probe", "failed", 1)
+    assert "- [ ] add the probe" in tasks_on(project, row.branch)
+    # Nothing of the branch came home: the project branch has neither its file nor its tick.
+    assert "- [!] add the probe" in tasks_on(project)
+    assert f"work-{ident}.txt" not in git(project, "ls-tree", "--name-only", "HEAD").split()
