@@ -110,6 +110,9 @@ def test_a_builder_that_ticks_its_task_without_the_work_is_reopened_then_done_on
     text_report = subprocess.run(GENESIS + ["--project", str(project), "report"], capture_output=True, text=True,
                                  timeout=60)
     assert "Add a health file: check passed" in text_report.stdout, text_report.stdout
+    status = subprocess.run(GENESIS + ["--project", str(project), "status"], capture_output=True, text=True,
+                            timeout=60)
+    assert " · 1 task done · " in status.stdout, status.stdout  # the refuted tick is not counted
 
 
 def test_a_builders_own_tick_goes_back_for_review_where_a_criticizer_runs(hostile):
@@ -123,6 +126,23 @@ def test_a_builders_own_tick_goes_back_for_review_where_a_criticizer_runs(hostil
     outcomes = [(e["iteration"], e["phase"], e["outcome"], e["back_to"]) for e in evidence(project)]
     assert outcomes == [(1, "Builder", "unreviewed", "review"), (1, "Criticizer", "passed", None)]
     assert "iteration 1: done: every task in TASKS.md is done" in done.stderr
+
+
+def test_a_task_without_a_check_is_done_on_the_agents_word_and_the_report_and_status_say_so(hostile):
+    project, agent = hostile
+    (project / "TASKS.md").write_text("# Tasks\n\n- [ ] Add a health file\n")
+    git(project, "commit", "-qam", "no check")
+    done = run_loop(project, "--agent-cmd", str(agent), "--max-iterations", "2",
+                    env=loop_env(GENESIS_PHASES="Builder", HEARTBEAT_COUNT_OUTPUT="false"))
+    assert done.returncode == 0, done.stderr
+    assert [(e["outcome"], e["checks"]) for e in evidence(project)] == [("agent's word", [])]
+    assert "iteration 1: done: every task in TASKS.md is done" in done.stderr
+    report = subprocess.run(GENESIS + ["--project", str(project), "report"], capture_output=True, text=True,
+                            timeout=60)
+    assert "Add a health file: done on the agent's word (iteration 1 Builder" in report.stdout, report.stdout
+    status = subprocess.run(GENESIS + ["--project", str(project), "status"], capture_output=True, text=True,
+                            timeout=60)
+    assert "1 task done (1 on the agent's word: no check)" in status.stdout, status.stdout
 
 
 def test_a_fleet_child_whose_builder_ticks_its_own_task_is_not_verified_and_its_work_stays_out(project, tmp_path):
