@@ -56,11 +56,11 @@ def after_phase(step: Step, phase: str, iteration: int, start: Before) -> None:
     env = agent_env(step, phase, iteration)
     phases = [p.name for p in step.cfg.phases]
     project_run = _run(step, "project", step.cfg.check_cmd, env) if step.cfg.check_cmd else None
-    pinned = dict(start.checks)
+    pinned = {" ".join(t.split()): c for t, c in start.checks}  # a respaced task is the same task
     back: list[tuple[str, Verdict]] = []
     for text, now in claimed.items():
-        command = pinned.get(text, now)
-        if text in pinned and now != command:
+        command = pinned.get(" ".join(text.split()), now)
+        if now != command:
             step.say(f"{phase} changed the check of {text!r}; the one it had when the phase started is run", "warn")
         runs = [r for r in (_run(step, "task", command, env) if command else None, project_run) if r is not None]
         verdict = judge(runs, phase, phases)

@@ -113,6 +113,12 @@ def test_a_builder_that_ticks_its_task_without_the_work_is_reopened_then_done_on
     status = subprocess.run(GENESIS + ["--project", str(project), "status"], capture_output=True, text=True,
                             timeout=60)
     assert " · 1 task done · " in status.stdout, status.stdout  # the refuted tick is not counted
+    page = project.parent / "night.html"
+    html = subprocess.run(GENESIS + ["--project", str(project), "report", "--html", str(page)], capture_output=True,
+                          text=True, timeout=60)
+    assert html.returncode == 0, html.stderr
+    shown = page.read_text()
+    assert "Task evidence (1)" in shown and "check passed" in shown and "grep -q ok health.txt" in shown
 
 
 def test_a_builders_own_tick_goes_back_for_review_where_a_criticizer_runs(hostile):
