@@ -37,12 +37,13 @@ prompt="${*: -1}"
 mkdir -p .prompts
 printf '%s' "$prompt" >".prompts/$GENESIS_ITERATION-$GENESIS_AGENT.txt"
 if [ "$GENESIS_AGENT" = Criticizer ]; then
-  sed_from='- [?]'
+  from='- [?]'
 else
-  sed_from='- [ ]'
+  from='- [ ]'
   if printf '%s' "$prompt" | grep -q "its check failed"; then echo ok >health.txt; fi
 fi
-python3 -c "import pathlib, sys; p = pathlib.Path('TASKS.md'); p.write_text(p.read_text().replace(sys.argv[1], '- [x]'))" "$sed_from"
+python3 -c "import pathlib, sys; p = pathlib.Path('TASKS.md'); p.write_text(p.read_text().replace(sys.argv[1], '- [x]'))" \
+  "$from"
 git add -A
 git commit -qm "$GENESIS_AGENT: done, it says" || true
 """
