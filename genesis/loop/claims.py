@@ -66,6 +66,13 @@ class Verdict:
     back_to: str | None        # the box Genesis sets the task back to (OPEN, REVIEW); None: it stays done
     why: str
 
+    def said(self) -> str:
+        """The verdict for the console: `check failed, reopened: `make test` exited 2 (after 3s)`."""
+        if self.outcome == AGENT_WORD:
+            return "done on the agent's word (no check)"
+        lead = {PASSED: "check passed", FAILED: "check failed, reopened", UNREVIEWED: "sent back for review"}
+        return f"{lead.get(self.outcome, self.outcome)}: {self.why}"
+
 
 def judge(runs: Sequence[CheckRun], phase: str, phases: Sequence[str]) -> Verdict:
     """What a phase's claim of a task is worth, from its checks' runs (none: it has no check)."""

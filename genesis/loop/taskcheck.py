@@ -68,7 +68,7 @@ def after_phase(step: Step, phase: str, iteration: int, start: Before) -> None:
         step.event(EVIDENCE_EVENT, iteration=iteration, phase=phase, task=text, outcome=verdict.outcome,
                    why=verdict.why[:1000], back_to=verdict.back_to, checks=[r.to_json() for r in runs],
                    tail=list(shown.tail) if shown else [])
-        step.say(f"{phase}: task {text!r}: {verdict.outcome} ({verdict.why})",
+        step.say(f"{phase}: task {text!r}: {verdict.said()}",
                  "ok" if verdict.back_to is None else "warn")
         if verdict.back_to is not None:
             back.append((text, verdict))

@@ -57,3 +57,11 @@ def test_a_tick_counts_only_with_accepted_evidence_recorded_after_its_latest_cla
     assert unproven(events[:2], done) == ["add  /health"]  # refuted, and still [x]: its reopening failed
     assert unproven([work("add /health"), proof("add /health", UNREVIEWED)], done) == ["add  /health"]
     assert unproven([], done) == []  # nothing ticked in the run: nothing of the run's to prove
+
+
+def test_each_verdict_reads_as_what_it_means():
+    assert judge([BAD], "Builder", PHASES).said() == "check failed, reopened: `make test` exited 2 (after 3s)"
+    assert judge([OK], "Builder", PHASES).said() == ("sent back for review: ticked done by the Builder, not by the "
+                                                     "Criticizer: it awaits review")
+    assert judge([OK], "Criticizer", PHASES).said() == "check passed: `make test` exited 0 (after 2s)"
+    assert judge([], "Criticizer", PHASES).said() == "done on the agent's word (no check)"

@@ -85,6 +85,7 @@ def test_a_builder_that_ticks_its_task_without_the_work_is_reopened_then_done_on
     reopened = events_of(project, kind="task_reopened")
     assert [(e["task"], e["to"], e["count"]) for e in reopened] == [("Add a health file", "open", 1)]
     assert "iteration 1: done" not in done.stderr
+    assert "Builder: task 'Add a health file': check failed, reopened: `grep -q ok health.txt" in done.stderr
     log = git(project, "log", "--format=%s", "--", "TASKS.md").splitlines()
     assert any(s.startswith("genesis: reopen what Builder ticked without evidence (iteration 1)") for s in log), log
 
