@@ -112,7 +112,7 @@ def iteration_finish(step: Step, iteration: int) -> int:
                         any(e.get("said_done") for e in ended), iteration, markers_for(cfg.project, step.run_id),
                         task=task)
     if cfg.done_when.kind == "tasks":  # no `[x]` an agent ticked counts without its evidence
-        done, why = done_gate(step, done, why, task)
+        done, why = done_gate(step, done, why, task, iteration)
     if task and not done and cfg.done_when.kind == "tasks":
         step.say(f"iteration {iteration}: not done: {why}", "info")  # a child's one task: where it stands
     if done:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Mapping
+from typing import Iterable, Mapping, Sequence
 
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.claims import (EVIDENCE_EVENT, FAILED, REOPENED_EVENT, CheckRun, Verdict, evidence_of, judge,
                                  unproven)
 from genesis.loop.sandboxing import box_for
-from genesis.loop.step import Step, StepFailed, agent_env
+from genesis.loop.step import Step, StepFailed, agent_env, ledger_of
 from genesis.procs.bounded import run_bounded
 from genesis.procs.markers import markers_for
 from genesis.repo.autocommit import commit
@@ -39,6 +39,7 @@ OUTPUT_KEEP = 64 << 10   # bytes of a check's output kept while it runs (its end
 TAIL_LINES = 20          # lines of it kept as evidence
 TAIL_BYTES = 1500        # bytes of them at most (an event's value stays whole in the ledger)
 PROMPT_TASKS = 5         # reopened tasks whose failure a prompt tells at most
+GATE = "Genesis"         # who runs the checks of a tick that has none recorded, at the done rule
 
 
 def after_phase(step: Step, phase: str, iteration: int, start: Before) -> None:
@@ -51,12 +52,17 @@ def after_phase(step: Step, phase: str, iteration: int, start: Before) -> None:
     for t in tasks.items:
         if t.state == DONE and t.text and t.text not in start.done and t.text not in claimed:
             claimed[t.text] = t.check
-    if not claimed:
-        return
+    if claimed:
+        _verify(step, phase, iteration, claimed, start.checks, [p.name for p in step.cfg.phases])
+
+
+def _verify(step: Step, phase: str, iteration: int, claimed: Mapping[str, str], checks: Iterable[tuple[str, str]],
+            phases: Sequence[str]) -> int:
+    """The claimed tasks' checks run (`checks`: the ones they had before the claim, which win),
+    their evidence recorded, the refuted ones reopened; how many were."""
     env = agent_env(step, phase, iteration)
-    phases = [p.name for p in step.cfg.phases]
     project_run = _run(step, "project", step.cfg.check_cmd, env) if step.cfg.check_cmd else None
-    pinned = {" ".join(t.split()): c for t, c in start.checks}  # a respaced task is the same task
+    pinned = {" ".join(t.split()): c for t, c in checks}  # a respaced task is the same task
     back: list[tuple[str, Verdict]] = []
     for text, now in claimed.items():
         command = pinned.get(" ".join(text.split()), now)
@@ -68,12 +74,12 @@ def after_phase(step: Step, phase: str, iteration: int, start: Before) -> None:
         step.event(EVIDENCE_EVENT, iteration=iteration, phase=phase, task=text, outcome=verdict.outcome,
                    why=verdict.why[:1000], back_to=verdict.back_to, checks=[r.to_json() for r in runs],
                    tail=list(shown.tail) if shown else [])
-        step.say(f"{phase}: task {text!r}: {verdict.said()}",
-                 "ok" if verdict.back_to is None else "warn")
+        step.say(f"{phase}: task {text!r}: {verdict.said()}", "ok" if verdict.back_to is None else "warn")
         if verdict.back_to is not None:
             back.append((text, verdict))
     if back:
         _reopen(step, phase, iteration, back)
+    return len(back)
 
 
 def _run(step: Step, kind: str, command: str, env: Mapping[str, str]) -> CheckRun:
@@ -137,20 +143,41 @@ def _reopen(step: Step, phase: str, iteration: int, back: list[tuple[str, Verdic
         step.say(f"{TASKS_FILE}: reopened {len(back)} task(s), committed {result.sha}", "info")
 
 
-def done_gate(step: Step, done: bool, why: str, task: str | None) -> tuple[bool, str]:
-    """The done rule's last word: a task an agent ticked in this run without accepted evidence
-    keeps the work not done (its reopening could not be written)."""
+def done_gate(step: Step, done: bool, why: str, task: str | None, iteration: int) -> tuple[bool, str]:
+    """The done rule's last word: no task an agent ticked counts as done without accepted evidence
+    recorded after its tick, in any run of this ledger. A tick whose evidence was never gathered
+    (its loop stopped between the tick and its checks) or whose reopening could not be written
+    has its checks run now, by Genesis (GATE); one they refute is reopened and the work is not done."""
     if not done:
         return done, why
     tasks = read_tasks(step.cfg.project)
-    ticked = [t.text for t in tasks.items if t.state == DONE and t.text] if tasks is not None else []
-    if task:
-        ticked = [t for t in ticked if same_text(t, task)]
-    left = unproven(step.events(kinds=("phase_work", EVIDENCE_EVENT)), ticked)
+    ticked = {t.text: t.check for t in (tasks.items if tasks is not None else ())
+              if t.state == DONE and t.text and (not task or same_text(t.text, task))}
+    events = _claims(step)
+    if events is None:
+        return False, "the ledger cannot be read, so no task's evidence can be"
+    left = unproven(events, ticked)
     if not left:
         return done, why
-    return False, (f"{len(left)} task(s) ticked done without evidence that bears it out: "
-                   + "; ".join(repr(t) for t in left[:3]))
+    step.say(f"{len(left)} task(s) ticked done have no evidence yet (the loop stopped between a tick and its checks, "
+             f"or a reopening could not be written): their checks run now", "warn")
+    reopened_now = _verify(step, GATE, iteration, {t: ticked[t] for t in left}, (), ())
+    if reopened_now:
+        return False, f"{reopened_now} task(s) ticked done were reopened: their checks failed"
+    events = _claims(step)
+    left = unproven(events, ticked) if events is not None else left
+    if left:
+        return False, (f"{len(left)} task(s) ticked done without evidence that bears it out: "
+                       + "; ".join(repr(t) for t in left[:3]))
+    return done, why
+
+
+def _claims(step: Step) -> list[dict] | None:
+    """The ticks and the evidence of every run this ledger holds, oldest first; None unreadable."""
+    try:
+        return ledger_of(step.layout).events(kinds=("phase_work", EVIDENCE_EVENT))
+    except LedgerError:
+        return None
 
 
 def notes_for_prompt(step: Step) -> str:

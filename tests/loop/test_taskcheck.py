@@ -58,12 +58,30 @@ def test_a_refuted_tick_is_reopened_in_genesiss_commit_and_the_next_prompt_tells
     told = notes_for_prompt(step)
     assert "- add /health\n  It was ticked done, but its check failed: `echo 'no /health route'; exit 4` exited 4" \
         in told and "    no /health route" in told
-    # The done rule: the reopened task is open again; a tick of it without evidence never counts.
-    assert done_gate(step, True, "every task is done", None)[0] is True  # nothing [x] now: nothing to prove
+    # The done rule: the reopened task is open again; a tick of it without evidence never counts:
+    # its checks run at the done rule, by Genesis, and reopen it again.
+    assert done_gate(step, True, "every task is done", None, 1) == (True, "every task is done")  # nothing [x]
     tick(project, "add /health")
     step.event("phase_work", iteration=2, phase="Builder", tasks_done=["add /health"])
-    done, why = done_gate(step, True, "every task is done", None)
-    assert not done and why == "1 task(s) ticked done without evidence that bears it out: 'add /health'"
+    done, why = done_gate(step, True, "every task is done", None, 2)
+    assert (done, why) == (False, "1 task(s) ticked done were reopened: their checks failed")
+    assert [(e["phase"], e["outcome"]) for e in evidence(step)][-1] == ("Genesis", "failed")
+    assert parse((project / "TASKS.md").read_text()).items[0].state == OPEN
+
+
+def test_a_tick_an_earlier_run_left_without_evidence_is_checked_at_the_done_rule(step, project, said):
+    """The loop was killed between the agent's tick and its checks: the next run's done rule
+    does not take the `[x]` on trust, it runs the checks first (here they pass: done)."""
+    commit_file(project, "TASKS.md", TASKS.replace("exit 4", "exit 0"), "tasks")
+    tick(project, "add /health", "add the cache")
+    step.event("phase_work", iteration=1, phase="Criticizer", tasks_done=["add /health", "add the cache"])
+    later = replace(step, run_id="run-taskcheck-2")
+    later.event("loop_start")
+    assert done_gate(later, True, "every task is done", None, 1) == (True, "every task is done")
+    assert [(e["run_id"], e["task"], e["outcome"]) for e in evidence(later)] == [
+        ("run-taskcheck-2", "add /health", "passed"), ("run-taskcheck-2", "add the cache", "agent's word")]
+    assert done_gate(later, True, "every task is done", None, 1) == (True, "every task is done")  # once is enough
+    assert len(evidence(later)) == 2
 
 
 def test_the_check_run_is_the_one_the_task_had_when_the_phase_started(step, project, said):
