@@ -139,6 +139,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_MAX_OUTAGE_MINUTES", "120", "an API outage longer than this ends the loop (exit 21)", unit="m"),
     Knob("GENESIS_DONE_WHEN", "tasks", "when the work is done and the loop ends with exit 0: tasks (TASKS.md "
          "has nothing open after a Planner pass), when:COMMAND, phrase:TEXT or never"),
+    Knob("GENESIS_CHECK_CMD", "", "the project's check: a bash command run in the agent's box, with the task's "
+         "own `check:` line, after a phase ticks a task [x]; a failure reopens the task (empty: none)"),
+    Knob("GENESIS_CHECK_TIMEOUT", "10m", "a check (GENESIS_CHECK_CMD, a task's `check:`) running longer is killed "
+         "with everything it started and counts as failed; a duration: 90s, 10m, 1h", unit="s"),
     Knob("GENESIS_MAX_RUNTIME_HOURS", "0", "end the run after this many hours, between phases (0: no "
          "ceiling; exit 23)", unit="h"),
     Knob("GENESIS_MAX_COST_USD", "0", "end the run once the agents' reported costs reach this, between "
@@ -312,6 +316,8 @@ class Config:
     fleet_merge: str                      # GENESIS_FLEET_MERGE: queue or branch
     merge_test_cmd: str                   # GENESIS_MERGE_TEST_CMD ("": none)
     merge_test_timeout: float             # seconds; GENESIS_MERGE_TEST_TIMEOUT
+    check_cmd: str                        # GENESIS_CHECK_CMD ("": none)
+    check_timeout: float                  # seconds; GENESIS_CHECK_TIMEOUT
     settings: Mapping[str, Setting] = field(compare=False)  # what each value was, and where it came from
 
 
@@ -651,6 +657,8 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         fleet_merge=_choice(s, "GENESIS_FLEET_MERGE", ("queue", "branch")),
         merge_test_cmd=get("GENESIS_MERGE_TEST_CMD"),
         merge_test_timeout=span("GENESIS_MERGE_TEST_TIMEOUT", 0),
+        check_cmd=get("GENESIS_CHECK_CMD"),
+        check_timeout=span("GENESIS_CHECK_TIMEOUT", 1),
     )
 
 

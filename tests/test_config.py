@@ -103,6 +103,8 @@ READ = {
     "GENESIS_FLEET_MERGE": (lambda c: c.fleet_merge, str),
     "GENESIS_MERGE_TEST_CMD": (lambda c: c.merge_test_cmd, str),
     "GENESIS_MERGE_TEST_TIMEOUT": (lambda c: c.merge_test_timeout, lambda t: float(t.removesuffix("m")) * 60),
+    "GENESIS_CHECK_CMD": (lambda c: c.check_cmd, str),
+    "GENESIS_CHECK_TIMEOUT": (lambda c: c.check_timeout, lambda t: float(t.removesuffix("m")) * 60),
     "GENESIS_FLEET_CHILD_ITERATIONS": (lambda c: fleet_settings(c.settings).child_iterations, int),
     "GENESIS_FLEET_STAGGER_SECONDS": (lambda c: fleet_settings(c.settings).stagger, float),
     "GENESIS_FLEET_MEMORY_PER_AGENT_MB": (lambda c: fleet_settings(c.settings).memory_per_agent, lambda t: int(t) << 20),
@@ -198,7 +200,7 @@ def test_a_knobs_unit_is_the_one_its_name_says():
             assert knob.unit == said, knob.name
     assert {k.name for k in KNOBS if k.unit == "s" and not k.name.endswith("_SECONDS")} == {
         "HEARTBEAT_CHECK_INTERVAL", "HEARTBEAT_STALE", "AGENT_MAX_RUNTIME", "TOOL_SILENT", "GENESIS_MAX_LIMIT_WAIT",
-        "GENESIS_MERGE_TEST_TIMEOUT"}
+        "GENESIS_MERGE_TEST_TIMEOUT", "GENESIS_CHECK_TIMEOUT"}
 
 
 def test_a_bound_is_said_in_the_unit_the_value_was_written_in(project):

@@ -67,6 +67,7 @@ from genesis.hints import hint
 from genesis.ledger.store import LedgerError, iso
 from genesis.loop import limits
 from genesis.loop.preflight import read_flag
+from genesis.loop.taskcheck import proven
 from genesis.repo.gitcmd import GitFailed, GitTimeout, run_git
 from genesis.repo.tasks import parse
 from genesis.store import accounts
@@ -555,9 +556,13 @@ class Monitor:
         if row.id.startswith(PLANNER):
             self.planner_ended(row, child, ending)
             return
-        verified = ending.exit_code == exitcodes.OK and done_at(self.project, row.branch, row.text)
+        ticked = ending.exit_code == exitcodes.OK and done_at(self.project, row.branch, row.text)
+        proof = proven(child.layout, row.text) if ticked else (False, "")  # the evidence in its own ledger
+        verified = ticked and proof[0]
         verdict = outcome_of(ending.exit_code, verified, self.stopping or self.interrupted is not None,
-                             child.signalled is not None, ending.reason)
+                             child.signalled is not None,
+                             f"its task is [x] on its branch, but {proof[1]}" if ticked and not verified
+                             else ending.reason)
         self.ledger.end_attempt(task_id, child.attempt or row.attempts, ending.exit_code, verdict.outcome, now)
         self.ledger.record("child_end", task_id, run_id=child.run_id, attempt=child.attempt or row.attempts,
                            exit_code=ending.exit_code, outcome=verdict.outcome, cost_usd=ending.cost,

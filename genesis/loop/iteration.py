@@ -17,6 +17,7 @@ from genesis.loop.monitorwatch import monitor_gone
 from genesis.loop.onetask import task_of
 from genesis.loop.startfail import START_FAILURES, spares_breaker
 from genesis.loop.step import Step, StepFailed
+from genesis.loop.taskcheck import done_gate
 from genesis.loop.waiting import plan_cooldown
 from genesis.procs.markers import markers_for
 from genesis.repo.gitcmd import GitFailed, GitTimeout
@@ -110,6 +111,8 @@ def iteration_finish(step: Step, iteration: int) -> int:
                         [e.get("phase") for e in ended if e.get("ending") == "finished"],
                         any(e.get("said_done") for e in ended), iteration, markers_for(cfg.project, step.run_id),
                         task=task)
+    if cfg.done_when.kind == "tasks":  # no `[x]` an agent ticked counts without its evidence
+        done, why = done_gate(step, done, why, task, iteration)
     if task and not done and cfg.done_when.kind == "tasks":
         step.say(f"iteration {iteration}: not done: {why}", "info")  # a child's one task: where it stands
     if done:

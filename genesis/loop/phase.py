@@ -19,7 +19,7 @@ from genesis.agents.models import model_of
 from genesis.config import read_prompt
 from genesis.health.toollog import tool_log_path
 from genesis.ledger.store import WATCH_TIMEOUT, LedgerError
-from genesis.loop import ceilings, keyedtries, lostloop, recovery, startfail, waiting
+from genesis.loop import ceilings, keyedtries, lostloop, recovery, startfail, taskcheck, waiting
 from genesis.loop.ending import commit_message, describe, how_it_ended, reported, said_done
 from genesis.loop.commitfail import commit_failed, lock_removed
 from genesis.loop.guard import HookRemoved, heal
@@ -133,6 +133,8 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     aside = keyedtries.stepped_aside(step, phase.name, iteration, done)  # a newer loop owns the branch
     if aside is not None:
         return aside
+    if outcome.status != "interrupted":  # a stopping loop runs no check; what it ticked stays unproven
+        taskcheck.after_phase(step, phase.name, iteration, work)
     return _act_on(step, phase, iteration, outcome, ending, detail, attempt)
 
 
@@ -183,12 +185,14 @@ def _prepare(step: Step, phase: Phase, iteration: int) -> Attempt:
     return Attempt(base, recovery.retries_so_far(step, iteration, phase.name), nth, adapter, argv,
                    lay.agent_log(step.run_id, iteration, phase.name, attempt=nth),
                    lay.agent_log(step.run_id, iteration, phase.name, suffix, attempt=nth) if suffix else None, hb,
-                   agent_env(step, phase.name, iteration), _prompt(phase), box=box)
+                   agent_env(step, phase.name, iteration), _prompt(step, phase), box=box)
 
 
-def _prompt(phase: Phase) -> str:
-    """The phase's prompt; a loop told its one task (a fleet's child) is told it first."""
-    return with_task(read_prompt(phase.prompt_file), task_of(os.environ), task_id_of(os.environ))
+def _prompt(step: Step, phase: Phase) -> str:
+    """The phase's prompt; a loop told its one task (a fleet's child) is told it first, and the
+    checks that refuted a task's last claim (loop/taskcheck.py) before the instructions."""
+    return with_task(taskcheck.notes_for_prompt(step) + read_prompt(phase.prompt_file), task_of(os.environ),
+                     task_id_of(os.environ))
 
 
 def _ordinal(step: Step, iteration: int, phase: str) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from genesis.repo import safety
 from genesis.repo.gitcmd import GitFailed, run_git
-from genesis.repo.tasks import done_tasks
+from genesis.repo.tasks import DONE, done_tasks, read_tasks
 
 __all__ = ["Before", "before", "after", "since_refs", "MAX_COMMITS", "GIT_BOUND"]
 
@@ -25,6 +25,7 @@ GIT_BOUND = 10.0      # seconds for each git call
 class Before:
     head: str | None          # HEAD's sha when the phase started (None: no commit yet, or unreadable)
     done: frozenset[str]      # TASKS.md items already ticked
+    checks: tuple[tuple[str, str], ...] = ()  # (task, its check:) as TASKS.md had them: the agent's edits don't count
 
 
 def _git(project: Path, *args: str) -> str | None:
@@ -37,7 +38,11 @@ def _git(project: Path, *args: str) -> str | None:
 
 def before(project: Path) -> Before:
     head = _git(project, "rev-parse", "--verify", "-q", "HEAD")
-    return Before(head.strip() or None if head else None, done_tasks(project))
+    tasks = read_tasks(project)
+    if tasks is None:
+        return Before(head.strip() or None if head else None, frozenset())
+    return Before(head.strip() or None if head else None, tasks.texts(DONE),
+                  tuple((t.text, t.check) for t in tasks.items if t.check))
 
 
 def since_refs(run_id: str, iteration: int, phase: str) -> tuple[str, ...]:

@@ -6,6 +6,11 @@ indentation, whose first thing is a box: `[ ]` open, `[?]` done and awaiting rev
 is not open, so no loop takes it up again until someone reopens it). Anything else is not a
 task, and neither is an item inside a fenced code block (an example of the format is not
 work to do).
+
+A task may carry its check: a line under it, indented further than its marker, reading
+`check: COMMAND` (the command may be wrapped in backticks). Genesis runs it when an agent
+ticks the task `[x]` (loop/taskcheck.py). The task's lines end at the next task, at a line
+that is not indented further, or at a fence; the first `check:` among them counts.
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from genesis.store.atomicio import CorruptFile, TooLarge, read_bytes
 
 __all__ = ["TASKS_FILE", "MAX_TASKS_BYTES", "OPEN", "REVIEW", "DONE", "FAILED", "Task", "Tasks", "parse",
-           "read_tasks", "done_tasks", "marked", "failed_line", "not_a_file"]
+           "read_tasks", "done_tasks", "marked", "failed_line", "not_a_file", "same_text", "reopened",
+           "NOTE_PREFIX"]
 
 TASKS_FILE = "TASKS.md"
 MAX_TASKS_BYTES = 4 << 20
@@ -31,6 +37,10 @@ MAX_REASON_CHARS = 120
 # The marker, the box, then a space or the line's end (`- [x]y` is not a task in Markdown either).
 ITEM_RE = re.compile(r"^[ \t]*(?:[-*+]|[0-9]{1,9}[.)])[ \t]+\[([ xX?!])\](?=[ \t]|$)[ \t]*(.*?)[ \t]*$")
 FENCE_RE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
+CHECK_RE = re.compile(r"^([ \t]+)check:[ \t]*(.*?)[ \t]*$")
+MAX_CHECK_CHARS = 1000
+NOTE_PREFIX = "Genesis:"   # the note Genesis writes under a task it reopened (one, replaced each time)
+_SPACE_RE = re.compile(r"[ \t]+")
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,7 @@ class Task:
     state: str      # OPEN, REVIEW, DONE or FAILED
     text: str       # what follows the box, cut to MAX_ITEM_CHARS
     line: int       # its line in the file, from 1
+    check: str = ""  # its `check:` command ("": none)
 
 
 @dataclass(frozen=True)
@@ -62,9 +73,21 @@ def _item(line: str) -> tuple[str, str] | None:
     return (STATES[found.group(1)], found.group(2)) if found else None
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _command(text: str) -> str:
+    """A check's command, unwrapped from one pair of backticks around it all."""
+    if len(text) > 2 and text[0] == text[-1] == "`" and "`" not in text[1:-1]:
+        text = text[1:-1].strip()
+    return text[:MAX_CHECK_CHARS]
+
+
 def parse(text: str) -> Tasks:
-    """Every task of a TASKS.md text, in order."""
-    items, fence = [], ""
+    """Every task of a TASKS.md text, in order, each with its check."""
+    items: list[Task] = []
+    fence, owner = "", None   # owner: the index of the task whose lines these are, with its indent
     for n, line in enumerate(text.splitlines(), 1):
         opened = FENCE_RE.match(line)
         if opened:
@@ -73,13 +96,29 @@ def parse(text: str) -> Tasks:
                 fence = mark
             elif mark[0] == fence[0] and len(mark) >= len(fence):
                 fence = ""
+            owner = None
             continue
         if fence:
             continue
         item = _item(line)
         if item is not None:
             items.append(Task(item[0], item[1][:MAX_ITEM_CHARS], n))
+            owner = (len(items) - 1, _indent(line))
+            continue
+        if not line.strip() or owner is None:
+            continue
+        if _indent(line) <= owner[1]:
+            owner = None
+            continue
+        found = CHECK_RE.match(line)
+        if found and not items[owner[0]].check and _command(found.group(2)):
+            items[owner[0]] = replace(items[owner[0]], check=_command(found.group(2)))
     return Tasks(tuple(items))
+
+
+def same_text(a: str, b: str) -> bool:
+    """Two tasks' texts are the same task: runs of spaces and tabs count as one space."""
+    return _SPACE_RE.sub(" ", a.strip()) == _SPACE_RE.sub(" ", b.strip())
 
 
 def read_tasks(project: Path) -> Tasks | None:
@@ -128,3 +167,30 @@ def failed_line(line: str, reason: str) -> str | None:
     why = " ".join(reason.split())[:MAX_REASON_CHARS] or "no reason given"
     end = len(boxed.rstrip("\r\n"))
     return f"{boxed[:end].rstrip()} (failed: {why}){boxed[end:]}"
+
+
+def reopened(text: str, task: str, state: str, note: str) -> str | None:
+    """The TASKS.md text with every done line of `task` set to `state` and Genesis's note under
+    each (`Genesis: ...`, replacing the note an earlier reopening left there); None when no
+    done line of that task is found."""
+    lines = text.splitlines(keepends=True)
+    done = {t.line for t in parse(text).items if t.state == DONE and same_text(t.text, task)}
+    if not done:
+        return None
+    out: list[str] = []
+    skipping = False
+    for n, line in enumerate(lines, 1):
+        if skipping and line.strip().startswith(NOTE_PREFIX) and _indent(line) > 0:
+            continue  # the earlier note, replaced by the new one
+        skipping = False
+        if n not in done:
+            out.append(line)
+            continue
+        boxed = marked(line, state) or line
+        found = ITEM_RE.match(line.rstrip("\r\n"))
+        pad = re.sub(r"\S", " ", line[:found.start(1) - 1]) if found else "  "
+        ending = "\r\n" if line.endswith("\r\n") else "\n"
+        out.append(boxed if boxed.endswith("\n") else boxed + ending)
+        out.append(f"{pad}{NOTE_PREFIX} {' '.join(note.split())}{ending}")
+        skipping = True
+    return "".join(out)

@@ -163,5 +163,6 @@ def _plain(n: Any) -> dict:
     cost_in, cost_out = n.tokens
     data.update(cost_usd=n.cost_usd, input_tokens=cost_in, output_tokens=cost_out,
                 abnormal=len(n.abnormal), tasks_done=list(n.tasks_done),
+                refuted=[{"iteration": i, "phase": p, "task": t} for i, p, t in sorted(n.refuted, key=str)],
                 cost_by_iteration=[{"iteration": i, "cost_usd": cost} for i, cost in n.cost_by_iteration])
     return data

@@ -418,6 +418,24 @@ def _tasks(tasks: tuple[TaskRow, ...]) -> str:
                      numeric=(5, 6, 7), text=(0,)))
 
 
+def _task_evidence(night: Night) -> str:
+    """Each task's latest evidence: the checks Genesis ran when a phase ticked it done, their result."""
+    rows = []
+    for r in night.evidence:
+        ran = "-" if not r.command else f"exit {r.exit_code}" if r.exit_code is not None else "killed or not started"
+        tail = "<br>".join(_e(sanitize(line)) for line in r.tail) if r.outcome == "failed" and r.tail else ""
+        rows.append([_line(r.task), f'<span class="out evidence-{_css_name(r.outcome)}">{_e(r.said)}</span>',
+                     f"<code>{_e(one_line(r.command))}</code>" if r.command else '<span class="muted">no check</span>',
+                     _e(ran), _e(duration(r.seconds)) if r.seconds is not None else "-",
+                     f'{_e(clock(r.at))}<br> <span class="muted">{_e(where(r.iteration, r.phase))}</span>',
+                     str(r.reopened), f'<span class="tail">{tail}</span>' if tail else ""])
+    return ('<p class="muted">the checks Genesis ran itself, in the agent\'s box, when a phase ticked a task done '
+            '(its <code>check:</code> line, GENESIS_CHECK_CMD): a failed one reopened the task; a task with no '
+            'check is done on the agent\'s word</p>'
+            + _table(["task", "result", "check", "exit", "took", "when", "reopened", "output's tail"], rows,
+                     numeric=(4, 6), text=(0, 2, 7)))
+
+
 def _forensics(text: str, incident_id: str, project: str) -> str:
     if not text:
         return '<p class="muted">no forensics: the incident\'s file is gone</p>'
@@ -506,13 +524,15 @@ def _body(night: Night, now: float, tasks: tuple[TaskRow, ...], prefix: str = ""
                              _table(["iteration", "phase", "what", "duration", "reason"], rows,
                                     numeric=(0, 3), text=(4,)) + _evidence(night)))
     parts.append(section("iterations", f"Iterations ({len(night.iterations)})", _iterations(night)))
-    done = [(p, task) for p in night.phases for task in p.tasks_done]
+    done = list(night.ticks)
     if tasks:
         parts.append(section("tasks", f"Tasks ({len(tasks)})", _tasks(tasks)))
     elif done:
         items = "".join(f'<li>{_line(task)} <span class="muted">(iteration {p.iteration} {_e(p.phase)})</span></li>'
                         for p, task in done)
         parts.append(section("tasks", f"Tasks done ({len(done)})", f'<ul class="tasks">{items}</ul>'))
+    if night.evidence:
+        parts.append(section("evidence", f"Task evidence ({len(night.evidence)})", _task_evidence(night)))
     if night.commit_troubles:
         rows = [[_e(where(t.iteration, t.phase) or "-"),
                  _e(TROUBLE_LABELS.get(t.kind, t.kind)), _line(t.text)]

@@ -12,10 +12,11 @@ from typing import Any
 from genesis.health.incidents import UnknownIncident, read_incident
 from genesis.hints import hint
 from genesis.ledger.store import Ledger, LedgerError
+from genesis.loop.claims import EVIDENCE_EVENT, REOPENED_EVENT
 from genesis.reporting import kpis
 from genesis.repo.history import Change, describe
-from genesis.reporting.model import (AlertRow, BreakerChange, CommitRow, CommitTrouble, HistoryRow, IncidentRow,
-                                     IterationRow, LeftOutRow, Night, PhaseRow, WaitRow)
+from genesis.reporting.model import (AlertRow, BreakerChange, CommitRow, CommitTrouble, EvidenceRow, HistoryRow,
+                                     IncidentRow, IterationRow, LeftOutRow, Night, PhaseRow, WaitRow)
 from genesis.store.atomicio import CorruptFile
 from genesis.store.layout import Layout
 from genesis.watch.agentlog import tail
@@ -130,6 +131,7 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
     silent = {str(e.get("id")): float(e["silent_for"]) for e in events
               if e["event"] == "incident" and isinstance(e.get("silent_for"), (int, float))}
     retries = q("SELECT COUNT(*) FROM retries WHERE run_id = ?")[0][0]
+    proofs = led.events(run_id, kinds=(EVIDENCE_EVENT, REOPENED_EVENT))
     reaped = sum(len(e.get("pids") or []) for e in events if e["event"] == "reap")
     return Night(
         run_id=run_id, project=run.project or "", started=run.started, ended=run.ended, reason=run.reason or "",
@@ -141,7 +143,10 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
         commit_troubles=_commit_troubles(led.events(run_id, kinds=("commit_failed", "index_lock_removed",
                                                                    "git_planted"))),
         left_out=_left_out(led.events(run_id, kinds=("commit_left_out", "agent_committed_secret"))),
-        phase_order=_phase_order(led.events(run_id, kinds=("loop_start",)), events))
+        phase_order=_phase_order(led.events(run_id, kinds=("loop_start",)), events),
+        evidence=_evidence(proofs),
+        refuted=frozenset((e.get("iteration"), e.get("phase"), " ".join(str(e.get("task")).split()))
+                          for e in proofs if e["event"] == REOPENED_EVENT))
 
 
 def final_alert_recorded(led: Ledger, run_id: str) -> bool:
@@ -181,6 +186,33 @@ def _left_out(events: list[dict[str, Any]]) -> tuple[LeftOutRow, ...]:
 
 
 TROUBLE_KINDS = {"commit_failed": "failed", "index_lock_removed": "lock_removed", "git_planted": "planted"}
+
+
+def _evidence(events: list[dict[str, Any]]) -> tuple[EvidenceRow, ...]:
+    """Each task's latest evidence, with the times it was reopened, as the run recorded them."""
+    latest: dict[str, dict[str, Any]] = {}
+    reopened: dict[str, int] = {}
+    for e in events:
+        task = " ".join(str(e.get("task", "")).split())
+        if e["event"] == REOPENED_EVENT:
+            reopened[task] = reopened.get(task, 0) + 1
+        else:
+            latest.pop(task, None)  # re-inserted: the order is the latest evidence's
+            latest[task] = e
+    rows = []
+    for task, e in latest.items():
+        checks = [c for c in e.get("checks") or [] if isinstance(c, dict)]
+        failed = next((c for c in checks if c.get("exit_code") != 0), None)
+        seconds = [float(c["seconds"]) for c in checks if isinstance(c.get("seconds"), (int, float))]
+        code = (failed or {}).get("exit_code") if failed else (0 if checks else None)
+        rows.append(EvidenceRow(task=str(e.get("task", "")), at=float(e.get("epoch") or 0),
+                                iteration=e.get("iteration"), phase=e.get("phase"), outcome=str(e.get("outcome", "")),
+                                command="; ".join(str(c.get("command", "")) for c in checks),
+                                exit_code=code if isinstance(code, int) else None,
+                                seconds=sum(seconds) if seconds else None, why=str(e.get("why", "")),
+                                tail=tuple(str(line) for line in e.get("tail") or []),
+                                reopened=reopened.get(task, 0)))
+    return tuple(rows)
 
 
 def _commit_troubles(events: list[dict[str, Any]]) -> tuple[CommitTrouble, ...]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = ["PhaseRow", "IterationRow", "WaitRow", "IncidentRow", "BreakerChange", "AlertRow", "CommitRow",
-           "HistoryRow", "CommitTrouble", "TROUBLE_LABELS", "LeftOutRow", "Kpis", "Night"]
+           "HistoryRow", "CommitTrouble", "TROUBLE_LABELS", "LeftOutRow", "EvidenceRow", "Kpis", "Night"]
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,29 @@ class LeftOutRow:
 
 
 @dataclass(frozen=True)
+class EvidenceRow:
+    """A task's latest evidence in the run (loop/claims.py): the checks Genesis ran after a phase
+    ticked it done, their result, and how often it was reopened."""
+    task: str
+    at: float
+    iteration: int | None
+    phase: str | None
+    outcome: str                   # passed, failed, unreviewed, agent's word
+    command: str                   # the checks run, `; `-joined ("": none, done on the agent's word)
+    exit_code: int | None          # the first failed check's (0: all passed; None: none ran, or killed)
+    seconds: float | None          # the checks' time in all
+    why: str = ""
+    tail: tuple[str, ...] = ()     # the failed (else the last) check's last output lines
+    reopened: int = 0              # times Genesis reopened it (or sent it back for review) in the run
+
+    @property
+    def said(self) -> str:
+        """`check passed`, `check failed`, `sent back for review`, `done on the agent's word`."""
+        return {"passed": "check passed", "failed": "check failed", "unreviewed": "sent back for review",
+                "agent's word": "done on the agent's word"}.get(self.outcome, self.outcome)
+
+
+@dataclass(frozen=True)
 class HistoryRow:
     """What a phase did to history (repo/history.py): said in full, with the safety ref that keeps it."""
     at: float
@@ -196,6 +219,8 @@ class Night:
     commit_troubles: tuple[CommitTrouble, ...] = ()  # failed auto-commits (abnormal) and stale locks removed
     left_out: tuple[LeftOutRow, ...] = ()  # files kept out of commits, and secret-looking ones the agent committed
     phase_order: tuple[str, ...] = ()  # GENESIS_PHASES as the run used it ((): unknown, first appearance)
+    evidence: tuple[EvidenceRow, ...] = ()  # each task's latest evidence (loop/claims.py), in the order first seen
+    refuted: frozenset[tuple[int, str, str]] = frozenset()  # (iteration, phase, task): ticks Genesis reopened
 
     @property
     def final_alert(self) -> AlertRow | None:
@@ -227,7 +252,14 @@ class Night:
 
     @property
     def tasks_done(self) -> tuple[str, ...]:
-        return tuple(t for p in self.phases for t in p.tasks_done)
+        """The tasks the phases ticked done, but those ticks Genesis reopened (their evidence refuted them)."""
+        return tuple(t for _, t in self.ticks)
+
+    @property
+    def ticks(self) -> tuple[tuple[PhaseRow, str], ...]:
+        """(phase, task) for each task a phase ticked done that was not reopened after it."""
+        return tuple((p, t) for p in self.phases for t in p.tasks_done
+                     if (p.iteration, p.phase, " ".join(t.split())) not in self.refuted)
 
     @property
     def cost_usd(self) -> float | None:

@@ -129,6 +129,16 @@ def where(iteration: int | None, phase: str | None) -> str:
     return " ".join(x for x in (f"iteration {iteration}" if iteration is not None else "", phase or "") if x)
 
 
+def evidence_title(night: Night) -> str:
+    """`task evidence (2: 1 on a passing check, 1 on the agent's word)`."""
+    rows = night.evidence
+    passed, word, failed, unreviewed = (sum(1 for r in rows if r.outcome == o)
+                                        for o in ("passed", "agent's word", "failed", "unreviewed"))
+    parts = [f"{passed} on a passing check", f"{word} on the agent's word"] + \
+        ([f"{failed} failed"] if failed else []) + ([f"{unreviewed} sent back for review"] if unreviewed else [])
+    return f"task evidence ({len(rows)}: {', '.join(parts)}; the checks Genesis ran when a phase ticked a task done)"
+
+
 def wait_span(night: Night, w: WaitRow) -> str:
     if w.ended is not None:
         return f"{span(w.started, w.ended)} ({between(w.started, w.ended)})"
@@ -297,10 +307,23 @@ def render_text(night: Night, width: int = 100, sending: tuple[str, ...] | None 
             what = TROUBLE_LABELS.get(t.kind, t.kind)
             console.print(f"{where(t.iteration, t.phase) or '-'}: {what}")
             console.print(Padding(one_line(t.text), (0, 0, 0, 4)))
-    done = [(p, task) for p in night.phases for task in p.tasks_done]
+    done = list(night.ticks)
     if done:
         section(f"tasks done ({len(done)})")
         console.print(_grid(*[[f"iteration {p.iteration} {p.phase}", one_line(task)] for p, task in done]))
+    if night.evidence:
+        section(evidence_title(night))
+        for r in night.evidence:
+            again = f"; reopened {plural(r.reopened, 'time')}" if r.reopened else ""
+            console.print(f"{one_line(r.task)}: {r.said} ({where(r.iteration, r.phase) or '-'}, {clock(r.at)}"
+                          f"{again})", soft_wrap=True)
+            if r.command:
+                ran = f"exit {r.exit_code}" if r.exit_code is not None else "killed or not started"
+                took = f" after {duration(r.seconds)}" if r.seconds is not None else ""
+                console.print(Padding(f"{one_line(r.command)}: {ran}{took}", (0, 0, 0, 4)))
+            if r.outcome == "failed":
+                for line in r.tail:
+                    console.print(f"    | {one_line(line)}", soft_wrap=True)
     if night.history:
         section(f"history changed ({len(night.history)}; `{hint(night.project, 'restore')}` lists what the safety "
                 f"refs keep)")

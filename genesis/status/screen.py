@@ -500,7 +500,8 @@ def _totals(t: Totals, last: LastRun | None, now: float) -> Text:
     if t.input_tokens is not None or t.output_tokens is not None:
         text.append(f" · tokens {_count(t.input_tokens or 0)} in, {_count(t.output_tokens or 0)} out")
     retries = f"{t.retries} retr{'y' if t.retries == 1 else 'ies'}"
-    text.append(f" · {_plural(t.commits, 'commit')} · {_plural(t.tasks_done, 'task')} done · "
+    word = f" ({t.on_word} on the agent's word: no check)" if t.on_word else ""
+    text.append(f" · {_plural(t.commits, 'commit')} · {_plural(t.tasks_done, 'task')} done{word} · "
                 f"{_plural(t.incidents, 'incident')} · {retries} · {_plural(t.waits, 'wait')}")
     if t.waits:
         text.append(f" ({duration(t.waited)})")

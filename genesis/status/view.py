@@ -23,6 +23,7 @@ from genesis.config import load_snapshot
 from genesis.hints import hint
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.breaker import BreakerState, retry_time
+from genesis.loop.claims import ACCEPTED, AGENT_WORD, EVIDENCE_EVENT, evidence_of
 from genesis.repo.tasks import DONE, OPEN, REVIEW, read_tasks
 from genesis.store.atomicio import CorruptFile, read_json
 from genesis.store.layout import Layout
@@ -113,7 +114,8 @@ class Totals:
     retries: int
     waits: int
     waited: float                # seconds
-    tasks_done: int              # TASKS.md items the run's phases ticked
+    tasks_done: int              # TASKS.md items the run's phases ticked (but those Genesis reopened)
+    on_word: int = 0             # of those, done on the agent's word: no check ran (loop/claims.py)
 
 
 @dataclass(frozen=True)
@@ -350,9 +352,13 @@ def totals(led: Ledger, run_id: str, current: bool, since: float, until: float |
         except ValueError:
             continue  # cut at its size cap: not counted rather than guessed
         if isinstance(items, list):
-            done.update(t for t in items if isinstance(t, str))
+            done.update(" ".join(t.split()) for t in items if isinstance(t, str))
+    latest = evidence_of(led.events(run_id, kinds=(EVIDENCE_EVENT,)))
+    done -= {task for task, e in latest.items() if e.get("outcome") not in ACCEPTED}  # reopened: not done
+    on_word = sum(1 for task in done if latest.get(task, {}).get("outcome") == AGENT_WORD)
     return Totals(run_id, current, since, until, count["iterations"], p[0], p[1] or 0, p[2] or 0, endings, p[3], p[4],
-                  p[5], count["commits"], count["incidents"], count["retries"], w[0], float(w[1] or 0.0), len(done))
+                  p[5], count["commits"], count["incidents"], count["retries"], w[0], float(w[1] or 0.0), len(done),
+                  on_word)
 
 
 def _read(path: Path) -> Any:

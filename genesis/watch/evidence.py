@@ -11,12 +11,13 @@ The report reads the kept tail back from `phase_end` (reporting/load.py).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 from genesis.redact import redact
 from genesis.watch.agentlog import read_end
 from genesis.words import sanitize
 
-__all__ = ["transcript_tail", "TAIL_LINES", "TAIL_BYTES", "WIDTH"]
+__all__ = ["transcript_tail", "tail_of", "TAIL_LINES", "TAIL_BYTES", "WIDTH"]
 
 TAIL_LINES = 20        # lines kept at most
 TAIL_BYTES = 4096      # bytes kept at most (UTF-8, a newline counted per line)
@@ -32,9 +33,16 @@ def transcript_tail(path: Path, lines: int = TAIL_LINES, most: int = TAIL_BYTES)
     text = data.decode("utf-8", errors="replace")
     if cut:
         text = text.split("\n", 1)[1] if "\n" in text else ""  # begins mid-line, maybe mid-character
+    return tail_of(text, lines, most)
+
+
+def tail_of(text: str, lines: int = TAIL_LINES, most: int = TAIL_BYTES,
+            env: Mapping[str, str] | None = None) -> list[str]:
+    """The newest non-blank lines of untrusted output, made safe and redacted as transcript_tail
+    says (`env`: whose secret-named variables' values are hidden too; None: this process's)."""
     # Made safe line by line first (a secret split by an escape sequence would pass), then
     # redacted whole (a key block spans lines), then cut.
-    clean = redact("\n".join(sanitize(raw, None) for raw in text.split("\n")))
+    clean = redact("\n".join(sanitize(raw, None) for raw in text.split("\n")), env)
     kept: list[str] = []
     size = 0
     for line in reversed(clean.split("\n")):

@@ -70,8 +70,8 @@ def loop_document(sources: Sequence[ProjectSource], key: str, now: float, reader
 def _read(layout: Layout, now: float) -> tuple[dict[str, Any], Path | None]:
     """What the loop's files say (its status, timeline and incidents), and its running phase's
     transcript when it lies in the loop's log folder."""
-    out: dict[str, Any] = {"status": None, "timeline": None, "incidents": [], "tail": [], "tail_file": None,
-                           "run_id": None, "error": None}
+    out: dict[str, Any] = {"status": None, "timeline": None, "incidents": [], "evidence": [], "tail": [],
+                           "tail_file": None, "run_id": None, "error": None}
     transcript = None
     try:
         st = build(layout, now=now)
@@ -91,6 +91,11 @@ def _read(layout: Layout, now: float) -> tuple[dict[str, Any], Path | None]:
                                          "phase": i.phase, "iteration": i.iteration,
                                          "reason": one_line(redact(i.reason), 300),
                                          "forensics": redact(i.forensics[:FORENSICS_LIMIT])} for i in n.incidents]
+                    out["evidence"] = [{"task": one_line(r.task, 300), "outcome": r.said,
+                                        "command": one_line(r.command, 1000), "exit_code": r.exit_code,
+                                        "seconds": r.seconds, "at_epoch": round(r.at, 3), "iteration": r.iteration,
+                                        "phase": r.phase, "reopened": r.reopened,
+                                        "tail": [one_line(line, 300) for line in r.tail]} for r in n.evidence]
                     starts = led.events(run_id, kinds=("phase_start",))
                     log = starts[-1].get("log") if starts else None
                     if isinstance(log, str) and log:

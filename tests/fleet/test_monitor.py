@@ -96,7 +96,9 @@ def test_a_restarted_monitor_adopts_the_running_child_and_launches_no_duplicate(
         assert led.task(ident).state == "running" and led.task(ident).run_id == "child-run"
 
 
-def test_a_child_that_ended_while_no_monitor_watched_is_taken_over(project, tmp_path):
+def ended_child(project: Path, tmp_path: Path, evidence: str) -> Path:
+    """A child's worktree whose loop ticked its task `[x]` and ended 0, its own ledger holding the
+    tick and Genesis's evidence of it (`evidence`: its outcome)."""
     with_tasks(project, TASK)
     ident = task_id(TASK)
     wt = tmp_path / "wt"
@@ -106,7 +108,15 @@ def test_a_child_that_ended_while_no_monitor_watched_is_taken_over(project, tmp_
     layout = default_layout(wt)
     private_dir(layout.state_dir)
     with Ledger.open(layout.ledger_file) as child_ledger:
+        child_ledger.record("child-run", "phase_work", iteration=1, phase="Builder", tasks_done=[TASK])
+        child_ledger.record("child-run", "task_evidence", iteration=1, phase="Builder", task=TASK, outcome=evidence)
         child_ledger.record("child-run", "loop_end", reason="done: the work is finished", exit_code=0)
+    return wt
+
+
+def test_a_child_that_ended_while_no_monitor_watched_is_taken_over(project, tmp_path):
+    wt = ended_child(project, tmp_path, "agent's word")
+    ident = task_id(TASK)
     with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
         led.upsert_task(TaskRow(ident, TASK, "running", attempts=1, branch=branch_for(ident), worktree=str(wt),
                                 run_id="child-run", pid=999_999))
@@ -118,6 +128,25 @@ def test_a_child_that_ended_while_no_monitor_watched_is_taken_over(project, tmp_
         (end,) = led.events("child_end")
         assert (end.detail["exit_code"], end.detail["outcome"]) == (0, "verified")
         assert [m.task_id for m in monitor.merges] == [ident]
+
+
+def test_a_child_whose_task_is_ticked_on_its_branch_but_refuted_by_its_evidence_is_not_verified(project, tmp_path):
+    """Its loop ended 0 with `[x]` on its branch (its reopening was never committed): its own
+    ledger's evidence refutes the tick, so nothing of its branch is queued to come home."""
+    wt = ended_child(project, tmp_path, "failed")
+    ident = task_id(TASK)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        led.upsert_task(TaskRow(ident, TASK, "running", attempts=1, branch=branch_for(ident), worktree=str(wt),
+                                run_id="child-run", pid=999_999))
+        led.begin_attempt(ident, "start", "", "configured", "child-run", time.time())
+        monitor = monitor_of(project, led)
+        monitor.reconcile()
+        monitor.check_children()
+        (end,) = led.events("child_end")
+        assert (end.detail["exit_code"], end.detail["outcome"]) == (0, "failed")
+        assert end.detail["reason"] == ("its task is [x] on its branch, but it was ticked done without evidence "
+                                        "that bears it out")
+        assert monitor.merges == [] and led.task(ident).state != "merging"
 
 
 def test_a_fleet_alert_reaches_the_users_alert_command(project, tmp_path):

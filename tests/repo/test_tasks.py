@@ -7,7 +7,7 @@ import os
 import pytest
 
 from genesis.repo.tasks import (DONE, FAILED, MAX_TASKS_BYTES, OPEN, REVIEW, Task, done_tasks, failed_line, marked,
-                                parse, read_tasks)
+                                parse, read_tasks, reopened)
 
 
 @pytest.mark.fault(69)
@@ -118,3 +118,54 @@ def test_failed_line_marks_the_box_and_says_why_on_the_same_line(line, reason, n
     assert failed_line(line, reason) == new
     if new is not None:
         assert parse(new).items[0].state == FAILED
+
+
+def test_a_task_carries_the_check_on_an_indented_line_under_it():
+    tasks = parse("# Tasks\n\n"
+                  "- [ ] serve /health\n"
+                  "  check: pytest tests/test_health.py -q\n"
+                  "- [x] wrapped in backticks\n"
+                  "    a note first, then the check\n"
+                  "\n"
+                  "    check:   `make test`  \n"
+                  "    check: not this one: the first counts\n"
+                  "1. [ ] numbered\n"
+                  "   check: ./run.sh 'a b'\n")
+    assert [(t.text, t.check) for t in tasks.items] == [
+        ("serve /health", "pytest tests/test_health.py -q"), ("wrapped in backticks", "make test"),
+        ("numbered", "./run.sh 'a b'")]
+
+
+@pytest.mark.parametrize("text", [
+    "- [ ] no indent\ncheck: make test\n",                       # not under the task: a line of its own
+    "- [ ] ended by a line\nsome paragraph\n  check: make test\n",  # the paragraph ended the task's lines
+    "- [ ] ended by a fence\n```\n  check: make test\n```\n",
+    "  - [ ] indented task\n  check: make test\n",               # no deeper than the task's marker
+    "- [ ] empty\n  check:\n",
+    "- [ ] in words\n  the check: make test\n",
+])
+def test_a_check_line_not_under_its_task_is_no_check(text):
+    assert [t.check for t in parse(text).items] == [""]
+
+
+def test_a_nested_task_has_its_own_check_and_a_task_s_lines_end_at_the_next_task():
+    tasks = parse("- [ ] parent\n  check: parent-check\n  - [ ] child\n    check: child-check\n")
+    assert [(t.text, t.check) for t in tasks.items] == [("parent", "parent-check"), ("child", "child-check")]
+    # After its child, a line at the parent's depth is the parent's no more (one simple rule: the next task ends it).
+    late = parse("- [ ] parent\n  - [ ] child\n  check: too late\n")
+    assert [(t.text, t.check) for t in late.items] == [("parent", ""), ("child", "")]
+
+
+def test_a_reopened_task_is_open_again_with_genesiss_note_under_it_replacing_the_last():
+    text = "# Tasks\n\n- [x] serve  /health\n  check: make test\n3. [x] another\n"
+    once = reopened(text, "serve /health", OPEN, "reopened: `make test` exited 2")
+    assert once == ("# Tasks\n\n- [ ] serve  /health\n  Genesis: reopened: `make test` exited 2\n  check: make test\n"
+                    "3. [x] another\n")
+    ticked = once.replace("- [ ] serve", "- [x] serve")
+    twice = reopened(ticked, "serve /health", REVIEW, "sent back for review")
+    assert twice == ("# Tasks\n\n- [?] serve  /health\n  Genesis: sent back for review\n  check: make test\n"
+                     "3. [x] another\n")
+    assert parse(twice).items[0].check == "make test"
+    assert reopened("3. [x] another\r\n", "another", OPEN, "a\nb") == "3. [ ] another\r\n   Genesis: a b\r\n"
+    assert reopened(text, "not a task here", OPEN, "x") is None
+    assert reopened("- [ ] serve /health\n", "serve /health", OPEN, "x") is None  # only a done task is reopened

@@ -56,7 +56,7 @@ def test_the_pages_are_shells_with_the_dom_contract(project):
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert '<script src="/static/app.js" defer></script>' in page.text and 'data-live="no"' in page.text
     assert all(f in overview.text for f in ('id="machine-score"', 'id="alerts"', 'data-page="overview"'))
-    assert all(f'id="{i}"' in loop.text for i in ("timeline", "transcript", "incidents"))
+    assert all(f'id="{i}"' in loop.text for i in ("timeline", "transcript", "incidents", "evidence"))
     assert f'data-key="{key_of(project)}"' in loop.text and '<pre id="transcript"' in loop.text
     for chart in ("by-agent", "by-model", "by-task", "by-project", "over-time", "retries", "retry-cost"):
         assert f'<canvas id="chart-{chart}">' in metrics.text
@@ -82,6 +82,24 @@ def test_a_loops_page_has_its_timeline_transcript_tail_and_incidents(project):
     assert len(doc["tail"]) == TAIL_LINES and doc["tail"][-1] == f"line {TAIL_LINES + 49}: working"
     assert doc["tail_file"].endswith(f"{RUN}/iter-0001-Criticizer.log")
     assert [(i["id"], i["kind"], i["phase"]) for i in doc["incidents"]] == [("inc-1", "stuck", "Criticizer")]
+
+
+def test_a_loops_page_has_each_tasks_evidence(project):
+    fd = loop_mid_phase(project, RUN, T0)
+    try:
+        with Ledger.open(default_layout(project).ledger_file) as led:
+            led.record(RUN, "task_evidence", at=T0 - 60, iteration=1, phase="Builder", task="add /health",
+                       outcome="failed", why="`make test` exited 2 (after 1s)", back_to="open",
+                       checks=[{"kind": "task", "command": "make test", "exit_code": 2, "seconds": 1.2}],
+                       tail=["\x1b[31mFAILED\x1b[0m test_health"])
+            led.record(RUN, "task_reopened", at=T0 - 59, iteration=1, phase="Builder", task="add /health", to="open")
+        with client(project) as c:
+            doc = c.get(f"/api/loop/{key_of(project)}").json()
+    finally:
+        os.close(fd)
+    assert doc["evidence"] == [{"task": "add /health", "outcome": "check failed", "command": "make test",
+                                "exit_code": 2, "seconds": 1.2, "at_epoch": T0 - 60, "iteration": 1,
+                                "phase": "Builder", "reopened": 1, "tail": ["FAILED test_health"]}]
 
 
 def test_a_fleet_tasks_page_is_its_child_loops(project):

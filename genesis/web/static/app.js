@@ -247,6 +247,20 @@
       inc.appendChild(d);
     });
     if (!doc.incidents.length) inc.appendChild(el("p", "muted", "no incident in this run"));
+    // Each task's evidence: the checks Genesis ran itself when a phase ticked it done.
+    const ev = document.getElementById("evidence");
+    ev.replaceChildren();
+    (doc.evidence || []).forEach(function (r) {
+      const code = r.exit_code === null ? "killed or not started" : "exit " + r.exit_code;
+      const ran = r.command ? " · `" + r.command + "` " + code : "";
+      const again = r.reopened ? " · reopened " + r.reopened + (r.reopened === 1 ? " time" : " times") : "";
+      const d = el("details", "evidence");
+      d.appendChild(el("summary", null, r.task + ": " + r.outcome + ran + " · " + localTime(r.at_epoch) + " " +
+        (r.phase || "?") + " iteration " + (r.iteration === null ? "?" : r.iteration) + again));
+      if (r.tail.length) d.appendChild(el("pre", "forensics", r.tail.join("\n")));
+      ev.appendChild(d);
+    });
+    if (!(doc.evidence || []).length) ev.appendChild(el("p", "muted", "no task ticked done in this run"));
     body.dataset.updated = String(doc.generated_at_epoch);
   }
 
