@@ -23,6 +23,7 @@ import asyncio
 import contextvars
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -45,7 +46,7 @@ from genesis.agents import adapter_of
 from genesis.alerts import handoff
 from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_TEXT, Ticket
 from genesis.clock import iso
-from genesis.config import Config, ConfigError, layout_for, resolve
+from genesis.config import Config, ConfigError, default_of, layout_for, resolve
 from genesis.fleet import children as kids
 from genesis.fleet import merging, worktrees
 from genesis.fleet.beats import newest_beat
@@ -65,7 +66,7 @@ from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, INFRA,
                                       AlertInput, AttemptInput, AttemptResult, MarkInput, MergeInput, MergeOutcome,
                                       TaskSpec, commit_key)
 
-__all__ = ["MachineActivities", "HomeActivities", "MONITOR_FILE", "BEAT_EVERY"]
+__all__ = ["MachineActivities", "HomeActivities", "MONITOR_FILE", "BEAT_EVERY", "untrusted"]
 
 MONITOR_FILE = "monitor.json"     # the child's liveness signal of its monitor (here: this activity)
 BEAT_EVERY = 1.0                  # seconds between two heartbeats to Temporal, and two looks at the child
@@ -155,6 +156,11 @@ class MachineActivities:
         except ConfigError as exc:   # it would stop every child alike: the fleet stops
             raise ApplicationError(f"{self.host}: {exc}", {"host": self.host, "exit_code": exitcodes.USAGE},
                                    type=FLEET_STOPPING, non_retryable=True) from exc
+        refused = untrusted(cfg, self.env)
+        if refused:   # the workflow's input names the command; this machine decides what it runs
+            raise ApplicationError(f"{self.host}: refused: {refused}", {"host": self.host,
+                                                                        "exit_code": exitcodes.UNTRUSTED_COMMAND},
+                                   type=FLEET_STOPPING, non_retryable=True)
         fleet_dir = private_dir(folder / "fleet")
         child, slot = await asyncio.to_thread(self._adopted, inp, wt), -1
         adopted = child is not None
@@ -450,6 +456,28 @@ def _last_trace(child: kids.Child, log: Path) -> float:
             except OSError:
                 pass
     return max(found)
+
+def untrusted(cfg: Config, env: Mapping[str, str]) -> str:
+    """Why the attempt's agent command lines are not this machine's to run ("" when they are).
+    A machine runs its own GENESIS_AGENT_CMD (the default when unset), its own
+    GENESIS_FALLBACK_AGENT_CMD and the lines its GENESIS_TEMPORAL_AGENT_COMMANDS lists; anyone
+    who can start a workflow in the namespace writes the input, so nothing else is taken."""
+    def words(line: str) -> tuple[str, ...]:
+        try:
+            return tuple(shlex.split(line))
+        except ValueError:
+            return ()
+
+    mine = {words(env.get("GENESIS_AGENT_CMD") or default_of("GENESIS_AGENT_CMD") or ""),
+            words(env.get("GENESIS_FALLBACK_AGENT_CMD") or ""),
+            *(words(line) for line in (env.get("GENESIS_TEMPORAL_AGENT_COMMANDS") or "").split("|"))} - {()}
+    for asked in (cfg.agent_cmd, cfg.fallback_agent_cmd):
+        if asked and tuple(asked) not in mine:
+            line = shlex.join(asked)
+            return (f"the agent command {line[:300]!r} is not one this machine runs: add it to the worker's "
+                    f"GENESIS_TEMPORAL_AGENT_COMMANDS (|-separated) if it should, then start the fleet again")
+    return ""
+
 
 def bad_input(fleet_workflow: str, task: TaskSpec, target: str, remote_url: str) -> str:
     """What is wrong with a workflow's input before any of it becomes a path, a ref or a URL
