@@ -92,11 +92,18 @@ class Mirror:
                 if state == "verified":
                     state = "merging"
                 mirrored = len(led.attempts(task_id))
+                reason = str(said.get("reason") or row.get("reason") or "")
+                run_id, running = "", memo.get("running") if isinstance(memo.get("running"), dict) else {}
+                if running and state == "running" and attempts and attempts[-1].get("ended") is None:
+                    # the attempt under way counts, and says where it runs (its worker's heartbeat)
+                    mirrored += 1
+                    run_id = str(running.get("run_id") or "")
+                    reason = reason or _where(running, len(attempts))
                 led.upsert_task(TaskRow(
                     task_id, str(row.get("text", "")), state, int(row.get("strategy", 0)), mirrored,
                     int(row.get("restarts", 0)), int(row.get("escalations", 0)), str(row.get("branch", "")),
-                    "", str(said.get("reason") or row.get("reason") or ""), str(said.get("sha") or ""),
-                    "", None, float(row.get("not_before", 0.0)), float(row.get("updated", 0.0)),
+                    "", reason, str(said.get("sha") or ""),
+                    run_id, None, float(row.get("not_before", 0.0)), float(row.get("updated", 0.0)),
                     float(row.get("created", 0.0))))
                 self._events(led, task_id, text, state, said)
             self._cascade(led, fleet.get("cascade"))
@@ -193,3 +200,17 @@ def _key_of(task_id: str | None, detail: object) -> tuple[str, int, float] | Non
     if not isinstance(number, int) or not isinstance(started, (int, float)):
         return None
     return task_id, number, round(float(started), 3)
+
+
+def _where(running: dict, number: int) -> str:
+    """The running attempt in words: its number, machine, stage, loop and worktree there."""
+    host, stage = str(running.get("host") or "a machine"), str(running.get("stage") or "starting")
+    tries = running.get("tries")
+    said = f"attempt {number} on {host}: {stage}"
+    if isinstance(tries, int) and tries > 1:
+        said += f" (Temporal's try {tries})"
+    if running.get("pid"):
+        said += f", pid {running['pid']}"
+    if running.get("worktree"):
+        said += f", in {running['worktree']}"
+    return said

@@ -115,3 +115,18 @@ def test_a_restarted_home_copies_only_the_attempts_the_home_before_it_had_not(tm
     later.sync({"tasks": {}}, {"t-1": {"row": ROW, "attempts": [attempt(started=500.0, ended=530.0)]}}, {})
     with FleetLedger.open(path, readonly=True) as led:
         assert len(led.attempts("t-1")) == 3
+
+
+def test_the_running_attempt_counts_and_says_where_it_runs(tmp_path):
+    """As its worker's heartbeat tells it (reading.task_memos): its machine, stage, loop and worktree."""
+    path = tmp_path / "ledger.sqlite3"
+    running = {"host": "A", "stage": "running", "run_id": "r9", "pid": 42, "worktree": "/srv/w/t-1", "tries": 1}
+    memo = {"row": {**ROW, "state": "running", "reason": ""}, "attempts": [attempt(ended=None, exit_code=None,
+                                                                                   outcome=None, host="")],
+            "running": running}
+    Mirror(path, "fleet-1").sync({"tasks": {}}, {"t-1": memo}, {})
+    with FleetLedger.open(path, readonly=True) as led:
+        (row,) = led.tasks()
+        assert led.attempts("t-1") == []   # written once, at its end
+    assert (row.state, row.attempts, row.run_id) == ("running", 1, "r9")
+    assert row.reason == "attempt 1 on A: running, pid 42, in /srv/w/t-1"
