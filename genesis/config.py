@@ -213,6 +213,16 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_TEMPORAL_ACCOUNT", "", "the temporal engine: a name for the agent subscription machines share, "
          "so a usage limit met on one holds all; read at home, for its whole fleet (empty: from the home's "
          "API key's fingerprint, else the home machine's name: per home, not per worker)"),
+    Knob("GENESIS_TEMPORAL_TLS_CA", "", "the temporal engine: a PEM file of the CA that signed the server's "
+         "certificate; setting it (or a certificate, or an API key) turns TLS on (empty: the system's roots)"),
+    Knob("GENESIS_TEMPORAL_TLS_CERT", "", "the temporal engine: this client's PEM certificate, for mutual TLS "
+         "(with GENESIS_TEMPORAL_TLS_KEY)"),
+    Knob("GENESIS_TEMPORAL_TLS_KEY", "", "the temporal engine: the PEM private key of GENESIS_TEMPORAL_TLS_CERT"),
+    Knob("GENESIS_TEMPORAL_API_KEY_FILE", "", "the temporal engine: a file holding the API key (Temporal Cloud); "
+         "the environment's GENESIS_TEMPORAL_API_KEY wins; the key is never shown"),
+    Knob("GENESIS_TEMPORAL_AGENT_COMMANDS", "", "the temporal engine, on a worker: |-separated agent command "
+         "lines it may run besides its own GENESIS_AGENT_CMD and GENESIS_FALLBACK_AGENT_CMD; a workflow asking "
+         "for any other is refused"),
 )
 KNOB_NAMES = {k.name for k in KNOBS}
 KNOB_BY_NAME = {k.name: k for k in KNOBS}
@@ -232,7 +242,8 @@ NOT_SETTINGS = frozenset({"GENESIS_AGENT", "GENESIS_ITERATION", "GENESIS_PHASE",
                           "GENESIS_PROJECT_DIR", "GENESIS_HEARTBEAT_FILE", "GENESIS_STATE_DIR", "GENESIS_HOOK_ATOMIC",
                           "GENESIS_BIN", "GENESIS_HOME", "GENESIS_ALERT_SEVERITY", "GENESIS_ALERT_TEXT",
                           "GENESIS_SIM_SCRIPT", "GENESIS_SIM_PORT", "GENESIS_TASK", "GENESIS_TASK_ID",
-                          "GENESIS_FLEET_DIR", "GENESIS_PORT_BASE", "GENESIS_PORT_COUNT"})
+                          "GENESIS_FLEET_DIR", "GENESIS_PORT_BASE", "GENESIS_PORT_COUNT",
+                          "GENESIS_TEMPORAL_API_KEY"})
 CLOSE = 0.8                  # difflib's ratio for "most likely meant"
 MAX_ADVICE = 10              # warnings said at one start, at most
 # $NAME or ${NAME...}: what a shell would expand and genesis.conf does not.

@@ -130,6 +130,11 @@ READ = {
     "GENESIS_TEMPORAL_HOST_WAIT_SECONDS": (lambda c: temporal_settings(c.settings).host_wait, float),
     "GENESIS_TEMPORAL_REMOTE": (lambda c: temporal_settings(c.settings).remote, str),
     "GENESIS_TEMPORAL_ACCOUNT": (lambda c: temporal_settings(c.settings).account, str),
+    "GENESIS_TEMPORAL_TLS_CA": (lambda c: temporal_settings(c.settings).tls_ca, str),
+    "GENESIS_TEMPORAL_TLS_CERT": (lambda c: temporal_settings(c.settings).tls_cert, str),
+    "GENESIS_TEMPORAL_TLS_KEY": (lambda c: temporal_settings(c.settings).tls_key, str),
+    "GENESIS_TEMPORAL_API_KEY_FILE": (lambda c: temporal_settings(c.settings).api_key_file, str),
+    "GENESIS_TEMPORAL_AGENT_COMMANDS": (lambda c: "|".join(temporal_settings(c.settings).agent_commands), str),
 }
 
 

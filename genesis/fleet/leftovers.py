@@ -25,7 +25,7 @@ from genesis.loop.breaker import CLOSED, BreakerState
 from genesis.repo.autocommit import user_changes
 from genesis.store.atomicio import CorruptFile, read_json
 
-__all__ = ["make_startable", "unfair", "set_breaker_aside", "SNAPSHOTS", "BREAKER_FILE"]
+__all__ = ["make_startable", "unfair", "set_breaker_aside", "keep_aside", "SNAPSHOTS", "BREAKER_FILE"]
 
 SNAPSHOTS = "refs/genesis/leftovers"   # a killed attempt's work tree, kept where no history check looks
 BREAKER_FILE = Path("orchestrator") / ".circuit_breaker.json"   # Layout.breaker_file, in the worktree
@@ -92,6 +92,16 @@ def set_breaker_aside(worktree: Path, attempt: int) -> str:
     os.replace(path, kept)
     return (f"set aside the circuit breaker attempt {attempt} left ({state.state}, {state.no_progress_count} "
             f"iteration(s) without progress; kept as {kept.name}): the next attempt starts with a fair breaker")
+
+
+def keep_aside(worktree: Path, ref: str, message: str) -> str:
+    """The work tree as it is (uncommitted changes and new files, ignored ones aside) kept as a
+    commit on its HEAD at ref, before something resets it; ref, or "" when nothing was uncommitted."""
+    git = Git(Path(worktree))
+    left = git("status", "--porcelain", "--untracked-files=all")
+    if left.returncode != 0 or not left.text.strip():
+        return ""
+    return _snapshot(git, Path(git.out("rev-parse", "--absolute-git-dir")), ref, message)
 
 
 def _snapshot(git: Git, git_dir: Path, ref: str, message: str) -> str:

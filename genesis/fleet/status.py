@@ -97,6 +97,7 @@ class Monitor:
     run_id: str
     started: float | None
     heartbeat_at: float | None     # monitor.json's "at" (None: no readable file)
+    unreachable_since: float | None = None   # a Temporal fleet's home: since when Temporal has not answered
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,8 @@ def _monitor(fleet_dir: Path) -> tuple[Monitor, str]:
         return Monitor(alive, None, "", None, None), problem
     pid = data.get("pid")
     return Monitor(alive, pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
-                   str(data.get("run_id") or ""), _number(data.get("started")), _number(data.get("at"))), problem
+                   str(data.get("run_id") or ""), _number(data.get("started")), _number(data.get("at")),
+                   _number(data.get("temporal_unreachable_since"))), problem
 
 
 def _holds(events: Sequence[FleetEvent], now: float) -> tuple[Hold | None, Hold | None]:
@@ -331,6 +333,7 @@ def document(fs: FleetStatus) -> dict[str, Any]:
         "monitor": {
             "alive": m.alive, "pid": m.pid, "run_id": _or_none(m.run_id), **_time("started", m.started),
             **_time("heartbeat_at", m.heartbeat_at), "heartbeat_age_seconds": _age(now, m.heartbeat_at),
+            **_time("temporal_unreachable_since", m.unreachable_since),
         },
         "limit": _hold(fs.limit, now),
         "cascade": _hold(fs.cascade, now),
@@ -404,6 +407,9 @@ def render(fs: FleetStatus, shown: int = SHOWN) -> RenderableType:
                           + ("runs" if m.alive else "has ended" if fs.ended is not None else "is gone")))
     elif m.alive:
         parts.append(Text(f"monitor: pid {m.pid or '?'}, alive; heartbeat {_ago(now, m.heartbeat_at)}"))
+        if m.unreachable_since is not None:
+            parts.append(Text(f"Temporal unreachable since {when.stamp(m.unreachable_since)} "
+                              f"({duration(now - m.unreachable_since)}), retrying", style="yellow"))
     else:
         last = f"; last heartbeat {_ago(now, m.heartbeat_at)}" if m.heartbeat_at is not None else ""
         parts.append(Text(f"monitor: not running{last}", style="red" if fs.state == "stopped" else ""))

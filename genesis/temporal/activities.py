@@ -20,8 +20,10 @@ every attempt it runs, and must never wait on git.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -44,11 +46,11 @@ from genesis.agents import adapter_of
 from genesis.alerts import handoff
 from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_TEXT, Ticket
 from genesis.clock import iso
-from genesis.config import Config, ConfigError, layout_for, resolve
+from genesis.config import Config, ConfigError, default_of, layout_for, resolve
 from genesis.fleet import children as kids
 from genesis.fleet import merging, worktrees
 from genesis.fleet.beats import newest_beat
-from genesis.fleet.leftovers import make_startable
+from genesis.fleet.leftovers import SNAPSHOTS, keep_aside, make_startable
 from genesis.fleet.planning import Verdict, outcome_of
 from genesis.fleet.resources import MB, FleetSettings, available_memory, port_range
 from genesis.fleet.queue import done_at, tasks_at
@@ -60,11 +62,11 @@ from genesis.repo.gitcmd import GitFailed
 from genesis.repo.tasks import parse
 from genesis.store.atomicio import write_json
 from genesis.store.layout import private_dir
-from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, NO_REMOTE, PAUSED, USAGE_LIMIT,
+from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, INFRA, PAUSED, USAGE_LIMIT,
                                       AlertInput, AttemptInput, AttemptResult, MarkInput, MergeInput, MergeOutcome,
                                       TaskSpec, commit_key)
 
-__all__ = ["MachineActivities", "HomeActivities", "MONITOR_FILE", "BEAT_EVERY"]
+__all__ = ["MachineActivities", "HomeActivities", "MONITOR_FILE", "BEAT_EVERY", "untrusted"]
 
 MONITOR_FILE = "monitor.json"     # the child's liveness signal of its monitor (here: this activity)
 BEAT_EVERY = 1.0                  # seconds between two heartbeats to Temporal, and two looks at the child
@@ -86,6 +88,7 @@ WORKFLOW_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 TASK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}-[0-9a-f]{6}$")   # taskref.task_id's form
 BRANCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}$")
 MEMORY_EVERY = 5.0                # seconds between two looks at the memory while below the floor
+HOME_BEAT_EVERY = 5.0             # seconds between two heartbeats of a merge or mark at home
 
 
 class _Watch:
@@ -145,7 +148,7 @@ class MachineActivities:
         try:
             wt, fresh = await asyncio.to_thread(self._worktree, folder, inp)
         except (GitFailed, OSError, worktrees.WorktreeError) as exc:
-            raise ApplicationError(f"{self.host}: no worktree for {inp.task.branch}: {exc}", type=NO_REMOTE) from exc
+            raise _infra(self.host, f"no worktree for {inp.task.branch}: {exc}", info.attempt) from exc
         watch.details.update(stage="preparing the loop", worktree=str(wt), fresh_clone=fresh)
         settings = {**dict(inp.settings), "AUTO_PUSH": "true", "GENESIS_MAX_LIMIT_WAIT": "0s"}
         try:
@@ -153,11 +156,19 @@ class MachineActivities:
         except ConfigError as exc:   # it would stop every child alike: the fleet stops
             raise ApplicationError(f"{self.host}: {exc}", {"host": self.host, "exit_code": exitcodes.USAGE},
                                    type=FLEET_STOPPING, non_retryable=True) from exc
+        refused = untrusted(cfg, self.env)
+        if refused:   # the workflow's input names the command; this machine decides what it runs
+            raise ApplicationError(f"{self.host}: refused: {refused}", {"host": self.host,
+                                                                        "exit_code": exitcodes.UNTRUSTED_COMMAND},
+                                   type=FLEET_STOPPING, non_retryable=True)
         fleet_dir = private_dir(folder / "fleet")
         child, slot = await asyncio.to_thread(self._adopted, inp, wt), -1
         adopted = child is not None
         if child is None:
-            await asyncio.to_thread(self._prepare, inp, wt, cfg, info.attempt)
+            try:
+                await asyncio.to_thread(self._prepare, inp, wt, cfg, info.attempt)
+            except (GitFailed, OSError) as exc:
+                raise _infra(self.host, f"its worktree {wt} could not be made ready: {exc}", info.attempt) from exc
             await self._memory(watch)
             watch.details.update(stage="checking the account and the fleet")
             await self._may_start(inp, info.attempt)   # last: nothing slow between its word and the start
@@ -228,8 +239,16 @@ class MachineActivities:
         wt = worktrees.create(base, folder / "worktrees", inp.task.task_id, branch, f"{REMOTE_NAME}/{inp.target}")
         here = worktrees.Git(wt)
         local = worktrees.rev(here, "HEAD")
-        if pushed and local != pushed and here("merge-base", "--is-ancestor", local, pushed).returncode == 0:
-            here.out("merge", "-q", "--ff-only", pushed)   # another machine went further: catch up
+        if pushed and local != pushed and here("merge-base", "--is-ancestor", local, pushed).returncode == 0 \
+                and not _loop_in(inp, wt):   # another machine went further: catch up
+            # What a lost attempt here left uncommitted would stop the fast-forward: kept aside first.
+            kept = keep_aside(wt, f"{SNAPSHOTS}/{inp.task.task_id}/before-catch-up-{int(time.time())}",
+                              f"Genesis: the work tree {self.host} had left, set aside before it caught up with "
+                              f"{pushed[:12]}")
+            if kept:
+                here.out("reset", "-q", "--hard")
+                here.out("clean", "-fdq")
+            here.out("merge", "-q", "--ff-only", pushed)
         git.out("config", f"branch.{branch}.remote", REMOTE_NAME)
         git.out("config", f"branch.{branch}.merge", f"refs/heads/{branch}")
         return wt, fresh
@@ -368,6 +387,47 @@ class MachineActivities:
             await asyncio.sleep(BEAT_EVERY)
 
 
+class _Beating:
+    """A sync activity heartbeats from a thread of its own while it works (git, the project's
+    tests): its heartbeat stops only when its process does."""
+
+    def __init__(self, what: str, every: float = HOME_BEAT_EVERY) -> None:
+        self.what, self.every = what, every
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> "_Beating":
+        context = contextvars.copy_context()   # the activity's context, for activity.heartbeat
+        self.thread = threading.Thread(target=context.run, args=(self._beat,), daemon=True,
+                                       name="genesis-home-beat")
+        self.thread.start()
+        return self
+
+    def _beat(self) -> None:
+        while True:
+            activity.heartbeat(self.what)
+            if self.done.wait(self.every):
+                return
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+
+
+def _infra(host: str, what: str, tries: int) -> ApplicationError:
+    """A failure of this machine's git before any agent ran: the workflow's own backoff on any
+    machine, never the task's ladder nor Temporal's quick retry here."""
+    return ApplicationError(f"{host}: {what}", {"host": host, "activity_attempt": tries}, type=INFRA,
+                            non_retryable=True)
+
+
+def _loop_in(inp: AttemptInput, wt: Path) -> bool:
+    """A loop runs in the worktree (it is adopted, never reset under it)."""
+    holder = kids.holder_of(kids.Child(inp.task.task_id, wt, 0, 0.0, time.time(), inp.number))
+    return holder is not None and bool(holder.pid) and holder.alive()
+
+
 class _Frozen(Exception):
     """The loop runs (its process, its lock) but has left no trace within its bound."""
 
@@ -396,6 +456,28 @@ def _last_trace(child: kids.Child, log: Path) -> float:
             except OSError:
                 pass
     return max(found)
+
+def untrusted(cfg: Config, env: Mapping[str, str]) -> str:
+    """Why the attempt's agent command lines are not this machine's to run ("" when they are).
+    A machine runs its own GENESIS_AGENT_CMD (the default when unset), its own
+    GENESIS_FALLBACK_AGENT_CMD and the lines its GENESIS_TEMPORAL_AGENT_COMMANDS lists; anyone
+    who can start a workflow in the namespace writes the input, so nothing else is taken."""
+    def words(line: str) -> tuple[str, ...]:
+        try:
+            return tuple(shlex.split(line))
+        except ValueError:
+            return ()
+
+    mine = {words(env.get("GENESIS_AGENT_CMD") or default_of("GENESIS_AGENT_CMD") or ""),
+            words(env.get("GENESIS_FALLBACK_AGENT_CMD") or ""),
+            *(words(line) for line in (env.get("GENESIS_TEMPORAL_AGENT_COMMANDS") or "").split("|"))} - {()}
+    for asked in (cfg.agent_cmd, cfg.fallback_agent_cmd):
+        if asked and tuple(asked) not in mine:
+            line = shlex.join(asked)
+            return (f"the agent command {line[:300]!r} is not one this machine runs: add it to the worker's "
+                    f"GENESIS_TEMPORAL_AGENT_COMMANDS (|-separated) if it should, then start the fleet again")
+    return ""
+
 
 def bad_input(fleet_workflow: str, task: TaskSpec, target: str, remote_url: str) -> str:
     """What is wrong with a workflow's input before any of it becomes a path, a ref or a URL
@@ -591,14 +673,22 @@ class HomeActivities:
     @activity.defn(name="merge")
     def merge(self, inp: MergeInput) -> MergeOutcome:
         """Bring the task's branch, as pushed, home through fleet/merging.merge_home (once: a task
-        already ticked on the target is not merged again), then push the target."""
+        already ticked on the target is not merged again), then push the target. It heartbeats
+        while it works (its tests too): a home that died mid-merge is known within a heartbeat,
+        and the next try starts from a fresh merge worktree."""
         _refuse_bad_input("home", inp.fleet_id, inp.task, inp.target, inp.remote_url)
+        with _Beating("merging"):
+            return self._merge(inp)
+
+    def _merge(self, inp: MergeInput) -> MergeOutcome:
         git = worktrees.Git(self.project)
         if done_at(self.project, inp.target, inp.task.text):
             tip = worktrees.rev(git, f"refs/heads/{inp.target}")
             self._push_target(inp.target)
             return MergeOutcome("merged", tip, f"already on {inp.target}")
         branch = inp.task.branch
+        root = worktrees.worktree_root(self.project, self.cfg)
+        self._fresh_merge_tree(root / inp.task.task_id, inp.task.task_id)
         fetched_ref = f"refs/genesis/fetched/{branch}"
         git.out("fetch", "-q", self.remote, f"+refs/heads/{branch}:{fetched_ref}")
         try:
@@ -606,9 +696,7 @@ class HomeActivities:
             self._take(git, branch, fetched)
         finally:   # the user's repository keeps no refs of ours
             git("update-ref", "-d", fetched_ref)
-        root = worktrees.worktree_root(self.project, self.cfg)
         wt = worktrees.create(self.project, root, inp.task.task_id, branch, inp.target, hooks=self.cfg.git_hooks)
-        activity.heartbeat("merging")
         result = merging.merge_home(self.project, wt, branch, inp.target, TaskRef(inp.task.task_id, inp.task.text, 0),
                                     self.cfg, resolve=None)
         if result.outcome == merging.HELD:
@@ -616,6 +704,17 @@ class HomeActivities:
         if result.outcome == "merged":
             self._push_target(inp.target)
         return MergeOutcome(result.outcome, result.sha, result.detail, tuple(result.commits))
+
+    def _fresh_merge_tree(self, path: Path, task_id: str) -> None:
+        """The merge worktree an earlier try left (its home killed mid-replay or mid-test) removed,
+        what it held uncommitted kept aside first: every try starts from the branch as pushed."""
+        mine = [w for w in worktrees.listed(self.project)[1:] if w.path.resolve() == path.resolve()]
+        if not mine:
+            return
+        if path.is_dir():
+            keep_aside(path, f"{SNAPSHOTS}/{task_id}/merge-{int(time.time())}",
+                       "Genesis: the merge worktree as an interrupted merge left it")
+        worktrees.Git(self.project).out("worktree", "remove", "--force", "--force", str(path))
 
     def _take(self, git: worktrees.Git, branch: str, fetched: str) -> None:
         """The home's branch of the task moved to the pushed tip, never over the user's work: a
@@ -643,6 +742,10 @@ class HomeActivities:
     @activity.defn(name="mark")
     def mark(self, inp: MarkInput) -> str:
         _refuse_bad_input("home", "home", inp.task, inp.target, "")
+        with _Beating("marking"):
+            return self._mark(inp)
+
+    def _mark(self, inp: MarkInput) -> str:
         ref = TaskRef(inp.task.task_id, inp.task.text, 0)
         sha = merging.mark_failed(self.project, inp.target, ref, inp.reason, hooks=self.cfg.git_hooks)
         if not sha:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import sys
 import tempfile
 import time
@@ -30,6 +31,7 @@ from genesis.fleet.status import FleetStatus, Monitor, document, from_ledger, sh
 from genesis.repo.gitcmd import NotARepository
 from genesis.store.layout import work_tree_of
 from genesis.temporal import reading
+from genesis.temporal.connection import client_options
 from genesis.temporal.mirror import Mirror
 from genesis.temporal.starting import remote_url
 from genesis.temporal.records import FleetSpec, fingerprint, fleet_workflow_id
@@ -68,8 +70,8 @@ def fleet_id_of(project: Path, remote: str) -> tuple[str, str]:
 
 async def _snapshot(settings: TemporalSettings, fleet_id: str, runtime: Runtime) -> Snapshot | None:
     """None when Temporal has no such workflow (no fleet of this project ran there)."""
-    client = await Client.connect(settings.address, namespace=settings.namespace,
-                                  identity=f"genesis-status@{settings.host}", runtime=runtime)
+    client = await Client.connect(settings.address, identity=f"genesis-status@{settings.host}", runtime=runtime,
+                                  **client_options(settings, os.environ))
     handle = client.get_workflow_handle(fleet_id)
     try:
         described = await handle.describe()

@@ -7,6 +7,10 @@ a lost worker cost). A try lost with its machine is mirrored as an attempt of it
 `stopped` (it spends no restart, as a stopped child does not): "its worker on B was lost ...",
 followed by the try that finished it elsewhere.
 
+Each attempt is copied once, keyed by (task, attempt, its start): the key goes into its
+`child_end` event, so a restarted home (a new Mirror on the same ledger) copies only what the
+home before it had not.
+
 What a sync saw happen (an attempt started or ended, a task came home) is also kept in `lines`,
 in the local monitor's words, for the home's console to say.
 """
@@ -35,6 +39,7 @@ class Mirror:
     recorded: set[tuple[str, str]] = field(default_factory=set)   # (task, event) recorded once
     started: dict[str, int] = field(default_factory=dict)  # task -> memo attempts whose start was said
     lines: list[str] = field(default_factory=list)         # what happened since the console last took them
+    copied: set[tuple[str, int, float]] | None = None      # (task, attempt, started) in the ledger: read once
 
     def take_lines(self) -> list[str]:
         taken, self.lines = self.lines, []
@@ -55,6 +60,8 @@ class Mirror:
         and the account's limit while it holds (as the local monitor's limit_hold)."""
         states = fleet.get("tasks", {}) if isinstance(fleet.get("tasks"), dict) else {}
         with FleetLedger.open(self.path) as led:
+            if self.copied is None:
+                self.copied = {key for e in led.events("child_end") if (key := _key_of(e.task_id, e.detail))}
             self._limit(led, account or {}, now)
             for task_id, memo in tasks.items():
                 row = memo.get("row") if isinstance(memo, dict) else None
@@ -65,12 +72,17 @@ class Mirror:
                 attempts = [a for a in memo.get("attempts", []) if isinstance(a, dict)]
                 text = str(row.get("text", ""))
                 for index, attempt in enumerate(attempts):   # in order: each start before its end
+                    if _key(task_id, attempt, index) in self.copied:   # a home before this one copied it
+                        self.done[task_id] = max(self.done.get(task_id, 0), index + 1)
+                        self.started[task_id] = max(self.started.get(task_id, 0), index + 1)
+                        continue
                     if index >= self.started.get(task_id, 0):
                         self._said_start(text, attempt, index + 1)
                         self.started[task_id] = index + 1
                     if index != self.done.get(task_id, 0) or attempt.get("ended") is None:
                         continue
-                    self._attempt(led, task_id, attempt, runs[index] if index < len(runs) else None)
+                    self._attempt(led, task_id, attempt, runs[index] if index < len(runs) else None,
+                                  _key(task_id, attempt, index))
                     self.done[task_id] = index + 1
                     code = attempt.get("exit_code")
                     self.lines.append(ended_line(text, code if isinstance(code, int) else None,
@@ -80,11 +92,18 @@ class Mirror:
                 if state == "verified":
                     state = "merging"
                 mirrored = len(led.attempts(task_id))
+                reason = str(said.get("reason") or row.get("reason") or "")
+                run_id, running = "", memo.get("running") if isinstance(memo.get("running"), dict) else {}
+                if running and state == "running" and attempts and attempts[-1].get("ended") is None:
+                    # the attempt under way counts, and says where it runs (its worker's heartbeat)
+                    mirrored += 1
+                    run_id = str(running.get("run_id") or "")
+                    reason = reason or _where(running, len(attempts))
                 led.upsert_task(TaskRow(
                     task_id, str(row.get("text", "")), state, int(row.get("strategy", 0)), mirrored,
                     int(row.get("restarts", 0)), int(row.get("escalations", 0)), str(row.get("branch", "")),
-                    "", str(said.get("reason") or row.get("reason") or ""), str(said.get("sha") or ""),
-                    "", None, float(row.get("not_before", 0.0)), float(row.get("updated", 0.0)),
+                    "", reason, str(said.get("sha") or ""),
+                    run_id, None, float(row.get("not_before", 0.0)), float(row.get("updated", 0.0)),
                     float(row.get("created", 0.0))))
                 self._events(led, task_id, text, state, said)
             self._cascade(led, fleet.get("cascade"))
@@ -116,7 +135,8 @@ class Mirror:
                 self.recorded.add(key)
                 led.record(move[1], str(move[3]) if move[3] else None, float(move[0]), reason=str(move[2] or ""))
 
-    def _attempt(self, led: FleetLedger, task_id: str, a: dict, run: Try | None) -> None:
+    def _attempt(self, led: FleetLedger, task_id: str, a: dict, run: Try | None,
+                 key: tuple[str, int, float]) -> None:
         kind = a.get("kind") if a.get("kind") in KINDS else "start"
         outcome = a.get("outcome") if a.get("outcome") in OUTCOMES else "failed"
         host, tries = str(a.get("host") or "?"), int(a.get("tries") or 1)
@@ -141,7 +161,9 @@ class Mirror:
         code = a.get("exit_code")
         led.end_attempt(task_id, now.attempt, code if isinstance(code, int) else None, outcome, ended)
         led.record("child_end", task_id, ended, attempt=now.attempt, outcome=outcome, host=host,
-                   cost_usd=a.get("cost"), run_id=str(a.get("run_id", "")), reason=reason)
+                   cost_usd=a.get("cost"), run_id=str(a.get("run_id", "")), reason=reason,
+                   temporal_attempt=key[1], temporal_started=key[2])
+        self.copied.add(key)
 
     def _said_start(self, text: str, a: dict, number: int) -> None:
         kind = a.get("kind") if a.get("kind") in KINDS else "start"
@@ -159,3 +181,36 @@ class Mirror:
             self.lines.append(merged_line(text, state, str(said.get("sha") or "")))
         led.record(kind, task_id, sha=str(said.get("sha") or ""), reason=str(said.get("reason") or ""),
                    outcome=state)
+
+
+def _key(task_id: str, a: dict, index: int) -> tuple[str, int, float]:
+    """An attempt of the memo, the same for every home: its task, number and start (a later fleet
+    of the same project numbers its attempts from 1 again, at other times)."""
+    number = a.get("attempt")
+    number = number if isinstance(number, int) and not isinstance(number, bool) and number > 0 else index + 1
+    started = a.get("started")
+    return task_id, number, round(float(started), 3) if isinstance(started, (int, float)) else 0.0
+
+
+def _key_of(task_id: str | None, detail: object) -> tuple[str, int, float] | None:
+    """The key a child_end event of ours carries (None: a local fleet's, or one written before keys)."""
+    if not task_id or not isinstance(detail, dict):
+        return None
+    number, started = detail.get("temporal_attempt"), detail.get("temporal_started")
+    if not isinstance(number, int) or not isinstance(started, (int, float)):
+        return None
+    return task_id, number, round(float(started), 3)
+
+
+def _where(running: dict, number: int) -> str:
+    """The running attempt in words: its number, machine, stage, loop and worktree there."""
+    host, stage = str(running.get("host") or "a machine"), str(running.get("stage") or "starting")
+    tries = running.get("tries")
+    said = f"attempt {number} on {host}: {stage}"
+    if isinstance(tries, int) and tries > 1:
+        said += f" (Temporal's try {tries})"
+    if running.get("pid"):
+        said += f", pid {running['pid']}"
+    if running.get("worktree"):
+        said += f", in {running['worktree']}"
+    return said

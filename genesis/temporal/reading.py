@@ -127,8 +127,31 @@ async def task_memos(client: Client, fleet_id: str) -> dict[str, dict]:
             if exc.status == RPCStatusCode.NOT_FOUND:   # a task the fleet has not launched yet
                 continue
             raise
-        memos[workflow_id.rpartition("/")[2]] = await described.memo_value(MEMO_KEY, default={})
+        memo = await described.memo_value(MEMO_KEY, default={})
+        if isinstance(memo, dict):
+            running = await _running(client, described)
+            memo = {**memo, "running": running} if running else memo
+        memos[workflow_id.rpartition("/")[2]] = memo
     return memos
+
+
+async def _running(client: Client, described) -> dict:
+    """The task's attempt running now, as its worker's last heartbeat tells it: its machine, its
+    stage, the loop's run and pid, its worktree there, and Temporal's try ({} when none runs)."""
+    for pending in described.raw_description.pending_activities:
+        if pending.activity_type.name != "run_attempt":
+            continue
+        found: dict = {"tries": pending.attempt}
+        if pending.heartbeat_details.payloads:
+            try:
+                details = await client.data_converter.decode(pending.heartbeat_details.payloads)
+            except Exception:  # noqa: BLE001 - a detail this version cannot read: the try alone
+                details = []
+            last = details[-1] if details else None
+            if isinstance(last, dict):
+                found.update({k: last[k] for k in ("host", "stage", "run_id", "pid", "worktree") if k in last})
+        return found
+    return {}
 
 
 async def fleet_state(client: Client, fleet_id: str, account_id: str,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["fleet_queue", "any_queue", "host_queue", "home_host", "fingerprint", "fleet_workflow_id",
            "task_workflow_id", "account_workflow_id", "commit_key", "AGENT_FAILED", "USAGE_LIMIT", "PERMANENT",
-           "PAUSED", "FLEET_STOPPING", "HELD", "NO_REMOTE", "LadderSpec", "FleetSpec", "TaskSpec", "AttemptInput",
+           "PAUSED", "FLEET_STOPPING", "HELD", "INFRA", "LadderSpec", "FleetSpec", "TaskSpec", "AttemptInput",
            "AttemptResult", "TaskInput", "MergeInput", "MergeOutcome", "MarkInput", "TaskOutcome", "ENGINE_FILE",
            "TaskFailed", "AlertInput"]
 
@@ -25,7 +25,7 @@ PERMANENT = "TaskFailedPermanently"     # the ladder is spent: never retried
 PAUSED = "FleetPaused"                  # found paused just before an agent would start: nothing ran, nothing spent
 FLEET_STOPPING = "FleetStopping"        # an end that would stop every child alike (trust, sandbox, disk)
 HELD = "MergeHeld"                      # the user's checkout holds the merge: tried again later
-NO_REMOTE = "NoRemote"                  # the shared git remote is missing or unreachable from this machine
+INFRA = "Infrastructure"                # a machine's git (clone, fetch, catch-up) failed before any agent ran
 
 
 def fleet_queue(prefix: str) -> str:
@@ -115,6 +115,8 @@ class FleetSpec:
     merge_timeout: float              # seconds: the bound on one merge (its tests included)
     infra_attempts: int = 3           # Temporal's own tries of an attempt whose worker was lost
     home_retry: float = 30.0          # seconds between two of Temporal's tries of a merge or mark that failed
+    home_heartbeat: float = 60.0      # seconds: a merge or mark whose home went silent this long is tried again
+    infra_wait: float = 10.0          # seconds before a task whose machine's git failed is tried again (doubling)
     held_wait: float = 60.0           # seconds: a durable wait before a held merge or mark is tried again
     # The fleet-wide rules of the local monitor (fleet/cascade, fleet/budget), from the home's Config.
     cascade_percent: float = 0.0      # GENESIS_FLEET_CASCADE_PERCENT (0: no cascade)

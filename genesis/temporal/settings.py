@@ -25,7 +25,9 @@ ADDRESS_RE = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$")
 
 KEYS = ("GENESIS_FLEET_ENGINE", "GENESIS_TEMPORAL_ADDRESS", "GENESIS_TEMPORAL_NAMESPACE",
         "GENESIS_TEMPORAL_TASK_QUEUE", "GENESIS_TEMPORAL_HOST", "GENESIS_TEMPORAL_HEARTBEAT_SECONDS",
-        "GENESIS_TEMPORAL_HOST_WAIT_SECONDS", "GENESIS_TEMPORAL_REMOTE", "GENESIS_TEMPORAL_ACCOUNT")
+        "GENESIS_TEMPORAL_HOST_WAIT_SECONDS", "GENESIS_TEMPORAL_REMOTE", "GENESIS_TEMPORAL_ACCOUNT",
+        "GENESIS_TEMPORAL_TLS_CA", "GENESIS_TEMPORAL_TLS_CERT", "GENESIS_TEMPORAL_TLS_KEY",
+        "GENESIS_TEMPORAL_API_KEY_FILE", "GENESIS_TEMPORAL_AGENT_COMMANDS")
 DEFAULTS = {key: default_of(key) for key in KEYS}   # from the knob table, the one place defaults live
 
 
@@ -40,6 +42,11 @@ class TemporalSettings:
     host_wait: float         # seconds a pinned phase waits for its machine before it moves to another
     remote: str              # the git remote every machine clones from and pushes to
     account: str             # names the agent subscription shared by machines (empty: per machine)
+    tls_ca: str = ""         # PEM files (paths) of the client's TLS; any of them, or an API key, turns TLS on
+    tls_cert: str = ""
+    tls_key: str = ""
+    api_key_file: str = ""   # a file holding the API key (GENESIS_TEMPORAL_API_KEY in the environment wins)
+    agent_commands: tuple[str, ...] = ()   # a worker's: agent command lines it trusts beyond its own
 
 
 def _plain_host(name: str) -> str:
@@ -94,6 +101,11 @@ def temporal_settings(settings: Mapping[str, Setting], hostname: str | None = No
         host_wait=span("GENESIS_TEMPORAL_HOST_WAIT_SECONDS", 1, 86400),
         remote=name("GENESIS_TEMPORAL_REMOTE", remote, source),
         account=name("GENESIS_TEMPORAL_ACCOUNT", account, source_account) if account else "",
+        tls_ca=raw("GENESIS_TEMPORAL_TLS_CA")[0],
+        tls_cert=raw("GENESIS_TEMPORAL_TLS_CERT")[0],
+        tls_key=raw("GENESIS_TEMPORAL_TLS_KEY")[0],
+        api_key_file=raw("GENESIS_TEMPORAL_API_KEY_FILE")[0],
+        agent_commands=tuple(c.strip() for c in raw("GENESIS_TEMPORAL_AGENT_COMMANDS")[0].split("|") if c.strip()),
     )
 
 

@@ -24,7 +24,7 @@ from temporalio.worker import Worker
 
 from genesis import exitcodes
 from genesis.agents import adapter_of
-from genesis.config import Config, layout_for, resolve
+from genesis.config import Config, ConfigError, layout_for, resolve
 from genesis.fleet import cascade, ladder
 from genesis.fleet.lines import say
 from genesis.fleet.monitor import MONITOR_FILE, FleetLocked, take_fleet_lock
@@ -38,6 +38,7 @@ from genesis.store.layout import private_dir
 from genesis.store.looplock import FLEET_RUN, Locked, hold, release
 from genesis.temporal import reading
 from genesis.temporal.activities import HomeActivities
+from genesis.temporal.connection import Outage, connect, unreachable
 from genesis.temporal.mirror import Mirror
 from genesis.temporal.records import (ENGINE_FILE, FleetSpec, LadderSpec, account_workflow_id, fingerprint,
                                       fleet_queue, fleet_workflow_id, home_host, host_queue)
@@ -145,6 +146,9 @@ def run_home(project: Path, overrides: Mapping[str, str], parallel: str, *, trus
     except RuntimeError as exc:
         say(f"cannot reach Temporal at {settings.address}: {exc}", "error")
         return exitcodes.ERROR
+    except ConfigError as exc:   # the client's TLS or API-key settings
+        say(str(exc), "error")
+        return exitcodes.USAGE
     finally:
         release(layout.loop_record, run_id)
         os.close(loop_fd)
@@ -153,11 +157,11 @@ def run_home(project: Path, overrides: Mapping[str, str], parallel: str, *, trus
 
 async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivities, fleet_dir: Path,
                   cfg: Config, run_id: str) -> int:
-    client = await Client.connect(settings.address, namespace=settings.namespace,
-                                  identity=f"genesis-home@{settings.host}:{os.getpid()}")
+    outage = Outage(settings.address, say)   # the home rides out the server's outages
+    client = await connect(settings, f"genesis-home@{settings.host}:{os.getpid()}", outage=outage)
     queue = fleet_queue(spec.queue_prefix)
-    await client.start_workflow(AccountWorkflow.run, id=spec.account_workflow, task_queue=queue,
-                                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    await outage.call(lambda: client.start_workflow(AccountWorkflow.run, id=spec.account_workflow, task_queue=queue,
+                                                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING))
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="genesis-merge")
     workers = [Worker(client, task_queue=queue, workflows=WORKFLOWS, graceful_shutdown_timeout=timedelta(seconds=5)),
                Worker(client, task_queue=host_queue(spec.queue_prefix, spec.home),
@@ -166,8 +170,9 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
     runs = [asyncio.create_task(w.run()) for w in workers]
     try:
         try:
-            handle = await client.start_workflow(FleetWorkflow.run, spec, id=spec.fleet_id, task_queue=queue,
-                                                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL)
+            handle = await outage.call(lambda: client.start_workflow(
+                FleetWorkflow.run, spec, id=spec.fleet_id, task_queue=queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL))
         except WorkflowAlreadyStartedError:
             # Its home died (this checkout's fleet lock was free): this one takes it over, as a
             # restarted local monitor adopts its children. It runs on with the settings it began with.
@@ -186,17 +191,23 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
         got: list[int] = []
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.add_signal_handler(sig, lambda s=sig: _stop(handle, got, s))
-        outcome = asyncio.create_task(handle.result())
+            loop.add_signal_handler(sig, lambda s=sig: _stop(handle, got, s, outage))
+        outcome = asyncio.create_task(outage.call(handle.result))
         synced = 0.0
         while not outcome.done():
             await asyncio.to_thread(write_json, fleet_dir / MONITOR_FILE,
                                     {"pid": os.getpid(), "run_id": run_id, "started": started, "at": time.time(),
-                                     "parallel": spec.parallel, "host": settings.host, "engine": "temporal"})
+                                     "parallel": spec.parallel, "host": settings.host, "engine": "temporal",
+                                     "temporal_unreachable_since": outage.since})
+            if len(got) > 1 and outage.since is not None:   # stopped twice while Temporal is away: leave now
+                say(f"leaving while Temporal is unreachable: fleet {spec.fleet_id} goes on in Temporal, and "
+                    f"`genesis fleet run --engine temporal` here takes it over again", "warn")
+                outcome.cancel()
+                return SIGNAL_EXIT.get(got[-1], exitcodes.INTERRUPTED_INT)
             if not got and read_flag(cfg.stop_flag) == "false":   # `genesis stop` on the project
-                _stop(handle, got, None)
+                _stop(handle, got, None, outage)
             if time.monotonic() - synced >= SYNC_EVERY:
-                await _sync(client, spec.fleet_id, spec.account_workflow, mirror)
+                await _sync(client, spec.fleet_id, spec.account_workflow, mirror, outage)
                 synced = time.monotonic()
             await asyncio.wait([outcome], timeout=BEAT_EVERY)
         try:
@@ -206,7 +217,7 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
             await asyncio.to_thread(mirror.end, exitcodes.ERROR, f"the fleet's workflow failed: {exc.cause or exc}",
                                     time.time())
             return exitcodes.ERROR
-        await _sync(client, spec.fleet_id, spec.account_workflow, mirror)
+        await _sync(client, spec.fleet_id, spec.account_workflow, mirror, outage)
         code = int(result.get("exit_code", exitcodes.ERROR))
         code = SIGNAL_EXIT.get(got[0], code) if got and got[0] is not None else code
         await asyncio.to_thread(mirror.end, code, "stopped" if got else "every task ended", time.time())
@@ -217,23 +228,32 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
         await asyncio.gather(*runs, return_exceptions=True)
 
 
-async def _sync(client: Client, fleet_id: str, account_id: str, mirror: Mirror) -> None:
+async def _sync(client: Client, fleet_id: str, account_id: str, mirror: Mirror, outage: Outage) -> None:
     """The fleet's memos (and, for a try a lost worker cost, the task's history), and the
     account's limit, into the ledger."""
     try:
         fleet, tasks, tries, account = await reading.fleet_state(client, fleet_id, account_id, mirror.done)
         await asyncio.to_thread(mirror.sync, fleet, tasks, tries, account)
-    except (RPCError, OSError, LedgerError) as exc:   # the copy waits for the next turn; the fleet goes on
+    except RPCError as exc:   # the copy waits for the next turn; the fleet goes on
+        if unreachable(exc):
+            outage.failed(exc)
+        else:
+            say(f"the fleet's state could not be copied into the ledger: {exc}", "warn")
+    except (OSError, LedgerError) as exc:
         say(f"the fleet's state could not be copied into the ledger: {exc}", "warn")
+    else:
+        outage.answered()
     for line in mirror.take_lines():   # each start, end and merge, as the local monitor says them
         say(line)
 
 
-def _stop(handle, got: list, sig: int | None) -> None:
+def _stop(handle, got: list, sig: int | None, outage: Outage) -> None:
     """A signal at home (or `genesis stop`) stops the whole fleet, as it stops the local monitor:
     every task's running attempt is stopped where it runs, and the home follows until the fleet's
-    workflow ends."""
+    workflow ends. The stop waits for an unreachable Temporal; a second signal meanwhile leaves."""
     if not got:
-        say("stopping the fleet: every running attempt is stopped where it runs")
-        asyncio.ensure_future(handle.signal("stop"))
+        away = " (Temporal is unreachable: the stop is sent when it answers; stop again to leave now)" \
+            if outage.since is not None else ""
+        say(f"stopping the fleet: every running attempt is stopped where it runs{away}")
+        asyncio.ensure_future(outage.call(lambda: handle.signal("stop")))
     got.append(sig)

@@ -16,11 +16,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Mapping, NoReturn
 
-from temporalio.client import Client
 from temporalio.worker import Worker
 
 from genesis.fleet.resources import FleetSettings
+from genesis.config import ConfigError
 from genesis.temporal.activities import MachineActivities
+from genesis.temporal.connection import Outage, connect
 from genesis.temporal.records import any_queue, fleet_queue, host_queue
 from genesis.temporal.settings import TemporalSettings
 from genesis.temporal.workflows import WORKFLOWS
@@ -37,8 +38,8 @@ async def serve(settings: TemporalSettings, root: Path, parallel: int, env: Mapp
     """Poll the fleet's queues until SIGTERM or SIGINT, then shut down gracefully. Each queue's
     worker takes up to `parallel` attempts; one count across both runs at most `parallel` loops
     (an attempt beyond it waits on this machine, beating, for a slot)."""
-    client = await Client.connect(settings.address, namespace=settings.namespace,
-                                  identity=f"genesis-worker@{settings.host}:{os.getpid()}")
+    client = await connect(settings, f"genesis-worker@{settings.host}:{os.getpid()}", env,
+                           Outage(settings.address, _say))
     machine = MachineActivities(client, root, settings.host, env, host_wait=settings.host_wait, fleet=fleet,
                                 running=asyncio.Semaphore(parallel))
     prefix = settings.queue_prefix
@@ -64,6 +65,10 @@ async def serve(settings: TemporalSettings, root: Path, parallel: int, env: Mapp
     await asyncio.gather(*runs, return_exceptions=True)
 
 
+def _say(text: str, level: str) -> None:
+    print(f"genesis worker: {level}: {text}", file=sys.stderr, flush=True)
+
+
 def exit_now(code: int) -> NoReturn:
     """Leave without the interpreter's finalization: the SDK's core threads can outlive the event
     loop and abort it (temporalio/sdk-python#300). Everything is shut down by then."""
@@ -83,7 +88,7 @@ def main(settings: TemporalSettings, root: Path, parallel: int, env: Mapping[str
     try:
         loop.run_until_complete(serve(settings, root, parallel, env, fleet=fleet))
         code = 0
-    except OSError as exc:
+    except (OSError, ConfigError) as exc:
         print(f"genesis: error: {exc}", file=sys.stderr)
         code = 1
     except RuntimeError as exc:   # the server cannot be reached: the SDK says so

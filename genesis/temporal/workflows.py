@@ -37,10 +37,10 @@ with workflow.unsafe.imports_passed_through():
     from genesis.fleet.budget import RestartBudget
     from genesis.fleet.ledger import Attempt, TaskRow
     from genesis.fleet.planning import CEILINGS, fleet_exit
-    from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, PAUSED, PERMANENT, USAGE_LIMIT,
-                                          AlertInput, AttemptInput, AttemptResult, FleetSpec, MarkInput, MergeInput,
-                                          MergeOutcome, TaskFailed, TaskInput, TaskOutcome, TaskSpec, any_queue,
-                                          fleet_queue, host_queue, task_workflow_id)
+    from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, INFRA, PAUSED, PERMANENT,
+                                          USAGE_LIMIT, AlertInput, AttemptInput, AttemptResult, FleetSpec, MarkInput,
+                                          MergeInput, MergeOutcome, TaskFailed, TaskInput, TaskOutcome, TaskSpec,
+                                          any_queue, fleet_queue, host_queue, task_workflow_id)
 
 __all__ = ["FleetWorkflow", "TaskWorkflow", "AccountWorkflow", "WORKFLOWS", "MEMO_KEY"]
 
@@ -62,6 +62,10 @@ MOVES_KEPT = 50                       # the cascade gate's last moves in the fle
 SPINS = 20                            # turns of the gate in a row without a wait (one relaunch each)
 ALERT_TRIES = 2                       # an alert is best effort: never worth holding the fleet
 PAUSE_REASON = "the cascade pause: no new attempt until a probe task succeeds"
+HOME_BEAT = "home-heartbeat"          # the patch: merge and mark have a heartbeat timeout
+INFRA_PATCH = "infra-off-ladder"      # the patch: a machine's git failure waits and moves, never the ladder
+INFRA_MOST = 300.0                    # seconds: at most this between two tries
+INFRA_MAX = 15                        # such failures in a row (about an hour of them) before the task needs a person
 
 
 @workflow.defn
@@ -139,6 +143,14 @@ class AccountWorkflow:
                 self.unsubscribe(workflow_id)
 
 
+def infra_wait(failures: int, first: float) -> float | None:
+    """Seconds before the next try after `failures` failures in a row of a machine's git (first,
+    doubling, at most INFRA_MOST); None past INFRA_MAX: the task needs a person."""
+    if failures > INFRA_MAX:
+        return None
+    return min(INFRA_MOST, first * 2 ** (failures - 1))
+
+
 def _attempt_dict(attempt: Attempt, extra: dict) -> dict:
     return {**asdict(attempt), **extra}
 
@@ -159,6 +171,7 @@ class TaskWorkflow:
         self.gated = False          # the fleet decides when a restart may start (TaskInput.gated)
         self.granted = 0            # the newest attempt whose relaunch the fleet allowed
         self.held_told = 0          # the pause (its seq) already told to the fleet
+        self.infra = 0              # failures in a row of a machine's git before any agent ran
 
     @workflow.signal
     def pause(self, seq: int) -> None:
@@ -319,6 +332,7 @@ class TaskWorkflow:
                                              non_retryable_error_types=[AGENT_FAILED, USAGE_LIMIT, PERMANENT,
                                                                         PAUSED, FLEET_STOPPING]))
                 result: AttemptResult = await self.running
+                self.infra = 0
             except ActivityError as err:
                 self.running = None
                 asides = 0
@@ -385,6 +399,9 @@ class TaskWorkflow:
             self.host = ""
             self._publish()
             return "resume", f"machine {gone} gone"
+        if kind_of == INFRA and workflow.patched(INFRA_PATCH):
+            return await self._infra_failed(cause.message, fleet, task)
+        self.infra = 0
         if kind_of == PAUSED:   # found paused before its agent started: nothing ran, nothing recorded
             self.attempts.pop()
             self.details.pop()
@@ -439,6 +456,28 @@ class TaskWorkflow:
         if wait > 0:
             await workflow.sleep(wait)   # the ladder's backoff: a durable timer
         return rung.action, why
+
+
+    async def _infra_failed(self, message: str, fleet: FleetSpec, task: TaskSpec) -> tuple[str, str]:
+        """A machine's clone, fetch or catch-up failed before any agent ran: nothing is spent (the
+        attempt is taken back), the task is un-pinned (any machine, a fresh clone where it has
+        none) and tried again after a growing durable wait; only a long run of them fails it."""
+        self.infra += 1
+        taken = self.attempts.pop()
+        self.details.pop()
+        self.host = ""
+        wait = infra_wait(self.infra, fleet.infra_wait)
+        if wait is None:
+            why = (f"its worktree could not be prepared {self.infra} times in a row (last: {message}); check that "
+                   f"every machine can fetch and push {task.branch}, then start the fleet again")
+            self._set(state="failed", attempts=len(self.attempts), reason=why)
+            self._publish()
+            raise ApplicationError(why, type=PERMANENT, non_retryable=True)
+        self._set(state="waiting", attempts=len(self.attempts),
+                  reason=f"{message}; tried again on any machine in {wait:g}s (not counted against the task)")
+        self._publish()
+        await workflow.sleep(wait)
+        return taken.kind, taken.reason
 
 
 @workflow.defn
@@ -772,9 +811,12 @@ class FleetWorkflow:
         failure is retried HOME_TRIES times by Temporal, then given back with its reason."""
         while True:
             try:
+                # A merge or mark heartbeats: a home that died mid-way is known within a heartbeat
+                # (runs before it waited out the whole start-to-close).
+                beat = timedelta(seconds=spec.home_heartbeat) if workflow.patched(HOME_BEAT) else None
                 done = await workflow.execute_activity(
                     name, arg, result_type=result_type, task_queue=host_queue(spec.queue_prefix, spec.home),
-                    start_to_close_timeout=timedelta(seconds=timeout),
+                    start_to_close_timeout=timedelta(seconds=timeout), heartbeat_timeout=beat,
                     retry_policy=RetryPolicy(maximum_attempts=HOME_TRIES, backoff_coefficient=1.0,
                                              initial_interval=timedelta(seconds=spec.home_retry),
                                              non_retryable_error_types=[HELD]))

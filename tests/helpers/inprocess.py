@@ -47,17 +47,18 @@ class Alerts:
 
 
 async def run_fleet_here(address: str, spec: FleetSpec, run_attempt, home_extra=(), during=None,
-                         record: str = "", client: Client | None = None) -> tuple[dict, list]:
+                         record: str = "", client: Client | None = None, merge=None) -> tuple[dict, list]:
     """The fleet to its end, with `during(client)` beside it: its result and its history's events
     (with TEMPORAL_RECORD_HISTORIES=1 and `record`, its and its tasks' histories kept for
-    test_replay.py)."""
+    test_replay.py). `merge(home)`: the home's merge activity made of its real one."""
     client = client or await Client.connect(address)
     project = Path(spec.project)
     home = HomeActivities(project, resolve(project, flags={}), "origin")
     with ThreadPoolExecutor(max_workers=2) as pool:
         async with Worker(client, task_queue=fleet_queue(spec.queue_prefix), workflows=WORKFLOWS), \
                 Worker(client, task_queue=host_queue(spec.queue_prefix, spec.home), activity_executor=pool,
-                       activities=[home.open_tasks, home.merge, home.mark, *home_extra]), \
+                       activities=[home.open_tasks, merge(home) if merge else home.merge, home.mark,
+                                   *home_extra]), \
                 Worker(client, task_queue=any_queue(spec.queue_prefix), activities=[run_attempt]), \
                 Worker(client, task_queue=host_queue(spec.queue_prefix, "M"), activities=[run_attempt]):
             await client.start_workflow(AccountWorkflow.run, id=spec.account_workflow,

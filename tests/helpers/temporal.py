@@ -11,6 +11,7 @@ guarantee that every process they started, child loops included, is gone at the 
   kill_under(root)                      every process of a machine's loops killed
   loops_under(root)                     the child loops running in a machine's worktrees (their pids)
   run_payloads(handle)                  what each run_attempt of a task's history handed back
+  trusting(tmp)                         a machine's GENESIS_TEMPORAL_AGENT_COMMANDS: the tests' agents in tmp
 """
 
 from __future__ import annotations
@@ -28,11 +29,19 @@ from helpers.fleet import TASK_AGENT, fleet_project
 from helpers.git import git
 from helpers.paths import LOOP
 
-__all__ = ["Machines", "origin_for", "pushed_project", "printing_agent", "kill_under", "loops_under", "procs_under",
+__all__ = ["Machines", "trusting", "origin_for",
+           "pushed_project", "printing_agent", "kill_under", "loops_under", "procs_under",
            "run_payloads", "GENESIS"]
 
 GENESIS = [sys.executable, "-m", "genesis"]
 STOP_WAIT = 60.0
+
+
+def trusting(tmp: Path) -> dict[str, str]:
+    """A machine trusts the agent command lines the tests give their fleets (`bash <tmp>/agent.sh`,
+    a.sh, fallback.sh), as an operator lists a team's agents in each worker's configuration."""
+    return {"GENESIS_TEMPORAL_AGENT_COMMANDS": "|".join(f"bash {tmp / name}"
+                                                        for name in ("agent.sh", "a.sh", "fallback.sh"))}
 
 
 def origin_for(project: Path, tmp: Path) -> Path:
@@ -137,7 +146,7 @@ def _kill_all(procs: list[psutil.Process]) -> None:
 
 class Machines:
     def __init__(self, tmp: Path, address: str, prefix: str, env: dict[str, str]):
-        self.tmp, self.address, self.prefix, self.env = tmp, address, prefix, env
+        self.tmp, self.address, self.prefix, self.env = tmp, address, prefix, {**trusting(tmp), **env}
         self.procs: dict[str, subprocess.Popen] = {}
         self.roots: dict[str, Path] = {}
 

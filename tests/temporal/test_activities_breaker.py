@@ -13,7 +13,7 @@ pytest.importorskip("temporalio", reason="temporalio is not installed: pip insta
 
 from helpers.fleet import TASK_AGENT, fleet_env, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import kill_under, pushed_project  # noqa: E402
+from helpers.temporal import kill_under, pushed_project, trusting  # noqa: E402
 from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
@@ -46,7 +46,7 @@ def test_the_next_attempt_after_an_open_breaker_runs_its_agent(tmp_path):
                          git(project, "symbolic-ref", "--short", "HEAD").strip(), "tacct", ("Builder",), 2,
                          (("GENESIS_AGENT_CMD", f"bash {agent}"), ("GENESIS_PHASES", "Builder"),
                           ("CB_WARNING_THRESHOLD", "1"), ("CB_STOP_THRESHOLD", "1")), 1.0)
-    env = fleet_env(HOME=str(tmp_path / "home"), GENESIS_SHARED_STATE_DIR=str(tmp_path / "state"),
+    env = fleet_env(**trusting(tmp_path), HOME=str(tmp_path / "home"), GENESIS_SHARED_STATE_DIR=str(tmp_path / "state"),
                     RAN=str(tmp_path / "ran"), FIRST=str(tmp_path / "first"), HEARTBEAT_STALE_SECONDS="120")
     root = tmp_path / "root"
     machine = activities.MachineActivities(None, root, "A", env)

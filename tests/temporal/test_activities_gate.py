@@ -14,7 +14,7 @@ pytest.importorskip("temporalio", reason="temporalio is not installed: pip insta
 
 from helpers.fleet import fleet_env, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import kill_under, loops_under, printing_agent, pushed_project  # noqa: E402
+from helpers.temporal import kill_under, loops_under, printing_agent, pushed_project, trusting  # noqa: E402
 from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
@@ -54,7 +54,7 @@ def world(tmp_path):
     inp = AttemptInput("tfleet", "tfleet/t", TaskSpec(tid, TEXT, branch_for(tid)), 1, "start", 0, str(remote), target,
                        "tacct", ("Builder",), 1,
                        (("GENESIS_AGENT_CMD", f"bash {agent}"), ("GENESIS_PHASES", "Builder")), 1.0)
-    env = fleet_env(HOME=str(tmp_path / "home"), GENESIS_SHARED_STATE_DIR=str(tmp_path / "state"),
+    env = fleet_env(**trusting(tmp_path), HOME=str(tmp_path / "home"), GENESIS_SHARED_STATE_DIR=str(tmp_path / "state"),
                     AGENT_PIDS=str(tmp_path / "agents"), HOLD=str(tmp_path / "hold"), HEARTBEAT_STALE="120s")
     root = tmp_path / "root"
     yield inp, env, root

@@ -19,7 +19,8 @@ pytest.importorskip("temporalio", reason="temporalio is not installed: pip insta
 
 from helpers.fleet import fleet_env, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import kill_under, loops_under, printing_agent, procs_under, pushed_project  # noqa: E402
+from helpers.temporal import (kill_under, loops_under, printing_agent, procs_under, pushed_project,  # noqa: E402
+                              trusting)
 from temporalio.client import Client  # noqa: E402
 from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
@@ -53,7 +54,7 @@ def attempt(project: Path, remote: Path, agent: Path) -> AttemptInput:
 
 
 def machine(client: Client, root: Path, tmp: Path, hold: Path) -> MachineActivities:
-    env = fleet_env(HOME=str(tmp / "home"), GENESIS_SHARED_STATE_DIR=str(tmp / "state"),
+    env = fleet_env(**trusting(tmp), HOME=str(tmp / "home"), GENESIS_SHARED_STATE_DIR=str(tmp / "state"),
                     AGENT_PIDS=str(tmp / "agents"), HOLD=str(hold), HEARTBEAT_STALE="120s")
     (tmp / "home").mkdir(exist_ok=True)
     return MachineActivities(client, root, "A", env, frozen_after=2.0, stop_wait=5.0)

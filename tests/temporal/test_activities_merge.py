@@ -49,10 +49,13 @@ def home(tmp_path):
     return project, target, remote
 
 
-def merge(project, target, remote):
+def merge(project, target, remote, beats: list | None = None):
     acts = HomeActivities(project, resolve(project), "origin")
     inp = MergeInput("genesis-fleet-0123456789ab", TaskSpec(TID, TEXT, BRANCH), target, str(remote))
-    return ActivityEnvironment().run(acts.merge, inp)
+    env = ActivityEnvironment()
+    if beats is not None:
+        env.on_heartbeat = lambda *details: beats.append(details)
+    return env.run(acts.merge, inp)
 
 
 def fetched_refs(project) -> str:
@@ -96,3 +99,27 @@ def test_a_clean_branch_behind_the_pushed_tip_is_merged_and_the_fetched_ref_goes
     assert done.outcome == "merged", done
     assert (project / "work.txt").read_text() == "the agent's work\n"
     assert fetched_refs(project) == ""
+
+
+@pytest.mark.fault(112)
+def test_a_merge_worktree_an_interrupted_try_left_is_reset_and_the_merge_goes_through(home):
+    """The home killed mid-merge leaves its merge worktree detached mid-replay, with files of its
+    own: the next try keeps them aside, starts from a fresh worktree and merges."""
+    project, target, remote = home
+    from genesis.fleet.worktrees import worktree_root
+
+    root = worktree_root(project, resolve(project))
+    left = root / TID
+    git(project, "worktree", "add", "-q", "--detach", str(left), target)
+    (left / "half-replayed.txt").write_text("what the killed try was doing\n")
+    (left / "TASKS.md").write_text("a half-resolved conflict\n")
+    beats: list = []
+    done = merge(project, target, remote, beats)
+    assert done.outcome == "merged", done
+    assert beats and beats[0] == ("merging",)   # from its first moment: a dead home is known within a beat
+    assert (project / "work.txt").read_text() == "the agent's work\n"
+    assert git(remote, "rev-parse", target) == git(project, "rev-parse", target)
+    (kept,) = git(project, "for-each-ref", "--format=%(refname)", f"refs/genesis/leftovers/{TID}/").split()
+    assert git(project, "show", f"{kept}:half-replayed.txt") == "what the killed try was doing\n"
+    again = merge(project, target, remote)   # a try whose success was lost: nothing merged twice
+    assert again.outcome == "merged" and "already on" in again.detail, again

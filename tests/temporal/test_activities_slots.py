@@ -16,7 +16,7 @@ pytest.importorskip("temporalio", reason="temporalio is not installed: pip insta
 
 from helpers.fleet import fleet_env, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import kill_under, loops_under, printing_agent, pushed_project  # noqa: E402
+from helpers.temporal import kill_under, loops_under, printing_agent, pushed_project, trusting  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
@@ -64,7 +64,7 @@ def attempt(project, remote, agent, text: str) -> AttemptInput:
 
 
 def machine(client, root, tmp, running=None, floor_mb: str = "0") -> MachineActivities:
-    env = fleet_env(HOME=str(tmp / "home"), GENESIS_SHARED_STATE_DIR=str(tmp / "state"),
+    env = fleet_env(**trusting(tmp), HOME=str(tmp / "home"), GENESIS_SHARED_STATE_DIR=str(tmp / "state"),
                     AGENT_PIDS=str(tmp / "agents"), HOLD=str(tmp / "hold"), HEARTBEAT_STALE="120s")
     fleet = fleet_settings({"GENESIS_FLEET_MEMORY_FLOOR_MB": Setting(floor_mb, "test")})
     return MachineActivities(client, root, "A", env, stop_wait=5.0, fleet=fleet, running=running)

@@ -21,7 +21,7 @@ pytest.importorskip("temporalio", reason="temporalio is not installed: pip insta
 
 from helpers.fleet import fleet_env, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
-from helpers.temporal import procs_under, pushed_project  # noqa: E402
+from helpers.temporal import procs_under, pushed_project, trusting  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
@@ -82,7 +82,8 @@ def machine(client: Client, root: Path, tmp: Path, name: str, hold: Path,
     """A machine of its own: its root, HOME and shared state apart from the other's."""
     home = tmp / f"home-{name}"
     home.mkdir(exist_ok=True)
-    env = fleet_env(HOME=str(home), GENESIS_SHARED_STATE_DIR=str(tmp / f"state-{name}"), RUNS=str(tmp / "runs"),
+    env = fleet_env(**trusting(tmp), HOME=str(home), GENESIS_SHARED_STATE_DIR=str(tmp / f"state-{name}"),
+                    RUNS=str(tmp / "runs"),
                     MACHINE=name, HOLD=str(hold), HEARTBEAT_STALE="120s",
                     BUILDER_HOLD=str(builder_hold or tmp / "no-builder-hold"))
     return MachineActivities(client, root, name, env, stop_wait=5.0)

@@ -91,3 +91,42 @@ def test_the_accounts_limit_is_one_hold_while_it_lasts_and_the_status_shows_it(t
     shown = from_ledger(tmp_path, path, Monitor(True, None, "", 100.0, None), now=150.0)
     assert (shown.limit.kind, shown.limit.until) == ("limit", 200.0)
     assert from_ledger(tmp_path, path, Monitor(True, None, "", 100.0, None), now=201.0).limit is None
+
+
+def test_a_restarted_home_copies_only_the_attempts_the_home_before_it_had_not(tmp_path):
+    """Each home has a Mirror of its own on the one ledger: attempts are keyed by (task, attempt,
+    start), never by what this process has seen."""
+    path = tmp_path / "ledger.sqlite3"
+    failed = attempt(ended=110.0, exit_code=3, outcome="failed", reason="exit 3")
+    done = attempt(attempt=2, kind="restart", started=112.0, host="B")
+    first = Mirror(path, "fleet-1")
+    first.sync({"tasks": {}}, {"t-1": {"row": {**ROW, "state": "running"}, "attempts": [failed]}}, {})
+    again = Mirror(path, "fleet-2")   # the home died and came back
+    fleet = {"tasks": {"t-1": {"state": "merged", "sha": "abc", "reason": "came home"}}}
+    for _ in range(2):
+        again.sync(fleet, {"t-1": {"row": ROW, "attempts": [failed, done]}}, {})
+    with FleetLedger.open(path, readonly=True) as led:
+        assert [(a.attempt, a.outcome) for a in led.attempts("t-1")] == [(1, "failed"), (2, "verified")]
+        assert led.tasks()[0].attempts == 2
+    assert again.take_lines() == [started_line("do it", "restart", 2, "configured") + " on B",   # nothing twice
+                                  ended_line("do it", 0, "verified", "its task is done on its branch"),
+                                  merged_line("do it", "merged", "abc")]
+    later = Mirror(path, "fleet-3")   # a later fleet of the project: its attempt 1 is another one
+    later.sync({"tasks": {}}, {"t-1": {"row": ROW, "attempts": [attempt(started=500.0, ended=530.0)]}}, {})
+    with FleetLedger.open(path, readonly=True) as led:
+        assert len(led.attempts("t-1")) == 3
+
+
+def test_the_running_attempt_counts_and_says_where_it_runs(tmp_path):
+    """As its worker's heartbeat tells it (reading.task_memos): its machine, stage, loop and worktree."""
+    path = tmp_path / "ledger.sqlite3"
+    running = {"host": "A", "stage": "running", "run_id": "r9", "pid": 42, "worktree": "/srv/w/t-1", "tries": 1}
+    memo = {"row": {**ROW, "state": "running", "reason": ""}, "attempts": [attempt(ended=None, exit_code=None,
+                                                                                   outcome=None, host="")],
+            "running": running}
+    Mirror(path, "fleet-1").sync({"tasks": {}}, {"t-1": memo}, {})
+    with FleetLedger.open(path, readonly=True) as led:
+        (row,) = led.tasks()
+        assert led.attempts("t-1") == []   # written once, at its end
+    assert (row.state, row.attempts, row.run_id) == ("running", 1, "r9")
+    assert row.reason == "attempt 1 on A: running, pid 42, in /srv/w/t-1"
