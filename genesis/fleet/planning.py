@@ -20,7 +20,8 @@ SIGNAL_CODES = frozenset({exitcodes.INTERRUPTED_HUP, exitcodes.INTERRUPTED_INT, 
 # Ends that would fail every child the same way: the fleet stops with the child's code. Not 2:
 # a child's preflight also says 2 for what is its own worktree's (leftovers of a killed attempt),
 # so a 2 climbs that task's ladder like any abnormal end.
-FLEET_STOPPING = frozenset({exitcodes.UNTRUSTED_COMMAND, exitcodes.SANDBOX_UNAVAILABLE, exitcodes.DISK_FULL})
+FLEET_STOPPING = frozenset({exitcodes.UNTRUSTED_COMMAND, exitcodes.SANDBOX_UNAVAILABLE, exitcodes.DISK_FULL,
+                            exitcodes.LIMIT_FAR})  # a limit weeks away binds every child of the account
 CEILINGS = frozenset({exitcodes.MAX_RUNTIME, exitcodes.MAX_COST})
 
 
