@@ -339,7 +339,7 @@ run_loop() {
         "${EXIT_ERROR}" | "${EXIT_USAGE}" | "${EXIT_DISK_FULL}" | "${EXIT_STEP_TIMEOUT}" | \
           "${EXIT_USAGE_LIMIT}" | "${EXIT_API_OUTAGE}" | "${EXIT_AGENT_FATAL}" | "${EXIT_MAX_RUNTIME}" | \
           "${EXIT_MAX_COST}" | "${EXIT_RECOVERY_SPENT}" | "${EXIT_STATE_LOST}" | "${EXIT_HISTORY_REWRITTEN}" | \
-          "${EXIT_SANDBOX_UNAVAILABLE}" | "${EXIT_MONITOR_LOST}" | "${EXIT_STEPPED_ASIDE}")
+          "${EXIT_SANDBOX_UNAVAILABLE}" | "${EXIT_MONITOR_LOST}" | "${EXIT_STEPPED_ASIDE}" | "${EXIT_LIMIT_FAR}")
           after_step "${rc}" "${LINENO}" ;;
         *)
           # The watcher died of a signal this loop did not send (the user's reaches the
