@@ -13,8 +13,9 @@ Some hangs need no general window to be told apart (docs/concepts/silences.md):
 - `first_event`: nothing at all on the output and no heartbeat since the start: a CLI hung at
   start-up (Claude Code writes its `init` record within seconds, before it calls the API);
 - `result_exit`: the final result was read and the process goes on with no work of its own left
-  (no background command or sub-agent, or only ones whose processes are silent): the phase's
-  work is done, so it ends as done, not stuck.
+  (no background command or sub-agent and its processes quiet for the window, or only
+  background work whose processes are silent): the phase's work is done, so it ends as done,
+  not stuck.
 Work the CLI runs in the background (a command, a sub-agent) is judged as the tool it is: while
 its processes work, the stale window waits (up to the tool-busy maximum), as for a busy tool.
 """
@@ -109,6 +110,7 @@ class State:
     would_said: float = -1e18      # monotonic: when a would-be kill was last said
     bg_since: float | None = None  # monotonic: background work in flight since (None: none)
     bg_active: float = 0.0         # monotonic: its processes last worked
+    worked: float | None = None    # monotonic: its processes last worked after its result (None: not since)
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,11 @@ def _background(rules: Rules, state: State, obs: Observation, tool: ToolVerdict,
     """The CLI's background work, judged by its processes as a tool in flight is: until when
     (monotonic) its work holds the stale window (None: it does not), and what to say of it."""
     now = obs.mono
+    busy = tool.change is not None and tool.change.busy
+    if obs.result_at is None:
+        state = replace(state, worked=None)
+    elif busy:  # after its result: a hook of its end (SessionEnd) may still run
+        state = replace(state, worked=now)
     if not obs.background:
         return replace(state, bg_since=None), None, []
     said = []
@@ -234,7 +241,6 @@ def _background(rules: Rules, state: State, obs: Observation, tool: ToolVerdict,
         state = replace(state, bg_since=now, bg_active=now)
         said.append(f"it works in the background ({', '.join(obs.background)}): judged by its processes, "
                     f"busy or silent, as a tool in flight is")
-    busy = tool.change is not None and tool.change.busy
     if busy or grew:
         state = replace(state, bg_active=now)
     if busy and state.tools is not None and now - state.bg_since <= state.tools.busy_max:
@@ -253,9 +259,12 @@ def _hang_class(rules: Rules, state: State, obs: Observation, beat: Heartbeat | 
     if not rules.result_exit_after or obs.result_at is None:
         return None
     after = now - obs.result_at
+    quiet = now - max(obs.result_at, state.worked if state.worked is not None else obs.result_at)
     if after < rules.result_exit_after:
         return None
     if not obs.background:
+        if quiet < rules.result_exit_after:  # its processes worked since (a hook of its end): not yet
+            return None
         return End("done", after, f"result written, process did not exit: its final result came {after:.0f}s ago "
                                   f"and nothing of its own is left to run (window {rules.result_exit_after:g}s); "
                                   f"the phase's work is done: ended as done, not stuck", window="result_exit")

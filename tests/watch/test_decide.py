@@ -283,6 +283,17 @@ def test_a_result_written_and_no_exit_ends_as_done_at_the_result_exit_window_not
     assert verdicts[-1].health.classification == "healthy"
 
 
+def test_processes_that_work_after_the_result_put_its_end_off_until_they_have_been_quiet_a_window():
+    # A hook of the CLI's end (SessionEnd) that runs for a while: something of its own still runs.
+    r = rules(stale_after=900.0, result_exit_after=30.0, tool_silent=5.0)
+    used = [min(t, 50) for t in range(1, 200)]  # its tree works until t=50
+    history = [at(t, beat=beat(4), received=500, result_at=5.0 if t >= 5 else None, activity=cpu(used[t - 1]))
+               for t in range(1, 200)]
+    _, verdicts = replay(r, history)
+    assert len(verdicts) == 80  # quiet from t=50: 30 s later
+    assert verdicts[-1].end.status == "done" and verdicts[-1].end.idle == 75.0
+
+
 def test_a_new_turn_after_the_result_takes_the_result_back():
     # The CLI woke the model (a background command ended): the reader clears result_at.
     r = rules(stale_after=900.0, result_exit_after=30.0)
