@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from genesis.phases import Phase
 
 __all__ = ["Account", "Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
-           "MAX_RESULT_CHARS", "REFUSAL", "last_line", "key_fingerprint", "Login", "LOGGED_IN", "LOGGED_OUT", "LOGIN_UNKNOWN"]
+           "MAX_RESULT_CHARS", "REFUSAL", "last_line", "key_fingerprint", "Login", "LOGGED_IN", "LOGGED_OUT",
+           "LOGIN_UNKNOWN"]
 
 MAX_RESULT_CHARS = 16 << 10  # the final result kept for the report and the completion phrase
 # ApiError.code of a refusal by the model's safeguards: the same request would be refused again.
