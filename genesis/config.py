@@ -93,7 +93,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("AGENT_RESULT_EXIT_WINDOW", "30s", "a run whose final result was read and that has nothing of its own left "
          "to run (or only background work silent for TOOL_SILENT) but does not exit is ended this long after the "
          "result, as done, not stuck (result_exit; 0: off)", unit="s"),
-    Knob("AGENT_STREAM_IDLE_WINDOW", "90s", "Claude Code's own watchdog of the model's stream "
+    Knob("AGENT_STREAM_IDLE_WINDOW", "2m", "Claude Code's own watchdog of the model's stream "
          "(CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS, unless set): no byte from the API this long and it drops the "
          "connection and retries; its default is 3-5 minutes (10s-30m; 0: the CLI's default)", unit="s"),
     Knob("PHASE_RETRIES", "1", "a phase that ended stuck or wedged runs again this many times per iteration "

@@ -31,7 +31,7 @@ def minutes(text):
 
 
 def span(text):
-    return {"15m": 900, "45m": 2700, "5m": 300, "60s": 60, "30s": 30, "90s": 90}[text]
+    return {"15m": 900, "45m": 2700, "5m": 300, "60s": 60, "30s": 30, "2m": 120}[text]
 
 
 def yes(text):
