@@ -20,6 +20,8 @@ MB = 1 << 20
     (28, False, False, False, "config", 28),
     (29, False, False, False, "config", 29),
     (6, False, False, False, "config", 6),
+    (36, False, False, False, "config", 36),          # a limit weeks away binds every child of the account
+    (22, False, False, False, "failed", None),         # a refusal (or another fatal error): its ladder
     (23, False, False, False, "stopped", 23),          # a ceiling: nothing more launches
     (24, False, False, False, "stopped", 24),
     (34, False, False, False, "stopped", None),        # its monitor was gone: no failure, nothing else stops
