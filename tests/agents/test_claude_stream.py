@@ -507,3 +507,21 @@ def test_a_limit_weeks_away_reads_as_a_limit_with_its_far_reset():
     assert limit.resets_at == event["rate_limit_info"]["resetsAt"]
     assert re.fullmatch(r"You've hit your weekly limit · resets \w{3} \d{1,2}, \d{1,2}(:\d\d)?[ap]m \(UTC\)",
                         limit.message)
+
+
+def test_an_empty_success_after_a_dead_stream_is_an_outage_not_a_finished_run():
+    # Recorded with the CLI's stream watchdog at 10 s against a stub whose answers stop mid-stream.
+    reader, transcript = read(lines_of("dead_stream.jsonl"))
+    assert "(the model's answer came to nothing: a dead stream; the CLI asks again)" in transcript
+    assert reader.result.subtype == "success" and not reader.result.is_error and reader.result.text == ""
+    ending = reader.ending(0)
+    assert ending.final_text == "" and ending.api_error == ApiError(
+        True, None, "stream_idle_timeout", "the API's stream went dead 1 time(s) and the run ended with an empty "
+                                           "result")
+
+
+def test_a_result_with_words_after_a_dead_stream_is_the_runs_own():
+    lines = lines_of("dead_stream.jsonl")
+    said = [line.replace('"result":""', '"result":"Recovered."') for line in lines]
+    ending = read(said)[0].ending(0)
+    assert ending.api_error is None and ending.final_text == "Recovered."

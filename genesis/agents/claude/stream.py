@@ -35,6 +35,9 @@ NO_ANSWER = {"connection_failed", "no_response", "stream_idle_timeout", "compute
 # Its tasks (a command or a sub-agent it tracks), as stream-json reports them.
 TASK_EVENTS = {"task_started", "task_updated", "task_notification"}
 AGENT_TOOLS = {"Agent", "Task"}  # the sub-agent tool's names (Task before 2.1)
+# The CLI's own words when its stream watchdog dropped an answer that had shown nothing: it asks
+# the model again with this synthetic message (and may end with an empty `success` after it).
+NO_OUTPUT = "Your previous response had no visible output"
 
 USAGE_LIMIT = "usage_limit_reached"
 # Claude Code retries a refused login too (for minutes, with its default retries), in case a
@@ -63,6 +66,7 @@ class StreamReader(OutputReader):
         self._tasks: dict[str, str] = {}               # background tasks in flight: task id -> what it is
         self._agents: set[str] = set()                 # tool_use ids of the Agent (Task) tool's calls
         self._refusal: dict[str, Any] | None = None    # the model refused and no other model was tried
+        self._dead_streams = 0                         # answers that came to nothing (the CLI's watchdog)
         self.result_at: float | None = None
 
     def feed(self, line: str) -> list[str]:
@@ -95,6 +99,10 @@ class StreamReader(OutputReader):
                 self.result_at = None
             return self._assistant(record)
         if kind == "user":
+            if record.get("isSynthetic") is True and NO_OUTPUT in block_text(
+                    (record.get("message") if isinstance(record.get("message"), dict) else {}).get("content")):
+                self._dead_streams += 1
+                return ["(the model's answer came to nothing: a dead stream; the CLI asks again)"]
             return tool_errors(record)
         if kind == "rate_limit_event":
             return self._rate_limit(record)
@@ -202,6 +210,11 @@ class StreamReader(OutputReader):
 
     def ending(self, returncode: int | None) -> Ending:
         result = self.result
+        if result is not None and not result.is_error and self._dead_streams and not result.text.strip():
+            # An empty success after the API's stream went dead: no work was done; an outage, not a finish.
+            return Ending(result=result, api_error=ApiError(
+                True, None, "stream_idle_timeout", f"the API's stream went dead {self._dead_streams} time(s) and the "
+                                                   f"run ended with an empty result"))
         if result is not None and not result.is_error:
             return Ending(result=result, final_text=result.text)
         if self._refusal is not None:
