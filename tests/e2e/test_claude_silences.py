@@ -148,3 +148,18 @@ def test_a_cli_that_wrote_its_result_and_lingers_with_nothing_to_run_ends_as_don
     assert (end["status"], end["window"], end["ending"], end["result"]) == ("done", "result_exit", "finished", "Done.")
     assert "nothing of its own is left to run (window 3s)" in end["detail"] and end["duration"] < 30
     assert e2e.leftovers() == []
+
+
+def test_a_dead_stream_is_ended_by_the_clis_own_watchdog_at_the_window_genesis_sets_and_read_as_an_outage(e2e, stub):
+    # Every answer stops after message_start and the connection stays open: only the CLI sees no byte comes.
+    e2e.phase("Builder", "drop")
+    e2e.env.update(AGENT_STREAM_IDLE_WINDOW="10s", HEARTBEAT_STALE="120s", GENESIS_BACKOFF_FIRST_SECONDS="1",
+                   GENESIS_BACKOFF_MAX_SECONDS="2", GENESIS_MAX_OUTAGE_MINUTES="0.5")
+    done, _ = e2e.run("--max-iterations", "3")
+    assert done.returncode == exitcodes.API_OUTAGE, done.stdout
+    builders = ends(e2e)
+    assert builders and all((e["status"], e["ending"], e["api_error"]["code"]) == ("exited", "outage",
+                                                                                  "stream_idle_timeout")
+                            for e in builders)
+    first = [r["at"] for r in stub.messages()][:2]
+    assert 9.5 <= first[1] - first[0] < 60  # the CLI asked again after its 10 s watchdog, not its 5 min
