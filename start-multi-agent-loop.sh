@@ -35,7 +35,7 @@
 # 29 the box GENESIS_SANDBOX names cannot run here, 31 a fleet: some task failed permanently,
 # 32 a fleet: some task needs review, 34 a fleet's child whose monitor was gone too long,
 # 35 a fleet's keyed child whose push was refused (another loop of its task owns the branch),
-# 129/130/143 SIGHUP/SIGINT/SIGTERM.
+# 36 a usage limit resets weeks away (a monthly or credit-pool limit), 129/130/143 SIGHUP/SIGINT/SIGTERM.
 set -euo pipefail
 set -o errtrace  # the ERR trap also fires inside functions, so no failure goes unreported
 
@@ -45,7 +45,7 @@ readonly EXIT_OK=0 EXIT_ERROR=1 EXIT_USAGE=2 EXIT_BREAKER_OPEN=3 EXIT_DISK_FULL=
 readonly EXIT_STEP_TIMEOUT=8 EXIT_USAGE_LIMIT=20 EXIT_API_OUTAGE=21 EXIT_AGENT_FATAL=22 EXIT_MAX_RUNTIME=23
 readonly EXIT_MAX_COST=24 EXIT_RECOVERY_SPENT=25 EXIT_STATE_LOST=26 EXIT_UNTRUSTED_COMMAND=28
 readonly EXIT_HISTORY_REWRITTEN=27
-readonly EXIT_SANDBOX_UNAVAILABLE=29 EXIT_MONITOR_LOST=34 EXIT_STEPPED_ASIDE=35
+readonly EXIT_SANDBOX_UNAVAILABLE=29 EXIT_MONITOR_LOST=34 EXIT_STEPPED_ASIDE=35 EXIT_LIMIT_FAR=36
 # shellcheck disable=SC2034  # a fleet's codes: its monitor (exec'd by --parallel) ends with them
 readonly EXIT_FLEET_TASKS_FAILED=31 EXIT_FLEET_NEEDS_REVIEW=32
 readonly EXIT_INTERRUPTED_HUP=129 EXIT_INTERRUPTED_INT=130 EXIT_INTERRUPTED_TERM=143
@@ -280,6 +280,7 @@ after_step() {
     "${EXIT_STEP_TIMEOUT}") finish_loop "${rc}" "a step overran its time bound twice: ${last_step}" ;;
     "${EXIT_USAGE}") finish_loop "${rc}" "a configuration or usage error: ${last_step}" ;;
     "${EXIT_USAGE_LIMIT}") finish_loop "${rc}" "a usage limit resets later than GENESIS_MAX_LIMIT_WAIT" ;;
+    "${EXIT_LIMIT_FAR}") finish_loop "${rc}" "a usage limit resets weeks away (a monthly or credit-pool limit)" ;;
     "${EXIT_API_OUTAGE}") finish_loop "${rc}" "the model API failed for longer than GENESIS_MAX_OUTAGE_MINUTES" ;;
     "${EXIT_AGENT_FATAL}") finish_loop "${rc}" "the agent reported an error retrying cannot fix" ;;
     "${EXIT_MAX_RUNTIME}") finish_loop "${rc}" "the runtime ceiling GENESIS_MAX_RUNTIME_HOURS was reached" ;;
@@ -338,7 +339,7 @@ run_loop() {
         "${EXIT_ERROR}" | "${EXIT_USAGE}" | "${EXIT_DISK_FULL}" | "${EXIT_STEP_TIMEOUT}" | \
           "${EXIT_USAGE_LIMIT}" | "${EXIT_API_OUTAGE}" | "${EXIT_AGENT_FATAL}" | "${EXIT_MAX_RUNTIME}" | \
           "${EXIT_MAX_COST}" | "${EXIT_RECOVERY_SPENT}" | "${EXIT_STATE_LOST}" | "${EXIT_HISTORY_REWRITTEN}" | \
-          "${EXIT_SANDBOX_UNAVAILABLE}" | "${EXIT_MONITOR_LOST}" | "${EXIT_STEPPED_ASIDE}")
+          "${EXIT_SANDBOX_UNAVAILABLE}" | "${EXIT_MONITOR_LOST}" | "${EXIT_STEPPED_ASIDE}" | "${EXIT_LIMIT_FAR}")
           after_step "${rc}" "${LINENO}" ;;
         *)
           # The watcher died of a signal this loop did not send (the user's reaches the

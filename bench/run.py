@@ -26,6 +26,7 @@ import loop_overhead  # noqa: E402
 import morning_cost  # noqa: E402
 import night  # noqa: E402
 import reap_cost  # noqa: E402
+import silences  # noqa: E402
 import tamper  # noqa: E402
 import watcher_cost  # noqa: E402
 from common import Row  # noqa: E402
@@ -65,6 +66,7 @@ def main() -> int:
         ("10. the ledger", lambda: ledger_cost.run(200 if quick else 500)),
         ("11. the box", lambda: box_cost.run(10 if quick else 30, 60 if quick else 200)),
         ("12. the morning", lambda: morning_cost.run(5 if quick else 10)),
+        ("13. the hang classes", lambda: silences.run(((1.0, 5.0, 3.0, 3 if quick else 5),))),
     ]
     only = next((a.split("=", 1)[1] if "=" in a else sys.argv[sys.argv.index(a) + 1]
                  for a in sys.argv[1:] if a.startswith("--only")), None)

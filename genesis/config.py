@@ -88,6 +88,14 @@ KNOBS: tuple[Knob, ...] = (
          "and critical (recorded in the health snapshot)"),
     Knob("GENESIS_HEALTH_ENFORCE", "true", "false: warn only; record classifications and would-be kills, kill "
          "nothing but a run over AGENT_MAX_RUNTIME (to tune thresholds on real nights)"),
+    Knob("AGENT_FIRST_EVENT_WINDOW", "60s", "a Claude Code run with nothing on its output and no heartbeat this "
+         "long after its start is hung at start-up: ended as stuck (first_event; 0: off)", unit="s"),
+    Knob("AGENT_RESULT_EXIT_WINDOW", "30s", "a run whose final result was read and that has nothing of its own left "
+         "to run (or only background work silent for TOOL_SILENT) but does not exit is ended this long after the "
+         "result, as done, not stuck (result_exit; 0: off)", unit="s"),
+    Knob("AGENT_STREAM_IDLE_WINDOW", "2m", "Claude Code's own watchdog of the model's stream "
+         "(CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS, unless set): no byte from the API this long and it drops the "
+         "connection and retries; its default is 3-5 minutes (10s-30m; 0: the CLI's default)", unit="s"),
     Knob("PHASE_RETRIES", "1", "a phase that ended stuck or wedged runs again this many times per iteration "
          "(after a short jittered delay), then counts as failed for the iteration (0-5)"),
     Knob("PHASE_RETRY_DELAY_SECONDS", "10", "the wait before a retry, up to half as long again (jitter)", unit="s"),
@@ -290,6 +298,9 @@ class Config:
     tool_silent: float                    # 0: off
     tool_busy_max: float
     health_enforce: bool
+    first_event_window: float             # 0: off
+    result_exit_window: float             # 0: off
+    stream_idle_window: float             # 0: the CLI's own default
     doom_limits: DoomLimits
     phase_retries: int
     retry_delay: float
@@ -630,6 +641,9 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         tool_silent=tool_silent,
         tool_busy_max=span("TOOL_BUSY_MAX_MINUTES", 0.6),
         health_enforce=boolean("GENESIS_HEALTH_ENFORCE"),
+        first_event_window=span("AGENT_FIRST_EVENT_WINDOW", 0),
+        result_exit_window=span("AGENT_RESULT_EXIT_WINDOW", 0),
+        stream_idle_window=_stream_idle(span("AGENT_STREAM_IDLE_WINDOW", 0)),
         doom_limits=doom_limits,
         phase_retries=clamped("PHASE_RETRIES", 0, 5),
         retry_delay=span("PHASE_RETRY_DELAY_SECONDS", 0),
@@ -729,6 +743,14 @@ def _commit_key(s: Mapping[str, Setting]) -> str:
     if why:
         raise ConfigError(f"GENESIS_COMMIT_KEY={setting.value[:60]!r} ({setting.source}) {why}")
     return key
+
+
+def _stream_idle(window: float) -> float:
+    """AGENT_STREAM_IDLE_WINDOW within what Claude Code accepts of its stream watchdog (10s-30m), or 0."""
+    if window and not 10 <= window <= 1800:
+        raise ConfigError(f"AGENT_STREAM_IDLE_WINDOW={window:g}s: Claude Code's stream watchdog takes 10s to 30m; "
+                          f"set a window in that range, or 0 for the CLI's own default")
+    return window
 
 
 def _sandbox(s: Mapping[str, Setting]) -> str:

@@ -159,6 +159,9 @@ ENDS: dict[str, Ends] = {
                          "failure"),
     "STEPPED_ASIDE": Ends("a child of the fleet on Temporal whose push was refused as non-fast-forward: another "
                           "loop of its task pushed the branch, so it stepped aside, its work committed here"),
+    "LIMIT_FAR": Ends("a usage limit resets more than 8 days away: a monthly or credit-pool limit, not a night's "
+                      "wait; the message says the date to restart after (a fleet stops with it: it binds every "
+                      "child)", SAME),
     "AGENT_STALE": Ends("", "run-phase: stuck (stale heartbeat); the tree killed, the loop goes on"),
     "AGENT_OVERTIME": Ends("", "run-phase: over the runtime cap; the tree killed, the loop goes on"),
     "INTERRUPTED_HUP": Ends("interrupted by SIGHUP (the terminal closed; ignored under `nohup`)", "interrupted",

@@ -19,7 +19,8 @@ __all__ = ["LABELS", "WAIT_LABELS", "WINDOW_LABELS", "FORMER", "ending_label", "
 LABELS = {"finished": "finished", "running": "running", "exited": "exited", "failed": "exited with an error",
           "limit": "usage limit", "outage": "API outage", "fatal": "fatal error",
           "api_fatal": "fatal error", "stuck": "stuck", "wedged": "wedged", "overtime": "over time",
-          "interrupted": "interrupted", "not_started": "could not start", "watcher_lost": "watcher lost"}
+          "interrupted": "interrupted", "not_started": "could not start", "watcher_lost": "watcher lost",
+          "done": "done (ended after its result)", "refused": "refused by the model's safeguards"}
 
 # The stuck state as older versions recorded it: the watcher said stale, the health judgment stalled.
 FORMER = {"stale": "stuck", "stalled": "stuck"}
@@ -29,7 +30,9 @@ WAIT_LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "brea
 
 # The window that ended a phase, as its phase_end event and incident record it (`window`).
 WINDOW_LABELS = {"stale": "the stale window (no heartbeat)", "tool_silent": "the tool-silent window",
-                 "tool_busy": "the tool-busy maximum, then the stale window", "runtime": "the runtime cap"}
+                 "tool_busy": "the tool-busy maximum, then the stale window", "runtime": "the runtime cap",
+                 "first_event": "the first-event window (no output since its start)",
+                 "result_exit": "the result-exit window (its result written, it did not exit)"}
 
 
 # Terminal control sequences: CSI (ESC [ or 0x9b) with its parameters; OSC, DCS, SOS, PM and

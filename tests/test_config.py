@@ -31,7 +31,7 @@ def minutes(text):
 
 
 def span(text):
-    return {"15m": 900, "45m": 2700, "5m": 300}[text]
+    return {"15m": 900, "45m": 2700, "5m": 300, "60s": 60, "30s": 30, "2m": 120}[text]
 
 
 def yes(text):
@@ -52,6 +52,9 @@ READ = {
     "HEARTBEAT_STALE": (lambda c: c.stale_after, span),
     "AGENT_MAX_RUNTIME": (lambda c: c.max_runtime, span),
     "TOOL_SILENT": (lambda c: c.tool_silent, span),
+    "AGENT_FIRST_EVENT_WINDOW": (lambda c: c.first_event_window, span),
+    "AGENT_RESULT_EXIT_WINDOW": (lambda c: c.result_exit_window, span),
+    "AGENT_STREAM_IDLE_WINDOW": (lambda c: c.stream_idle_window, span),
     "TOOL_BUSY_MAX_MINUTES": (lambda c: c.tool_busy_max, minutes),
     "DOOM_SAME_FAILURES": (lambda c: c.doom_limits.same_failures, int),
     "DOOM_CYCLE_CALLS": (lambda c: c.doom_limits.cycle_window, int),
@@ -205,7 +208,8 @@ def test_a_knobs_unit_is_the_one_its_name_says():
             assert knob.unit == said, knob.name
     assert {k.name for k in KNOBS if k.unit == "s" and not k.name.endswith("_SECONDS")} == {
         "HEARTBEAT_CHECK_INTERVAL", "HEARTBEAT_STALE", "AGENT_MAX_RUNTIME", "TOOL_SILENT", "GENESIS_MAX_LIMIT_WAIT",
-        "GENESIS_MERGE_TEST_TIMEOUT", "GENESIS_CHECK_TIMEOUT"}
+        "GENESIS_MERGE_TEST_TIMEOUT", "GENESIS_CHECK_TIMEOUT", "AGENT_FIRST_EVENT_WINDOW", "AGENT_RESULT_EXIT_WINDOW",
+        "AGENT_STREAM_IDLE_WINDOW"}
 
 
 def test_a_bound_is_said_in_the_unit_the_value_was_written_in(project):
@@ -498,3 +502,11 @@ def test_a_misspelt_alert_channel_in_the_environment_is_refused_not_only_warned_
     assert advice(resolve(project, env=env), env) == [
         "GENESIS_MAX_ITERATONS is set in the environment but is not a setting, so it is ignored; did you mean "
         "GENESIS_MAX_ITERATIONS?"]
+
+
+def test_the_stream_idle_window_is_refused_outside_what_claude_code_takes(project):
+    assert resolve(project, env={"AGENT_STREAM_IDLE_WINDOW": "0"}).stream_idle_window == 0
+    assert resolve(project, env={"AGENT_STREAM_IDLE_WINDOW": "2m"}).stream_idle_window == 120
+    with pytest.raises(ConfigError, match=r"^AGENT_STREAM_IDLE_WINDOW=5s: Claude Code's stream watchdog takes 10s "
+                                          r"to 30m"):
+        resolve(project, env={"AGENT_STREAM_IDLE_WINDOW": "5s"})

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
     from genesis.phases import Phase
 
 __all__ = ["Account", "Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
-           "MAX_RESULT_CHARS", "PERMISSION_REFUSED", "last_line", "key_fingerprint", "Login", "LOGGED_IN",
-           "LOGGED_OUT", "LOGIN_UNKNOWN"]
+           "MAX_RESULT_CHARS", "PERMISSION_REFUSED", "REFUSAL", "last_line", "key_fingerprint", "Login",
+           "LOGGED_IN", "LOGGED_OUT", "LOGIN_UNKNOWN"]
 
 MAX_RESULT_CHARS = 16 << 10  # the final result kept for the report and the completion phrase
+# ApiError.code of a refusal by the model's safeguards: the same request would be refused again.
+REFUSAL = "refusal"
 LOGGED_IN, LOGGED_OUT, LOGIN_UNKNOWN = "yes", "no", "unknown"
 # ApiError.code of a tool call the CLI refused because it needs an approval nobody is there to
 # give: a configuration of the agent command that no retry changes (its message says the fix).
@@ -133,6 +135,10 @@ class OutputReader:
     turns: int | None = None       # the model's turns so far, when the output tells
     hopeless: ApiError | Limit | None = None  # the CLI keeps retrying what no retry of its own can fix (a
     #                                           fatal error, or a usage limit hours away): end it now
+    result_at: float | None = None  # when its final result was read (the watcher's monotonic clock), while no
+    #                                 turn has started since; None: no result yet
+    background: tuple[str, ...] = ()  # the work it left running in the background (commands, sub-agents), by name
+    speaks_first = False           # its output starts within seconds, before any model call (a silent start is a hang)
 
     def feed(self, line: str) -> list[str]:
         """The transcript lines for one line of output (given without its newline)."""

@@ -20,9 +20,10 @@ SIGNAL_CODES = frozenset({exitcodes.INTERRUPTED_HUP, exitcodes.INTERRUPTED_INT, 
 # Ends that would fail every child the same way: the fleet stops with the child's code. Not 2:
 # a child's preflight also says 2 for what is its own worktree's (leftovers of a killed attempt),
 # so a 2 climbs that task's ladder like any abnormal end. 22: every child runs the same agent
-# command on the same account (a refused login, billing, model or tool permission).
+# command on the same account (a refused login, billing, model or tool permission); 36: a limit
+# weeks away binds every child of the account.
 FLEET_STOPPING = frozenset({exitcodes.UNTRUSTED_COMMAND, exitcodes.SANDBOX_UNAVAILABLE, exitcodes.DISK_FULL,
-                            exitcodes.AGENT_FATAL})
+                            exitcodes.AGENT_FATAL, exitcodes.LIMIT_FAR})
 CEILINGS = frozenset({exitcodes.MAX_RUNTIME, exitcodes.MAX_COST})
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from genesis.agents.base import PERMISSION_REFUSED
+from genesis.agents.base import PERMISSION_REFUSED, REFUSAL
 from genesis.loop.step import Step
 from genesis.phases import DoneRule, Phase
 from genesis.watch.evidence import transcript_tail
@@ -23,19 +23,21 @@ def how_it_ended(outcome: Outcome) -> str:
     end = outcome.ending
     if outcome.status == "api_fatal":  # ended by Genesis: the API refuses what retrying cannot fix soon
         return "limit" if end is not None and end.limit is not None else "fatal"
-    if outcome.status != "exited":
+    if outcome.status not in ("exited", "done"):  # done: its result written, ended as it did not exit
         return outcome.status
     if end is not None and end.limit is not None:
         return "limit"
     if end is not None and end.api_error is not None:
+        if end.api_error.code == REFUSAL:
+            return "refused"
         return "outage" if end.api_error.retryable else "fatal"
-    return "finished" if outcome.returncode == 0 else "failed"
+    return "finished" if outcome.returncode == 0 or outcome.status == "done" else "failed"
 
 
 def said_done(rule: DoneRule, outcome: Outcome) -> bool:
     """Whether the agent's final result holds the completion phrase (never its echoed text)."""
     end = outcome.ending
-    return (rule.kind == "phrase" and outcome.status == "exited" and end is not None
+    return (rule.kind == "phrase" and outcome.status in ("exited", "done") and end is not None
             and rule.text in end.final_text)
 
 
@@ -67,10 +69,13 @@ def describe(step: Step, phase: Phase, outcome: Outcome, log: Path, ending: str,
     result = outcome.ending.result if outcome.ending is not None else None
     cost = (f", {result.num_turns} turns" if result and result.num_turns is not None else "") + \
         (f", ${result.total_cost_usd:.4f}" if result and result.total_cost_usd is not None else "")
+    if ending == "finished" and outcome.status == "done":
+        say(f"{phase.name}: finished in {took}{cost}; {outcome.detail}", "ok")
+        return outcome.detail
     if ending == "finished":
         say(f"{phase.name}: finished in {took}{cost}", "ok")
         return "finished"
-    if ending in ("limit", "outage", "fatal") and outcome.ending is not None:
+    if ending in ("limit", "outage", "fatal", "refused") and outcome.ending is not None:
         end = outcome.ending
         message = end.limit.message if end.limit is not None else end.api_error.message
         refused = end.api_error is not None and end.api_error.code == PERMISSION_REFUSED
@@ -98,7 +103,7 @@ def describe(step: Step, phase: Phase, outcome: Outcome, log: Path, ending: str,
 
 def commit_message(phase: str, iteration: int, run_id: str, outcome: Outcome) -> str:
     """Names the run and how the phase ended; work of an agent that did not finish is partial."""
-    if outcome.status == "exited" and outcome.returncode == 0:
+    if outcome.status == "done" or (outcome.status == "exited" and outcome.returncode == 0):
         how = "finished"
     elif outcome.status == "exited":
         how = f"ended: exit {outcome.returncode}; partial work"

@@ -215,17 +215,20 @@ def _watch(step: Step, phase: Phase, iteration: int, attempt: Attempt) -> Outcom
         keeper.check()
         on_check(step, hb)
 
+    reader = attempt.adapter.reader(attempt.argv)
     run = AgentRun(attempt.argv, cfg.project, attempt.env, attempt.log, hb, step.run_id,
                    prompt=attempt.prompt, prompt_stdin=attempt.adapter.prompt_on_stdin,
                    on_check=check, raw_log=attempt.raw_log,
-                   reader=attempt.adapter.reader(attempt.argv), on_health=health_keeper(step, phase),
+                   reader=reader, on_health=health_keeper(step, phase),
                    on_incident=incident_keeper(step, phase, iteration, hb, attempt.log), judge=judge_of(step, hb),
                    phase=phase.name, iteration=iteration, box=attempt.box, memory_max=cfg.agent_memory_max,
                    loop=lostloop.loop_of(step))
     limits = Limits(cfg.check_interval, cfg.stale_after, cfg.max_runtime, cfg.kill_grace, cfg.count_output,
                     log_max_bytes=cfg.log_max_bytes, tool_silent=cfg.tool_silent or None,
                     tool_busy_max=cfg.tool_busy_max, enforce=cfg.health_enforce,
-                    hookless=attempt.adapter.hooks is None)
+                    hookless=attempt.adapter.hooks is None,
+                    first_event_after=cfg.first_event_window if reader.speaks_first else 0.0,
+                    result_exit_after=cfg.result_exit_window)
     try:  # the watcher's writes never hold up its judgement: a held ledger costs events, said
         writes = ledger_of(step.layout).waiting_at_most(WATCH_TIMEOUT)
     except (DiskFull, LedgerError):
@@ -309,6 +312,11 @@ def _act_on(step: Step, phase: Phase, iteration: int, outcome: Outcome, ending: 
                                   who=(attempt.adapter, attempt.adapter.account(attempt.env)))
     if ending == "outage":
         return waiting.plan_outage(step, end.api_error, phase.name, iteration, time.time())
+    if ending == "refused":  # the same request would be refused again: no retry of the same agent
+        step.say(f"{phase.name}: the model's safeguards refused the request and the CLI tried no other model: "
+                 f"{end.api_error.message}. Retrying the same agent would be refused again; stopping. Restart with "
+                 f"another model or CLI (GENESIS_AGENT_CMD), or rephrase the task", "error")
+        return exitcodes.AGENT_FATAL
     if ending == "fatal":
         err = end.api_error
         if err.code == PERMISSION_REFUSED:  # the agent command's configuration: its message says the fix

@@ -28,7 +28,8 @@ __all__ = ["raise_ticket"]
 
 # For some kinds, only some values of one detail raise a ticket.
 ONLY_WHEN = {"health": ("classification", {"stuck", "wedged"}), "iteration_end": ("breaker", {"HALF_OPEN", "OPEN"}),
-             "wait_start": ("kind", {"limit", "outage"}), "commit_failed": ("alert", {True})}
+             "wait_start": ("kind", {"limit", "outage"}), "commit_failed": ("alert", {True}),
+             "incident": ("kind", {"stuck", "wedged", "overtime"})}  # not "done": its result was written
 
 
 # Kinds whose ticket says what became of the phase's work and which window ended it.

@@ -123,6 +123,9 @@ class Step:
             return str(path)
 
 
+STREAM_IDLE_VAR = "CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS"  # Claude Code's watchdog of the API's stream
+
+
 def is_claude(cfg: Config) -> bool:
     return adapter_of(cfg).name == "claude"
 
@@ -138,6 +141,10 @@ def agent_env(step: Step, phase: str, iteration: int) -> dict[str, str]:
            "PWD": str(step.cfg.project), "GENESIS_AGENT": phase,
            "GENESIS_HEARTBEAT_FILE": str(step.layout.heartbeat_file(phase)), "GENESIS_ITERATION": str(iteration)}
     env.pop("GENESIS_FLEET_DIR", None)
+    if is_claude(step.cfg) and step.cfg.stream_idle_window and STREAM_IDLE_VAR not in env:
+        # Its own watchdog sees the API's bytes (thinking streams them; a dead stream sends none):
+        # it tells a dead stream from a model thinking, which no silence on its output can.
+        env[STREAM_IDLE_VAR] = str(int(step.cfg.stream_idle_window * 1000))
     return env
 
 

@@ -58,6 +58,9 @@ Who = tuple[Adapter, Account]  # the CLI a phase runs, and the account it runs w
 
 JITTER = 0.2             # a backoff delay is up to this fraction shorter than the schedule
 UNKNOWN_RESET = 3600.0   # a limit that names no reset time: wait an hour (within the max wait)
+# No rolling usage window is longer than a week: a reset further away than this is a monthly or
+# credit-pool limit, which ends the night with its own exit and the date, not a wait.
+LIMIT_FAR_AFTER = 8 * 86400.0
 PROGRESS_EVERY = 600.0   # a line in the console log this often during a long wait
 TTY_TICK = 1.0
 
@@ -229,6 +232,14 @@ def plan_limit(step: "Step", limit: "Limit", phase: str, iteration: int, now: fl
     limit_of = f"usage limit{f' ({kind})' if kind else ''} of {account.cli}"
     what = f"usage limit{f' ({kind})' if kind else ''} of {_whom(account)}"
     said = sanitize(message)
+    if resets_at - now > LIMIT_FAR_AFTER:
+        say(f"{phase}: {what}: {said!r}. It resets at {_when(resets_at)}, {duration(resets_at - now)} away: a monthly "
+            f"or credit-pool limit, not a night's wait: stopping. Restart the loop after {_when(resets_at)}; or "
+            f"now, with another account ({limits.another_account(adapter) or 'another login'}) or another CLI "
+            f"(GENESIS_AGENT_CLI)", "error")
+        step.event("limit_stop", phase=phase, iteration=iteration, resets_at=resets_at, kind=kind, message=message,
+                   cli=account.cli, account=account.describe(), known=known is not None, far=True)
+        return exitcodes.LIMIT_FAR
     if resets_at - now > cfg.max_limit_wait:
         how = (f", met {limits.when(known.seen_at)}{_met_where(step, known)} and remembered, so the agent is not "
                f"called" if known else "")

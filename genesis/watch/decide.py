@@ -4,9 +4,20 @@ Nothing here reads a file, a process or a clock: the watcher gathers an Observat
 decide() turns it and the State carried from the previous check into the next State and a
 Verdict, and the watcher acts on that. So a whole night's history replays in milliseconds.
 
-Each ending names the window that fired (End.window: `stale`, `tool_silent`, `tool_busy` or
-`runtime`); the watcher carries it (Outcome.window) into the phase's `phase_end` event and its
-incident, so the report says which limit ended a phase, not only that it ended.
+Each ending names the window that fired (End.window: `stale`, `tool_silent`, `tool_busy`,
+`runtime`, or one of the short windows of the hang classes below); the watcher carries it
+(Outcome.window) into the phase's `phase_end` event and its incident, so the report says which
+limit ended a phase, not only that it ended.
+
+Some hangs need no general window to be told apart (docs/concepts/silences.md):
+- `first_event`: nothing at all on the output and no heartbeat since the start: a CLI hung at
+  start-up (Claude Code writes its `init` record within seconds, before it calls the API);
+- `result_exit`: the final result was read and the process goes on with no work of its own left
+  (no background command or sub-agent and its processes quiet for the window, or only
+  background work whose processes are silent): the phase's work is done, so it ends as done,
+  not stuck.
+Work the CLI runs in the background (a command, a sub-agent) is judged as the tool it is: while
+its processes work, the stale window waits (up to the tool-busy maximum), as for a busy tool.
 """
 
 from __future__ import annotations
@@ -47,6 +58,8 @@ class Rules:
     heartbeat_dir: str = ""        # named when the disk is full
     phase: str = ""
     iteration: int = 0
+    first_event_after: float = 0.0  # nothing on its output and no heartbeat this long from the start: hung (0: off)
+    result_exit_after: float = 0.0  # its final result read and no work of its own left this long: done (0: off)
 
     @property
     def deadline(self) -> float:
@@ -79,6 +92,8 @@ class Observation:
     planted: str = ""              # what was removed from the heartbeat path at this check
     upkeep: tuple[str, ...] = ()   # what the watcher's own upkeep reported (log problems, a failed repair)
     own: float = 0.0               # seconds since the previous check spent in the watcher's own work
+    result_at: float | None = None  # when its final result was read (monotonic; None: none, or a turn began since)
+    background: tuple[str, ...] = ()  # the work it runs in the background (commands, sub-agents), by name
 
 
 @dataclass(frozen=True)
@@ -93,12 +108,15 @@ class State:
     tampered: tuple[str, ...] = ()  # what was planted at the heartbeat path, each time
     would_kill: tuple[str, ...] = ()  # warn-only mode: why it would have been killed (the newest, oldest first)
     would_said: float = -1e18      # monotonic: when a would-be kill was last said
+    bg_since: float | None = None  # monotonic: background work in flight since (None: none)
+    bg_active: float = 0.0         # monotonic: its processes last worked
+    worked: float | None = None    # monotonic: its processes last worked after its result (None: not since)
 
 
 @dataclass(frozen=True)
 class End:
     """How the watch ended."""
-    status: str                    # exited | stuck | wedged | overtime | api_fatal | interrupted
+    status: str                    # exited | done | stuck | wedged | overtime | api_fatal | interrupted
     idle: float = 0.0              # seconds since the last sign of life
     detail: str = ""
     rc: int | None = None          # exited: its return code
@@ -153,11 +171,20 @@ def decide(rules: Rules, state: State, obs: Observation) -> tuple[State, Verdict
             notes.append(tool.note + (f"; running {judged.flying}" if judged.flying else ""))
         if tool.busy_until is not None:
             busy_until = max(busy_until or tool.busy_until, tool.busy_until)
+    state, bg_until, said = _background(rules, state, obs, tool, grew)
+    notes += said
+    if bg_until is not None:
+        busy_until = max(busy_until or bg_until, bg_until)
     window, seen = watchdog.check(state.window, beat.epoch if beat is not None else None, now, obs.wall,
                                   grew and rules.count_output, hold=obs.disk_full, busy_until=busy_until,
                                   own=obs.own)
     state = replace(state, window=window)
     notes += seen.notes
+    if stuck is None:
+        stuck = _hang_class(rules, state, obs, beat)
+    if stuck is not None and stuck.status == "done" and rules.enforce:
+        return state, Verdict(tuple(notes), _health(rules, state, obs, beat, seen.idle, tool, None,
+                                                    api_busy=api_until is not None), end=stuck)
     if stuck is None and tool.stuck:
         stuck = End("stuck", now - state.tools.last_active, "; ".join([tool.stuck, *dict.fromkeys(state.tampered)]),
                     window="tool_silent")
@@ -195,6 +222,60 @@ def _api_wait(state: State, retry: ApiRetry | None) -> tuple[State, float | None
                     f"(attempt {retry.attempt} of {retry.max_retries}, next in {retry.delay:.0f}s): waiting on "
                     f"the API, not stuck")
     return state, retry.seen + retry.delay, said
+
+
+def _background(rules: Rules, state: State, obs: Observation, tool: ToolVerdict,
+                grew: bool) -> tuple[State, float | None, list[str]]:
+    """The CLI's background work, judged by its processes as a tool in flight is: until when
+    (monotonic) its work holds the stale window (None: it does not), and what to say of it."""
+    now = obs.mono
+    busy = tool.change is not None and tool.change.busy
+    if obs.result_at is None:
+        state = replace(state, worked=None)
+    elif busy:  # after its result: a hook of its end (SessionEnd) may still run
+        state = replace(state, worked=now)
+    if not obs.background:
+        return replace(state, bg_since=None), None, []
+    said = []
+    if state.bg_since is None:
+        state = replace(state, bg_since=now, bg_active=now)
+        said.append(f"it works in the background ({', '.join(obs.background)}): judged by its processes, "
+                    f"busy or silent, as a tool in flight is")
+    if busy or grew:
+        state = replace(state, bg_active=now)
+    if busy and state.tools is not None and now - state.bg_since <= state.tools.busy_max:
+        return state, now, said
+    return state, None, said
+
+
+def _hang_class(rules: Rules, state: State, obs: Observation, beat: Heartbeat | None) -> End | None:
+    """A hang told apart by its own short window (see the module's text), or None."""
+    now = obs.mono
+    since = now - rules.started
+    if (rules.first_event_after and obs.received == 0 and beat is None and state.window.last_beat is None
+            and since >= rules.first_event_after):
+        return End("stuck", since, f"no first event in {rules.first_event_after:g}s: nothing on its output and no "
+                                   f"heartbeat since it started (hung at start-up)", window="first_event")
+    if not rules.result_exit_after or obs.result_at is None:
+        return None
+    after = now - obs.result_at
+    quiet = now - max(obs.result_at, state.worked if state.worked is not None else obs.result_at)
+    if after < rules.result_exit_after:
+        return None
+    if not obs.background:
+        if quiet < rules.result_exit_after:  # its processes worked since (a hook of its end): not yet
+            return None
+        return End("done", after, f"result written, process did not exit: its final result came {after:.0f}s ago "
+                                  f"and nothing of its own is left to run (window {rules.result_exit_after:g}s); "
+                                  f"the phase's work is done: ended as done, not stuck", window="result_exit")
+    silent = now - state.bg_active
+    if state.tools is not None and silent >= state.tools.silent_after:
+        return End("done", after, f"result written, process did not exit: its final result came {after:.0f}s ago "
+                                  f"and it waits on its background {', '.join(obs.background)}, whose processes "
+                                  f"were silent for {silent:.0f}s (tool-silent window {state.tools.silent_after:g}s); "
+                                  f"the phase's work is done: ended as done, its background work with it",
+                   window="result_exit")
+    return None
 
 
 def _busy_too_long(tools: ToolMemory | None, now: float, working: bool) -> str:

@@ -87,6 +87,8 @@ class Limits:
     tool_busy_max: float = 3600.0  # a tool in flight whose tree works may be silent this long at most
     enforce: bool = True           # False: warn only; record what would be killed, kill nothing but overtime
     hookless: bool = False         # a CLI without hooks: its processes' work is a sign of life too
+    first_event_after: float = 0.0  # nothing on its output and no heartbeat this long from the start: hung (0: off)
+    result_exit_after: float = 0.0  # its final result read and no work of its own left this long: done (0: off)
 
     def __post_init__(self) -> None:
         if self.log_max_bytes < MIN_LOG_BYTES:
@@ -95,7 +97,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str                    # exited | stuck | wedged | overtime | api_fatal | interrupted | not_started
+    status: str                    # exited | done | stuck | wedged | overtime | api_fatal | interrupted | not_started
     returncode: int | None
     duration: float
     idle: float = 0.0
@@ -117,6 +119,8 @@ class Outcome:
     def exit_code(self) -> int:
         if self.status == "exited":
             return exitcodes.OK if self.returncode == 0 else exitcodes.AGENT_FAILED
+        if self.status == "done":  # its result was written; it did not exit by itself
+            return exitcodes.OK
         if self.status in ("stuck", "wedged"):
             return exitcodes.AGENT_STALE
         if self.status == "overtime":
@@ -220,7 +224,8 @@ class _Watcher:
                            started=self.start_mono, started_wall=self.start_wall, max_runtime=lim.max_runtime,
                            count_output=lim.count_output, tool_silent=lim.tool_silent, tool_busy_max=lim.tool_busy_max,
                            hookless=lim.hookless, enforce=lim.enforce, heartbeat_dir=str(run.heartbeat.parent),
-                           phase=run.phase, iteration=run.iteration)
+                           phase=run.phase, iteration=run.iteration, first_event_after=lim.first_event_after,
+                           result_exit_after=lim.result_exit_after)
         self.state = begin(self.rules)  # what the decision carries from one check to the next
         old = {s: signal.signal(s, _raise_once) for s in self.stops}
         outcome: Outcome | None = None
@@ -425,7 +430,8 @@ class _Watcher:
         return Observation(now, wall, beat, received, activity, judged,
                            retry=reader.retry if reader is not None else None, hopeless=hopeless,
                            turns=reader.turns if reader is not None else None, disk_full=full, planted=planted,
-                           upkeep=tuple(upkeep))
+                           upkeep=tuple(upkeep), result_at=reader.result_at if reader is not None else None,
+                           background=reader.background if reader is not None else ())
 
     def _counted(self, beat: Heartbeat | None) -> Heartbeat | None:
         """The newest heartbeat that counts as a sign of life: one the CLI's own hook call wrote.
@@ -602,7 +608,7 @@ class _Watcher:
             signal.signal(sig, self._late_signal)
         kill, pid, box_pid = None, self.proc.pid if self.proc else None, None
         self._seek_agent(self.clock.mono(), last=True)
-        if status in ("stuck", "overtime", "wedged") and self.run_.on_incident is not None:
+        if status in ("stuck", "overtime", "wedged", "done") and self.run_.on_incident is not None:
             try:  # what the tree was doing, before it is gone
                 self.run_.on_incident(self.root, self._everything(), status, detail, window=end.window)
             except Exception as exc:
@@ -616,7 +622,7 @@ class _Watcher:
         swept = self._sweep()
         if self.pump is not None:
             self.pump.finish(2.0)
-        ending = self._ending(status, rc if status == "exited" else None)
+        ending = self._ending(status, rc if status == "exited" else 0 if status == "done" else None)
         late = self._late_stop()
         if late is not None and status != "interrupted":
             status, (signum, sender), window = "interrupted", late, None

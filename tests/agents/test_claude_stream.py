@@ -482,3 +482,81 @@ def test_refused_retries_in_a_row_make_the_run_hopeless():
     for n in range(1, 11):
         overloaded.feed(retry(n, 529, "overloaded"))
     assert overloaded.hopeless is None
+
+
+# --- silences on purpose and the hang classes (docs/concepts/silences.md) --------------------
+
+class Ticks:
+    """A monotonic clock that moves one second per reading."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_a_background_command_is_in_flight_from_its_start_to_its_notification_past_the_first_result():
+    reader, seen = StreamReader(mono=Ticks()), []
+    for line in lines_of("background.jsonl"):
+        reader.feed(line)
+        record = json.loads(line) if line.startswith("{") else {}
+        seen.append((record.get("type"), record.get("subtype"), reader.background, reader.result_at is not None))
+    started = next(i for i, s in enumerate(seen) if s[1] == "task_started")
+    first_result = next(i for i, s in enumerate(seen) if s[0] == "result")
+    notified = next(i for i, s in enumerate(seen) if s[1] == "task_notification")
+    assert started < first_result < notified
+    assert seen[started][2] == ("command Build in the background",)
+    assert seen[first_result][2:] == (("command Build in the background",), True)  # the result, and work left
+    assert seen[notified][2] == ()
+    after = seen[notified + 1:]
+    assert ("system", "init", (), False) in after  # the new turn takes the first result back
+    assert after[-1] == ("result", "success", (), True)
+    assert reader.ending(0).result.text == "Started the build in the background."
+
+
+def test_an_async_sub_agent_is_background_work_until_its_notification_and_its_turns_are_not_the_agents():
+    reader, transcript = read(lines_of("async_agent.jsonl"), StreamReader(mono=Ticks()))
+    assert "background sub-agent Build in a sub-agent: started" in transcript
+    assert "background sub-agent Build in a sub-agent: completed" in transcript
+    assert reader.background == () and reader.result_at is not None
+    partway, _ = read(lines_of("async_agent.jsonl")[:8], StreamReader(mono=Ticks()))
+    assert partway.background == ("sub-agent Build in a sub-agent",) and partway.result_at is None
+
+
+def test_a_refusal_by_the_models_safeguards_ends_as_its_own_error_not_as_a_fatal_api_error():
+    reader, transcript = read(lines_of("refusal.jsonl"))
+    assert "the model refused (cyber); no other model was tried" in transcript
+    ending = reader.ending(1)
+    assert ending.limit is None and ending.api_error.code == "refusal" and not ending.api_error.retryable
+    assert ending.api_error.message.startswith("API Error: Opus 4.8's safeguards flagged this message.")
+
+
+def test_a_limit_weeks_away_reads_as_a_limit_with_its_far_reset():
+    reader, _ = read(lines_of("limit_far.jsonl"))
+    limit = reader.ending(1).limit
+    assert limit.kind == "seven_day"
+    said = records_of("limit_far.jsonl")
+    event = next(r for r in said if r.get("type") == "rate_limit_event")
+    assert limit.resets_at == event["rate_limit_info"]["resetsAt"]
+    assert re.fullmatch(r"You've hit your weekly limit · resets \w{3} \d{1,2}, \d{1,2}(:\d\d)?[ap]m \(UTC\)",
+                        limit.message)
+
+
+def test_an_empty_success_after_a_dead_stream_is_an_outage_not_a_finished_run():
+    # Recorded with the CLI's stream watchdog at 10 s against a stub whose answers stop mid-stream.
+    reader, transcript = read(lines_of("dead_stream.jsonl"))
+    assert "(the model's answer came to nothing: a dead stream; the CLI asks again)" in transcript
+    assert reader.result.subtype == "success" and not reader.result.is_error and reader.result.text == ""
+    ending = reader.ending(0)
+    assert ending.final_text == "" and ending.api_error == ApiError(
+        True, None, "stream_idle_timeout", "the API's stream went dead 1 time(s) and the run ended with an empty "
+                                           "result")
+
+
+def test_a_result_with_words_after_a_dead_stream_is_the_runs_own():
+    lines = lines_of("dead_stream.jsonl")
+    said = [line.replace('"result":""', '"result":"Recovered."') for line in lines]
+    ending = read(said)[0].ending(0)
+    assert ending.api_error is None and ending.final_text == "Recovered."

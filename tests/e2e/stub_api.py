@@ -41,11 +41,18 @@ MODEL = "claude-sonnet-4-5"
 TURN_DELAY = 0.4  # seconds before each answer: keeps every heartbeat visible for a while
 
 
-def bash(command: str, timeout_ms: int | None = None, description: str = "") -> dict:
+def bash(command: str, timeout_ms: int | None = None, description: str = "", background: bool = False) -> dict:
     tool_input = {"command": command, "description": description or command[:40]}
     if timeout_ms:
         tool_input["timeout"] = timeout_ms
+    if background:
+        tool_input["run_in_background"] = True
     return {"tool": "Bash", "input": tool_input}
+
+
+# A command that works (burns CPU) for {seconds}, then leaves a file: a build, a test run.
+WORK = ("python3 -c 'import time; end = time.time() + {seconds}; "
+        "[0 for _ in iter(lambda: time.time() < end, False)]'")
 
 
 SCENARIOS: dict[str, list[dict]] = {
@@ -76,6 +83,33 @@ SCENARIOS: dict[str, list[dict]] = {
     ],
     "quick": [
         {"text": "Nothing needed."},
+    ],
+    # Silences on purpose and the new hang classes (docs/concepts/silences.md).
+    "background": [  # a background Bash that works for a while; the model says it is done meanwhile
+        bash(WORK + " && echo built > bg.txt", background=True, description="Build in the background"),
+        {"text": "Started the build in the background."},
+    ],
+    "background_hang": [  # a background Bash that hangs, idle: nothing will ever end it
+        bash("echo $$ > bg-shell.pid; python3 -c 'import time; time.sleep(600)'", background=True,
+             description="Serve in the background"),
+        {"text": "Started it in the background."},
+    ],
+    "async_agent": [  # an async sub-agent (the Agent tool, in the background) that works for a while
+        {"tool": "Agent", "input": {"description": "Build in a sub-agent", "subagent_type": "general-purpose",
+                                    "prompt": "SCENARIO: subwork\nPARAMS: seconds={seconds}",
+                                    "run_in_background": True}},
+        {"text": "The sub-agent builds; I wait for it."},
+    ],
+    "subwork": [  # the sub-agent's own turns
+        bash(WORK + " && echo sub > sub.txt", timeout_ms=600000, description="Build"),
+        {"text": "Sub-agent: built."},
+    ],
+    "refusal": [  # the API's safety classifier ends the turn: stop_reason "refusal"
+        {"refuse": "I can't help with that."},
+    ],
+    "drop": [  # the first answer's stream stops after message_start; the connection stays open
+        {"drop": True},
+        {"text": "Answered after the dropped stream."},
     ],
 }
 
@@ -288,15 +322,22 @@ class Handler(BaseHTTPRequestHandler):
 
     def _reply(self, body: dict, step: dict) -> None:
         msg_id = "msg_" + uuid.uuid4().hex[:24]
+        stop_details = None
         if "tool" in step:
             block = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": step["tool"], "input": {}}
             delta = {"type": "input_json_delta", "partial_json": json.dumps(step["input"])}
             final = {**block, "input": step["input"]}
             stop = "tool_use"
-        else:
+        elif "refuse" in step:  # the safety classifier stops the stream: the turn is refused
             block = {"type": "text", "text": ""}
-            delta = {"type": "text_delta", "text": step["text"]}
-            final = {"type": "text", "text": step["text"]}
+            delta = {"type": "text_delta", "text": step["refuse"]}
+            final = {"type": "text", "text": step["refuse"]}
+            stop, stop_details = "refusal", {"type": "refusal", "category": "cyber",
+                                             "explanation": "This request was refused by the usage policy."}
+        else:
+            block = {"type": "text", "text": step.get("text", "")}
+            delta = {"type": "text_delta", "text": step.get("text", "")}
+            final = {"type": "text", "text": step.get("text", "")}
             stop = "end_turn"
         usage = {"input_tokens": 50, "output_tokens": 20, "cache_creation_input_tokens": 0,
                  "cache_read_input_tokens": 0}
@@ -310,7 +351,9 @@ class Handler(BaseHTTPRequestHandler):
             ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
             ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
             ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+            ("message_delta", {"type": "message_delta",
+                               "delta": {"stop_reason": stop, "stop_sequence": None,
+                                         **({"stop_details": stop_details} if stop_details else {})},
                                "usage": {"output_tokens": 20}}),
             ("message_stop", {"type": "message_stop"}),
         ]
@@ -318,6 +361,15 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
+        if step.get("drop"):
+            # A dead stream: the answer starts, then nothing more comes on a connection that stays
+            # open (no length, no end) until the stub shuts down.
+            self.end_headers()
+            self.wfile.write(payload[:payload.index(b"event: content_block_delta")])
+            self.wfile.flush()
+            self.server.released.wait()
+            self.close_connection = True
+            return
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)

@@ -21,6 +21,7 @@ MB = 1 << 20
     (29, False, False, False, "config", 29),
     (6, False, False, False, "config", 6),
     (22, False, False, False, "config", 22),          # a refused login or tool permission: every child alike
+    (36, False, False, False, "config", 36),          # a limit weeks away binds every child of the account
     (23, False, False, False, "stopped", 23),          # a ceiling: nothing more launches
     (24, False, False, False, "stopped", 24),
     (34, False, False, False, "stopped", None),        # its monitor was gone: no failure, nothing else stops

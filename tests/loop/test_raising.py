@@ -87,6 +87,18 @@ def test_a_kind_that_raises_no_ticket_starts_no_deliverer(project, launches):
     assert launches == {"dispatched": [], "spared": []}
 
 
+def test_the_incident_of_a_phase_ended_as_done_starts_no_deliverer(project, launches):
+    # Its result was written and it did not exit (window result_exit): no stuck agent to tell of.
+    with Receiver() as rx:
+        step = make_step(project, GENESIS_NOTIFY_WEBHOOK=rx.url)
+        step.event("incident", iteration=1, phase="Builder", id="20261128T081400Z-Builder-i1", kind="done",
+                   reason="result written, process did not exit", silent_for=31.0, window="result_exit")
+        time.sleep(0.5)
+        assert rx.requests == []
+    assert [e["event"] for e in events_of(project, RUN)] == ["incident"]
+    assert launches == {"dispatched": [], "spared": []}
+
+
 def test_a_usage_limit_wait_is_dismissed_by_triage_recorded_and_not_told(project, launches):
     with Receiver() as rx:
         step = make_step(project, GENESIS_NOTIFY_WEBHOOK=rx.url)

@@ -75,6 +75,21 @@ def test_a_limit_beyond_the_longest_wait_stops_and_says_when_to_restart(step, sa
     assert evs(step, "limit_stop")[0]["resets_at"] == NOW + 3 * 86400
 
 
+def test_a_limit_weeks_away_ends_the_night_with_its_own_exit_and_the_date_whatever_the_longest_wait(step, said):
+    # A monthly or credit-pool limit: no rolling window is longer than a week.
+    step = with_cfg(step, max_limit_wait=60 * 86400.0)
+    limit = Limit(NOW + 20 * 86400, "seven_day", "You've hit your weekly limit · resets Feb 4, 8:00am (UTC)")
+    assert plan_limit(step, limit, "Builder", 1, NOW) == exitcodes.LIMIT_FAR
+    assert not step.layout.wait_file.exists()
+    kind, message = said[-1]
+    assert kind == "error" and "a monthly or credit-pool limit, not a night's wait: stopping" in message
+    assert "2027-02-04" in message and "Restart the loop after" in message
+    stop = evs(step, "limit_stop")[0]
+    assert (stop["resets_at"], stop["far"]) == (NOW + 20 * 86400, True)
+    # Eight days away is still a limit of the longest wait's: a weekly one, waited or stopped as before.
+    assert plan_limit(step, replace(limit, resets_at=NOW + 7 * 86400), "Builder", 1, NOW) == exitcodes.WAIT
+
+
 def test_a_limit_with_no_reset_time_waits_an_hour(step):
     assert plan_limit(step, Limit(None, "", "You've hit your limit"), "Builder", 1, NOW,
                       rng=lambda: 0.0) == exitcodes.WAIT

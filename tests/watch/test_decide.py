@@ -244,3 +244,100 @@ def test_the_decision_is_a_function_of_its_inputs_alone():
     obs = at(10, beat=beat(1, "PreToolUse"), activity=cpu(9.5), received=10)
     assert decide(r, state, obs) == decide(r, state, obs)
     assert decide(r, state, obs)[0] != state  # the carried state moved on, the given one did not
+
+
+# --- the hang classes with their own short windows, and work in the background -------------
+
+BUILD = ("command Build in the background",)
+
+
+def test_nothing_on_the_output_and_no_heartbeat_ends_at_the_first_event_window_as_stuck():
+    r = rules(stale_after=900.0, first_event_after=60.0)
+    _, verdicts = replay(r, [at(t) for t in range(1, 200)])
+    assert len(verdicts) == 60
+    assert verdicts[-1].end == End("stuck", 60.0, "no first event in 60s: nothing on its output and no heartbeat "
+                                                  "since it started (hung at start-up)", window="first_event")
+
+
+def test_a_first_line_of_output_or_a_first_heartbeat_leaves_the_silence_to_the_general_window():
+    r = rules(stale_after=900.0, first_event_after=60.0)
+    _, spoke = replay(r, [at(t, received=120 if t >= 2 else 0) for t in range(1, 200)])
+    _, beat_once = replay(r, [at(t, beat=beat(3) if t >= 3 else None) for t in range(1, 200)])
+    assert all(v.end is None for v in spoke + beat_once) and len(spoke) == len(beat_once) == 199
+
+
+def test_the_first_event_window_is_off_at_zero():
+    _, verdicts = replay(rules(stale_after=900.0), [at(t) for t in range(1, 200)])
+    assert all(v.end is None for v in verdicts)
+
+
+def test_a_result_written_and_no_exit_ends_as_done_at_the_result_exit_window_not_as_stuck():
+    r = rules(stale_after=900.0, result_exit_after=30.0, tool_silent=5.0)
+    history = [at(t, beat=beat(4), received=500, result_at=5.0 if t >= 5 else None) for t in range(1, 200)]
+    _, verdicts = replay(r, history)
+    assert len(verdicts) == 35  # the check 30 s after the result
+    assert verdicts[-1].end == End("done", 30.0, "result written, process did not exit: its final result came 30s "
+                                                 "ago and nothing of its own is left to run (window 30s); the "
+                                                 "phase's work is done: ended as done, not stuck",
+                                   window="result_exit")
+    assert verdicts[-1].health.classification == "healthy"
+
+
+def test_processes_that_work_after_the_result_put_its_end_off_until_they_have_been_quiet_a_window():
+    # A hook of the CLI's end (SessionEnd) that runs for a while: something of its own still runs.
+    r = rules(stale_after=900.0, result_exit_after=30.0, tool_silent=5.0)
+    used = [min(t, 50) for t in range(1, 200)]  # its tree works until t=50
+    history = [at(t, beat=beat(4), received=500, result_at=5.0 if t >= 5 else None, activity=cpu(used[t - 1]))
+               for t in range(1, 200)]
+    _, verdicts = replay(r, history)
+    assert len(verdicts) == 80  # quiet from t=50: 30 s later
+    assert verdicts[-1].end.status == "done" and verdicts[-1].end.idle == 75.0
+
+
+def test_a_new_turn_after_the_result_takes_the_result_back():
+    # The CLI woke the model (a background command ended): the reader clears result_at.
+    r = rules(stale_after=900.0, result_exit_after=30.0)
+    history = [at(t, beat=beat(4), received=500, result_at=5.0 if 5 <= t < 20 else None) for t in range(1, 200)]
+    _, verdicts = replay(r, history)
+    assert all(v.end is None for v in verdicts)
+
+
+def test_after_its_result_a_busy_background_command_is_waited_for_a_silent_one_ends_the_phase_as_done():
+    r = rules(stale_after=10.0, result_exit_after=30.0, tool_silent=5.0, tool_busy_max=300.0)
+    busy = [at(t, beat=beat(t, "Stop", "") if t < 4 else beat(4, "Stop", ""), received=500,
+               result_at=5.0 if t >= 5 else None, background=BUILD, activity=cpu(t)) for t in range(1, 120)]
+    silent = [at(t, beat=beat(4, "Stop", ""), received=500, result_at=5.0, background=BUILD, activity=cpu(119))
+              for t in range(120, 300)]
+    _, verdicts = replay(r, busy + silent)
+    assert verdicts[0].notes == ("it works in the background (command Build in the background): judged by its "
+                                 "processes, busy or silent, as a tool in flight is",)
+    # 115 s of busy background work: far past the stale (10 s) and result-exit (30 s) windows.
+    assert all(v.end is None for v in verdicts[:119])
+    end = verdicts[-1].end
+    assert (end.status, end.window, len(verdicts)) == ("done", "result_exit", 124)  # 5 s after it last worked
+    assert "waits on its background command Build in the background, whose processes were silent for 5s" in end.detail
+
+
+def test_busy_background_work_holds_the_stale_window_and_once_silent_the_window_counts_again():
+    # No result yet: the model ended its turn and waits on its background build (no hook fires).
+    r = rules(stale_after=10.0, tool_silent=5.0, tool_busy_max=300.0)
+    busy = [at(t, beat=beat(2, "Stop", ""), background=BUILD, activity=cpu(t)) for t in range(3, 60)]
+    silent = [at(t, beat=beat(2, "Stop", ""), background=BUILD, activity=cpu(59)) for t in range(60, 200)]
+    _, verdicts = replay(r, busy + silent)
+    assert all(v.end is None for v in verdicts[:57])
+    assert verdicts[-1].end.status == "stuck" and verdicts[-1].end.window == "stale"
+    assert len(verdicts) == 57 + 11  # the stale window runs from the last busy check (t=59): ends at t=70
+
+
+def test_background_work_busy_past_the_tool_busy_maximum_no_longer_holds_the_stale_window():
+    r = rules(stale_after=10.0, tool_silent=5.0, tool_busy_max=30.0)
+    _, verdicts = replay(r, [at(t, beat=beat(2, "Stop", ""), background=BUILD, activity=cpu(t))
+                             for t in range(3, 200)])
+    assert verdicts[-1].end.status == "stuck" and len(verdicts) < 60
+
+
+def test_warn_only_mode_does_not_end_a_run_that_wrote_its_result():
+    r = rules(stale_after=900.0, result_exit_after=30.0, enforce=False)
+    _, verdicts = replay(r, [at(t, beat=beat(4), received=500, result_at=5.0) for t in range(5, 200)])
+    assert all(v.end is None for v in verdicts)
+    assert any("would kill" in v.warning for v in verdicts)

@@ -21,8 +21,8 @@ import json
 import time
 from typing import Any, Callable
 
-from genesis.agents.base import (MAX_RESULT_CHARS, PERMISSION_REFUSED, ApiError, ApiRetry, Ending, Limit, OutputReader,
-                                 Result)
+from genesis.agents.base import (MAX_RESULT_CHARS, PERMISSION_REFUSED, REFUSAL, ApiError, ApiRetry, Ending, Limit,
+                                 OutputReader, Result)
 from genesis.agents.claude.messages import classify
 from genesis.agents.output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number,
                                    one_line, paragraph, parse, text, turns)
@@ -41,6 +41,13 @@ FATAL_CODES = {"authentication_failed", "oauth_org_not_allowed", "account_on_hol
                "permission_denied", "permission_error"}
 # Its `api_error` field (the typed cause) for an API that did not answer at all.
 NO_ANSWER = {"connection_failed", "no_response", "stream_idle_timeout", "computer_slept"}
+# Its tasks (a command or a sub-agent it tracks), as stream-json reports them.
+TASK_EVENTS = {"task_started", "task_updated", "task_notification"}
+AGENT_TOOLS = {"Agent", "Task"}  # the sub-agent tool's names (Task before 2.1)
+# The CLI's own words when its stream watchdog dropped an answer that had shown nothing: it asks
+# the model again with this synthetic message (and may end with an empty `success` after it).
+NO_OUTPUT = "Your previous response had no visible output"
+
 USAGE_LIMIT = "usage_limit_reached"
 # A call's `non_execution_kind` when Claude Code refused it for want of an approval.
 UNAPPROVED = "user-rejected"
@@ -56,6 +63,8 @@ def retryable_status(status: int) -> bool:
 class StreamReader(OutputReader):
     """One run's stream-json output: feed() each line as it comes, ending() once it is over."""
 
+    speaks_first = True  # its hook and `init` records come within seconds, before the first API request
+
     def __init__(self, mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self.mono, self.wall = mono, wall
         self.retry: ApiRetry | None = None
@@ -67,6 +76,11 @@ class StreamReader(OutputReader):
         self._refused = 0                              # retries in a row the API refused as fatal
         self._denied: tuple[str, str] = ("", "")       # the last refused call said: (its id, its tool)
         self._unapproved: ApiError | None = None       # the first call refused for want of an approval
+        self._tasks: dict[str, str] = {}               # background tasks in flight: task id -> what it is
+        self._agents: set[str] = set()                 # tool_use ids of the Agent (Task) tool's calls
+        self._refusal: dict[str, Any] | None = None    # the model refused and no other model was tried
+        self._dead_streams = 0                         # answers that came to nothing (the CLI's watchdog)
+        self.result_at: float | None = None
 
     def feed(self, line: str) -> list[str]:
         if len(line) > MAX_LINE_BYTES // 4:
@@ -86,14 +100,26 @@ class StreamReader(OutputReader):
         if kind == "system" and subtype == "permission_denied":
             self._denied = (text(record.get("tool_use_id")), text(record.get("tool_name")))
             return []
+        if kind == "system" and subtype in TASK_EVENTS:
+            return self._task(record, subtype)
+        if kind == "system" and subtype == "model_refusal_no_fallback":
+            self._refusal = record
+            return [one_line(f"the model refused ({text(record.get('api_refusal_category')) or 'no category'}); "
+                             f"no other model was tried")]
         if kind == "system" and subtype == "init":
+            self.result_at = None  # a new turn (a background task's end woke the model)
             return [one_line(f"session {text(record.get('session_id'))}: model {text(record.get('model'))}")]
         if kind == "assistant":
             if record.get("parent_tool_use_id") is None:
                 self.turns += 1
+                self.result_at = None
             return self._assistant(record)
         if kind == "user":
             self._unapproved_call(record)
+            if record.get("isSynthetic") is True and NO_OUTPUT in block_text(
+                    (record.get("message") if isinstance(record.get("message"), dict) else {}).get("content")):
+                self._dead_streams += 1
+                return ["(the model's answer came to nothing: a dead stream; the CLI asks again)"]
             return tool_errors(record)
         if kind == "rate_limit_event":
             return self._rate_limit(record)
@@ -117,6 +143,28 @@ class StreamReader(OutputReader):
         return one_line(f"API retry {self.retry.attempt}/{self.retry.max_retries} in {delay:.1f}s"
                         + (f" ({why})" if why else ""))
 
+    @property
+    def background(self) -> tuple[str, ...]:
+        return tuple(self._tasks.values())
+
+    def _task(self, record: dict[str, Any], subtype: str) -> list[str]:
+        """A task of the CLI's: a command or a sub-agent, in the foreground (its tool call waits) or the
+        background (the turn goes on, or ends, while it runs). Only background ones are kept."""
+        task = text(record.get("task_id"))
+        what = ("sub-agent" if text(record.get("tool_use_id")) in self._agents or record.get("subagent_type")
+                else "command")
+        if subtype == "task_started" and record.get("is_backgrounded") is True and task:
+            self._tasks[task] = f"{what} {text(record.get('description')) or task}"
+            return [one_line(f"background {self._tasks[task]}: started")]
+        if subtype == "task_updated" and task:
+            patch = record.get("patch") if isinstance(record.get("patch"), dict) else {}
+            if patch.get("is_backgrounded") is True and task not in self._tasks:
+                self._tasks[task] = f"{what} {text(record.get('description')) or task}"
+                return [one_line(f"background {self._tasks[task]}: moved to the background")]
+        if subtype == "task_notification" and task in self._tasks:
+            return [one_line(f"background {self._tasks.pop(task)}: {text(record.get('status')) or 'ended'}")]
+        return []
+
     def _assistant(self, record: dict[str, Any]) -> list[str]:
         message = record.get("message") if isinstance(record.get("message"), dict) else {}
         blocks = [b for b in message.get("content") or [] if isinstance(b, dict)]
@@ -136,6 +184,8 @@ class StreamReader(OutputReader):
             if block.get("type") == "text":
                 lines += paragraph("assistant: ", text(block.get("text")), TEXT_WIDTH)
             elif block.get("type") == "tool_use":
+                if text(block.get("name")) in AGENT_TOOLS:
+                    self._agents.add(text(block.get("id")))
                 lines.append(tool_line(text(block.get("name")), block.get("input")))
         return lines
 
@@ -172,6 +222,7 @@ class StreamReader(OutputReader):
 
     def _result(self, record: dict[str, Any]) -> str:
         self._result_record = record
+        self.result_at = self.mono()
         self.result = Result(subtype=text(record.get("subtype")), is_error=record.get("is_error") is True,
                              num_turns=integer(record.get("num_turns")),
                              total_cost_usd=number(record.get("total_cost_usd")),
@@ -195,8 +246,16 @@ class StreamReader(OutputReader):
         result = self.result
         if self._unapproved is not None:  # whatever the result says: its tool calls were refused
             return Ending(result=result, api_error=self._unapproved)
+        if result is not None and not result.is_error and self._dead_streams and not result.text.strip():
+            # An empty success after the API's stream went dead: no work was done; an outage, not a finish.
+            return Ending(result=result, api_error=ApiError(
+                True, None, "stream_idle_timeout", f"the API's stream went dead {self._dead_streams} time(s) and the "
+                                                   f"run ended with an empty result"))
         if result is not None and not result.is_error:
             return Ending(result=result, final_text=result.text)
+        if self._refusal is not None:
+            said = self._said() or text(self._refusal.get("content")) or "the model refused the request"
+            return Ending(result=result, api_error=ApiError(False, None, REFUSAL, said))
         limit = self._limit()
         return Ending(result=result, limit=limit, api_error=None if limit else self._api_error())
 
