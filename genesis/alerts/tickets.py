@@ -268,11 +268,16 @@ def _retry(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
 
 def _resolved(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
     """The retry of a stuck phase finished: the open stall ticket is resolved."""
-    attempt = _int(e.get("attempt"))
-    on = f"retry {attempt}" if attempt else "a retry"
+    attempt, fixes = _int(e.get("attempt")), _int(e.get("fixes"))
     work = _work(e, "nothing new was committed")
-    lines = [f"{where} finished on {on}.", *_said(work and work.replace("partial work", "its work")),
-             "Nothing to do."]
+    said = _said(work and work.replace("partial work", "its work"))
+    if fixes is not None and not attempt:  # the next iteration did what an earlier one gave up on
+        return ("low", f"{name} recovered", f"the phase finished again after it gave up in iteration {fixes}",
+                "nothing", f"{where}: finished; it gave up in iteration {fixes}" + (f"; {work}" if work else ""),
+                None, None, f"resolved: {name} works again",
+                [f"{where} finished; it had given up in iteration {fixes}.", *said, "Nothing to do."])
+    on = f"retry {attempt}" if attempt else "a retry"
+    lines = [f"{where} finished on {on}.", *said, "Nothing to do."]
     return ("low", f"{name} recovered on retry", f"the retried phase finished ({on})", "nothing",
             f"{where}: finished on {on}" + (f"; {work}" if work else ""), None, None,
             f"resolved: {name} recovered on {on}", lines)

@@ -3,10 +3,12 @@ agent's, the lock released, the night summed up."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
 from genesis.alerts.deliver import deadline_seconds
+from genesis.alerts.fleetchild import child_of
 from genesis.alerts.notify import channels_for
 from genesis.hints import hint
 from genesis.loop.guard import breaker_store, mirror_breaker
@@ -62,6 +64,8 @@ def _await_final_alert(step: Step, clock: Callable[[], float] = time.monotonic,
     """Wait, bounded, for the deliverer of the loop's end's ticket to record what the channels
     did; returns the channels it was telling (none set: no wait, nothing will go out)."""
     settings = step.cfg.alerts
+    if child_of(os.environ) is not None:
+        return ()  # a fleet's child: its end is the fleet's to tell, no ticket of its own
     try:
         channels = tuple(c.name for c in channels_for(settings))
     except Exception:  # noqa: BLE001 - the report goes out whatever the alert settings are
