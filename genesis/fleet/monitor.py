@@ -70,6 +70,7 @@ from genesis.loop import limits
 from genesis.loop.preflight import read_flag
 from genesis.repo.gitcmd import GitFailed, GitTimeout, run_git
 from genesis.repo.tasks import parse
+from genesis.status.lately import note_end
 from genesis.store import accounts
 from genesis.store.accounts import AccountStore, StoreUnusable
 from genesis.store.atomicio import DiskFull, write_json, write_text
@@ -1304,6 +1305,7 @@ def _record_end(monitor: Monitor, code: int) -> None:
         ledger.record("fleet_end", exit_code=code, reason=monitor.reason, pid=os.getpid())
     except Exception:  # noqa: BLE001 - the end is said on stderr at least
         pass
+    note_end(monitor.project, monitor.layout.state_dir)  # `status --all` finds it tomorrow
     counts: dict[str, int] = {}
     try:
         for row in ledger.tasks():

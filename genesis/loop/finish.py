@@ -20,6 +20,7 @@ from genesis.repo.tasks import DONE, read_tasks
 from genesis.ledger.store import LedgerError
 from genesis.reporting.load import final_alert_recorded, night
 from genesis.reporting.text import render_text
+from genesis.status.lately import note_end
 from genesis.store.looplock import release
 
 __all__ = ["finish", "FINAL_ALERT_WAIT"]
@@ -47,6 +48,8 @@ def finish(step: Step, reason: str, code: int) -> None:
     release(step.layout.loop_record, step.run_id)
     _end_open_phases(step, reason)
     step.event("loop_end", reason=reason, exit_code=code, summary=_summary(step))
+    if child_of(os.environ) is None:  # `status --all` finds it tomorrow (a fleet's child: with its fleet)
+        note_end(step.cfg.project, step.layout.state_dir)
     sending = _await_final_alert(step)
     try:
         text = render_text(night(ledger_of(step.layout), step.run_id, incidents_dir=step.layout.incidents_dir),

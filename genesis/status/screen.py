@@ -32,6 +32,7 @@ from genesis.hints import hint
 from genesis.redact import redact
 from genesis.repo.gitcmd import NotARepository
 from genesis.status.document import document
+from genesis.status.lately import lately
 from genesis.status.loops import ENDED_WITHIN, Ended, Loop, Scanner, ended_loops
 from genesis.status.view import RECENT, LastRun, Status, Totals, Wait, build, layout_of
 from genesis.store.layout import Layout, work_tree_of
@@ -141,6 +142,12 @@ class _View:
             known = {lay.state_dir.resolve(): lay for lay in self.scanner.seen.values()}
             if self.home is not None:
                 known.setdefault(self.home.state_dir.resolve(), self.home)
+            for project, state in lately(self.clock(), ENDED_WITHIN):  # what ended where nothing runs now
+                if state not in known:
+                    try:
+                        known[state] = layout_of(project, state)
+                    except (NotARepository, OSError, ValueError):
+                        continue
             ended = tuple(ended_loops(known.values(), self.clock()))
         return Frame(status, loops, ended)
 
@@ -331,7 +338,7 @@ def render(frame: Frame, now: float, mine: Path | None = None, listing: bool = F
         parts.append(Rule(Text(f"loops running on this machine: {len(loops)}"), style="dim", align="left"))
         parts.append(_loop_table(loops, now, mine) if loops else Text("no Genesis loop is running on this machine"))
     if frame.ended is not None:
-        said = f"loops ended in the last {ENDED_WITHIN / 3600:g} hours: {len(frame.ended)}"
+        said = f"loops and fleets ended in the last {ENDED_WITHIN / 3600:g} hours: {len(frame.ended)}"
         parts.append(Rule(Text(said), style="dim", align="left"))
         parts.append(_ended_table(frame.ended, now, mine) if frame.ended else Text("none that this status knows of"))
     if watching:
@@ -538,7 +545,7 @@ def _ended_table(ended: Sequence[Ended], now: float, mine: Path | None) -> Group
             how.append(f"{_safe(e.reason or '?', 120)} (exit {e.exit_code if e.exit_code is not None else '?'})",
                        style="green" if e.exit_code == 0 else "red")
         lines.append(Text.assemble("▶ " if e.project == mine else "  ", (name.ljust(width), "bold"),
-                                   f"  run {_safe(e.run_id, 80)}  ", how, "  ",
+                                   "  fleet" if e.kind == "fleet" else "", f"  run {_safe(e.run_id, 80)}  ", how, "  ",
                                    (_safe(home_short(e.project), 300), "dim"), no_wrap=True, overflow="ellipsis"))
     return Group(*lines)
 
