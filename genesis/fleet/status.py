@@ -129,6 +129,7 @@ class FleetStatus:
     unread: int = 0                # running children not read within the bound
     error: str = ""
     source: str = ""               # "": this machine's ledger; else where it was read (Temporal)
+    cost_usd: float | None = None  # what the latest run's ended attempts cost, as their children reported
 
     @property
     def state(self) -> str:
@@ -253,6 +254,8 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
             rows, history = led.tasks(), led.attempts()
             starts, ends = led.events("fleet_start"), led.events("fleet_end")
             first = starts[-1].at if starts else None
+            spent = [e.detail.get("cost_usd") for e in led.events("child_end", after=starts[-1].seq if starts else 0)
+                     if isinstance(e.detail, dict)]
             marks = [e for kind in (*HOLDS, *HOLD_ENDS, *CASCADE) for e in led.events(kind)
                      if first is None or e.at >= first]
     except (sqlite3.Error, OSError, RuntimeError, ValueError) as exc:
@@ -286,7 +289,13 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
                        parallel if isinstance(parallel, int) and not isinstance(parallel, bool) else None,
                        start.at if start is not None else None, end.at if end is not None else None,
                        code if isinstance(code, int) and not isinstance(code, bool) else None,
-                       str(ed.get("reason") or ""), monitor, limit, cascade, tuple(views), unread, problem, source)
+                       str(ed.get("reason") or ""), monitor, limit, cascade, tuple(views), unread, problem, source,
+                       _spent(spent))
+
+
+def _spent(costs: Sequence[Any]) -> float | None:
+    known = [float(c) for c in costs if isinstance(c, (int, float)) and not isinstance(c, bool) and c >= 0]
+    return round(sum(known), 6) if known else None
 
 
 def _order(row: TaskRow) -> tuple[int, float, str]:
@@ -328,6 +337,7 @@ def document(fs: FleetStatus) -> dict[str, Any]:
         "fleet": {
             "run_id": _or_none(fs.run_id), "parallel": fs.parallel, **_time("started", fs.started),
             **_time("ended", fs.ended), "exit_code": fs.exit_code, "reason": _or_none(_text(fs.end_reason)),
+            "cost_usd": fs.cost_usd,
         } if fs.ran else None,
         "monitor": {
             "alive": m.alive, "pid": m.pid, "run_id": _or_none(m.run_id), **_time("started", m.started),
