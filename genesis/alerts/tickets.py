@@ -428,7 +428,7 @@ def _loop_end(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
     if code == 0:
         headline = f"night over: {done}/{total} tasks done" if done is not None and total else "night over"
     else:
-        headline = f"{stop or _cut(reason, 40)}, loop stopped"
+        headline = f"{stop or _cut(reason, MAX_HEADLINE - len(', loop stopped'))}, loop stopped"  # its cause said
     act = ("Nothing to do: the report has the night." if code == 0 else
            STOP_ACTS.get(code, "Act: read the report, fix what stopped it, then restart the loop."))
     lines = [_cut(f"Ended: {reason} (exit {code}).", MAX_LINE), *_summary_lines(summary), act]

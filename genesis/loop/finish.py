@@ -7,6 +7,7 @@ import os
 import time
 from typing import Callable
 
+from genesis import exitcodes
 from genesis.alerts.deliver import deadline_seconds
 from genesis.alerts.fleetchild import child_of
 from genesis.alerts.notify import channels_for
@@ -22,6 +23,7 @@ from genesis.reporting.load import final_alert_recorded, night
 from genesis.reporting.text import render_text
 from genesis.status.lately import note_end
 from genesis.store.looplock import release
+from genesis.words import one_line
 
 __all__ = ["finish", "FINAL_ALERT_WAIT"]
 
@@ -113,7 +115,13 @@ def _said(step: Step, code: int) -> str | None:
     """The reason a step recorded (a stop_reason event) for stopping the loop with this code:
     the loop itself knows only the code's generic words."""
     said = [e for e in step.events(kinds=("stop_reason",)) if e.get("code") == code and e.get("reason")]
-    return str(said[-1]["reason"]) if said else None
+    if said:
+        return str(said[-1]["reason"])
+    if code == exitcodes.USAGE:  # the agent could not start: its own words are the cause
+        found = [e for e in step.events(kinds=("agent_cannot_start",)) if e.get("words")]
+        if found:
+            return f"the agent cannot start: {one_line(str(found[-1]['words']), 300)}"
+    return None
 
 
 def _end_open_phases(step: Step, reason: str) -> None:
