@@ -33,7 +33,7 @@ from genesis.clock import iso
 from genesis.config import default_layout
 from genesis.fleet.ledger import Attempt, FleetEvent, FleetLedger, TaskRow
 from genesis.redact import redact
-from genesis.repo.gitcmd import NotARepository
+from genesis.repo.gitcmd import NotARepository, NotOwned
 from genesis.status.view import Status, build
 from genesis.store.atomicio import CorruptFile, read_json
 from genesis.store.layout import state_dir_of, work_tree_of
@@ -233,6 +233,8 @@ def read(project: Path, now: float | None = None, clock: Callable[[], float] = t
     """The fleet of the git work tree at project, as seen at now. NotARepository outside one."""
     try:
         project = work_tree_of(Path(project))
+    except NotOwned:
+        raise  # git's "dubious ownership": its own words, and the fix
     except NotARepository:
         raise NotARepository(f"{project} is not in a git work tree; pass --project with the fleet's git "
                              f"project") from None
