@@ -61,6 +61,7 @@ from genesis.fleet.budget import SPENDING, RestartBudget
 from genesis.fleet.beats import BeatBook, newest_beat
 from genesis.fleet.ledger import TERMINAL, FleetLedger, TaskRow
 from genesis.fleet.planning import fleet_exit, launch_gate, outcome_of
+from genesis.fleet.portslots import book_for
 from genesis.fleet.queue import check_trust, done_at, project_branch, tasks_at
 from genesis.fleet.resources import FleetSettings, available_memory, fleet_settings, parallel_of, port_range
 from genesis.fleet.taskref import TaskRef, branch_for, open_refs
@@ -302,10 +303,17 @@ class Monitor:
         used = {m.slots[t] for m in self.peers or [self] for t in m.children
                 if t in m.slots and (m is not self or t != task_id)} | self.kept_slots
         slot = self.slots.get(task_id)
-        if slot is None or slot in used:
-            slot = next(n for n in range(len(used) + 1) if n not in used)
+        book = book_for(accounts.root_of(self.cfg.shared_state_dir, os.environ))  # other fleets of this machine
+        if slot is None or slot in used or not book.claim(slot):
+            slot = book.first_free(used)
         self.slots[task_id] = slot
         return slot
+
+    def _let_slot_go(self, task_id: str) -> None:
+        """The child's port slot is free again for this machine's other fleets."""
+        slot = self.slots.get(task_id)
+        if slot is not None and not any(m.slots.get(t) == slot for m in self.peers or [self] for t in m.children):
+            book_for(accounts.root_of(self.cfg.shared_state_dir, os.environ)).release(slot)
 
     def _settings_for(self, strategy: int) -> dict[str, str]:
         chosen = self.strategies[min(strategy, len(self.strategies) - 1)]
@@ -539,6 +547,7 @@ class Monitor:
                 continue
             del self.children[task_id]
             self.beats.forget(task_id)
+            self._let_slot_go(task_id)
             self.ended(task_id, child, ending)
         self.ledger.note_beats(sightings)
 
