@@ -414,7 +414,7 @@ def _health(st: Status, now: float) -> Text:
         return Text("no check yet", style="dim")
     text = Text.assemble((_safe(h.classification, 40), HEALTH_STYLE.get(h.classification, "bold")))
     if h.stall_score is not None:
-        text.append(f" · stall score {h.stall_score:.2f}")
+        text.append(f" · stall score {min(h.stall_score, 1.0):.2f}")  # an older record may hold more
     if h.at is not None:
         text.append(f" · checked {_ago(now, h.at)}")
     if h.turns is not None:
