@@ -25,6 +25,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import psutil
 
+from genesis.fleet.ledger import FleetLedger
+from genesis.fleet.status import lock_held
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.repo.gitcmd import GitFailed, NotARepository
 from genesis.status.view import KILLED_PREFIX, Phase, Wait, build, layout_of
@@ -148,9 +150,6 @@ def ended_loops(layouts: Iterable[Layout], now: float, within: float = ENDED_WIT
 def _fleets_ended(layout: Layout, now: float, within: float) -> list[Ended]:
     """The fleet runs of the project that ended in the window (from its fleet ledger's
     fleet_start and fleet_end; a start with no end and no monitor left counts as killed)."""
-    from genesis.fleet.ledger import FleetLedger  # only a project that ran a fleet pays for it
-    from genesis.fleet.status import lock_held
-
     folder = layout.state_dir / "fleet"
     path = folder / "ledger.sqlite3"
     if not path.is_file():
