@@ -495,8 +495,8 @@ class _Rows:
 
     def __rich_console__(self, console: Console, options: Any):
         width = options.max_width
-        wide = [min(ID_WIDTH, max((len(r[0]) for r in self.rows), default=4)),
-                max((len(r[1]) for r in self.rows), default=5), max((len(r[2]) for r in self.rows), default=5)]
+        wide = [min(ID_WIDTH, max([4, *(len(r[0]) for r in self.rows)])), max([5, *(len(r[1]) for r in self.rows)]),
+                max([5, *(len(r[2]) for r in self.rows)])]
         head = Text(f"{'task':<{wide[0]}}  {'state':<{wide[1]}}  {'tries':<{wide[2]}}  now", style="bold")
         head.truncate(width, overflow="ellipsis")
         yield head

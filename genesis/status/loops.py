@@ -25,8 +25,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import psutil
 
+from genesis.fleet import status as fleet_status  # the module: it imports this package's view
 from genesis.fleet.ledger import FleetLedger
-from genesis.fleet.status import lock_held
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.repo.gitcmd import GitFailed, NotARepository
 from genesis.status.view import KILLED_PREFIX, Phase, Wait, build, layout_of
@@ -160,7 +160,7 @@ def _fleets_ended(layout: Layout, now: float, within: float) -> list[Ended]:
     except (LedgerError, sqlite3.Error, OSError, RuntimeError, ValueError):
         return []
     found, start = [], None
-    running = lock_held(folder / "lock")
+    running = fleet_status.lock_held(folder / "lock")
     for e in marks + [None]:
         if e is not None and e.kind == "fleet_end" and start is not None:
             code = e.detail.get("exit_code")

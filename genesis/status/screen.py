@@ -31,11 +31,13 @@ from genesis.health.heartbeat import BEFORE_TOOL, tool_event
 from genesis.hints import hint
 from genesis.redact import redact
 from genesis.repo.gitcmd import NotARepository
+from genesis.fleet import status as fleet_status  # the module: it imports this package's view
 from genesis.status.document import document
 from genesis.status.lately import lately
 from genesis.status.loops import ENDED_WITHIN, Ended, Loop, Scanner, ended_loops
 from genesis.status.view import RECENT, LastRun, Status, Totals, Wait, build, layout_of
 from genesis.store.layout import Layout, work_tree_of
+from genesis.store.looplock import FLEET_RUN
 from genesis.words import duration, money, one_line
 
 __all__ = ["run_status", "find_layout", "render", "home_short", "Frame", "TICK", "MIN_INTERVAL", "MAX_INTERVAL"]
@@ -46,6 +48,7 @@ MIN_INTERVAL = 0.2     # seconds between two reads of the loop's state, at least
 MAX_INTERVAL = 60.0    # ...and at most
 TEXT_LIMIT = 300       # characters of one reason or event shown
 DAY = 86400.0
+FLEET_READ = 1.0       # seconds a refresh may spend reading a fleet's running children
 
 HEALTH_STYLE = {"healthy": "green", "slow": "yellow", "stuck": "bold red", "wedged": "bold magenta"}
 BREAKER_STYLE = {"CLOSED": "green", "HALF_OPEN": "yellow", "OPEN": "bold red"}
@@ -57,6 +60,7 @@ class Frame:
     status: Status | None          # None: no project asked for or found
     loops: tuple[Loop, ...] | None  # None: not scanned
     ended: tuple[Ended, ...] | None = None  # the loops that ended lately (--all); None: not asked
+    fleet: fleet_status.FleetStatus | None = None  # the project's fleet, when a fleet's monitor holds its loop lock
 
     @property
     def code(self) -> int:
@@ -149,7 +153,13 @@ class _View:
                     except (NotARepository, OSError, ValueError):
                         continue
             ended = tuple(ended_loops(known.values(), self.clock()))
-        return Frame(status, loops, ended)
+        fleet = None
+        if status is not None and status.running and status.run_id.startswith(FLEET_RUN):
+            try:  # a fleet runs here, not a loop: shown as a fleet, its children read within a bound
+                fleet = fleet_status.read(self.layout.project, now=self.clock(), bound=FLEET_READ)
+            except NotARepository:
+                fleet = None
+        return Frame(status, loops, ended, fleet)
 
     def draw(self, frame: Frame, watching: bool = False) -> RenderableType:
         # While watching, the other loops on this machine are shown too (one line each).
@@ -328,7 +338,9 @@ def render(frame: Frame, now: float, mine: Path | None = None, listing: bool = F
            watching: bool = False) -> RenderableType:
     """The frame as seen at now (ages and countdowns from now, so a redraw moves them)."""
     parts: list[RenderableType] = []
-    if frame.status is not None:
+    if frame.fleet is not None:
+        parts.append(fleet_status.render(frame.fleet))
+    elif frame.status is not None:
         parts += _detail(frame.status, now)
     loops = frame.loops
     others = [lp for lp in loops or () if lp.project != mine]
