@@ -60,7 +60,10 @@ def finish(step: Step, reason: str, code: int) -> None:
         step.say(f"no summary: the ledger could not be read ({exc}); `{hint(step.cfg.project, 'report')}` may "
                  f"say more", "warn")
         return
+    child = child_of(os.environ) is not None
     for line in text.rstrip("\n").splitlines():
+        if child and line.startswith("final alert: "):
+            line = "final alert: none of its own (a fleet's child: the fleet tells its end)"
         step.say(line, "info")
 
 

@@ -10,7 +10,7 @@ import signal
 from collections import Counter
 from pathlib import Path
 
-from helpers.fleet import TASK_AGENT, fleet_env, fleet_project, start_fleet, task_agent
+from helpers.fleet import TASK_AGENT, fleet_dir, fleet_env, fleet_project, start_fleet, task_agent
 from helpers.receiver import Receiver
 from helpers.state import events_of
 from helpers.waits import wait_for
@@ -79,3 +79,8 @@ def test_a_fleet_tells_once_per_event_resolves_what_came_home_and_sums_up_its_en
     # Nothing the children raised is kept from the fleet's list: every alert is in the project's ledger.
     assert {a["ticket"]["kind"] for a in told} >= {"phase_failed", "fleet", "resolved", "fleet_end"}
     assert task_id("flaky task") in next(a for a in told if a["ticket"]["kind"] == "phase_failed")["ticket"]["cause"]
+    # Each child's own end report says its fleet tells its end (not "no channel set").
+    said = [line for log in (fleet_dir(project) / "children").glob("*.log")
+            for line in log.read_text(errors="replace").splitlines() if "final alert:" in line]
+    assert said and all("final alert: none of its own (a fleet's child: the fleet tells its end)" in line
+                        for line in said), said
