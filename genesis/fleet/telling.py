@@ -62,8 +62,10 @@ def _severity(code: int) -> str:
 
 def end_ticket(outcomes: Sequence[Outcome], run_id: str, at: float) -> Ticket:
     """The one message of the fleet's end (several projects: one for all of them)."""
-    worst = max(outcomes, key=lambda o: (o.code != exitcodes.OK, o.code in (exitcodes.FLEET_TASKS_FAILED,
-                                                                          exitcodes.FLEET_NEEDS_REVIEW)))
+    # As the fleet's exit code is chosen (monitor.worst_exit): a stop first, then 31, then 32.
+    worst = max(outcomes, key=lambda o: (o.code != exitcodes.OK, o.code not in (exitcodes.FLEET_TASKS_FAILED,
+                                                                               exitcodes.FLEET_NEEDS_REVIEW),
+                                         o.code == exitcodes.FLEET_TASKS_FAILED))
     code = worst.code
     home = [t for o in outcomes for t in o.home]
     failed = [(t, why) for o in outcomes for t, why in o.failed]

@@ -68,3 +68,11 @@ def test_a_task_home_after_a_told_stall_resolves_the_newest_open_alert_only():
     assert resolution("flaky task", 2, [second, settled], "/work/night", "fleet-1", AT) is None
     assert resolution("t", 1, [], "/work/night", "fleet-1", AT) is None
     assert resolution("t", 1, [told(kind="monitor_down")], "/work/night", "fleet-1", AT) is None
+
+
+def test_several_projects_are_told_by_the_worst_end():
+    failed = outcome(exitcodes.FLEET_TASKS_FAILED, failed=(("x", "why"),))
+    stopped = outcome(exitcodes.INTERRUPTED_TERM, reason="interrupted by SIGTERM", project="/work/b")
+    review = outcome(exitcodes.FLEET_NEEDS_REVIEW, review=(("y", "conflict"),), project="/work/c")
+    assert end_ticket([outcome(), review, failed], "f", AT).lines[0] == "Ended: every task is finished (exit 31)."
+    assert end_ticket([failed, stopped, review], "f", AT).headline == "fleet stopped: stopped (SIGTERM)"
