@@ -191,7 +191,7 @@ class Night:
     commit_troubles: tuple[CommitTrouble, ...] = ()  # failed auto-commits (abnormal) and stale locks removed
     left_out: tuple[LeftOutRow, ...] = ()  # files kept out of commits, and secret-looking ones the agent committed
     phase_order: tuple[str, ...] = ()  # GENESIS_PHASES as the run used it ((): unknown, first appearance)
-    read_at: float | None = None   # when it was read: a running night's elapsed time counts to it
+    read_at: float | None = field(default=None, compare=False)  # when read: a running night's elapsed time to it
 
     @property
     def final_alert(self) -> AlertRow | None:
