@@ -179,7 +179,8 @@ def _health(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft | No
     steps, idle = _int(e.get("steps_since_success")), _num(e.get("idle"))
     stall = round(idle / 60, 1) if idle is not None else None
     score = _num(e.get("stall_score"))
-    evidence = f"{where}: {cls}" + (f" (stall score {min(score, 1.0):.2f})" if score is not None else "") + f": {reason}"
+    said = f" (stall score {min(score, 1.0):.2f})" if score is not None else ""
+    evidence = f"{where}: {cls}{said}: {reason}"
     if cls == "stuck":
         return ("medium", f"{name} stuck",
                 "the agent shows no sign of life for its stale window; the watcher ends a stuck phase",

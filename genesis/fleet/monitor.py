@@ -826,7 +826,8 @@ class Monitor:
             told = [t for t in LedgerBook(self.layout.ledger_file).told(since) if t.run_id in runs]
             ticket = telling.resolution(row.text, row.attempts, told, str(self.project), self.run_id, self.clock())
             if ticket is not None:
-                self.ledger.record("alert", row.id, severity=ticket.severity, cause=ticket.cause, resolves=ticket.resolves)
+                self.ledger.record("alert", row.id, severity=ticket.severity, cause=ticket.cause,
+                                   resolves=ticket.resolves)
                 handoff.dispatch(ticket, self.cfg.alerts, self.layout.ledger_file)
         except Exception as exc:  # noqa: BLE001 - a follow-up is never worth failing the fleet
             say(f"the resolution of {row.text!r}'s alert could not be sent: {exc}", "warn")
