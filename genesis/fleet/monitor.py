@@ -49,7 +49,7 @@ from genesis import exitcodes
 from genesis.agents import adapter_of
 from genesis.agents.models import cli_and_model
 from genesis.alerts import handoff
-from genesis.alerts.deliver import LedgerBook
+from genesis.alerts.deliver import LedgerBook, deadline_seconds
 from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_TEXT, Ticket
 from genesis.config import Config, ConfigError, layout_for, resolve
 from genesis.fleet import cascade as cascade_mod
@@ -68,6 +68,7 @@ from genesis.fleet.taskref import TaskRef, branch_for, open_refs
 from genesis.hints import hint
 from genesis.ledger.store import LedgerError, iso
 from genesis.loop import limits
+from genesis.loop.finish import FINAL_ALERT_WAIT
 from genesis.loop.preflight import read_flag
 from genesis.repo.gitcmd import GitFailed, GitTimeout, run_git
 from genesis.repo.tasks import parse
@@ -1273,7 +1274,9 @@ def _tell_end(monitors: Sequence[Monitor]) -> None:
         first = monitors[0]
         ticket = telling.end_ticket([m.outcome() for m in monitors], first.run_id, first.clock())
         first.ledger.record("alert", None, severity=ticket.severity, cause=ticket.cause, final=True)
-        handoff.dispatch(ticket, first.cfg.alerts, first.layout.ledger_file)
+        pid = handoff.dispatch(ticket, first.cfg.alerts, first.layout.ledger_file)
+        # As a loop's end waits for its final alert (loop/finish.py): bounded, never past its deliverer's deadline.
+        handoff.settle(pid, min(FINAL_ALERT_WAIT, deadline_seconds(first.cfg.alerts)))
     except Exception as exc:  # noqa: BLE001 - an alert is never worth failing the fleet's end
         say(f"the fleet's end could not be told: {exc}", "warn")
 

@@ -339,6 +339,8 @@ def render(frame: Frame, now: float, mine: Path | None = None, listing: bool = F
     """The frame as seen at now (ages and countdowns from now, so a redraw moves them)."""
     parts: list[RenderableType] = []
     if frame.fleet is not None:
+        if frame.status is not None and frame.status.note:
+            parts.append(Text(_safe(frame.status.note, 300)))
         parts.append(fleet_status.render(frame.fleet))
     elif frame.status is not None:
         parts += _detail(frame.status, now)
