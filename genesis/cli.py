@@ -1144,13 +1144,16 @@ def fleet_run(obj: Context, parallel: str | None, fleet_file: Path | None, trust
               help="temporal: read the fleet straight from Temporal, from any clone of the project "
                    "(GENESIS_FLEET_ENGINE); local: this machine's ledger.")
 @temporal_opts
+@click.option("--task", "task", metavar="ID", help="That task alone, whole: its attempts, branch, worktree, "
+                                                   "reason (its id, a start of it, or its text).")
+@click.option("-v", "--verbose", is_flag=True, help="Every task whole, a few lines each (by default: one line each).")
 @click.pass_context
 @guarded
 def fleet_status(ctx: click.Context, as_json: bool, fleet_file: Path | None, engine: str | None,
-                 **temporal: str | None) -> None:
-    """Every task of the project's fleet (with --fleet: of every project listed), live; exit 0 if a fleet
-    ran on the project (on one of them), 5 if none ever did (with --engine temporal: 1 if Temporal
-    cannot be read)."""
+                 task: str | None = None, verbose: bool = False, **temporal: str | None) -> None:
+    """Every task of the project's fleet, one line each (with --fleet: of every project listed), live;
+    exit 0 if a fleet ran on the project (on one of them), 5 if none ever did (with --engine
+    temporal: 1 if Temporal cannot be read)."""
     from genesis.fleet.status import run_fleet_status, run_fleets_status
 
     obj: Context = ctx.obj
@@ -1168,7 +1171,7 @@ def fleet_status(ctx: click.Context, as_json: bool, fleet_file: Path | None, eng
         from genesis.temporal.settings import temporal_settings
 
         ctx.exit(run_live_status(obj.project, temporal_settings(obj.config().settings), as_json=as_json))
-    ctx.exit(run_fleet_status(obj.project, as_json=as_json))
+    ctx.exit(run_fleet_status(obj.project, as_json=as_json, task=task, verbose=verbose))
 
 
 def _engine_setting(obj: Context) -> str:

@@ -154,3 +154,23 @@ def test_a_project_that_is_not_a_repository_exits_2(tmp_path):
     result = CliRunner().invoke(cli, ["--project", str(tmp_path / "plain"), "loop-settings", "--run-id", "r"],
                                 catch_exceptions=False)
     assert result.exit_code == 2 and "is not a git work tree" in result.output
+
+
+def test_reading_commands_outside_a_project_point_at_one_not_at_git_init(tmp_path, monkeypatch):
+    (tmp_path / "plain").mkdir()
+    monkeypatch.chdir(tmp_path / "plain")
+    for args in (["report"], ["incidents"]):
+        result = CliRunner().invoke(cli, args, catch_exceptions=False)
+        assert result.exit_code == 2, (args, result.output)
+        assert "git init" not in result.output and "pass --project" in result.output, (args, result.output)
+        assert "genesis status --all" in result.output
+
+
+def test_a_fleet_on_a_repository_another_user_owns_is_told_so_with_the_fix(project, monkeypatch):
+    """git's "dubious ownership" is no "not a git work tree": the fleet's commands say what it is."""
+    monkeypatch.setenv("GIT_TEST_ASSUME_DIFFERENT_OWNER", "1")  # git's own switch for its ownership check
+    for args in (["fleet", "status"], ["report"], ["fleet", "run", "--parallel", "2"]):
+        result = CliRunner().invoke(cli, ["--project", str(project), *args], catch_exceptions=False)
+        assert result.exit_code == 2, (args, result.output)
+        assert "dubious ownership" in result.output and "not a git work tree" not in result.output, result.output
+        assert f"git config --global --add safe.directory {project}" in result.output

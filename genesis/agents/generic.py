@@ -1,5 +1,7 @@
 """Any other command: a text CLI that may well wrap Claude Code, so it borrows Claude Code's
-hook (warned about when missing, not required: Genesis cannot know the command fires it)."""
+hook (checked when installed, not required: Genesis cannot know the command fires it). When it
+is not installed, a generic agent is told nothing about Claude Code (NO_HOOK): its output and
+its processes are its signs of life."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import TYPE_CHECKING
 from genesis.agents.base import Adapter
 from genesis.agents.claude.hookcheck import self_test
 from genesis.agents.claude.settings import CLAUDE_HOOKS
+from genesis.agents.hook.selftest import NOT_INSTALLED
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -16,7 +19,14 @@ if TYPE_CHECKING:
     from genesis.agents.hook.selftest import HookCheck
     from genesis.agents.hook.spec import HookSpec
 
-__all__ = ["GenericCli"]
+__all__ = ["GenericCli", "NO_HOOK", "says_no_hook"]
+
+NO_HOOK = "generic has no per-tool-call hook: its output and its processes' activity are its signs of life"
+
+
+def says_no_hook(adapter: Adapter, check: "HookCheck") -> bool:
+    """A generic agent without Claude Code's hook: NO_HOOK is said, not how to install Claude Code's."""
+    return adapter.name == GenericCli.name and check.state == NOT_INSTALLED
 
 
 class GenericCli(Adapter):

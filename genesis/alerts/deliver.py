@@ -209,9 +209,15 @@ def _folded(book: Book, ticket: Ticket, detail: dict) -> dict:
 
 
 def _resolving(ticket: Ticket, recent: list[Ticket]) -> Ticket:
-    """The resolution with the stall it resolves: the last told retry of the same phase."""
-    stalls = [t for t in recent if t.kind == "retry" and t.run_id == ticket.run_id and
-              (t.iteration, t.phase) == (ticket.iteration, ticket.phase)]
+    """The resolution with the stall it resolves: the last told retry of the same phase, or
+    (a phase that works again) its last told give-up of an earlier iteration. One the deliverer
+    of its own maker already linked (a fleet's task that came home) keeps its link."""
+    if ticket.resolves:
+        return ticket
+    stalls = [t for t in recent if t.run_id == ticket.run_id and t.phase == ticket.phase and (
+        (t.kind == "retry" and t.iteration == ticket.iteration) or
+        (t.kind == "phase_failed" and ticket.iteration is not None and t.iteration is not None
+         and t.iteration < ticket.iteration))]
     return replace(ticket, resolves=stalls[-1].ticket_id) if stalls else ticket
 
 

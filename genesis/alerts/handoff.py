@@ -20,7 +20,7 @@ from typing import Mapping
 from genesis.alerts.settings import AlertSettings
 from genesis.alerts.tickets import Ticket
 
-__all__ = ["dispatch", "deliverer_env", "MARKER_PREFIXES"]
+__all__ = ["dispatch", "settle", "deliverer_env", "MARKER_PREFIXES"]
 
 # The loop's markers (see procs/markers.py, loop/step.agent_env): a process carrying one is the loop's.
 MARKER_PREFIXES = ("GENESIS_RUN", "GENESIS_LOOP", "GENESIS_AGENT", "GENESIS_HEARTBEAT", "GENESIS_ITERATION",
@@ -69,3 +69,16 @@ def dispatch(ticket: Ticket, settings: AlertSettings, ledger_path: Path) -> int 
         pass
     _launched.append(proc)
     return proc.pid
+
+
+def settle(pid: int | None, seconds: float) -> bool:
+    """Wait, at most `seconds`, for the deliverer dispatch() started as pid to finish (a process
+    about to exit lets its last alert's deliverer record what it did); True when it did."""
+    proc = next((p for p in _launched if p.pid == pid), None)
+    if proc is None:
+        return True
+    try:
+        proc.wait(timeout=max(0.0, seconds))
+    except subprocess.TimeoutExpired:
+        return False
+    return True

@@ -178,7 +178,9 @@ def _health(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft | No
     cls, reason = e.get("classification"), str(e.get("reason", ""))
     steps, idle = _int(e.get("steps_since_success")), _num(e.get("idle"))
     stall = round(idle / 60, 1) if idle is not None else None
-    evidence = f"{where}: {cls} (stall score {e.get('stall_score')}): {reason}"
+    score = _num(e.get("stall_score"))
+    said = f" (stall score {min(score, 1.0):.2f})" if score is not None else ""
+    evidence = f"{where}: {cls}{said}: {reason}"
     if cls == "stuck":
         return ("medium", f"{name} stuck",
                 "the agent shows no sign of life for its stale window; the watcher ends a stuck phase",
@@ -269,11 +271,16 @@ def _retry(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
 
 def _resolved(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
     """The retry of a stuck phase finished: the open stall ticket is resolved."""
-    attempt = _int(e.get("attempt"))
-    on = f"retry {attempt}" if attempt else "a retry"
+    attempt, fixes = _int(e.get("attempt")), _int(e.get("fixes"))
     work = _work(e, "nothing new was committed")
-    lines = [f"{where} finished on {on}.", *_said(work and work.replace("partial work", "its work")),
-             "Nothing to do."]
+    said = _said(work and work.replace("partial work", "its work"))
+    if fixes is not None and not attempt:  # the next iteration did what an earlier one gave up on
+        return ("low", f"{name} recovered", f"the phase finished again after it gave up in iteration {fixes}",
+                "nothing", f"{where}: finished; it gave up in iteration {fixes}" + (f"; {work}" if work else ""),
+                None, None, f"resolved: {name} works again",
+                [f"{where} finished; it had given up in iteration {fixes}.", *said, "Nothing to do."])
+    on = f"retry {attempt}" if attempt else "a retry"
+    lines = [f"{where} finished on {on}.", *said, "Nothing to do."]
     return ("low", f"{name} recovered on retry", f"the retried phase finished ({on})", "nothing",
             f"{where}: finished on {on}" + (f"; {work}" if work else ""), None, None,
             f"resolved: {name} recovered on {on}", lines)
@@ -424,7 +431,7 @@ def _loop_end(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
     if code == 0:
         headline = f"night over: {done}/{total} tasks done" if done is not None and total else "night over"
     else:
-        headline = f"{stop or _cut(reason, 40)}, loop stopped"
+        headline = f"{stop or _cut(reason, MAX_HEADLINE - len(', loop stopped'))}, loop stopped"  # its cause said
     act = ("Nothing to do: the report has the night." if code == 0 else
            STOP_ACTS.get(code, "Act: read the report, fix what stopped it, then restart the loop."))
     lines = [_cut(f"Ended: {reason} (exit {code}).", MAX_LINE), *_summary_lines(summary), act]

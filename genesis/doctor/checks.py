@@ -25,6 +25,7 @@ from genesis.doctor.versions import VERSION_TIMEOUT, parse_version, version_of
 from genesis.hints import hint, program
 from genesis.loop.preflight import agent_problem, root_problem
 from genesis.repo.autocommit import user_changes
+from genesis.agents.generic import NO_HOOK, says_no_hook
 from genesis.repo.gitcmd import GitFailed, NotARepository, NotOwned, run_git
 from genesis.repo.ownership import leftovers_in, recall
 from genesis.repo.progress import check_work_tree
@@ -292,6 +293,8 @@ def hook_check(agent: Adapter, project: Path | None, env: Mapping[str, str]) -> 
                      f"activity are its signs of life")
     if check.ok:
         return Check("hook", OK, check.detail)
+    if says_no_hook(agent, check):
+        return Check("hook", OK, NO_HOOK)
     level = FAIL if agent.hook_required or check.state == MALFORMED else WARN
     found = check.detail.split("; run: ")[0]
     if check.state == MALFORMED:

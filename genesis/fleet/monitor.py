@@ -49,27 +49,31 @@ from genesis import exitcodes
 from genesis.agents import adapter_of
 from genesis.agents.models import cli_and_model
 from genesis.alerts import handoff
+from genesis.alerts.deliver import LedgerBook, deadline_seconds
 from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_TEXT, Ticket
 from genesis.config import Config, ConfigError, layout_for, resolve
 from genesis.fleet import cascade as cascade_mod
 from genesis.fleet import children as kids
-from genesis.fleet import ladder, merging, worktrees
+from genesis.fleet import ladder, merging, telling, worktrees
 from genesis.fleet.leftovers import make_startable
 from genesis.fleet.lines import ended_line, merged_line, say, started_line
 from genesis.fleet.budget import SPENDING, RestartBudget
 from genesis.fleet.beats import BeatBook, newest_beat
 from genesis.fleet.ledger import TERMINAL, FleetLedger, TaskRow
 from genesis.fleet.planning import fleet_exit, launch_gate, outcome_of
+from genesis.fleet.portslots import book_for
 from genesis.fleet.queue import check_trust, done_at, project_branch, tasks_at
 from genesis.fleet.resources import FleetSettings, available_memory, fleet_settings, parallel_of, port_range
 from genesis.fleet.taskref import PLANNER, TaskRef, branch_for, open_refs
 from genesis.hints import hint
 from genesis.ledger.store import LedgerError, iso
 from genesis.loop import limits
+from genesis.loop.finish import FINAL_ALERT_WAIT
 from genesis.loop.preflight import read_flag
 from genesis.loop.taskcheck import proven
 from genesis.repo.gitcmd import GitFailed, GitTimeout, run_git
 from genesis.repo.tasks import parse
+from genesis.status.lately import note_end
 from genesis.store import accounts
 from genesis.store.accounts import AccountStore, StoreUnusable
 from genesis.store.atomicio import DiskFull, write_json, write_text
@@ -300,10 +304,17 @@ class Monitor:
         used = {m.slots[t] for m in self.peers or [self] for t in m.children
                 if t in m.slots and (m is not self or t != task_id)} | self.kept_slots
         slot = self.slots.get(task_id)
-        if slot is None or slot in used:
-            slot = next(n for n in range(len(used) + 1) if n not in used)
+        book = book_for(accounts.root_of(self.cfg.shared_state_dir, os.environ))  # other fleets of this machine
+        if slot is None or slot in used or not book.claim(slot):
+            slot = book.first_free(used)
         self.slots[task_id] = slot
         return slot
+
+    def _let_slot_go(self, task_id: str) -> None:
+        """The child's port slot is free again for this machine's other fleets."""
+        slot = self.slots.get(task_id)
+        if slot is not None and not any(m.slots.get(t) == slot for m in self.peers or [self] for t in m.children):
+            book_for(accounts.root_of(self.cfg.shared_state_dir, os.environ)).release(slot)
 
     def _settings_for(self, strategy: int) -> dict[str, str]:
         chosen = self.strategies[min(strategy, len(self.strategies) - 1)]
@@ -537,6 +548,7 @@ class Monitor:
                 continue
             del self.children[task_id]
             self.beats.forget(task_id)
+            self._let_slot_go(task_id)
             self.ended(task_id, child, ending)
         self.ledger.note_beats(sightings)
 
@@ -749,6 +761,8 @@ class Monitor:
             self.ledger.record("rebased" if again else "merged", row.id, sha=result.sha, commits=list(result.commits),
                                outcome=state)
             say(merged_line(row.text, state, result.sha))
+            if not again:
+                self.resolve_told(row)
         elif result.outcome == "held":
             if row.reason != f"merge held: {result.detail}":
                 self.ledger.record("merge_held", row.id, reason=result.detail)
@@ -807,6 +821,44 @@ class Monitor:
             handoff.dispatch(ticket, self.cfg.alerts, self.layout.ledger_file)
         except Exception as exc:  # noqa: BLE001 - an alert is never worth failing the fleet
             say(f"the alert could not be sent: {exc}", "warn")
+
+    def resolve_told(self, row: TaskRow) -> None:
+        """The task came home: what its attempts told (a stall, a phase that gave up) is resolved,
+        wherever that alert went (telling.resolution)."""
+        try:
+            runs = {e.detail.get("run_id") for e in self.ledger.events("child_end", task_id=row.id)} - {None, ""}
+            since = min((a.started for a in self.ledger.attempts(row.id)), default=self.started)
+            told = [t for t in LedgerBook(self.layout.ledger_file).told(since) if t.run_id in runs]
+            ticket = telling.resolution(row.text, row.attempts, told, str(self.project), self.run_id, self.clock())
+            if ticket is not None:
+                self.ledger.record("alert", row.id, severity=ticket.severity, cause=ticket.cause,
+                                   resolves=ticket.resolves)
+                handoff.dispatch(ticket, self.cfg.alerts, self.layout.ledger_file)
+        except Exception as exc:  # noqa: BLE001 - a follow-up is never worth failing the fleet
+            say(f"the resolution of {row.text!r}'s alert could not be sent: {exc}", "warn")
+
+    def outcome(self) -> telling.Outcome:
+        """This run of the project's fleet, as its end is told."""
+        rows = {r.id: r for r in self.ledger.tasks()}
+
+        def text(task: str | None) -> str:
+            return rows[task].text if task in rows else str(task)
+
+        def decided(kind: str, state: str) -> tuple[tuple[str, str], ...]:
+            found = {e.task_id: e.detail.get("reason", "") for e in self.ledger.events(kind, after=self.start_seq)
+                     if e.task_id in rows and rows[e.task_id].state == state and not e.task_id.startswith(PLANNER)}
+            return tuple((text(t), str(why)) for t, why in found.items())
+
+        home = tuple(dict.fromkeys(text(e.task_id) for e in self.ledger.events("merged", after=self.start_seq)
+                                   if e.task_id and not e.task_id.startswith(PLANNER)))
+        costs = [e.detail.get("cost_usd") for e in self.ledger.events("child_end", after=self.start_seq)]
+        costs = [float(c) for c in costs if isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0]
+        still = sum(1 for r in rows.values() if r.state not in TERMINAL and not r.id.startswith(PLANNER) and
+                    r.id in self.open_ids)
+        return telling.Outcome(str(self.project), self.ended_code if self.ended_code is not None else exitcodes.ERROR,
+                               self.reason, home, decided("failed_permanently", "failed"),
+                               decided("needs_review", "needs-review"), still, sum(costs) if costs else None,
+                               max(0.0, self.clock() - self.started))
 
     # -- the whole run ---------------------------------------------------------------
 
@@ -1216,8 +1268,22 @@ def _run_all(monitors: list[Monitor], finished: Callable[[Monitor], None] | None
     finally:
         for monitor in active:
             _record_end(monitor, monitor.ended_code if monitor.ended_code is not None else exitcodes.ERROR)
+        _tell_end(monitors)
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+def _tell_end(monitors: Sequence[Monitor]) -> None:
+    """The fleet's end, told once for all its projects (the children's ends are its to tell)."""
+    try:
+        first = monitors[0]
+        ticket = telling.end_ticket([m.outcome() for m in monitors], first.run_id, first.clock())
+        first.ledger.record("alert", None, severity=ticket.severity, cause=ticket.cause, final=True)
+        pid = handoff.dispatch(ticket, first.cfg.alerts, first.layout.ledger_file)
+        # As a loop's end waits for its final alert (loop/finish.py): bounded, never past its deliverer's deadline.
+        handoff.settle(pid, min(FINAL_ALERT_WAIT, deadline_seconds(first.cfg.alerts)))
+    except Exception as exc:  # noqa: BLE001 - an alert is never worth failing the fleet's end
+        say(f"the fleet's end could not be told: {exc}", "warn")
 
 
 def _end(monitor: Monitor, gave_up: bool = False) -> int:
@@ -1257,6 +1323,7 @@ def _record_end(monitor: Monitor, code: int) -> None:
         ledger.record("fleet_end", exit_code=code, reason=monitor.reason, pid=os.getpid())
     except Exception:  # noqa: BLE001 - the end is said on stderr at least
         pass
+    note_end(monitor.project, monitor.layout.state_dir)  # `status --all` finds it tomorrow
     counts: dict[str, int] = {}
     try:
         for row in ledger.tasks():

@@ -20,7 +20,7 @@ import os
 import sqlite3
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
@@ -33,7 +33,7 @@ from genesis.clock import iso
 from genesis.config import default_layout
 from genesis.fleet.ledger import Attempt, FleetEvent, FleetLedger, TaskRow
 from genesis.redact import redact
-from genesis.repo.gitcmd import NotARepository
+from genesis.repo.gitcmd import NotARepository, NotOwned
 from genesis.status.view import Status, build
 from genesis.store.atomicio import CorruptFile, read_json
 from genesis.store.layout import state_dir_of, work_tree_of
@@ -41,7 +41,7 @@ from genesis.words import duration, one_line
 
 __all__ = ["SCHEMA", "STATES", "ChildView", "TaskView", "Monitor", "Hold", "FleetStatus", "read", "document",
            "render", "run_fleet_status", "run_fleets_status", "fleet_dir_of", "lock_held", "READ_CHILDREN_SECONDS",
-           "SHOWN", "from_ledger", "show"]
+           "SHOWN", "from_ledger", "show", "details", "pick"]
 
 SCHEMA = 1
 # The words `fleet status` shows, in the order it lists them: the live ones first.
@@ -88,6 +88,7 @@ class TaskView:
     agent: str                     # the last attempt's agent ("" none yet)
     started: float | None          # the first attempt's start
     child: ChildView | None        # None: no child is meant to run
+    attempts: tuple[Attempt, ...] = ()  # its retry history, oldest first
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,7 @@ class FleetStatus:
     unread: int = 0                # running children not read within the bound
     error: str = ""
     source: str = ""               # "": this machine's ledger; else where it was read (Temporal)
+    cost_usd: float | None = None  # what the latest run's ended attempts cost, as their children reported
 
     @property
     def state(self) -> str:
@@ -233,6 +235,8 @@ def read(project: Path, now: float | None = None, clock: Callable[[], float] = t
     """The fleet of the git work tree at project, as seen at now. NotARepository outside one."""
     try:
         project = work_tree_of(Path(project))
+    except NotOwned:
+        raise  # git's "dubious ownership": its own words, and the fix
     except NotARepository:
         raise NotARepository(f"{project} is not in a git work tree; pass --project with the fleet's git "
                              f"project") from None
@@ -254,6 +258,8 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
             rows, history = led.tasks(), led.attempts()
             starts, ends = led.events("fleet_start"), led.events("fleet_end")
             first = starts[-1].at if starts else None
+            spent = [e.detail.get("cost_usd") for e in led.events("child_end", after=starts[-1].seq if starts else 0)
+                     if isinstance(e.detail, dict)]
             marks = [e for kind in (*HOLDS, *HOLD_ENDS, *CASCADE) for e in led.events(kind)
                      if first is None or e.at >= first]
     except (sqlite3.Error, OSError, RuntimeError, ValueError) as exc:
@@ -278,7 +284,7 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
                 child = ChildView(False, "", row.run_id, None, None, None, None, None, None, None,
                                   error="not read: the time bound for reading children was spent")
         views.append(TaskView(row, tried[-1].agent if tried else "", min((a.started for a in tried), default=None),
-                              child))
+                              child, tuple(tried)))
     sd = start.detail if start is not None and isinstance(start.detail, dict) else {}
     ed = end.detail if end is not None and isinstance(end.detail, dict) else {}
     parallel = sd.get("parallel")
@@ -287,7 +293,13 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
                        parallel if isinstance(parallel, int) and not isinstance(parallel, bool) else None,
                        start.at if start is not None else None, end.at if end is not None else None,
                        code if isinstance(code, int) and not isinstance(code, bool) else None,
-                       str(ed.get("reason") or ""), monitor, limit, cascade, tuple(views), unread, problem, source)
+                       str(ed.get("reason") or ""), monitor, limit, cascade, tuple(views), unread, problem, source,
+                       _spent(spent))
+
+
+def _spent(costs: Sequence[Any]) -> float | None:
+    known = [float(c) for c in costs if isinstance(c, (int, float)) and not isinstance(c, bool) and c >= 0]
+    return round(sum(known), 6) if known else None
 
 
 def _order(row: TaskRow) -> tuple[int, float, str]:
@@ -329,6 +341,7 @@ def document(fs: FleetStatus) -> dict[str, Any]:
         "fleet": {
             "run_id": _or_none(fs.run_id), "parallel": fs.parallel, **_time("started", fs.started),
             **_time("ended", fs.ended), "exit_code": fs.exit_code, "reason": _or_none(_text(fs.end_reason)),
+            "cost_usd": fs.cost_usd,
         } if fs.ran else None,
         "monitor": {
             "alive": m.alive, "pid": m.pid, "run_id": _or_none(m.run_id), **_time("started", m.started),
@@ -384,8 +397,9 @@ def _ago(now: float, epoch: float | None) -> str:
     return "-" if epoch is None else f"{duration(now - epoch)} ago"
 
 
-def render(fs: FleetStatus, shown: int = SHOWN) -> RenderableType:
-    """The fleet in one screenful: the fleet's line, its pauses, the counts, then each task."""
+def render(fs: FleetStatus, shown: int = SHOWN, detail: bool = False) -> RenderableType:
+    """The fleet in one screenful: the fleet's line, its pauses, the counts, then one line per
+    task (cut to the screen's width); `detail`: every task's whole record instead (see details())."""
     now, parts = fs.now, []
     if not fs.ran:
         parts.append(Text(f"No fleet has run on {fs.project} (start one with "
@@ -428,7 +442,7 @@ def render(fs: FleetStatus, shown: int = SHOWN) -> RenderableType:
     if fs.error:
         parts.append(Text(f"error: {one_line(redact(fs.error), 2000)}", style="red"))
     if fs.tasks:
-        parts.append(_table(fs.tasks[:shown], now))
+        parts.append(details(fs.tasks[:shown], now) if detail else _table(fs.tasks[:shown], now))
         if len(fs.tasks) > shown:
             parts.append(Text(f"... and {len(fs.tasks) - shown} more task(s): `--json` lists every one"))
     if fs.unread:
@@ -468,40 +482,96 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _table(tasks: Sequence[TaskView], now: float) -> Table:
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for name in ("task", "state", "tries", "agent", "phase", "health", "branch / worktree", "reason"):
-        table.add_column(name, overflow="fold")
+def _doing(t: TaskView, now: float) -> Text:
+    """What the task is at, in a few words: its child's phase and health, or why it stands."""
+    r, c = t.row, t.child
+    if c is not None and c.read:
+        doing = Text(c.phase or (f"waiting: {c.wait}" if c.wait else "starting" if _starting(r, c)
+                                  else c.state.lower()))
+        if c.iteration is not None and c.phase:
+            doing.append(f" (it {c.iteration})")
+        if c.health:
+            doing.append(", ").append(c.health, style=HEALTH_STYLE.get(c.health, ""))
+        if c.heartbeat_at is not None:
+            doing.append(f", beat {duration(now - c.heartbeat_at)} ago")
+        return doing
+    if c is not None:
+        return Text("not read: " + one_line(c.error or "?", 80), style="dim")
+    reason = one_line(redact(r.reason), TEXT_LIMIT)
+    if r.state in ("merged", "ready") and r.merged_sha:
+        reason = f"{r.merged_sha[:12]}" + (f" {reason}" if reason else "")
+    if r.not_before and r.not_before > now:
+        reason = f"next try {when.clock(r.not_before, seconds=True)}" + (f"; {reason}" if reason else "")
+    return Text(reason or "-")
+
+
+def _tries(r: TaskRow) -> str:
+    return f"{r.attempts}" + (f" ({r.restarts}r {r.escalations}e)" if r.restarts or r.escalations else "")
+
+
+ID_WIDTH = 30   # a task's id on its line: cut past this (`--task` takes a start of it)
+
+
+class _Rows:
+    """One line per task, whatever the screen's width: the id, the state, the tries, then what
+    it is at, cut to fit (`--task ID` or `-v` shows it whole)."""
+
+    def __init__(self, tasks: Sequence[TaskView], now: float):
+        self.rows = [(r.id, r.state, _tries(r), _doing(t, now)) for t in tasks for r in (t.row,)]
+
+    def __rich_console__(self, console: Console, options: Any):
+        width = options.max_width
+        wide = [min(ID_WIDTH, max([4, *(len(r[0]) for r in self.rows)])), max([5, *(len(r[1]) for r in self.rows)]),
+                max([5, *(len(r[2]) for r in self.rows)])]
+        head = Text(f"{'task':<{wide[0]}}  {'state':<{wide[1]}}  {'tries':<{wide[2]}}  now", style="bold")
+        head.truncate(width, overflow="ellipsis")
+        yield head
+        for ident, state, tries, doing in self.rows:
+            cut = ident if len(ident) <= wide[0] else ident[:wide[0] - 1] + "…"
+            line = Text.assemble(f"{cut:<{wide[0]}}  ", (f"{state:<{wide[1]}}", STATE_STYLE.get(state, "")),
+                                 f"  {tries:<{wide[2]}}  ", doing)
+            line.truncate(width, overflow="ellipsis")
+            line.no_wrap = True
+            yield line
+
+
+def _table(tasks: Sequence[TaskView], now: float) -> "_Rows":
+    return _Rows(tasks, now)
+
+
+def details(tasks: Sequence[TaskView], now: float) -> Group:
+    """Every task's whole record, a few lines each (wrapped to the screen, never cut)."""
+    blocks: list[RenderableType] = []
     for t in tasks:
         r, c = t.row, t.child
-        tries = f"{r.attempts}" + (f" ({r.restarts}r {r.escalations}e)" if r.restarts or r.escalations else "")
-        phase = health = Text("-")
-        if c is not None and c.read:
-            phase = Text(c.phase or (f"waiting: {c.wait}" if c.wait else "starting" if _starting(r, c)
-                                     else c.state.lower()))
-            if c.iteration is not None and c.phase:
-                phase.append(f" (it {c.iteration})")
-            health = Text(c.health or "-", style=HEALTH_STYLE.get(c.health or "", ""))
-            if c.heartbeat_at is not None:
-                health.append(f", beat {duration(now - c.heartbeat_at)} ago")
-        elif c is not None:
-            phase = Text("?", style="dim")
-        reason = one_line(redact(r.reason), 120)
-        if r.state in ("merged", "ready") and r.merged_sha:
-            reason = f"{r.merged_sha[:12]}" + (f" {reason}" if reason else "")
-        if r.not_before and r.not_before > now:
-            reason = f"next try {when.clock(r.not_before, seconds=True)}" + (f"; {reason}" if reason else "")
-        table.add_row(Text(f"{r.id}\n") + _line(r.text), Text(r.state, style=STATE_STYLE.get(r.state, "")), tries,
-                      _line(t.agent or "-"), phase, health,
-                      _line(r.branch or "-") + Text("\n") + _line(r.worktree or "-"), _line(reason or "-"))
-    return table
+        head = Text.assemble((r.id, "bold"), "  ", (r.state, STATE_STYLE.get(r.state, "")))
+        lines = [head, Text("  task: ") + _line(r.text),
+                 Text(f"  tries: {r.attempts} ({r.restarts} restart(s), {r.escalations} escalation(s)), agent ")
+                 + _line(t.agent or "-")
+                 + Text(f", first started {when.stamp(t.started)}" if t.started is not None else "")]
+        if c is not None:
+            lines.append(Text("  child: ") + _doing(t, now))
+        lines += [Text("  now: ") + _doing(t, now)] if c is None else []
+        lines += [Text("  branch: ") + _line(r.branch or "-"), Text("  worktree: ") + _line(r.worktree or "-")]
+        if r.reason and c is not None:
+            lines.append(Text("  reason: ") + _line(r.reason))
+        for a in t.attempts:
+            ended = (f"ended {when.stamp(a.ended)}, exit {a.exit_code if a.exit_code is not None else '?'}, "
+                     f"{a.outcome or '?'}") if a.ended is not None else "running"
+            lines.append(Text(f"  attempt {a.attempt}: {a.kind}, {one_line(a.agent, 40)}, started "
+                              f"{when.stamp(a.started)}, {ended}" + (f"; {one_line(redact(a.reason), 160)}"
+                                                                      if a.reason else "")))
+        blocks.append(Group(*lines))
+        blocks.append(Text(""))
+    return Group(*blocks[:-1])
 
 
 def run_fleet_status(project: Path, as_json: bool = False, out: TextIO | None = None,
-                     clock: Callable[[], float] = time.time) -> int:
+                     clock: Callable[[], float] = time.time, task: str | None = None, verbose: bool = False) -> int:
     """Print the fleet's status (or its JSON document); returns the exit code: 0 when a fleet
     ran on the project, NOT_RUNNING when none ever did. NotARepository when project is not in a
-    git work tree (with as_json, a document that says so, and USAGE)."""
+    git work tree (with as_json, a document that says so, and USAGE). `task`: that task alone,
+    whole (its id, a start of it, or its text); `verbose`: every task whole."""
     out = out if out is not None else sys.stdout
     try:
         fs = read(project, clock=clock)
@@ -513,15 +583,32 @@ def run_fleet_status(project: Path, as_json: bool = False, out: TextIO | None = 
         doc = {**document(fs), "exit_code": exitcodes.USAGE, "project": None, "monitor": None}
         out.write(json.dumps(doc, indent=2) + "\n")
         return exitcodes.USAGE
-    return show(fs, as_json, out)
+    if task is not None:
+        chosen = pick(fs.tasks, task)
+        if not chosen:
+            sys.stderr.write(f"no task {task!r} in the fleet on {fs.project}: `fleet status` lists them (the first "
+                             f"column is the id)\n")
+            return exitcodes.USAGE
+        fs = replace(fs, tasks=chosen)
+    return show(fs, as_json, out, detail=verbose or task is not None)
 
 
-def show(fs: FleetStatus, as_json: bool, out: TextIO) -> int:
+def pick(tasks: Sequence[TaskView], wanted: str) -> tuple[TaskView, ...]:
+    """The task named by its id, its text, or (when only one starts so) a start of its id."""
+    wanted = wanted.strip()
+    exact = tuple(t for t in tasks if wanted in (t.row.id, t.row.text))
+    if exact:
+        return exact
+    started = tuple(t for t in tasks if t.row.id.startswith(wanted))
+    return started if len(started) == 1 else ()
+
+
+def show(fs: FleetStatus, as_json: bool, out: TextIO, detail: bool = False) -> int:
     """The status on out (the screen, or its JSON document); its exit code."""
     if as_json:
         out.write(json.dumps(document(fs), indent=2) + "\n")
     else:
-        Console(file=out, highlight=False).print(render(fs))
+        Console(file=out, highlight=False).print(render(fs, detail=detail))
     return fs.code
 
 

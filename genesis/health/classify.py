@@ -46,7 +46,8 @@ class Snapshot:
 
 def classify(idle: float, window: float, busy: bool, stuck: bool, wedged: bool) -> tuple[str, float]:
     """The class and the stall score from what the watcher saw at one check."""
-    score = 0.0 if busy else round(min(idle / window, 9.99), 3) if window > 0 else 0.0
+    # A fraction of the window, at most 1 (the window is spent: stuck); how far past it is the idle time.
+    score = 0.0 if busy else round(min(idle / window, 1.0), 3) if window > 0 else 0.0
     if wedged:
         return WEDGED, score
     if stuck or score >= 1.0:

@@ -3,10 +3,13 @@ agent's, the lock released, the night summed up."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
+from genesis import exitcodes
 from genesis.alerts.deliver import deadline_seconds
+from genesis.alerts.fleetchild import child_of
 from genesis.alerts.notify import channels_for
 from genesis.hints import hint
 from genesis.loop.guard import breaker_store, mirror_breaker
@@ -18,7 +21,9 @@ from genesis.repo.tasks import DONE, read_tasks
 from genesis.ledger.store import LedgerError
 from genesis.reporting.load import final_alert_recorded, night
 from genesis.reporting.text import render_text
+from genesis.status.lately import note_end
 from genesis.store.looplock import release
+from genesis.words import one_line
 
 __all__ = ["finish", "FINAL_ALERT_WAIT"]
 
@@ -45,6 +50,8 @@ def finish(step: Step, reason: str, code: int) -> None:
     release(step.layout.loop_record, step.run_id)
     _end_open_phases(step, reason)
     step.event("loop_end", reason=reason, exit_code=code, summary=_summary(step))
+    if child_of(os.environ) is None:  # `status --all` finds it tomorrow (a fleet's child: with its fleet)
+        note_end(step.cfg.project, step.layout.state_dir)
     sending = _await_final_alert(step)
     try:
         text = render_text(night(ledger_of(step.layout), step.run_id, incidents_dir=step.layout.incidents_dir),
@@ -53,7 +60,10 @@ def finish(step: Step, reason: str, code: int) -> None:
         step.say(f"no summary: the ledger could not be read ({exc}); `{hint(step.cfg.project, 'report')}` may "
                  f"say more", "warn")
         return
+    child = child_of(os.environ) is not None
     for line in text.rstrip("\n").splitlines():
+        if child and line.startswith("final alert: "):
+            line = "final alert: none of its own (a fleet's child: the fleet tells its end)"
         step.say(line, "info")
 
 
@@ -62,6 +72,8 @@ def _await_final_alert(step: Step, clock: Callable[[], float] = time.monotonic,
     """Wait, bounded, for the deliverer of the loop's end's ticket to record what the channels
     did; returns the channels it was telling (none set: no wait, nothing will go out)."""
     settings = step.cfg.alerts
+    if child_of(os.environ) is not None:
+        return ()  # a fleet's child: its end is the fleet's to tell, no ticket of its own
     try:
         channels = tuple(c.name for c in channels_for(settings))
     except Exception:  # noqa: BLE001 - the report goes out whatever the alert settings are
@@ -106,7 +118,13 @@ def _said(step: Step, code: int) -> str | None:
     """The reason a step recorded (a stop_reason event) for stopping the loop with this code:
     the loop itself knows only the code's generic words."""
     said = [e for e in step.events(kinds=("stop_reason",)) if e.get("code") == code and e.get("reason")]
-    return str(said[-1]["reason"]) if said else None
+    if said:
+        return str(said[-1]["reason"])
+    if code == exitcodes.USAGE:  # the agent could not start: its own words are the cause
+        found = [e for e in step.events(kinds=("agent_cannot_start",)) if e.get("words")]
+        if found:
+            return f"the agent cannot start: {one_line(str(found[-1]['words']), 300)}"
+    return None
 
 
 def _end_open_phases(step: Step, reason: str) -> None:

@@ -17,6 +17,7 @@ from typing import Mapping
 
 from genesis import exitcodes
 from genesis.agents import adapter_of
+from genesis.agents.generic import NO_HOOK, says_no_hook
 from genesis.agents.hook.removal import clear_removal
 from genesis.alerts.channels import banner, configured
 from genesis.config import CONFIG_FILE, Config, advice, read_prompt, snapshot
@@ -396,6 +397,9 @@ def _check_hook(step: Step) -> None:
         os.unlink(step.layout.hook_record)  # an earlier run's: nothing to reinstall for this one
     except FileNotFoundError:
         pass
+    if says_no_hook(adapter, check):
+        step.say(NO_HOOK, "info")
+        return
     if adapter.hook_required:
         raise StepFailed(exitcodes.USAGE, f"the heartbeat hook does not work ({check.state}): {check.detail}. "
                          f"Without it every {adapter.name} agent looks stuck; fix it, then check with "

@@ -9,14 +9,19 @@ by the `retry` (or `phase_failed`, `recovery_spent`) that follows, not by the he
 or the incident seen before the kill. The retry's phase finishing raises the resolution
 (`resolved`, at its `phase_work`). An event that ends the loop marks its ticket to be told
 with the loop's end (deliver.py).
+
+A fleet's child tells through the fleet (alerts/fleetchild.py): its end is the fleet's to
+tell, its other tickets go to the fleet project's ledger, titled by the project and the task.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
 from genesis.alerts import handoff
+from genesis.alerts.fleetchild import as_fleets, child_of, fleets_own
 from genesis.alerts.tickets import BUILDERS, ticket_for
 from genesis.ledger.store import iso
 from genesis.procs import proctree
@@ -48,6 +53,9 @@ def raise_ticket(step: "Step", kind: str, detail: dict[str, Any], at: float | No
         key, values = ONLY_WHEN[kind]
         if detail.get(key) not in values:
             return
+    child = child_of(os.environ)
+    if child is not None and fleets_own(kind, detail):
+        return
     if kind in ("health", "incident") and step.cfg.health_enforce and \
             detail.get("classification", detail.get("kind")) in ("stuck", "wedged"):
         return  # the watcher ends the phase: the retry or the failure that follows tells it, once
@@ -60,7 +68,10 @@ def raise_ticket(step: "Step", kind: str, detail: dict[str, Any], at: float | No
         return
     if ticket is None:
         return
-    pid = handoff.dispatch(ticket, step.cfg.alerts, step.layout.ledger_file)
+    ledger = step.layout.ledger_file
+    if child is not None:
+        ticket, ledger = as_fleets(ticket, child), child.ledger
+    pid = handoff.dispatch(ticket, step.cfg.alerts, ledger)
     if pid is not None:
         proctree.spare(pid)
 
@@ -73,14 +84,29 @@ def _last(step: "Step", kind: str, iteration: Any, phase: Any) -> dict[str, Any]
 
 
 def _resolution(step: "Step", work: dict[str, Any]) -> dict[str, Any]:
-    """The `resolved` event's detail when the phase whose work this is was a retry that
-    finished, else {}."""
+    """The `resolved` event's detail when the phase whose work this is finished as a retry, or
+    as the first run of this phase since it gave up (`phase_failed`) in an earlier iteration;
+    else {}."""
     iteration, phase = work.get("iteration"), work.get("phase")
     end = _last(step, "phase_end", iteration, phase)
     attempt = end.get("attempt") if end else None
-    if not end or end.get("ending") != "finished" or not isinstance(attempt, int) or attempt < 1:
+    if not end or end.get("ending") != "finished" or not isinstance(attempt, int):
         return {}
-    return {"iteration": iteration, "phase": phase, "attempt": attempt, "work": work}
+    if attempt >= 1:
+        return {"iteration": iteration, "phase": phase, "attempt": attempt, "work": work}
+    failed = _gave_up_before(step, iteration, phase)
+    return {"iteration": iteration, "phase": phase, "attempt": 0, "fixes": failed, "work": work} if failed else {}
+
+
+def _gave_up_before(step: "Step", iteration: Any, phase: Any) -> int | None:
+    """The earlier iteration in which the phase gave up, when it has not finished since (its
+    failure is still open), else None."""
+    if not isinstance(iteration, int):
+        return None
+    ends = [e for e in step.events(kinds=("phase_failed", "phase_end"))
+            if e.get("phase") == phase and isinstance(e.get("iteration"), int) and e["iteration"] < iteration]
+    last = next((e for e in reversed(ends) if e["event"] == "phase_failed" or e.get("ending") == "finished"), None)
+    return last["iteration"] if last is not None and last["event"] == "phase_failed" else None
 
 
 def _context(step: "Step", kind: str, detail: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""`genesis report` on a fleet: each task with its attempts, escalations, time, cost and merged
-commits, and seed 000's KPIs over the fleet, read from the fleet ledger (and, where the
-monitor recorded no cost, from each child's own ledger while its worktree is there).
+"""`genesis report` on a fleet: its timeline, each task with its attempts (each with its own
+end, cost and log: the evidence), escalations, time, cost and merged commits, the children's
+incidents, every alert (the fleet's and its children's, all in the project's run ledger), and
+the fleet's figures, read from the fleet ledger (and, where the monitor recorded no cost, from
+each child's own ledger while its worktree is there).
 
-The KPIs (docs/guides/morning.md says the same for the reader):
+The figures (docs/guides/morning.md says the same for the reader):
 - completion rate: tasks merged (or ready, in branch mode) with no escalation, over all tasks;
 - MTTD: from a child's failure (its own recorded end, else when it was last seen alive) to the
   monitor detecting it (its `child_end`), over the abnormal ends;
@@ -35,25 +37,74 @@ from genesis.config import default_layout
 from genesis.fleet.ledger import Attempt, FleetEvent, FleetLedger
 from genesis.fleet.taskref import PLANNER
 from genesis.ledger.store import Ledger, LedgerError
+from genesis.reporting.load import _final, _json_keys, _json_list, _ticket_place
+from genesis.reporting.model import AlertRow
+from genesis.reporting.text import alert_lines
 from genesis.redact import redact
 from genesis.repo.gitcmd import NotARepository
 from genesis.reporting.html import CSS, CSP, _e, _section, _table
 from genesis.when import clock, stamp
 from genesis.words import duration, money, one_line, plural, sanitize
 
-__all__ = ["TaskReport", "FleetKpis", "FleetReport", "fleet_ledger_of", "load", "compute_kpis", "render_text",
-           "render_html", "sections", "plain", "kpi_rows", "RETRIES", "COMPLETE"]
+__all__ = ["TaskReport", "FleetKpis", "FleetReport", "AttemptEvidence", "FleetIncident", "Moment", "fleet_ledger_of",
+           "load", "compute_kpis", "render_text", "render_html", "sections", "plain", "kpi_rows", "RETRIES", "COMPLETE",
+           "FIGURES"]
 
 RETRIES = frozenset({"restart", "escalate"})   # attempt kinds that are a retry of the task
 COMPLETE = frozenset({"merged", "ready"})
 NOTHING_ADDED = "nothing-added"   # the state shown for a Planner's pass that brought no task home
 SHOWN = 500          # task rows in the text and the page (the JSON has every one)
 CHILD_LEDGERS = 200  # child ledgers opened for costs the monitor did not record, at most
+MOMENTS = 400        # timeline lines in the text and the page (the JSON has every one)
+FIGURES = "fleet figures"
+# The fleet ledger's events the timeline tells, in words (task events name their task).
+TOLD = {"fleet_start": "fleet started", "fleet_end": "fleet ended", "launch": "started", "child_end": "ended",
+        "merged": "came home", "rebased": "rebased", "needs_review": "needs review",
+        "failed_permanently": "failed permanently", "reopened": "reopened", "cascade_pause": "cascade: restarts paused",
+        "cascade_probe": "cascade: one child probes", "cascade_resume": "cascade: restarts resumed",
+        "limit_hold": "usage limit: no child starts", "limit_resume": "usage limit over: children start again",
+        "merge_held": "merge held", "merger": "the Merger resolves a conflict"}
 
 
 def fleet_ledger_of(state_dir: Path) -> Path:
     """The fleet ledger of the project whose state folder is state_dir."""
     return state_dir / "fleet" / "ledger.sqlite3"
+
+
+@dataclass(frozen=True)
+class AttemptEvidence:
+    """One attempt's own end, as the monitor recorded it (not the next attempt's reason)."""
+    attempt: int
+    kind: str
+    agent: str
+    started: float
+    ended: float | None
+    exit_code: int | None
+    outcome: str | None
+    why: str                       # how this attempt ended, in its own words
+    cost_usd: float | None
+    log: str                       # its child's output
+    run_id: str
+
+
+@dataclass(frozen=True)
+class FleetIncident:
+    """A stuck or wedged phase of a child, from its own ledger (while its worktree is there)."""
+    task_id: str
+    attempt: int
+    id: str
+    at: float
+    phase: str | None
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One line of the fleet's timeline."""
+    at: float
+    task_id: str | None
+    what: str
 
 
 @dataclass(frozen=True)
@@ -71,6 +122,7 @@ class TaskReport:
     commits: tuple[str, ...]       # the task's commits that came home
     reason: str
     history: tuple[Attempt, ...]
+    evidence: tuple[AttemptEvidence, ...] = ()
 
     @property
     def planner(self) -> bool:
@@ -119,6 +171,9 @@ class FleetReport:
     # The cascade gate's moves (at, event, reason): with several projects under one monitor,
     # a pause that began in another project is recorded here too.
     cascade: tuple[tuple[float, str, str], ...] = ()
+    timeline: tuple[Moment, ...] = ()
+    incidents: tuple[FleetIncident, ...] = ()
+    alerts: tuple[AlertRow, ...] = ()      # the fleet's and its children's, oldest first
 
     @property
     def listed(self) -> tuple[TaskReport, ...]:
@@ -197,6 +252,18 @@ class _Children:
             return None
         return None
 
+    def incidents(self, worktree: str, run_id: str) -> list[tuple[str, float, str | None, str, str]]:
+        """(id, at, phase, kind, reason) of the child run's incidents."""
+        led = self.ledger(worktree)
+        if led is None or not run_id:
+            return []
+        try:
+            rows = led.query("SELECT id, at, phase, kind, reason FROM incidents WHERE run_id = ? ORDER BY at",
+                             (run_id,))
+        except (LedgerError, sqlite3.Error):
+            return []
+        return [(str(r[0]), float(r[1]), r[2], str(r[3] or ""), str(r[4] or "")) for r in rows]
+
     def close(self) -> None:
         for led in self.open.values():
             if led is not None:
@@ -204,15 +271,41 @@ class _Children:
 
 
 def load(path: Path, project: Path, running: bool, now: float | None = None) -> FleetReport:
-    """The fleet ledger at path as the report shows it; running: the monitor runs now."""
+    """The fleet ledger at path as the report shows it; running: the monitor runs now. Its
+    alerts are read from the project's run ledger beside the fleet's folder."""
     now = time.time() if now is None else now
     children = _Children()
     try:
         with FleetLedger.open(path, readonly=True) as led:
             rows, history, events = led.tasks(), led.attempts(), led.events()
-        return _report(project, rows, history, events, running, now, children)
+        report = _report(project, rows, history, events, running, now, children)
+        runs = {a.run_id for a in history if a.run_id} | {str(_detail(e).get("run_id")) for e in events
+                                                           if e.kind in ("child_end", "fleet_start", "launch")}
+        alerts = fleet_alerts(path.parent.parent / "ledger.sqlite3", runs - {"", "None"})
+        told = tuple(Moment(a.at, None, one_line(redact(f"alert {a.severity}: {alert_lines(a)[0]}"), 300))
+                     for a in alerts)
+        return dataclasses.replace(report, alerts=alerts,
+                                   timeline=tuple(sorted(report.timeline + told, key=lambda m: m.at)))
     finally:
         children.close()
+
+
+def fleet_alerts(ledger: Path, runs: set[str]) -> tuple[AlertRow, ...]:
+    """The alerts of the fleet's runs and its children's, as their deliverers recorded them
+    in the project's run ledger (none when it cannot be read)."""
+    if not ledger.is_file() or not runs:
+        return ()
+    try:
+        with Ledger.open(ledger, readonly=True) as led:
+            marks = ",".join("?" * len(runs))
+            rows = led.query(f"SELECT * FROM alerts WHERE run_id IN ({marks}) ORDER BY at", sorted(runs))
+            return tuple(AlertRow(ticket_id=r["ticket_id"], at=r["at"], severity=r["severity"] or "",
+                                  cause=r["cause"] or "", verdict=r["decision"] or "pending",
+                                  delivered=_json_list(r["delivered"]), why=r["why"] or "", by=r["decided_by"] or "",
+                                  failed=_json_keys(r["failed"]), final=_final(r["ticket"]), kind=r["kind"] or "",
+                                  **_ticket_place(r["ticket"])) for r in rows)
+    except (LedgerError, sqlite3.Error, OSError):
+        return ()
 
 
 def _report(project: Path, rows: Sequence[Any], history: Sequence[Attempt], events: Sequence[FleetEvent],
@@ -230,9 +323,20 @@ def _report(project: Path, rows: Sequence[Any], history: Sequence[Attempt], even
                         None)
         cost[(a.task_id, a.attempt)] = recorded if recorded is not None else \
             children.cost(worktree.get(a.task_id, ""), a.run_id)
-    tasks = []
+    ends = {(e.task_id, a.attempt): e for a in history for e in by_kind.get("child_end", []) if _match(e, a)}
+    logs = {(e.task_id, _detail(e).get("attempt")): str(_detail(e).get("log") or "") for e in by_kind.get("launch", [])}
+    tasks, incidents = [], []
     for r in sorted(rows, key=lambda r: (r.created, r.id)):
         tried = sorted(by_task.get(r.id, []), key=lambda a: a.attempt)
+        evidence = []
+        for a in tried:
+            end = ends.get((a.task_id, a.attempt))
+            d = _detail(end) if end is not None else {}
+            run = a.run_id or str(d.get("run_id") or "")
+            evidence.append(AttemptEvidence(a.attempt, a.kind, a.agent, a.started, a.ended, a.exit_code, a.outcome,
+                                            str(d.get("reason") or ""), cost[(a.task_id, a.attempt)],
+                                            logs.get((a.task_id, a.attempt), ""), run))
+            incidents += [FleetIncident(r.id, a.attempt, *found) for found in children.incidents(r.worktree, run)]
         costs = [c for c in (cost[(a.task_id, a.attempt)] for a in tried) if c is not None]
         merged = [e for e in by_kind.get("merged", []) if e.task_id == r.id]
         commits = tuple(str(c) for e in merged for c in (_detail(e).get("commits") or ()) if isinstance(c, str))
@@ -242,7 +346,7 @@ def _report(project: Path, rows: Sequence[Any], history: Sequence[Attempt], even
         tasks.append(TaskReport(
             r.id, r.text, state, r.attempts, r.restarts, r.escalations, tried[-1].agent if tried else "",
             sum(max(0.0, (a.ended if a.ended is not None else now) - a.started) for a in tried),
-            sum(costs) if costs else None, r.merged_sha, commits, r.reason, tuple(tried)))
+            sum(costs) if costs else None, r.merged_sha, commits, r.reason, tuple(tried), tuple(evidence)))
     starts, ends = by_kind.get("fleet_start", []), by_kind.get("fleet_end", [])
     last_start = starts[-1] if starts else None
     last_end = ends[-1] if ends and (last_start is None or ends[-1].at >= last_start.at) else None
@@ -261,7 +365,32 @@ def _report(project: Path, rows: Sequence[Any], history: Sequence[Attempt], even
                        parallel if isinstance(parallel, int) and not isinstance(parallel, bool) else None,
                        tuple(tasks), kpis, sum(every) if every else None,
                        tuple((e.at, e.kind, str(_detail(e).get("reason") or "")) for e in events
-                             if e.kind.startswith("cascade_")))
+                             if e.kind.startswith("cascade_")),
+                       timeline(events), tuple(sorted(incidents, key=lambda i: i.at)))
+
+
+def timeline(events: Sequence[FleetEvent]) -> tuple[Moment, ...]:
+    """The fleet's night in order, one line an event that changed something (TOLD)."""
+    moments = []
+    for e in events:
+        if e.kind not in TOLD:
+            continue
+        d, what = _detail(e), TOLD[e.kind]
+        if e.kind == "launch":
+            what = f"attempt {d.get('attempt', '?')} started ({d.get('how', 'start')}, agent {d.get('agent', '?')})"
+        elif e.kind == "child_end":
+            what = (f"attempt {d.get('attempt', '?')} ended: exit {d.get('exit_code')}, {d.get('outcome', '?')}"
+                    + (f" ({d['reason']})" if d.get("reason") else ""))
+        elif e.kind == "merged":
+            what += f" ({str(d.get('sha') or '')[:12]})" if d.get("sha") else ""
+        elif e.kind == "fleet_start":
+            what += f" (run {d.get('run_id', '?')}, parallel {d.get('parallel', '?')})"
+        elif e.kind == "fleet_end":
+            what += f": {d.get('reason') or '?'} (exit {d.get('exit_code')})"
+        elif d.get("reason"):
+            what += f": {d['reason']}"
+        moments.append(Moment(e.at, e.task_id, one_line(redact(str(what)), 300)))
+    return tuple(moments)
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -394,6 +523,15 @@ def _merged(t: TaskReport) -> str:
     return t.merged_sha[:12] if t.merged_sha else "-"
 
 
+def _attempt_line(a: AttemptEvidence) -> str:
+    """An attempt with its own end: `2. restart 01:10-01:40 exit 0 verified, agent claude, $0.42: why`."""
+    end = (f"{clock(a.ended)} exit {a.exit_code if a.exit_code is not None else '?'} {a.outcome or '?'}"
+           if a.ended is not None else "running")
+    cost = f", {money(a.cost_usd)}" if a.cost_usd is not None else ""
+    return (f"{a.attempt}. {a.kind} {clock(a.started)}-{end}, agent {_line(a.agent, 80)}{cost}"
+            + (f": {_line(a.why, 200)}" if a.why else "") + (f" (log {a.log})" if a.log else ""))
+
+
 def render_text(r: FleetReport, width: int = 120) -> str:
     console = Console(width=width, record=True, file=io.StringIO(), highlight=False)
     for line in _head(r):
@@ -412,16 +550,33 @@ def render_text(r: FleetReport, width: int = 120) -> str:
     retried = [t for t in r.tasks[:SHOWN] if len(t.history) > 1 or t.state in ("failed", "needs-review")]
     if retried:
         console.print()
-        console.rule("retry history", align="left")
+        console.rule("attempts", align="left")
         for t in retried:
             console.print(f"{t.id}:")
-            for a in t.history:
-                end = (f"{clock(a.ended)} exit {a.exit_code if a.exit_code is not None else '?'} "
-                       f"{a.outcome or '?'}" if a.ended is not None else "running")
-                console.print(f"    {a.attempt}. {a.kind} {clock(a.started)}-{end}  agent {_line(a.agent, 80)}"
-                              + (f": {_line(a.reason, 200)}" if a.reason else ""), soft_wrap=True)
+            for a in t.evidence:
+                console.print("    " + _attempt_line(a), soft_wrap=True)
+    if r.incidents:
+        console.print()
+        console.rule(f"incidents ({len(r.incidents)})", align="left")
+        for i in r.incidents:
+            console.print(f"  {clock(i.at)}  {i.task_id} attempt {i.attempt}  {i.phase or '-'} {i.kind}: "
+                          f"{_line(i.reason, 200)}  ({i.id})", soft_wrap=True)
+    if r.alerts:
+        console.print()
+        console.rule(f"alerts ({len(r.alerts)})", align="left")
+        for a in r.alerts:
+            what, why = alert_lines(a)
+            console.print("  ".join((clock(a.at), a.severity, a.verdict, _line(what, 300))), soft_wrap=True)
+            console.print(f"    {why}", soft_wrap=True)
+    if r.timeline:
+        console.print()
+        console.rule("timeline", align="left")
+        for m in r.timeline[:MOMENTS]:
+            console.print(f"  {clock(m.at)}  " + (f"{m.task_id}: " if m.task_id else "") + m.what, soft_wrap=True)
+        if len(r.timeline) > MOMENTS:
+            console.print(f"  ... and {len(r.timeline) - MOMENTS} more: `--json` has every one")
     console.print()
-    console.rule("fleet KPIs (seed 000)", align="left")
+    console.rule(FIGURES, align="left")
     kg = Table(box=None, pad_edge=False, show_edge=False, show_header=False)
     for _ in range(3):
         kg.add_column(overflow="fold")
@@ -458,6 +613,28 @@ def sections(r: FleetReport, prefix: str = "") -> list[str]:
             for t in r.tasks[:SHOWN]]  # the page has room for every commit
     tasks = _table(["task", "state", "attempts", "restarts", "escalations", "time", "cost", "merged", "reason"],
                    rows, numeric=(2, 3, 4, 5, 6), text=(0, 8))
-    kpis = _table(["KPI", "value", "what it measures"], [[_e(a), _e(b), _e(c)] for a, b, c in kpi_rows(r.kpis)],
+    kpis = _table(["figure", "value", "what it measures"], [[_e(a), _e(b), _e(c)] for a, b, c in kpi_rows(r.kpis)],
                   text=(2,))
-    return [intro, _section(prefix + "tasks", "Tasks", tasks), _section(prefix + "kpis", "Fleet KPIs (seed 000)", kpis)]
+    parts = [intro, _section(prefix + "tasks", "Tasks", tasks)]
+    tried = [t for t in r.tasks[:SHOWN] if len(t.history) > 1 or t.state in ("failed", "needs-review")]
+    if tried:
+        body = "".join(f"<h3>{_e(t.id)}</h3><ol>" + "".join(f"<li>{_e(_attempt_line(a).split('. ', 1)[1])}</li>"
+                                                           for a in t.evidence) + "</ol>" for t in tried)
+        parts.append(_section(prefix + "attempts", "Attempts", body))
+    if r.incidents:
+        rows = [[_e(clock(i.at)), _e(i.task_id), _e(i.attempt), _e(i.phase or "-"), _e(i.kind), _e(_line(i.reason)),
+                 f"<code>{_e(i.id)}</code>"] for i in r.incidents]
+        parts.append(_section(prefix + "incidents", f"Incidents ({len(r.incidents)})",
+                              _table(["time", "task", "attempt", "phase", "kind", "reason", "incident"], rows,
+                                     text=(5,))))
+    if r.alerts:
+        rows = [[_e(clock(a.at)), _e(a.severity), _e(a.verdict), _e(_line(alert_lines(a)[0])),
+                 _e(_line(a.why) or "-")] for a in r.alerts]
+        parts.append(_section(prefix + "alerts", f"Alerts ({len(r.alerts)})",
+                              _table(["time", "severity", "verdict", "what, and where it went", "why"], rows,
+                                     text=(3, 4))))
+    if r.timeline:
+        rows = [[_e(clock(m.at)), _e(m.task_id or "-"), _e(m.what)] for m in r.timeline[:MOMENTS]]
+        parts.append(_section(prefix + "timeline", "Timeline", _table(["time", "task", "what"], rows, text=(2,))))
+    parts.append(_section(prefix + "kpis", FIGURES.capitalize(), kpis))
+    return parts

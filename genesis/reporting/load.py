@@ -146,7 +146,7 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
         phase_order=_phase_order(led.events(run_id, kinds=("loop_start",)), events),
         evidence=_evidence(proofs),
         refuted=frozenset((e.get("iteration"), e.get("phase"), " ".join(str(e.get("task")).split()))
-                          for e in proofs if e["event"] == REOPENED_EVENT))
+                          for e in proofs if e["event"] == REOPENED_EVENT), read_at=now)
 
 
 def final_alert_recorded(led: Ledger, run_id: str) -> bool:

@@ -221,6 +221,7 @@ class Night:
     phase_order: tuple[str, ...] = ()  # GENESIS_PHASES as the run used it ((): unknown, first appearance)
     evidence: tuple[EvidenceRow, ...] = ()  # each task's latest evidence (loop/claims.py), in the order first seen
     refuted: frozenset[tuple[int, str, str]] = frozenset()  # (iteration, phase, task): ticks Genesis reopened
+    read_at: float | None = field(default=None, compare=False)  # when read: a running night's elapsed time to it
 
     @property
     def final_alert(self) -> AlertRow | None:

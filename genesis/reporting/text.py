@@ -95,7 +95,8 @@ def ending_line(night: Night) -> str:
     """When the night started and ended (or that it did not); how it ended is `night.reason`."""
     start = f"started {stamp(night.started)}"
     if night.running:
-        return f"{start} · still running"
+        return f"{start} · still running" + (f", for {between(night.started, night.read_at)} so far"
+                                             if night.read_at is not None else "")
     if night.ended is None:
         return f"{start} · no end recorded (the loop was killed, or its ledger lost the end)"
     code = "" if night.exit_code is None else f" · exit {night.exit_code}"

@@ -8,9 +8,10 @@ held: the kernel's word, so a process that merely looks like a loop is never lis
 this user's processes are looked at, within a time budget; one that vanishes or denies
 access is passed over.
 
-A loop that ended has no process left to find: the loops that ended lately are read from the
-ledgers of the projects known to this status (the one asked about, and every one seen running
-by this scanner), never from a list of projects kept anywhere else.
+A loop that ended has no process left to find: the loops and fleets that ended lately are
+read from the ledgers (the run ledger, the fleet ledger) of the projects known to this status:
+the one asked about, every one seen running by this scanner, and every one whose loop or
+fleet left a note at its end (lately.py: where to look, never what happened).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import psutil
 
+from genesis.fleet import status as fleet_status  # the module: it imports this package's view
+from genesis.fleet.ledger import FleetLedger
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.repo.gitcmd import GitFailed, NotARepository
 from genesis.status.view import KILLED_PREFIX, Phase, Wait, build, layout_of
 from genesis.store.layout import Layout, state_dir_of
-from genesis.store.looplock import Holder, current_holder
+from genesis.store.looplock import FLEET_RUN, Holder, current_holder
 
 __all__ = ["option", "Loop", "Ended", "Scanner", "running_loops", "running_layouts", "ended_loops", "LOOP_SCRIPT", "MARKER",
            "SCAN_BUDGET", "ENDED_WITHIN"]
@@ -61,6 +64,7 @@ class Ended:
     ended: float | None            # None: no end recorded (killed, and nothing recorded it since)
     exit_code: int | None
     reason: str
+    kind: str = "loop"             # loop or fleet
 
     @property
     def killed(self) -> bool:
@@ -129,13 +133,47 @@ def ended_loops(layouts: Iterable[Layout], now: float, within: float = ENDED_WIT
         except (LedgerError, sqlite3.Error, OSError):
             continue
         for run in runs:
+            if run.run_id.startswith(FLEET_RUN):
+                continue  # a fleet holds the project's lock under its own run: told from its ledger below
             if holder is not None and (run.run_id == holder.run_id or run.ended is None):
                 continue  # the running loop's run (whose lock record may be gone)
             last = run.ended if run.ended is not None else run.started
             if now - within <= last <= now:
                 found[(layout.project, run.run_id)] = Ended(layout.project, run.run_id, run.started, run.ended,
                                                             run.exit_code, run.reason or "")
+    for layout in layouts:
+        for e in _fleets_ended(layout, now, within):
+            found[(e.project, e.run_id)] = e
     return sorted(found.values(), key=lambda e: -(e.ended if e.ended is not None else e.started))
+
+
+def _fleets_ended(layout: Layout, now: float, within: float) -> list[Ended]:
+    """The fleet runs of the project that ended in the window (from its fleet ledger's
+    fleet_start and fleet_end; a start with no end and no monitor left counts as killed)."""
+    folder = layout.state_dir / "fleet"
+    path = folder / "ledger.sqlite3"
+    if not path.is_file():
+        return []
+    try:
+        with FleetLedger.open(path, readonly=True) as led:
+            marks = sorted(led.events("fleet_start") + led.events("fleet_end"), key=lambda e: e.seq)
+    except (LedgerError, sqlite3.Error, OSError, RuntimeError, ValueError):
+        return []
+    found, start = [], None
+    running = fleet_status.lock_held(folder / "lock")
+    for e in marks + [None]:
+        if e is not None and e.kind == "fleet_end" and start is not None:
+            code = e.detail.get("exit_code")
+            found.append(Ended(layout.project, str(start.detail.get("run_id") or "fleet"), start.at, e.at,
+                               code if isinstance(code, int) and not isinstance(code, bool) else None,
+                               str(e.detail.get("reason") or ""), "fleet"))
+            start = None
+        elif e is None or e.kind == "fleet_start":
+            if start is not None and (e is not None or not running):  # no end: killed
+                found.append(Ended(layout.project, str(start.detail.get("run_id") or "fleet"), start.at, None,
+                                   None, "", "fleet"))
+            start = e
+    return [f for f in found if now - within <= (f.ended if f.ended is not None else f.started) <= now]
 
 
 def running_loops(budget: float = SCAN_BUDGET) -> list[Loop]:

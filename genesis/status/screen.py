@@ -31,10 +31,13 @@ from genesis.health.heartbeat import BEFORE_TOOL, tool_event
 from genesis.hints import hint
 from genesis.redact import redact
 from genesis.repo.gitcmd import NotARepository
+from genesis.fleet import status as fleet_status  # the module: it imports this package's view
 from genesis.status.document import document
+from genesis.status.lately import lately
 from genesis.status.loops import ENDED_WITHIN, Ended, Loop, Scanner, ended_loops
 from genesis.status.view import RECENT, LastRun, Status, Totals, Wait, build, layout_of
 from genesis.store.layout import Layout, work_tree_of
+from genesis.store.looplock import FLEET_RUN
 from genesis.words import duration, money, one_line
 
 __all__ = ["run_status", "find_layout", "render", "home_short", "Frame", "TICK", "MIN_INTERVAL", "MAX_INTERVAL"]
@@ -45,6 +48,7 @@ MIN_INTERVAL = 0.2     # seconds between two reads of the loop's state, at least
 MAX_INTERVAL = 60.0    # ...and at most
 TEXT_LIMIT = 300       # characters of one reason or event shown
 DAY = 86400.0
+FLEET_READ = 1.0       # seconds a refresh may spend reading a fleet's running children
 
 HEALTH_STYLE = {"healthy": "green", "slow": "yellow", "stuck": "bold red", "wedged": "bold magenta"}
 BREAKER_STYLE = {"CLOSED": "green", "HALF_OPEN": "yellow", "OPEN": "bold red"}
@@ -56,6 +60,7 @@ class Frame:
     status: Status | None          # None: no project asked for or found
     loops: tuple[Loop, ...] | None  # None: not scanned
     ended: tuple[Ended, ...] | None = None  # the loops that ended lately (--all); None: not asked
+    fleet: fleet_status.FleetStatus | None = None  # the project's fleet, when a fleet's monitor holds its loop lock
 
     @property
     def code(self) -> int:
@@ -141,8 +146,20 @@ class _View:
             known = {lay.state_dir.resolve(): lay for lay in self.scanner.seen.values()}
             if self.home is not None:
                 known.setdefault(self.home.state_dir.resolve(), self.home)
+            for project, state in lately(self.clock(), ENDED_WITHIN):  # what ended where nothing runs now
+                if state not in known:
+                    try:
+                        known[state] = layout_of(project, state)
+                    except (NotARepository, OSError, ValueError):
+                        continue
             ended = tuple(ended_loops(known.values(), self.clock()))
-        return Frame(status, loops, ended)
+        fleet = None
+        if status is not None and status.running and status.run_id.startswith(FLEET_RUN):
+            try:  # a fleet runs here, not a loop: shown as a fleet, its children read within a bound
+                fleet = fleet_status.read(self.layout.project, now=self.clock(), bound=FLEET_READ)
+            except NotARepository:
+                fleet = None
+        return Frame(status, loops, ended, fleet)
 
     def draw(self, frame: Frame, watching: bool = False) -> RenderableType:
         # While watching, the other loops on this machine are shown too (one line each).
@@ -321,7 +338,11 @@ def render(frame: Frame, now: float, mine: Path | None = None, listing: bool = F
            watching: bool = False) -> RenderableType:
     """The frame as seen at now (ages and countdowns from now, so a redraw moves them)."""
     parts: list[RenderableType] = []
-    if frame.status is not None:
+    if frame.fleet is not None:
+        if frame.status is not None and frame.status.note:
+            parts.append(Text(_safe(frame.status.note, 300)))
+        parts.append(fleet_status.render(frame.fleet))
+    elif frame.status is not None:
         parts += _detail(frame.status, now)
     loops = frame.loops
     others = [lp for lp in loops or () if lp.project != mine]
@@ -331,7 +352,7 @@ def render(frame: Frame, now: float, mine: Path | None = None, listing: bool = F
         parts.append(Rule(Text(f"loops running on this machine: {len(loops)}"), style="dim", align="left"))
         parts.append(_loop_table(loops, now, mine) if loops else Text("no Genesis loop is running on this machine"))
     if frame.ended is not None:
-        said = f"loops ended in the last {ENDED_WITHIN / 3600:g} hours: {len(frame.ended)}"
+        said = f"loops and fleets ended in the last {ENDED_WITHIN / 3600:g} hours: {len(frame.ended)}"
         parts.append(Rule(Text(said), style="dim", align="left"))
         parts.append(_ended_table(frame.ended, now, mine) if frame.ended else Text("none that this status knows of"))
     if watching:
@@ -407,7 +428,7 @@ def _health(st: Status, now: float) -> Text:
         return Text("no check yet", style="dim")
     text = Text.assemble((_safe(h.classification, 40), HEALTH_STYLE.get(h.classification, "bold")))
     if h.stall_score is not None:
-        text.append(f" · stall score {h.stall_score:.2f}")
+        text.append(f" · stall score {min(h.stall_score, 1.0):.2f}")  # an older record may hold more
     if h.at is not None:
         text.append(f" · checked {_ago(now, h.at)}")
     if h.turns is not None:
@@ -539,7 +560,7 @@ def _ended_table(ended: Sequence[Ended], now: float, mine: Path | None) -> Group
             how.append(f"{_safe(e.reason or '?', 120)} (exit {e.exit_code if e.exit_code is not None else '?'})",
                        style="green" if e.exit_code == 0 else "red")
         lines.append(Text.assemble("▶ " if e.project == mine else "  ", (name.ljust(width), "bold"),
-                                   f"  run {_safe(e.run_id, 80)}  ", how, "  ",
+                                   "  fleet" if e.kind == "fleet" else "", f"  run {_safe(e.run_id, 80)}  ", how, "  ",
                                    (_safe(home_short(e.project), 300), "dim"), no_wrap=True, overflow="ellipsis"))
     return Group(*lines)
 

@@ -470,7 +470,8 @@ def describe(e: dict[str, Any], project: Path | None = None) -> str:
         return f"{where} skipped" + (f": {e['why']}" if e.get("why") else "")
     if kind == "health":
         score = e.get("stall_score")
-        return f"{where} {e.get('classification', '?')}" + (f" (stall score {score:.2f})" if _number(score) else "") \
+        shown = f" (stall score {min(score, 1.0):.2f})" if _number(score) else ""
+        return f"{where} {e.get('classification', '?')}" + shown \
             + (f": {e['reason']}" if e.get("reason") else "")
     if kind == "incident":
         ident = e.get("id") if isinstance(e.get("id"), str) else None

@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from genesis.repo.gitcmd import GitFailed, NotARepository, run_git
+from genesis.repo.gitcmd import GitFailed, NotARepository, NotOwned, run_git
 from genesis.store.atomicio import read_bytes, write_text
 
 __all__ = ["Layout", "UnsafeDir", "private_dir", "heal_dir", "state_dir_of", "work_tree_of", "ensure_git_excludes",
@@ -36,6 +36,8 @@ def _rev_parse(path: Path, option: str, what: str, fix: str) -> Path:
         done = run_git(path, ["rev-parse", option], timeout=GIT_TIMEOUT)
     except (OSError, GitFailed) as exc:
         raise NotARepository(f"{path}: cannot ask git where its {what} is ({exc})") from None
+    if done.returncode != 0 and "safe.directory" in done.stderr:  # git's "dubious ownership": say so, and the fix
+        raise NotOwned(path, done.stderr.rsplit("safe.directory", 1)[1].strip() or str(path))
     if done.returncode != 0 or not done.text.strip():
         raise NotARepository(f"{path} is not {fix}")
     return Path(done.text.strip())
@@ -44,7 +46,8 @@ def _rev_parse(path: Path, option: str, what: str, fix: str) -> Path:
 def state_dir_of(project: Path) -> Path:
     """`<git dir>/genesis` of the work tree at project (see the module's docstring)."""
     return _rev_parse(project, "--absolute-git-dir", "git directory",
-                      "a git work tree; run `git init` there or pass --project with a git project") / "genesis"
+                      "a git work tree: run this in a project where Genesis ran, or pass --project with one "
+                      "(`genesis status --all` lists this machine's loops and fleets)") / "genesis"
 
 
 def work_tree_of(path: Path) -> Path:

@@ -1,6 +1,7 @@
 """One loop's page (`/api/loop/{key}`): its status, its timeline so far (the morning report's,
 growing while the run goes on), its incidents with their forensics, and the live tail of the
-running attempt's transcript.
+running attempt's transcript. A fleet task's page also lists every attempt of the task, each
+with its own end, and the task's state and reason (a failed task says why).
 
 The key is a project's (its own loop) or `<project key>--<task id>` (a fleet task's child loop,
 in its worktree). The ledger is opened read-only; the transcript is read from its end, never
@@ -15,6 +16,7 @@ from typing import Any, Sequence
 
 from genesis import exitcodes
 from genesis.clock import iso
+from genesis.fleet.ledger import FleetLedger
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.redact import redact, redact_all
 from genesis.reporting.html import timeline_svg
@@ -64,7 +66,36 @@ def loop_document(sources: Sequence[ProjectSource], key: str, now: float, reader
            "generated_at_epoch": round(now, 3)}
     if log is not None:  # the tail is read every time: it is what grows
         out["tail"] = transcript_tail(log, TAIL_LINES, TAIL_BYTES)
+    pkey, _, task_id = key.partition("--")
+    source = next((s for s in sources if key_of(s.project) == pkey), None)
+    out["task"] = _task(source.fleet_ledger, task_id) if task_id and source is not None and source.fleet_ledger \
+        else None
     return out
+
+
+def _task(path: Path, task_id: str) -> dict[str, Any] | None:
+    """A fleet task's state, reason and every attempt (each with its own end), from the fleet ledger."""
+    try:
+        with FleetLedger.open(path, readonly=True) as led:
+            row, tried = led.task(task_id), led.attempts(task_id)
+            ends = led.events("child_end", task_id=task_id)
+    except (LedgerError, sqlite3.Error, OSError, RuntimeError, ValueError):
+        return None
+    if row is None:
+        return None
+
+    def end_of(a: Any) -> dict[str, Any]:
+        found = [e.detail for e in ends if isinstance(e.detail, dict) and e.detail.get("attempt") == a.attempt]
+        return found[-1] if found else {}
+
+    return {"id": row.id, "state": row.state, "reason": one_line(redact(row.reason), 500) or None,
+            "attempts": [{"attempt": a.attempt, "kind": a.kind, "agent": one_line(redact(a.agent), 200),
+                          "started": iso(a.started), "started_epoch": round(a.started, 3),
+                          "ended": iso(a.ended) if a.ended is not None else None,
+                          "ended_epoch": round(a.ended, 3) if a.ended is not None else None,
+                          "exit_code": a.exit_code, "outcome": a.outcome,
+                          "why": one_line(redact(str(end_of(a).get("reason") or "")), 500) or None,
+                          "cost_usd": end_of(a).get("cost_usd")} for a in tried]}
 
 
 def _read(layout: Layout, now: float) -> tuple[dict[str, Any], Path | None]:

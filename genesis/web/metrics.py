@@ -131,6 +131,8 @@ def _loop_runs(source: ProjectSource, name: str, since: float | None, out: _Read
         return
     budget = _Budget()
     with Ledger.open(path, readonly=True) as led:
+        if not _has_tables(led.conn):
+            return  # being created this moment (its first writer has not made its tables yet): nothing ran
         after = since if since is not None else -math.inf
         phases = budget.rows(led.conn, "SELECT run_id, iteration, phase, attempt, started, ended, ending, cost_usd "
                              "FROM phases WHERE started >= ? ORDER BY id DESC", [after], 0.4)
@@ -367,6 +369,10 @@ class _Budget:
             found = found[:most]
         self.left -= len(found)
         return found
+
+
+def _has_tables(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' LIMIT 1").fetchone() is not None
 
 
 def _present(path: Path) -> bool:

@@ -74,7 +74,7 @@ COSTS: dict[str, Cost] = {c.key: c for c in (
     Cost("killed", -15, -30, "an agent killed as stuck in the last minute, its retry perhaps already running "
                              "(each, at most -30)"),
     Cost("cascade", -25, None, "a cascade pause: too many children failed, restarts held"),
-    Cost("failed", -20, None, "a fleet task failed permanently (each)"),
+    Cost("failed", -30, None, "a fleet task failed permanently (each): its work will not come home by itself"),
     Cost("silent", -15, -30, "a running agent's heartbeat older than 15 min that its watcher does not call stuck "
                              "(each, at most -30)"),
     Cost("monitor_silent", -15, None, "the fleet's monitor has not beaten for 2 min while it runs"),

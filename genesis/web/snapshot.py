@@ -271,7 +271,8 @@ def _tile_of_loop(key: str, title: str, kind: str, doc: dict[str, Any] | None, n
             "wait": {"kind": wait.get("kind"), "until_epoch": wait.get("until_epoch"), "reason": wait.get("reason")}
             if wait else None,
             "breaker": breaker.get("state"), "attempts": (phase.get("attempt") or 0) + 1 if phase else 0,
-            "href": f"/loop/{key}", "stuck_at_epoch": stuck_at if _killed_lately(stuck_at, now) else None}
+            "href": f"/loop/{key}", "stuck_at_epoch": stuck_at if _killed_lately(stuck_at, now) else None,
+            "reason": None}
 
 
 def _tile_of_task(pkey: str, task: dict[str, Any], child: dict[str, Any] | None, fleet_state: str,
@@ -281,7 +282,8 @@ def _tile_of_task(pkey: str, task: dict[str, Any], child: dict[str, Any] | None,
     colour = colour_of_task(task, child, fleet_state)
     if task.get("state") in TASK_LIVE and _killed_lately(stuck_at, now):
         colour = "red"  # its agent was killed as stuck a moment ago: its retry has yet to prove itself
-    tile.update(colour=colour, state=task.get("state"), attempts=task.get("attempts") or 0)
+    tile.update(colour=colour, state=task.get("state"), attempts=task.get("attempts") or 0,
+                reason=task.get("reason") if task.get("state") in TASK_RED else None)
     if tile["wait"] is None and task.get("not_before_epoch"):
         tile["wait"] = {"kind": "retry", "until_epoch": task["not_before_epoch"], "reason": task.get("reason")}
     return tile
@@ -347,6 +349,7 @@ def _project(source: ProjectSource, reader: Reader, now: float,
         out["tiles"].append(_tile_of_loop(pkey, out["name"], "loop", status, now, own_stuck))
     costs = [(status.get("totals") or {}).get("cost_usd")]
     if fleet is not None:
+        costs.append((fleet.get("fleet") or {}).get("cost_usd"))  # the ended attempts'; running ones below
         for task in fleet["tasks"]:
             child = children.get(task["id"])
             tile = _tile_of_task(pkey, task, child, fleet["state"], now, stuck.get(task["id"]))

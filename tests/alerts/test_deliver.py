@@ -186,3 +186,19 @@ def test_a_ledger_that_cannot_be_written_still_lets_the_alert_go_out(tmp_path):
         pid = dispatch(ticket(), replace(FAST, webhook=rx.url), blocker / "ledger.sqlite")
         psutil.Process(pid).wait(20)
     assert [r.answered for r in rx.requests] == [200]
+
+
+def test_a_phase_that_works_again_resolves_its_told_give_up_of_an_earlier_iteration():
+    from genesis.alerts.deliver import _resolving
+    from genesis.alerts.tickets import ticket_for
+
+    gave_up = ticket_for({"event": "phase_failed", "iteration": 2, "phase": "Builder", "kind": "stuck", "reason": "r",
+                          "retries": 0, "run_id": "r1", "at": "2026-11-21T03:00:00Z"}, "/p")
+    other = ticket_for({"event": "phase_failed", "iteration": 2, "phase": "Criticizer", "kind": "stuck",
+                        "reason": "r", "retries": 0, "run_id": "r1", "at": "2026-11-21T03:00:00Z"}, "/p")
+    fixed = ticket_for({"event": "resolved", "iteration": 3, "phase": "Builder", "attempt": 0, "fixes": 2,
+                        "run_id": "r1", "at": "2026-11-21T03:10:00Z"}, "/p")
+    assert _resolving(fixed, [gave_up, other]).resolves == gave_up.ticket_id
+    later = ticket_for({"event": "resolved", "iteration": 2, "phase": "Builder", "attempt": 0, "fixes": 1,
+                        "run_id": "r1", "at": "2026-11-21T03:10:00Z"}, "/p")
+    assert _resolving(later, [gave_up]).resolves is None  # a give-up of the same iteration is not undone by it

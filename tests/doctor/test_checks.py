@@ -285,6 +285,18 @@ def test_a_cli_without_hooks_needs_none(bin_dir, project):
     assert found.level == OK and found.found.startswith("aider has no per-tool-call hook")
 
 
+def test_a_generic_agent_is_not_told_to_install_claude_codes_hook_but_its_installed_one_is_checked(bin_dir, project):
+    generic = adapter_named("generic")
+    found = hook_check(generic, project, os.environ)
+    assert found.level == OK and found.found.startswith("generic has no per-tool-call hook") and not found.fix
+    assert "Claude" not in found.found and "hook install" not in found.found
+    done = CliRunner().invoke(cli, ["--project", str(project), "hook", "install", "--scope", "local"],
+                              catch_exceptions=False)
+    assert done.exit_code == 0  # a generic command that wraps Claude Code: the hook it borrows is checked
+    working = hook_check(generic, project, os.environ)
+    assert working.level == OK and working.found.startswith("working: the hook in ")
+
+
 # --- alerts --------------------------------------------------------------------------------
 
 def test_alert_channels_are_listed_only_when_set_and_none_is_sent(bin_dir, project):

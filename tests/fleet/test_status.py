@@ -240,7 +240,7 @@ def test_a_child_before_its_first_iteration_is_starting_and_one_whose_loop_is_go
     finally:
         os.close(fd)
         os.close(mon)
-    lines = {ln.split()[0]: ln for ln in screen.getvalue().splitlines() if ln.split()[:1] and "-" in ln.split()[0]}
+    lines = {ln.split()[0]: ln + " " for ln in screen.getvalue().splitlines() if ln.split()[:1] and "-" in ln.split()[0]}
     assert " starting " in lines["early-aaaaaa"] and " starting " in lines["locked-bbbbbb"], screen.getvalue()
     assert " not running " in lines["gone-cccccc"], screen.getvalue()
 
@@ -317,3 +317,46 @@ def test_the_schema_is_written_down():
     keys = documented()
     assert {"tasks[].child.health_class", "counts.needs_review", "monitor.alive", "limit.until"} <= set(keys)
     assert linked_from(DOC), f"no page of the manual links {DOC.name}"
+
+
+def test_fleet_status_fits_80_columns_one_line_a_task_and_shows_one_task_whole_on_demand(project):
+    """Through the command, as a terminal of 80 columns renders it: no line longer than 80, one
+    line per task (the id first); `--task ID` and `-v` show the whole record, wrapped, never cut."""
+    import subprocess
+
+    from helpers.loop import GENESIS, loop_env
+
+    worktree, child = child_worktree(project, "build-api-aaaaaa")
+    try:
+        night(project, worktree)
+        with ledger(project) as led:  # a long task, a long reason: what used to wrap a table at 200 columns
+            led.upsert_task(task("a-very-long-task-name-that-goes-on-and-on-hhhhhh", "failed", 8, attempts=4,
+                                 restarts=3, reason="exit 1 (the agent ended with an error) after 3 restarts; "
+                                 "the ladder is spent: " + "a long explanation " * 8))
+            led.record("fleet_end", now=T0 - 10, exit_code=31, reason="every task is finished")
+
+        def status(*args: str) -> list[str]:
+            done = subprocess.run([*GENESIS, "--project", str(project), "fleet", "status", *args],
+                                  capture_output=True, text=True, timeout=60,
+                                  env=loop_env(COLUMNS="80", LINES="50", TZ="UTC"))
+            assert done.returncode == 0, done.stderr
+            return done.stdout.splitlines()
+
+        lines = status()
+        verbose = status("-v")
+        one = status("--task", "a-very-long")
+    finally:
+        os.close(child)
+    for shown in (lines, verbose, one):
+        assert shown and max(len(line) for line in shown) <= 80, max(shown, key=len)
+    ids = ["build-api-aaaaaa", "add-tests-eeeeee", "metrics-gggggg", "cache-ffffff", "refactor-dddddd",
+           "fix-login-cccccc", "a-very-long", "add-docs-bbbbbb"]
+    for ident in ids:  # each task on exactly one line
+        assert sum(1 for line in lines if line.startswith(ident[:10])) == 1, (ident, lines)
+    assert len(lines) <= 8 + len(ids) + 2, lines  # the head, then one line a task
+    # The whole record: its text, every attempt, its reason in full (wrapped, not cut).
+    text = " ".join(" ".join(one).split())
+    assert "task: Do a-very-long-task-name-that-goes-on-and-on-hhhhhh" in text
+    assert "tries: 4 (3 restart(s), 0 escalation(s))" in text and "a long explanation " * 8 in text + " "
+    assert sum(1 for line in one if line.startswith("a-very-long")) == 1 and "build-api" not in text
+    assert "attempt 2: restart, claude" in " ".join(" ".join(verbose).split())

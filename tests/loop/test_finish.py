@@ -69,3 +69,19 @@ def test_with_no_channel_set_nothing_is_waited_for(project):
     clock = Clock()
     assert _await_final_alert(step, clock, clock.sleep) == ()
     assert clock.slept == 0
+
+
+def test_an_agent_that_cannot_start_ends_the_loop_naming_its_cause_and_the_alert_says_it(project):
+    from genesis.alerts.tickets import ticket_for
+    from genesis.loop.finish import _said
+
+    step = step_with(project)
+    assert _said(step, 2) is None  # nothing recorded: the loop's own words stand
+    words = "error: unknown option '--dangerously-skip-permisions'"
+    step.event("agent_cannot_start", phase="Builder", failures=3, words=words, command=["claude", "-p"])
+    reason = _said(step, 2)
+    assert reason == f"the agent cannot start: {words}"
+    ticket = ticket_for({"event": "loop_end", "exit_code": 2, "reason": reason, "run_id": RUN,
+                         "at": "2026-11-24T03:20:00Z"}, project)
+    assert ticket is not None and "cannot start: error: unknown option '--dangerously" in ticket.headline, ticket.headline
+    assert ticket.headline.endswith(", loop stopped") and len(ticket.headline) <= 80

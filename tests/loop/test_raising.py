@@ -190,3 +190,25 @@ def test_a_stall_is_raised_once_after_the_commit_decision_with_its_work_and_its_
     warn = make_step(project, GENESIS_HEALTH_ENFORCE="false")
     warn.event("health", iteration=4, phase="Builder", classification="stuck", stall_score=1.2, reason="r")
     assert [t.kind for t in tickets[2:]] == ["health"]
+
+
+def test_a_phase_that_gave_up_is_resolved_when_a_later_iteration_finishes_it(project, monkeypatch):
+    step = make_step(project, PHASE_RETRIES="0")
+    tickets = []
+    monkeypatch.setattr(genesis.alerts.handoff, "dispatch", lambda t, settings, path: tickets.append(t) or None)
+    step.event("phase_end", iteration=2, phase="Builder", status="stuck", ending="stuck", attempt=0, window="stale")
+    step.event("phase_work", iteration=2, phase="Builder", commits=[], files_changed=0, tasks_done=[])
+    step.event("phase_failed", iteration=2, phase="Builder", kind="stuck", reason="r", retries=0)
+    [gave_up] = tickets
+    assert gave_up.headline == "Builder stuck after 0 retries, gave up"
+    # Another phase finishing resolves nothing; the Builder finishing in the next iteration does, once.
+    step.event("phase_end", iteration=3, phase="Criticizer", status="exited", ending="finished", attempt=0)
+    step.event("phase_work", iteration=3, phase="Criticizer", commits=[], files_changed=0, tasks_done=[])
+    step.event("phase_end", iteration=3, phase="Builder", status="exited", ending="finished", attempt=0)
+    step.event("phase_work", iteration=3, phase="Builder", commits=[], files_changed=0, tasks_done=[])
+    [_, fixed] = tickets
+    assert (fixed.kind, fixed.severity, fixed.headline) == ("resolved", "low", "resolved: Builder works again")
+    assert fixed.lines[0] == "Builder (iteration 3) finished; it had given up in iteration 2."
+    step.event("phase_end", iteration=4, phase="Builder", status="exited", ending="finished", attempt=0)
+    step.event("phase_work", iteration=4, phase="Builder", commits=[], files_changed=0, tasks_done=[])
+    assert len(tickets) == 2

@@ -33,14 +33,15 @@ def invoke(project: Path, *args: str):
 
 def attempt(led: FleetLedger, tid: str, kind: str, agent: str, run_id: str, start: float, end: float | None,
             outcome: str | None = None, exit_code: int | None = None, cost: float | None = None,
-            failed_at: float | None = None, healthy_at: float | None = None) -> None:
-    """One attempt of a task as the monitor records it: launched, seen healthy, its end detected."""
+            failed_at: float | None = None, healthy_at: float | None = None, why: str = "") -> None:
+    """One attempt of a task as the monitor records it: launched, seen healthy, its end detected
+    (why: how it ended, in its own words)."""
     a = led.begin_attempt(tid, kind, f"{kind} of {tid}", agent, run_id, start)
     if healthy_at is not None:
         led.record("child_healthy", tid, now=healthy_at, run_id=run_id, attempt=a.attempt)
     if end is not None:
         led.end_attempt(tid, a.attempt, exit_code, outcome or "failed", end)
-        detail = {"run_id": run_id, "attempt": a.attempt, "exit_code": exit_code, "outcome": outcome}
+        detail = {"run_id": run_id, "attempt": a.attempt, "exit_code": exit_code, "outcome": outcome, "reason": why}
         if cost is not None:
             detail["cost_usd"] = cost
         if failed_at is not None:
@@ -84,11 +85,11 @@ def fleet_night(project: Path) -> None:
         led.upsert_task(TaskRow("fix-login-cccccc", "Fix the login", "queued", created=T0 + 2, updated=T0))
         # Fails at +5 min, seen 2 s later; the restart fails too (seen 6 s late), then the escalation.
         attempt(led, "fix-login-cccccc", "start", "claude", "c-4", T0, T0 + 5 * MIN + 2, "failed", 3, cost=0.10,
-                failed_at=T0 + 5 * MIN)
+                failed_at=T0 + 5 * MIN, why="first: breaker OPEN")
         attempt(led, "fix-login-cccccc", "restart", "claude", "c-5", T0 + 6 * MIN, T0 + 9 * MIN + 6, "failed", 3,
-                cost=0.20, failed_at=T0 + 9 * MIN, healthy_at=T0 + 5 * MIN + 62)
+                cost=0.20, failed_at=T0 + 9 * MIN, healthy_at=T0 + 5 * MIN + 62, why="second: breaker OPEN again")
         attempt(led, "fix-login-cccccc", "escalate", "codex exec", "c-6", T0 + 10 * MIN, T0 + 15 * MIN, "failed",
-                1, cost=0.30, healthy_at=T0 + 9 * MIN + 36)
+                1, cost=0.30, healthy_at=T0 + 9 * MIN + 36, why="third: the agent crashed")
         led.record("failed_permanently", "fix-login-cccccc", now=T0 + 15 * MIN, reason="ladder spent")
         led.set_state("fix-login-cccccc", "failed", reason="the ladder is spent: exit 1", attempts=3, restarts=1,
                       escalations=1, strategy=1)
@@ -149,8 +150,18 @@ def test_a_restart_of_a_child_that_had_not_failed_is_a_false_positive(project):
     assert (k.mttd_seconds, k.mttr_seconds, k.cost_per_retry_usd) == (None, None, None)
 
 
+def told(project: Path, run_id: str, at: float, severity: str, cause: str) -> None:
+    """An alert its deliverer recorded in the project's run ledger (where a fleet's go)."""
+    ticket = {"ticket_id": f"{int(at):032x}", "severity": severity, "cause": cause, "kind": "fleet", "final": False}
+    with Ledger.open(state_of(project) / "ledger.sqlite3") as led:
+        led.record(run_id, "alert", at=at, ticket=ticket, decision="intervene", why="critical severity", by="rules",
+                   delivered=["webhook"], failed={})
+
+
 def test_genesis_report_on_a_fleet_prints_the_tasks_the_history_and_the_kpis(project, tmp_path):
     fleet_night(project)
+    told(project, "fleet-1", T0 + 15 * MIN + 1, "critical", "task failed permanently: Fix the login")
+    told(project, "someone-else", T0 + 15 * MIN + 2, "high", "a single loop's alert, not the fleet's")
     result = invoke(project)
     assert result.exit_code == 0, result.output
     out = result.output
@@ -158,8 +169,18 @@ def test_genesis_report_on_a_fleet_prints_the_tasks_the_history_and_the_kpis(pro
     assert "4 tasks: 1 failed, 2 merged, 1 running" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("add-health-aaaaaa"))
     assert "merged" in line and "20m" in line and "$0.50" in line and "aaaaaaaaaaaa +1" in line
-    assert "fix-login-cccccc:" in out and "3. escalate 01:10 UTC-01:15 UTC exit 1 failed  agent codex exec" in out
-    assert "fleet KPIs (seed 000)" in out and re.search(r"^completion rate +50% +tasks merged without escalation: 2 "
+    # Each attempt with its own end (not the next one's reason), its cost and agent.
+    assert "fix-login-cccccc:" in out
+    assert "1. start 01:00 UTC-01:05 UTC exit 3 failed, agent claude, $0.10: first: breaker OPEN" in out
+    assert "2. restart 01:06 UTC-01:09 UTC exit 3 failed, agent claude, $0.20: second: breaker OPEN again" in out
+    assert "3. escalate 01:10 UTC-01:15 UTC exit 1 failed, agent codex exec, $0.30: third: the agent crashed" in out
+    # The timeline, and the fleet's alerts from the project's ledger.
+    assert re.search(r"^  01:15 UTC  fix-login-cccccc: failed permanently: ladder spent$", out, re.M), out
+    assert re.search(r"^  01:21 UTC  add-health-aaaaaa: came home \(111111111111\)$", out, re.M)
+    assert "alerts (1)" in out and "critical  intervene  task failed permanently: Fix the login (sent to webhook)" in out
+    assert "a single loop's alert" not in out  # another run's, not the fleet's
+    assert "seed 000" not in out and "KPI" not in out
+    assert "fleet figures" in out and re.search(r"^completion rate +50% +tasks merged without escalation: 2 "
                                                         r"of 4 tasks", out, re.M) and re.search(r"^MTTD +4s ", out, re.M)
     assert "restarts of a child that had not failed: 0 of 3 restarts" in out
     doc = json.loads(invoke(project, "--json").output)
@@ -169,7 +190,9 @@ def test_genesis_report_on_a_fleet_prints_the_tasks_the_history_and_the_kpis(pro
     result = invoke(project, "--html", str(page))
     assert result.exit_code == 0 and f"HTML report: {page}" in result.output
     html = page.read_text()
-    assert "Content-Security-Policy" in html and "Fleet KPIs (seed 000)" in html and "fix-login-cccccc" in html
+    assert "Content-Security-Policy" in html and "Fleet figures" in html and "fix-login-cccccc" in html
+    assert "seed 000" not in html and "Timeline" in html and "Alerts (1)" in html and "Attempts" in html
+    assert "third: the agent crashed" in html
 
 
 def test_a_single_loop_run_after_the_fleet_is_what_report_shows(project):

@@ -174,3 +174,10 @@ def test_local_time_follows_the_timezone(monkeypatch):
     monkeypatch.setenv("TZ", "CET-1")   # POSIX form: needs no tz database
     time.tzset()
     assert "started 2025-11-21 02:30 CET" in render_text(typical_night())
+
+
+def test_a_running_nights_report_says_how_long_it_has_run():
+    from helpers.nights import at
+
+    night = dataclasses.replace(running_night(), read_at=at(40) + 5)
+    assert render_text(night).splitlines()[1] == "started 2025-11-21 01:30 UTC · still running, for 40m05s so far"

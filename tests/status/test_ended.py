@@ -55,7 +55,7 @@ def test_a_loop_that_ended_2_hours_ago_is_kept_and_one_30_hours_ago_is_dropped(p
     out = io.StringIO()
     assert run_status(project, all_loops=True, out=out, clock=lambda: NOW) == exitcodes.NOT_RUNNING
     text = out.getvalue()
-    assert "loops ended in the last 24 hours: " in text  # others of this machine's loops may be counted too
+    assert "loops and fleets ended in the last 24 hours: " in text  # others of this machine's loops may be counted too
     (recent,) = [ln for ln in text.splitlines() if f"run {RECENT}  " in ln]
     assert f"run {RECENT}  ended {time.strftime('%Y-%m-%d %H:%M', time.gmtime(NOW - 2 * H))} UTC (2h00m ago) after " \
            "5h00m: circuit breaker OPEN (exit 3)" in recent
@@ -79,7 +79,7 @@ def test_without_all_no_ended_loop_is_listed_and_loops_is_null(project):
     with_runs(project)
     out = io.StringIO()
     run_status(project, out=out, clock=lambda: NOW)
-    assert "loops ended in the last" not in out.getvalue()
+    assert "ended in the last" not in out.getvalue()
     out = io.StringIO()
     run_status(project, out=out, clock=lambda: NOW, as_json=True)
     assert json.loads(out.getvalue())["loops"] is None

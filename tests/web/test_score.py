@@ -203,10 +203,11 @@ def test_a_fleet_loses_points_for_each_task_in_trouble_and_for_its_cascade_pause
                  task("again", "restarting"), task("merged", "merged")), cascade=True)
     assert doc["state"] == "running" and doc["cascade"]["state"] == "paused"
     s = score(None, doc, T0)
-    assert whys(s) == ["cascade pause: too many children failed, restarts are held (-25)", "Add stuckone stuck (-25)",
-                       "task failed permanently: Add broken (-20)", "Add slowone slow (-10)",
+    assert whys(s) == ["task failed permanently: Add broken (-30)",
+                       "cascade pause: too many children failed, restarts are held (-25)", "Add stuckone stuck (-25)",
+                       "Add slowone slow (-10)",
                        "task needs review: Add conflict (-10)", "task restarting: Add again (-5)"]
-    assert s.value == 100 - 25 - 25 - 20 - 10 - 10 - 5
+    assert s.value == max(0, 100 - 30 - 25 - 25 - 10 - 10 - 5)
 
 
 def test_restarts_are_capped_the_score_stops_at_zero_and_a_silent_monitor_counts():
@@ -229,7 +230,8 @@ def test_a_fleet_whose_monitor_was_killed_or_that_ended_badly_and_one_that_ended
     assert bad == Score(70, (Reason(-30, "the fleet ended abnormally: its state was taken (-30)"),))
     # Its failed task is counted once, by itself: exit 31 says the same.
     well = score(None, fleet((task("b", "failed"),), alive=False, ended=(31, "1 failed")), T0)
-    assert whys(well) == ["task failed permanently: Add b (-20)"]
+    assert whys(well) == ["task failed permanently: Add b (-30)"]
+    assert score(None, fleet((task("b", "failed"),), alive=False, ended=(31, "1 failed")), T0).value < 80  # not green
 
 
 def test_a_project_that_cannot_be_read_and_one_read_in_part(project):

@@ -27,12 +27,19 @@
     return h + "h " + String(m % 60).padStart(2, "0") + "m";
   }
 
+  // Times in the user's own zone, the zone said (as the reports say UTC or CET).
   function localTime(epoch) {
     if (!epoch) return "–";
-    return new Date(epoch * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+    return new Date(epoch * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit",
+                                                          timeZoneName: "short" });
   }
 
-  function money(x) { return (x === null || x === undefined) ? "–" : "$" + Number(x).toFixed(2); }
+  // As the reports say it: to the cent, or to a hundredth of a cent below ten cents.
+  function money(x) {
+    if (x === null || x === undefined) return "–";
+    const n = Number(x);
+    return "$" + (n >= 0.1 || n === 0 ? n.toFixed(2) : n.toFixed(4));
+  }
 
   function scoreClass(n) { return n >= 80 ? "good" : n >= 50 ? "fair" : "poor"; }
 
@@ -95,6 +102,7 @@
     }
     row(node, "breaker", t.breaker, "tile-breaker breaker-" + String(t.breaker || "").toLowerCase());
     row(node, "attempts", t.attempts ? String(t.attempts) : null, "tile-attempts");
+    row(node, "why", t.reason || null, "tile-reason");
     return node;
   }
 
@@ -261,6 +269,20 @@
       ev.appendChild(d);
     });
     if (!(doc.evidence || []).length) ev.appendChild(el("p", "muted", "no task ticked done in this run"));
+    const task = doc.task;
+    document.getElementById("attempts-panel").hidden = !task;
+    if (task) {
+      document.getElementById("task-reason").textContent = task.state + (task.reason ? ": " + task.reason : "");
+      const ol = document.getElementById("attempts");
+      ol.replaceChildren();
+      task.attempts.forEach(function (a) {
+        const end = a.ended_epoch ? "ended " + localTime(a.ended_epoch) + ", exit " +
+          (a.exit_code === null ? "?" : a.exit_code) + ", " + (a.outcome || "?") : "running";
+        ol.appendChild(el("li", "attempt", a.kind + " (" + a.agent + "), started " + localTime(a.started_epoch) +
+          ", " + end + (a.cost_usd !== null && a.cost_usd !== undefined ? ", " + money(a.cost_usd) : "") +
+          (a.why ? ": " + a.why : "")));
+      });
+    }
     body.dataset.updated = String(doc.generated_at_epoch);
   }
 
