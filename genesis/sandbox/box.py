@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Mapping
 
 from genesis.sandbox import landlock
+from genesis.sandbox.boxenv import boxed_env, git_identity
 from genesis.sandbox.bwrap import bwrap_argv
 from genesis.sandbox.detect import INSTALL_BWRAP, Machine
+from genesis.sandbox.home import allowed_env
 from genesis.sandbox.places import TMP, Places
 from genesis.sandbox.seatbelt import seatbelt_argv
 
@@ -21,6 +24,20 @@ __all__ = ["Box", "Unavailable", "choose", "CHOICES", "BUBBLEWRAP", "LANDLOCK", 
 BUBBLEWRAP, LANDLOCK, SEATBELT, NONE, OFF = "bubblewrap", "landlock", "seatbelt", "none", "off"
 CHOICES = ("auto", "bwrap", LANDLOCK, SEATBELT, OFF)
 UNBOXED = "Genesis fails closed instead (see docs/concepts/box.md)"
+# What of the user's each box keeps from the agent, and what it leaves open (docs/concepts/box.md).
+_NET = "the network is the host's (loopback services included)"
+REACH = {
+    BUBBLEWRAP: ("HOME is private (its CLI's folder, the language caches and GENESIS_BOX_ALLOW kept), no socket "
+                 f"under /run or /run/user, no secret variable; {_NET}"),
+    SEATBELT: ("HOME is unreadable (but its CLI's folder, the language caches and GENESIS_BOX_ALLOW), no secret "
+               f"variable; it CAN reach sockets outside HOME (/tmp, /var/run) and {_NET}"),
+    LANDLOCK: ("no secret variable; it CAN read all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket "
+               f"(ssh-agent, /run/user, docker) and {_NET}"),
+    NONE: ("no secret variable; it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every "
+           f"socket (ssh-agent, /run/user, docker) and {_NET}"),
+    OFF: ("it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket (ssh-agent, "
+          f"/run/user, docker), every secret variable and {_NET}"),
+}
 
 
 class Unavailable(RuntimeError):
@@ -61,7 +78,11 @@ class Box:
             landlock.restrict(self.rules)
 
     def line(self) -> str:
-        """The start-up line: the box, and what it protects (or what is lost without one)."""
+        """The start-up line: the box, and what it protects (or what is lost without one), then
+        what of the user's it hides and what it leaves open (`reach`)."""
+        return f"{self._protects()}; {self.reach()}"
+
+    def _protects(self) -> str:
         if self.kind == BUBBLEWRAP:
             return ("sandbox: bubblewrap: the agent cannot write Genesis's state or code, cannot see or signal "
                     "the loop, has a private /tmp")
@@ -80,9 +101,30 @@ class Box:
             return f"sandbox: off (GENESIS_SANDBOX=off): {lost}; {UNBOXED}"
         return f"sandbox: none ({self.why_none}); {lost}; {UNBOXED}"
 
+    def reach(self) -> str:
+        """What of the user's the agent can reach from this box, in the words the start line,
+        the report and `genesis doctor` share."""
+        return REACH.get(self.kind, REACH[NONE])
+
+    def environment(self, env: Mapping[str, str], keys: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
+        """The agent's environment in this box, and the names left out: the secrets and socket
+        addresses dropped (boxenv.py) in every box but `off`; the CLI's `keys` pass."""
+        if self.kind == OFF:
+            return dict(env), ()
+        passes = set(keys) | (allowed_env(env, self.places.allow) if self.places else set())
+        kept, dropped = boxed_env(env, passes)
+        if self.places is not None and self.places.private_home and self.kind in (BUBBLEWRAP, SEATBELT):
+            kept.update(git_identity(env))
+        return kept, dropped
+
     def record(self) -> dict:
         """The ledger event's fields."""
-        return {"box": self.kind, "protects": self.line(),
+        private = self.kind in (BUBBLEWRAP, SEATBELT) and self.places is not None
+        return {"box": self.kind, "protects": self.line(), "reach": self.reach(),
+                "private_home": self.places.private_home if private else None,
+                "home_kept": [p for p, _ in self.places.home_kept] if private else [],
+                "sockets_hidden": (len(self.places.hidden.sockets) + len(self.places.hidden.folders)
+                                   if self.kind == BUBBLEWRAP and self.places else 0),
                 "protected": list(self.places.protected) if self.places and self.kind != LANDLOCK else [],
                 "landlock_abi": self.rules.abi if self.rules else 0}
 

@@ -32,6 +32,7 @@ from genesis.health.beatorigin import Origins
 from genesis.health.heartbeat import Heartbeat, read_heartbeat
 from genesis.health.toollog import in_flight, read_head, read_tail, tool_log_path
 from genesis.procs import cgroups
+from genesis.procs import caps
 from genesis.procs.memory import cap, raise_oom_score
 from genesis.procs.nspid import boxed, ns_pids, outer_pid
 from genesis.procs.proctree import (KillReport, ProcId, adopted, become_subreaper, command_line, descendants,
@@ -72,6 +73,7 @@ class AgentRun:
     iteration: int = 0
     box: Box | None = None         # the box the agent runs in (None: none)
     memory_max: int | None = None  # memory.max of the agent's cgroup, where it has one
+    pids_max: int | None = None    # pids.max of the agent's cgroup (v2, or v1's pids hierarchy)
     loop: ProcId | None = None     # the bash loop: gone at a check, the phase ends with it
 
 
@@ -112,6 +114,7 @@ class Outcome:
     would_kill: tuple[str, ...] = ()  # warn-only mode: why the agent would have been killed, each time
     loop_lost: bool = False        # the loop was gone (killed) at a check: the phase ended with it
     window: str | None = None      # the window that fired: stale, tool_silent, tool_busy, runtime (None: none)
+    capped: str = ""               # a resource cap bit the agent's tree (procs/caps.py), in words
 
     @property
     def exit_code(self) -> int:
@@ -194,6 +197,7 @@ class _Watcher:
         self.agent: tuple[ProcId, int] | None = None  # in a box of its own pids: the CLI it runs, its pid there
         self.since = 0.0                       # the agent's start (a create time): what came later is its
         self.group: cgroups.AgentGroup | None = None
+        self.caps: caps.Caps | None = None  # cgroup v1's pids and memory groups, without a v2 group
         self.log: AgentLog | None = None
         self.out: Transcriber | None = None
         self.pump: OutputPump | None = None
@@ -280,10 +284,12 @@ class _Watcher:
         self.group, why = cgroups.create(run.run_id)
         if self.group is None:
             self.debug(f"the agent runs without a cgroup of its own: {why}")
-        elif run.memory_max:
-            capped = cap(self.group.path, run.memory_max)
-            if capped:
-                self.note(capped)
+            self._cap_v1()
+        else:
+            for capped in (cap(self.group.path, run.memory_max) if run.memory_max else "",
+                           caps.cap_pids(self.group.path, run.pids_max) if run.pids_max else ""):
+                if capped:
+                    self.note(capped)
         out_r, out_w = os.pipe()
         grow_pipe(out_w)
         # Linux: the stop signals are blocked before the agent starts, so that one its first
@@ -291,7 +297,7 @@ class _Watcher:
         # once; the agent itself starts with them unblocked.
         if hasattr(signal, "sigtimedwait"):
             self.waiter = SignalWait()
-        group, box = self.group, run.box
+        group, box, v1 = self.group, run.box, self.caps
         if box is not None:
             argv = box.wrap(argv)
 
@@ -299,6 +305,8 @@ class _Watcher:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, SignalWait.SIGNALS)
             if group is not None:
                 group.join()
+            if v1 is not None:
+                v1.join()
             raise_oom_score()  # the OOM killer's first choice: the agent's tree, never its watcher
             if box is not None:
                 box.in_child()
@@ -626,7 +634,7 @@ class _Watcher:
         return Outcome(status, rc, self.clock.mono() - self.start_mono, end.idle, kill, signum, detail, pid,
                        box_pid, sender=sender, swept=swept, disk_full=self.state.disk_full, ending=ending,
                        api_retries=self.state.api_retries, would_kill=self.state.would_kill,
-                       loop_lost=self.loop_lost, window=window)
+                       loop_lost=self.loop_lost, window=window, capped=self._capped())
 
     def _ending(self, status: str, rc: int | None) -> Ending | None:
         """What the output says of the run's end; a reader's failure is noted, never raised."""
@@ -714,7 +722,23 @@ class _Watcher:
             self.note(f"moved into the agent's cgroup from outside: left alone: {listing}")
         return count
 
+    def _cap_v1(self) -> None:
+        """Without a v2 group: the pids and memory caps in cgroup v1, where writable."""
+        run = self.run_
+        if not (run.pids_max or run.memory_max):
+            return
+        self.caps, why = caps.open_v1(f"genesis-{run.run_id}-{os.getpid()}", run.pids_max, run.memory_max)
+        if why:
+            self.note(f"the agent runs {'partly ' if self.caps else ''}uncapped: {why}")
+
+    def _capped(self) -> str:
+        folders = (self.group.path,) if self.group is not None else self.caps.folders if self.caps else ()
+        return caps.bitten(folders, self.run_.pids_max, self.run_.memory_max)
+
     def _drop_group(self) -> None:
+        if self.caps is not None:
+            self.caps.remove()
+            self.caps = None
         if self.group is not None:
             if not self.group.remove():
                 self.debug(f"could not remove the agent's cgroup {self.group.path}")
@@ -726,7 +750,7 @@ class _Watcher:
             self.pump.finish(0.0)
         if self.group is not None:
             self._kill_group()
-            self._drop_group()
+        self._drop_group()
         for log in self.out.logs if self.out is not None else ():
             for msg in log.close():
                 self.note(msg)

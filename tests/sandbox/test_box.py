@@ -22,8 +22,10 @@ def test_auto_takes_the_best_box_the_machine_runs(machine, kind):
 
 
 def test_the_start_up_lines_say_what_is_protected_and_what_is_lost():
-    assert choose("auto", ALL, PLACES).line() == ("sandbox: bubblewrap: the agent cannot write Genesis's state or "
-                                                  "code, cannot see or signal the loop, has a private /tmp")
+    assert choose("auto", ALL, PLACES).line() == (
+        "sandbox: bubblewrap: the agent cannot write Genesis's state or code, cannot see or signal the loop, has a "
+        "private /tmp; HOME is private (its CLI's folder, the language caches and GENESIS_BOX_ALLOW kept), no socket "
+        "under /run or /run/user, no secret variable; the network is the host's (loopback services included)")
     none = choose("auto", BARE, PLACES).line()
     assert none.startswith("sandbox: none (bubblewrap not installed: apt-get install bubblewrap); the agent can "
                            "edit Genesis's state")
@@ -52,3 +54,29 @@ def test_only_bubblewrap_renumbers_pids_and_only_it_and_seatbelt_wrap_the_comman
     assert choose("auto", NO_BWRAP, PLACES).wrap(("a",)) == ("a",)
     assert choose("auto", MAC, PLACES).wrap(("a",))[:2] == ("/usr/bin/sandbox-exec", "-p")
     assert choose("auto", ALL, PLACES).wrap(("a",))[0] == "/usr/bin/bwrap"
+
+
+@pytest.mark.parametrize("setting, machine, open_", [
+    ("auto", NO_BWRAP, "it CAN read all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket"),
+    ("auto", BARE, "it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket"),
+    ("off", ALL, "every secret variable and the network is the host's"),
+    ("auto", MAC, "HOME is unreadable (but its CLI's folder"),
+])
+def test_a_weaker_box_says_what_of_the_users_it_leaves_open(setting, machine, open_):
+    box = choose(setting, machine, PLACES)
+    assert open_ in box.line() and box.line().endswith(box.reach())
+    assert box.record()["reach"] == box.reach()
+
+
+def test_every_box_but_off_drops_the_secrets_and_keeps_the_clis_own_key():
+    env = {"PATH": "/usr/bin", "ANTHROPIC_API_KEY": "sk-ant-api03-abcdefgh", "OPENAI_API_KEY": "sk-other-12345678",
+           "GITHUB_TOKEN": "ghp_abcdefgh1234", "AWS_PROFILE": "prod", "SSH_AUTH_SOCK": "/run/user/1/ssh",
+           "DB_PASSWORD": "x", "DATABASE_URL": "postgres://u:pw@db/x", "NOTE": "ghp_abcdefgh1234",
+           "GENESIS_COMMIT_KEY": "k", "GIT_AUTHOR_NAME": "A", "PWD": "/p", "ANTHROPIC_AUTH_TOKEN": "t"}
+    for machine in (ALL, NO_BWRAP, BARE):
+        kept, dropped = choose("auto", machine, PLACES).environment(env, ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"))
+        assert sorted(kept) == ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "GENESIS_COMMIT_KEY", "GIT_AUTHOR_NAME",
+                                "PATH", "PWD"]
+        assert dropped == ("AWS_PROFILE", "DATABASE_URL", "DB_PASSWORD", "GITHUB_TOKEN", "NOTE", "OPENAI_API_KEY",
+                           "SSH_AUTH_SOCK")
+    assert choose("off", ALL, PLACES).environment(env, ()) == (env, ())
