@@ -74,8 +74,10 @@ def _folder(path: str | None, private: tuple[str, ...]) -> str | None:
 def hidden(env: Mapping[str, str], private: tuple[str, ...]) -> Hidden:
     """What to cover: `private` are the folders the box makes private anyway (/tmp, HOME) and
     the agent's own places (the project): no folder over or under one of them is covered."""
-    folders = [f for f in (_folder(RUN_USER, private), _folder(env.get("XDG_RUNTIME_DIR"), private)) if f]
-    folders = list(dict.fromkeys(folders))
+    folders: list[str] = []
+    for found in (_folder(RUN_USER, private), _folder(env.get("XDG_RUNTIME_DIR"), private)):
+        if found and not any(found.startswith(f.rstrip("/") + "/") or found == f for f in folders):
+            folders.append(found)
     sockets = _walk_sockets(RUN, tuple(folders)) if os.path.isdir(RUN) else []
     agent = os.path.realpath(env["SSH_AUTH_SOCK"]) if env.get("SSH_AUTH_SOCK") else ""
     if agent and _is_socket(agent) and not any(agent.startswith(p.rstrip("/") + "/") for p in (*private, *folders)):

@@ -284,12 +284,15 @@ class _Watcher:
         self.group, why = cgroups.create(run.run_id)
         if self.group is None:
             self.debug(f"the agent runs without a cgroup of its own: {why}")
-            self._cap_v1()
-        else:
-            for capped in (cap(self.group.path, run.memory_max) if run.memory_max else "",
-                           caps.cap_pids(self.group.path, run.pids_max) if run.pids_max else ""):
-                if capped:
-                    self.note(capped)
+        # Each cap in the v2 group where it has the controller; else in cgroup v1's hierarchy.
+        v2 = self.group.path if self.group is not None else None
+        memory_v2 = bool(run.memory_max) and v2 is not None and (v2 / "memory.max").exists()
+        pids_v2 = bool(run.pids_max) and v2 is not None and (v2 / "pids.max").exists()
+        for capped in (cap(v2, run.memory_max) if memory_v2 else "",
+                       caps.cap_pids(v2, run.pids_max) if pids_v2 else ""):
+            if capped:
+                self.note(capped)
+        self._cap_v1(None if pids_v2 else run.pids_max, None if memory_v2 else run.memory_max)
         out_r, out_w = os.pipe()
         grow_pipe(out_w)
         # Linux: the stop signals are blocked before the agent starts, so that one its first
@@ -332,6 +335,7 @@ class _Watcher:
             if self.proc is None:
                 os.close(out_r)
                 self._drop_group()
+                self._drop_caps()
         if self.waiter is None:
             self.waiter = ExitWait(self.proc)
         self.pump = OutputPump(out_r, self.out, {*STOP_SIGNALS, signal.SIGCHLD})
@@ -722,23 +726,24 @@ class _Watcher:
             self.note(f"moved into the agent's cgroup from outside: left alone: {listing}")
         return count
 
-    def _cap_v1(self) -> None:
-        """Without a v2 group: the pids and memory caps in cgroup v1, where writable."""
-        run = self.run_
-        if not (run.pids_max or run.memory_max):
+    def _cap_v1(self, pids_max: int | None, memory_max: int | None) -> None:
+        """The caps the v2 group cannot take, in cgroup v1's hierarchies where writable."""
+        if not (pids_max or memory_max):
             return
-        self.caps, why = caps.open_v1(f"genesis-{run.run_id}-{os.getpid()}", run.pids_max, run.memory_max)
+        self.caps, why = caps.open_v1(f"genesis-{self.run_.run_id}-{os.getpid()}", pids_max, memory_max)
         if why:
             self.note(f"the agent runs {'partly ' if self.caps else ''}uncapped: {why}")
 
     def _capped(self) -> str:
-        folders = (self.group.path,) if self.group is not None else self.caps.folders if self.caps else ()
+        folders = ((self.group.path,) if self.group is not None else ()) + (self.caps.folders if self.caps else ())
         return caps.bitten(folders, self.run_.pids_max, self.run_.memory_max)
 
-    def _drop_group(self) -> None:
+    def _drop_caps(self) -> None:
         if self.caps is not None:
             self.caps.remove()
             self.caps = None
+
+    def _drop_group(self) -> None:
         if self.group is not None:
             if not self.group.remove():
                 self.debug(f"could not remove the agent's cgroup {self.group.path}")
@@ -750,7 +755,8 @@ class _Watcher:
             self.pump.finish(0.0)
         if self.group is not None:
             self._kill_group()
-        self._drop_group()
+            self._drop_group()
+        self._drop_caps()
         for log in self.out.logs if self.out is not None else ():
             for msg in log.close():
                 self.note(msg)
