@@ -55,17 +55,15 @@ def boxed_env(env: Mapping[str, str], passes: Iterable[str]) -> tuple[dict[str, 
 
 def git_identity(env: Mapping[str, str], timeout: float = 5.0) -> dict[str, str]:
     """GIT_AUTHOR_*/GIT_COMMITTER_* from the user's global git config (read outside the box, no
-    repository's), those not set. The project's own config is in the box already."""
-    found: dict[str, str] = {}
-    for key, names in IDENTITY:
-        if all(env.get(n) for n in names):
-            continue
-        try:
-            done = subprocess.run(["git", "config", "--global", "--get", key], cwd="/", env=dict(env), capture_output=True,
-                                  text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        value = done.stdout.strip()
-        if done.returncode == 0 and value and "\n" not in value:
-            found.update({n: value for n in names if not env.get(n)})
-    return found
+    repository's; one git call), those not set. The project's own config is in the box already."""
+    wanted = [(key, names) for key, names in IDENTITY if not all(env.get(n) for n in names)]
+    if not wanted:
+        return {}
+    try:
+        done = subprocess.run(["git", "config", "--global", "--get-regexp", r"^user\.(name|email)$"], cwd="/",
+                              env=dict(env), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    values = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    return {n: values[key] for key, names in wanted if values.get(key) for n in names if not env.get(n)}

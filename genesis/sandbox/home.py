@@ -3,7 +3,8 @@
 The box covers HOME with an empty tmpfs, then binds back only what the agent's work needs:
 its CLI's own folder and files (the adapter names them: config and login, writable), the
 language caches it fills (npm, pip, cargo, go, maven...; writable, those that exist), its
-program's install and PATH folders under HOME (read-only), and what GENESIS_BOX_ALLOW adds.
+program's install and PATH folders under HOME (read-only; a version manager's whole folder,
+since its shims run the rest of it) and the interpreter Genesis's hook runs on, and what GENESIS_BOX_ALLOW adds.
 The rest (`~/.ssh`, `~/.aws`, `~/.config/gh`, `~/.netrc`, `~/.gitconfig`, other projects) is
 absent. A credentials file inside a kept cache (cargo's registry token) stays hidden.
 
@@ -27,6 +28,8 @@ CACHES = (".npm", ".cache/pip", ".cache/pypoetry", ".cache/uv", ".cache/go-build
           ".cache/ms-playwright", ".cache/node-gyp")
 # Credentials kept inside a cache folder: covered even when the cache is kept.
 HIDDEN_IN_CACHES = (".cargo/credentials", ".cargo/credentials.toml", ".m2/settings-security.xml")
+# Folders in HOME that hold many tools' data: a program inside is kept alone, never the whole folder.
+SHARED_TOPS = (".local", ".config", ".cache", "Library", "Documents", "Downloads", "Desktop")
 MODES = {"ro": False, "rw": True}
 _MODE_LIKE = re.compile(r"^[A-Za-z]{1,5}$")
 
@@ -66,6 +69,16 @@ def under(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
+def tool_root(path: str, home: str) -> str:
+    """What to keep for a program or PATH folder under HOME: its tool's own folder (~/.pyenv for
+    ~/.pyenv/shims, whose shims run ~/.pyenv/libexec; ~/.nvm, ~/.asdf, ~/.volta...), or the
+    folder alone inside a folder shared by many (~/.local/bin, not ~/.local/share's keyrings)."""
+    if not under(path, home) or path == home:
+        return path
+    parts = path[len(home.rstrip("/")) + 1:].split("/")
+    return path if parts[0] in SHARED_TOPS else os.path.join(home, parts[0])
+
+
 def kept(home: str, agent_paths: Iterable[str], readable: Iterable[str], writable: Iterable[str] = (),
          exists=os.path.lexists) -> tuple[tuple[tuple[str, bool], ...], tuple[str, ...]]:
     """What of HOME the box binds back as (path, writable), in mount order, and the credentials
@@ -76,7 +89,7 @@ def kept(home: str, agent_paths: Iterable[str], readable: Iterable[str], writabl
     for path in [*writable, *agent_paths, *(os.path.join(home, c) for c in CACHES)]:
         if under(path, home) and path != home and exists(path) and (path, True) not in binds:
             binds.append((path, True))
-    for path in readable:
+    for path in (tool_root(p, home) for p in readable):
         if under(path, home) and path != home and not any(under(path, p) for p, _ in binds):
             binds.append((path, False))
     binds.sort(key=lambda b: b[0].count("/"))  # parents first: a folder inside another stays visible

@@ -298,6 +298,7 @@ def places_for(project: Path, state_dir: Path, heartbeat_dir: Path, log_dir: Pat
     wanted += linked
     own += linked
     runs = install_paths(_program(argv, env, proj), env) + [_real(p) for p in env.get("PATH", "").split(os.pathsep) if p]
+    runs.append(_real(sys.base_prefix))  # the interpreter under Genesis's venv (pyenv, uv...): the hook runs on it
     wanted += runs
     named = [*argv[1:], *env.values()]  # a script the command runs, a file the environment names
     wanted += [_named(v) for v in named if v.startswith(TMP + "/") and "\n" not in v and len(v) < 4096]
