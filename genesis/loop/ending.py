@@ -70,7 +70,7 @@ def describe(step: Step, phase: Phase, outcome: Outcome, log: Path, ending: str,
     if ending == "finished":
         say(f"{phase.name}: finished in {took}{cost}" + (f" ({outcome.capped})" if outcome.capped else ""),
             "warn" if outcome.capped else "ok")
-        return "finished"
+        return f"finished; {outcome.capped}" if outcome.capped else "finished"
     if ending in ("limit", "outage", "fatal") and outcome.ending is not None:
         end = outcome.ending
         message = end.limit.message if end.limit is not None else end.api_error.message

@@ -191,6 +191,7 @@ class Night:
     commit_troubles: tuple[CommitTrouble, ...] = ()  # failed auto-commits (abnormal) and stale locks removed
     left_out: tuple[LeftOutRow, ...] = ()  # files kept out of commits, and secret-looking ones the agent committed
     phase_order: tuple[str, ...] = ()  # GENESIS_PHASES as the run used it ((): unknown, first appearance)
+    box: str = ""                  # the box the run started with and what it leaves open (its start line)
 
     @property
     def final_alert(self) -> AlertRow | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from helpers.agent import script
 from helpers.fleet import fleet_env, fleet_project, start_fleet, task_agent
 from helpers.git import git
-from helpers.loop import loop_env, run_loop
+from helpers.loop import GENESIS, loop_env, run_loop
 from helpers.state import events_of
 
 from genesis import exitcodes
@@ -128,6 +129,10 @@ def test_a_single_loops_agent_reaches_nothing_of_the_users_and_its_fork_bomb_end
     assert "met its process cap (GENESIS_AGENT_PIDS_MAX=40)" in (ended[0]["capped"] or ""), ended[0]
     assert "met its process cap" in done.stderr
     assert ended[1]["capped"] is None and (project / "work.txt").read_text() == "iteration 2\n"
+    report = subprocess.run([*GENESIS, "--project", str(project), "report"], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert "sandbox: bubblewrap" in report.stdout and "HOME is private" in report.stdout, report.stdout
+    assert ended[0]["detail"].startswith("finished; the agent's tree met its process cap"), ended[0]
 
 
 FLEET_AGENT = "#!/usr/bin/env bash\nset -uo pipefail\n" + PROBE + r"""
