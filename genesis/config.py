@@ -27,6 +27,7 @@ from genesis.phases import BUILTIN_PROMPTS, NAME_RE, DoneRule, Phase, Trigger, p
 from genesis.procs.memory import auto_cap, parse_size
 from genesis.repo.phasekeys import check_key
 from genesis.sandbox.box import CHOICES as SANDBOX_CHOICES
+from genesis.sandbox.box import NETWORKS
 from genesis.sandbox.home import AllowError, Allowed, parse_allow
 from genesis.store.atomicio import CorruptFile, TooLarge, quarantine, read_bytes, read_json
 from genesis.store.layout import Layout, state_dir_of
@@ -116,6 +117,9 @@ KNOBS: tuple[Knob, ...] = (
          "tmpfs charged to it). The agent's tree is the OOM killer's first choice either way"),
     Knob("GENESIS_AGENT_PIDS_MAX", "4096", "a cap on the agent tree's processes and threads (pids.max of its "
          "cgroup, where writable): a fork bomb meets it and the phase goes on to its end; 0: no cap"),
+    Knob("GENESIS_NETWORK", "open", "the agent's network: open (the host's, loopback services included) or none "
+         "(bubblewrap: a network namespace of its own, its loopback alone; Seatbelt: the loopback alone; refused "
+         "in a box that cannot, exit 29). An allow-list through a proxy is not built yet"),
     Knob("GENESIS_BOX_ALLOW", "", "what the box gives the agent beyond its private HOME: paths separated by "
          "commas, each PATH, PATH:ro or PATH:rw (read-only unless :rw; absolute or ~/...), a socket included "
          "(e.g. ~/.config/mytool:ro,~/.cache/mytool:rw); `~:rw` gives back all of HOME"),
@@ -321,6 +325,7 @@ class Config:
     merge_test_timeout: float             # seconds; GENESIS_MERGE_TEST_TIMEOUT
     settings: Mapping[str, Setting] = field(compare=False)  # what each value was, and where it came from
     box_allow: tuple[Allowed, ...] = ()   # GENESIS_BOX_ALLOW's paths
+    network: str = "open"                 # GENESIS_NETWORK: open or none
     agent_pids_max: int | None = None     # GENESIS_AGENT_PIDS_MAX; None: no cap
 
 
@@ -661,6 +666,7 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         merge_test_cmd=get("GENESIS_MERGE_TEST_CMD"),
         merge_test_timeout=span("GENESIS_MERGE_TEST_TIMEOUT", 0),
         box_allow=_box_allow(s),
+        network=_network(s),
         agent_pids_max=int(clamped("GENESIS_AGENT_PIDS_MAX", 0, 1 << 22)) or None,
     )
 
@@ -737,6 +743,17 @@ def _shared_state_dir(s: Mapping[str, Setting]) -> str:
     if value and not os.path.isabs(os.path.expanduser(value)):
         raise ConfigError(f"GENESIS_SHARED_STATE_DIR={value!r} ({s['GENESIS_SHARED_STATE_DIR'].source}): expected an "
                           f"absolute folder (or empty for $XDG_STATE_HOME/genesis, else ~/.local/state/genesis)")
+    return value
+
+
+def _network(s: Mapping[str, Setting]) -> str:
+    value = s["GENESIS_NETWORK"].value.strip().lower()
+    if value == "allowlist":
+        raise ConfigError(f"GENESIS_NETWORK=allowlist ({s['GENESIS_NETWORK'].source}): not built yet; set open (the "
+                          f"host's network) or none (no network but the box's own loopback)")
+    if value not in NETWORKS:
+        raise ConfigError(f"GENESIS_NETWORK={s['GENESIS_NETWORK'].value!r} ({s['GENESIS_NETWORK'].source}): expected "
+                          f"open or none")
     return value
 
 

@@ -76,6 +76,7 @@ READ = {
     "GENESIS_AGENT_MEMORY_MAX": (lambda c: c.agent_memory_max, lambda d: auto_cap() if d == "auto" else int(d)),
     "GENESIS_AGENT_PIDS_MAX": (lambda c: c.agent_pids_max, int),
     "GENESIS_BOX_ALLOW": (lambda c: c.box_allow, lambda d: ()),
+    "GENESIS_NETWORK": (lambda c: c.network, str),
     "GENESIS_ALLOW_HISTORY_REWRITE": (lambda c: c.allow_history_rewrite, yes),
     "GENESIS_UNTRACKED_COPY_MAX_MB": (lambda c: c.untracked_copy_max, lambda t: int(t) << 20),
     "GENESIS_COMMIT_MAX_FILE_MB": (lambda c: c.commit_max_file, lambda t: int(t) << 20),
@@ -484,6 +485,8 @@ def test_the_box_allow_list_reads_modes_and_home(project, monkeypatch):
     ({"GENESIS_BOX_ALLOW": "~/.kube:rx"}, "unknown mode 'rx'; write PATH:ro .read-only. or PATH:rw"),
     ({"GENESIS_BOX_ALLOW": "/opt/a:rw,relative/b"}, "'relative/b': not an absolute path"),
     ({"GENESIS_AGENT_PIDS_MAX": "-1"}, "GENESIS_AGENT_PIDS_MAX"),
+    ({"GENESIS_NETWORK": "allowlist"}, "not built yet; set open .the host's network. or none"),
+    ({"GENESIS_NETWORK": "wifi"}, "expected open or none"),
 ])
 def test_a_bad_box_or_memory_cap_is_refused(project, env, message):
     with pytest.raises(ConfigError, match=message):

@@ -29,7 +29,7 @@ def box_for(step: Step, argv: tuple[str, ...], env: Mapping[str, str], adapter: 
                         Path(genesis.__file__).resolve().parent, argv, env, shared=_account_store(step),
                         agent_paths=adapter.box_paths(env), allow=cfg.box_allow)
     try:
-        return choose(cfg.sandbox, probe(), places)
+        return choose(cfg.sandbox, probe(), places, cfg.network)
     except Unavailable as exc:
         raise StepFailed(exitcodes.SANDBOX_UNAVAILABLE, str(exc)) from None
 

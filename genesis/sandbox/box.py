@@ -8,7 +8,7 @@ or off. What each protects is said once at start (`line`) and recorded in the le
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from genesis.sandbox import landlock
@@ -23,6 +23,8 @@ __all__ = ["Box", "Unavailable", "choose", "CHOICES", "BUBBLEWRAP", "LANDLOCK", 
 
 BUBBLEWRAP, LANDLOCK, SEATBELT, NONE, OFF = "bubblewrap", "landlock", "seatbelt", "none", "off"
 CHOICES = ("auto", "bwrap", LANDLOCK, SEATBELT, OFF)
+OPEN_NET, NO_NET = "open", "none"
+NETWORKS = (OPEN_NET, NO_NET)      # GENESIS_NETWORK (an allow-list through a proxy is still to come)
 UNBOXED = "Genesis fails closed instead (see docs/concepts/box.md)"
 # What of the user's each box keeps from the agent, and what it leaves open (docs/concepts/box.md).
 _NET = "the network is the host's (loopback services included)"
@@ -38,6 +40,9 @@ REACH = {
     OFF: ("it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket (ssh-agent, "
           f"/run/user, docker), every secret variable and {_NET}"),
 }
+NO_NET_SAID = {BUBBLEWRAP: "no network (GENESIS_NETWORK=none): a loopback of its own, no abstract socket outside",
+               SEATBELT: "no network but the loopback (GENESIS_NETWORK=none; the host's: its services stay "
+                         "reachable)"}
 
 
 class Unavailable(RuntimeError):
@@ -51,6 +56,7 @@ class Box:
     program: str = ""              # bwrap or sandbox-exec
     rules: landlock.Ruleset | None = None
     why_none: str = ""             # kind none: why no box could run
+    network: str = OPEN_NET        # GENESIS_NETWORK: open (the host's) or none (its own loopback alone)
 
     @property
     def pid_namespace(self) -> bool:
@@ -67,9 +73,9 @@ class Box:
 
     def wrap(self, argv: tuple[str, ...]) -> tuple[str, ...]:
         if self.kind == BUBBLEWRAP:
-            return bwrap_argv(self.program, self.places, argv)
+            return bwrap_argv(self.program, self.places, argv, network=self.network == OPEN_NET)
         if self.kind == SEATBELT:
-            return seatbelt_argv(self.program, self.places, argv)
+            return seatbelt_argv(self.program, self.places, argv, network=self.network == OPEN_NET)
         return argv
 
     def in_child(self) -> None:
@@ -104,7 +110,8 @@ class Box:
     def reach(self) -> str:
         """What of the user's the agent can reach from this box, in the words the start line,
         the report and `genesis doctor` share."""
-        return REACH.get(self.kind, REACH[NONE])
+        said = REACH.get(self.kind, REACH[NONE])
+        return said.replace(_NET, NO_NET_SAID[self.kind]) if self.network == NO_NET else said
 
     def environment(self, env: Mapping[str, str], keys: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
         """The agent's environment in this box, and the names left out: the secrets and socket
@@ -144,8 +151,17 @@ def _install(kind: str, why: str) -> str:
             f"GENESIS_SANDBOX=auto (the best box this machine has) or GENESIS_SANDBOX=off (no box)")
 
 
-def choose(setting: str, machine: Machine, places: Places) -> Box:
-    """The box for GENESIS_SANDBOX on this machine; Unavailable for a named box that cannot run."""
+def choose(setting: str, machine: Machine, places: Places, network: str = OPEN_NET) -> Box:
+    """The box for GENESIS_SANDBOX on this machine; Unavailable for a named box that cannot run,
+    or for GENESIS_NETWORK=none in a box that cannot take the network away."""
+    box = _choose(setting, machine, places)
+    if network == NO_NET and box.kind not in (BUBBLEWRAP, SEATBELT):
+        raise Unavailable(f"GENESIS_NETWORK=none needs bubblewrap (Linux: {INSTALL_BWRAP}) or Seatbelt (macOS), and "
+                          f"the agent's box here is {box.kind}: install bubblewrap, or set GENESIS_NETWORK=open")
+    return replace(box, network=network)
+
+
+def _choose(setting: str, machine: Machine, places: Places) -> Box:
     def landlock_box() -> Box:
         rules = landlock.prepare(_landlock_writable(places, places.tmpdir), machine.landlock_abi)
         return Box(LANDLOCK, places, rules=rules)

@@ -49,7 +49,8 @@ def allowed_argv(places: Places) -> list[str]:
     return argv
 
 
-def bwrap_argv(bwrap: str, places: Places, command: tuple[str, ...]) -> tuple[str, ...]:
+def bwrap_argv(bwrap: str, places: Places, command: tuple[str, ...], network: bool = True) -> tuple[str, ...]:
+    """`network` False (GENESIS_NETWORK=none): a network namespace of the box's own, its loopback alone."""
     argv = [bwrap, "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", TMP]
     for path in places.visible:
         argv += ["--bind", path, path]
@@ -61,6 +62,7 @@ def bwrap_argv(bwrap: str, places: Places, command: tuple[str, ...]) -> tuple[st
     for path in places.protected:
         argv += ["--ro-bind", path, path]
     argv += ["--bind", places.beats, places.beats,
-             "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
+             "--unshare-pid", "--unshare-ipc", *(() if network else ("--unshare-net",)), "--die-with-parent",
+             "--new-session",
              "--chdir", places.cwd, "--", *command]
     return tuple(argv)

@@ -48,9 +48,12 @@ def home_rules(places: Places) -> list[str]:
     return lines
 
 
-def profile(places: Places) -> str:
-    """The SBPL text; a later rule wins over an earlier one it overlaps."""
+def profile(places: Places, network: bool = True) -> str:
+    """The SBPL text; a later rule wins over an earlier one it overlaps. `network` False
+    (GENESIS_NETWORK=none): no connection out but to the loopback."""
     lines = ["(version 1)", "(allow default)", *home_rules(places)]
+    if not network:
+        lines += ["(deny network-outbound (remote ip))", '(allow network-outbound (remote ip "localhost:*"))']
     for path, writable in places.layers:  # linked worktrees, parents first: the later rule wins
         lines.append(f"({'allow' if writable else 'deny'} file-write* {_filter(path)})")
     if places.protected:
@@ -60,5 +63,5 @@ def profile(places: Places) -> str:
     return "\n".join(lines) + "\n"
 
 
-def seatbelt_argv(sandbox_exec: str, places: Places, command: tuple[str, ...]) -> tuple[str, ...]:
-    return (sandbox_exec, "-p", profile(places), *command)
+def seatbelt_argv(sandbox_exec: str, places: Places, command: tuple[str, ...], network: bool = True) -> tuple[str, ...]:
+    return (sandbox_exec, "-p", profile(places, network), *command)

@@ -80,3 +80,15 @@ def test_every_box_but_off_drops_the_secrets_and_keeps_the_clis_own_key():
         assert dropped == ("AWS_PROFILE", "DATABASE_URL", "DB_PASSWORD", "GITHUB_TOKEN", "NOTE", "OPENAI_API_KEY",
                            "SSH_AUTH_SOCK")
     assert choose("off", ALL, PLACES).environment(env, ()) == (env, ())
+
+
+def test_no_network_is_refused_where_the_box_cannot_take_it_away_and_said_where_it_can():
+    for setting, machine in (("auto", NO_BWRAP), ("auto", BARE), ("off", ALL)):
+        with pytest.raises(Unavailable, match="GENESIS_NETWORK=none needs bubblewrap .* or set GENESIS_NETWORK=open"):
+            choose(setting, machine, PLACES, "none")
+    boxed = choose("auto", ALL, PLACES, "none")
+    assert "--unshare-net" in boxed.wrap(("a",)) and "--unshare-net" not in choose("auto", ALL, PLACES).wrap(("a",))
+    assert boxed.line().endswith("no network (GENESIS_NETWORK=none): a loopback of its own, no abstract socket outside")
+    mac = choose("auto", MAC, PLACES, "none")
+    assert "(deny network-outbound (remote ip))" in mac.wrap(("a",))[2]
+    assert "no network but the loopback" in mac.line()

@@ -197,3 +197,23 @@ def test_the_users_ssh_agent_cannot_be_used_from_the_box(tmp_path):
         agent.send_signal(signal.SIGTERM)
         agent.wait(10)
         shutil.rmtree(where, ignore_errors=True)
+
+
+def test_with_no_network_the_box_has_a_loopback_of_its_own_and_the_hosts_is_out_of_reach(tmp_path):
+    home = user_home(tmp_path)
+    host = socket.socket()
+    host.bind(("127.0.0.1", 0))
+    host.listen(1)
+    port = host.getsockname()[1]
+    try:
+        box, env, project = boxed(tmp_path, home, {})
+        box = Box(BUBBLEWRAP, box.places, program=MACHINE.bwrap, network="none")
+        own = ("import socket, sys\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\n"
+               "c = socket.create_connection(s.getsockname(), timeout=2); print('own loopback ok')\n"
+               "try:\n socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2); print('HOST REACHED')\n"
+               "except OSError:\n print('host refused')\n")
+        done = subprocess.run(box.wrap(("python3", "-c", own, str(port))), env=env, cwd=project, capture_output=True,
+                              text=True, timeout=60)
+        assert done.stdout.split("\n")[:2] == ["own loopback ok", "host refused"], done
+    finally:
+        host.close()
