@@ -141,7 +141,8 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
         commit_troubles=_commit_troubles(led.events(run_id, kinds=("commit_failed", "index_lock_removed"))),
         left_out=_left_out(led.events(run_id, kinds=("commit_left_out", "agent_committed_secret"))),
         phase_order=_phase_order(led.events(run_id, kinds=("loop_start",)), events),
-        box=next((str(e["protects"]) for e in led.events(run_id, kinds=("sandbox",)) if e.get("protects")), ""))
+        box=next((str(e["protects"]).replace("sandbox: ", "the agent's box: ", 1)
+                  for e in led.events(run_id, kinds=("sandbox",)) if e.get("protects")), ""))
 
 
 def final_alert_recorded(led: Ledger, run_id: str) -> bool:

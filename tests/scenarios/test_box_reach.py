@@ -131,7 +131,7 @@ def test_a_single_loops_agent_reaches_nothing_of_the_users_and_its_fork_bomb_end
     assert ended[1]["capped"] is None and (project / "work.txt").read_text() == "iteration 2\n"
     report = subprocess.run([*GENESIS, "--project", str(project), "report"], capture_output=True, text=True,
                             env=env, timeout=60)
-    assert "sandbox: bubblewrap" in report.stdout and "HOME is private" in report.stdout, report.stdout
+    assert "the agent's box: bubblewrap" in report.stdout and "HOME is private" in report.stdout, report.stdout
     assert ended[0]["detail"].startswith("finished; the agent's tree met its process cap"), ended[0]
 
 
