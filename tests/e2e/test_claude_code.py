@@ -169,6 +169,7 @@ def test_no_progress_opens_the_breaker_and_the_loop_stops_with_exit_3(e2e):
 def test_in_the_box_claude_works_with_a_private_home_and_finds_none_of_the_users_secrets(e2e, hermetic):
     # The user's ssh key and a running ssh-agent holding it, a cloud secret and a token in the
     # environment: the real Claude Code still runs (its own folder and key kept), its tools see none.
+    (hermetic / ".claude.json").write_text('{"numStartups": 41}\n')  # a user's: the CLI keeps updating it
     ssh = hermetic / ".ssh"
     ssh.mkdir()
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh / "id_rsa")], check=True)
@@ -190,5 +191,7 @@ def test_in_the_box_claude_works_with_a_private_home_and_finds_none_of_the_users
     listed = seen.split("aws=")[0].split()
     assert ".claude" in listed and ".ssh" not in listed, seen
     assert "aws= gh=\n" in seen and "ssh-add=2" in seen and "PRIVATE KEY" not in seen, seen
+    state = json.loads((hermetic / ".claude.json").read_text())  # its state file, written through the bind
+    assert state["numStartups"] == 41 and "firstStartTime" in state, state
     started = [e for e in events_of(e2e.project) if e["event"] == "sandbox"]
     assert started[0]["box"] == "bubblewrap" and started[0]["private_home"] == str(hermetic.resolve())
