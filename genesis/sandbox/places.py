@@ -297,7 +297,8 @@ def places_for(project: Path, state_dir: Path, heartbeat_dir: Path, log_dir: Pat
     layers, linked, git_writable = worktree_layers(proj, os.path.dirname(state), tuple(p for p in (home, tmpdir) if p))
     wanted += linked
     own += linked
-    runs = install_paths(_program(argv, env, proj), env) + [_real(p) for p in env.get("PATH", "").split(os.pathsep) if p]
+    runs = install_paths(_program(argv, env, proj), env)
+    runs += [_real(p) for p in env.get("PATH", "").split(os.pathsep) if p]
     runs.append(_real(sys.base_prefix))  # the interpreter under Genesis's venv (pyenv, uv...): the hook runs on it
     wanted += runs
     named = [*argv[1:], *env.values()]  # a script the command runs, a file the environment names
