@@ -17,8 +17,8 @@ from genesis.agents.hook.settingsfile import Change, read_settings
 from genesis.agents.hook.spec import SCRIPT_NAME, GroupedHooks, HookSpec
 
 __all__ = ["SettingsError", "Change", "settings_path", "user_settings_dir", "claude_paths", "managed_settings_dir",
-           "hook_command", "install", "uninstall", "installed_events", "read_settings", "is_ours", "HOOK_EVENTS", "ENV_DEFAULTS",
-           "SCRIPT_NAME", "SCOPES", "CLAUDE_HOOKS"]
+           "hook_command", "install", "uninstall", "installed_events", "read_settings", "is_ours", "HOOK_EVENTS",
+           "ENV_DEFAULTS", "SCRIPT_NAME", "SCOPES", "CLAUDE_HOOKS"]
 
 HOOK_EVENTS = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "SessionStart")
 TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
