@@ -4,7 +4,8 @@ the session bus, gpg-agent, a container engine is root on the machine).
 
 /tmp and HOME are private in the box already; what is left is /run: `/run/user` (and
 $XDG_RUNTIME_DIR) are covered with an empty tmpfs, and every other socket found under /run
-(a bounded walk) and $SSH_AUTH_SOCK's is covered with /dev/null, so a connect is refused.
+(a bounded walk; the name services' excepted) and $SSH_AUTH_SOCK's is covered with
+/dev/null, so a connect is refused.
 The user gives a socket back through GENESIS_BOX_ALLOW. Abstract sockets have no path:
 only a network namespace of the box's own closes them.
 """
@@ -19,6 +20,9 @@ from typing import Mapping
 __all__ = ["Hidden", "hidden", "RUN", "RUN_USER", "SOCKET_VARS"]
 
 RUN, RUN_USER = "/run", "/run/user"
+# Name services a program's DNS and user lookups go through (nss-resolve, nscd): they answer
+# questions and run nothing, and hiding them would break name resolution on some systems.
+NAME_SERVICES = ("/run/systemd/resolve", "/run/nscd")
 MAX_DEPTH, MAX_ENTRIES = 4, 4000
 # Variables that point the agent at a socket outside the box (dropped from its environment too).
 SOCKET_VARS = ("SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS", "DOCKER_HOST",
@@ -78,7 +82,7 @@ def hidden(env: Mapping[str, str], private: tuple[str, ...]) -> Hidden:
     for found in (_folder(RUN_USER, private), _folder(env.get("XDG_RUNTIME_DIR"), private)):
         if found and not any(found.startswith(f.rstrip("/") + "/") or found == f for f in folders):
             folders.append(found)
-    sockets = _walk_sockets(RUN, tuple(folders)) if os.path.isdir(RUN) else []
+    sockets = _walk_sockets(RUN, (*folders, *NAME_SERVICES)) if os.path.isdir(RUN) else []
     agent = os.path.realpath(env["SSH_AUTH_SOCK"]) if env.get("SSH_AUTH_SOCK") else ""
     if agent and _is_socket(agent) and not any(agent.startswith(p.rstrip("/") + "/") for p in (*private, *folders)):
         sockets.append(agent)
