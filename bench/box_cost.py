@@ -1,6 +1,8 @@
 """11. The box's cost: per phase start (the probe's trial box, and the agent's launch wrapped
-in bubblewrap, against the same launch without it) and per tool call (the hook run inside the
-box against outside)."""
+in bubblewrap, against the same launch without it; the private HOME and the hidden sockets
+against the box without them, and what choosing them costs: the places with their /run walk,
+the environment with its secrets dropped and the git identity read) and per tool call (the
+hook run inside the box against outside)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from common import HOOK, PY, Row, git_project
@@ -18,7 +21,9 @@ from hook_cost import PAYLOAD
 import genesis
 from genesis.sandbox.box import choose
 from genesis.sandbox.detect import probe
+from genesis.agents import adapter_named
 from genesis.sandbox.places import places_for
+from genesis.sandbox.sockets import Hidden
 
 # Times n hook calls in the process it runs in, and prints their median in ms.
 HOOK_TIMER = """
@@ -49,17 +54,31 @@ def run(runs: int = 30, hook_runs: int = 200) -> list[Row]:
         (state / "heartbeats").mkdir(parents=True)
         env = {**os.environ, "GENESIS_HEARTBEAT_FILE": str(state / "heartbeats" / "Builder.json"),
                "GENESIS_AGENT": "Builder"}
-        places = places_for(project, state, state / "heartbeats", project / "orchestrator" / "logs",
-                            project / "orchestrator" / "genesis.conf", Path(genesis.__file__).resolve().parent,
-                            ("true",), env)
+        claude = adapter_named("claude")
+
+        def choose_places():
+            return places_for(project, state, state / "heartbeats", project / "orchestrator" / "logs",
+                              project / "orchestrator" / "genesis.conf", Path(genesis.__file__).resolve().parent,
+                              ("true",), env, agent_paths=claude.box_paths(env))
+        places = choose_places()
         box = choose("bwrap", machine, places)
-        plain, boxed, probes = [], [], []
+        # Before the private HOME: HOME and /run as they are, the same box otherwise.
+        open_box = choose("bwrap", machine, replace(places, private_home=None, home_kept=(), home_hidden=(),
+                                                    hidden=Hidden((), ())))
+        plain, boxed, opened, probes, choosing, filtering = [], [], [], [], [], []
         for _ in range(runs):  # interleaved, so machine noise hits every case alike
             plain.append(_timed(("true",), project))
             boxed.append(_timed(box.wrap(("true",)), project))
+            opened.append(_timed(open_box.wrap(("true",)), project))
             start = time.perf_counter()
             probe()
             probes.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            choose_places()
+            choosing.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            box.environment(env, claude.key_vars)
+            filtering.append((time.perf_counter() - start) * 1000)
         hooks = {}
         for name, wrap in (("outside", lambda argv: argv), ("inside", box.wrap)):
             done = subprocess.run(wrap((PY, "-c", HOOK_TIMER, str(HOOK), str(hook_runs))), input=PAYLOAD, env=env,
@@ -73,6 +92,15 @@ def run(runs: int = 30, hook_runs: int = 200) -> list[Row]:
                 note="added to every phase start"),
             Row("box: the probe at a phase start (a trial box)", "ms", tuple(probes), target="<= 50 ms",
                 met=statistics.median(probes) <= 50)]
+    open_base = "box: launch of true in bubblewrap, HOME and /run as they are"
+    rows += [Row(open_base, "ms", tuple(opened)),
+             Row("box: launch of true in bubblewrap, private HOME and /run's sockets hidden", "ms", tuple(boxed),
+                 baseline=open_base, ratio=statistics.median(boxed) / statistics.median(opened),
+                 note=f"{len(places.home_kept)} kept in HOME, {len(places.hidden.sockets)} socket(s) and "
+                      f"{len(places.hidden.folders)} folder(s) hidden"),
+             Row("box: the places at a phase start (HOME kept, the /run walk)", "ms", tuple(choosing)),
+             Row("box: the agent's environment (secrets dropped, git identity read)", "ms", tuple(filtering),
+                 target="<= 50 ms", met=statistics.median(filtering) <= 50)]
     hook_base = "box: hook per tool call, outside the box"
     rows += [Row(hook_base, "ms", tuple(hooks["outside"])),
              Row("box: hook per tool call, inside the box", "ms", tuple(hooks["inside"]), baseline=hook_base,

@@ -24,9 +24,11 @@ from genesis.durations import unit_of, with_unit, written
 from genesis.health.doomloop import DoomLimits
 from genesis.hints import hint
 from genesis.phases import BUILTIN_PROMPTS, NAME_RE, DoneRule, Phase, Trigger, parse_done_rule, parse_trigger
-from genesis.procs.memory import parse_size
+from genesis.procs.memory import auto_cap, parse_size
 from genesis.repo.phasekeys import check_key
 from genesis.sandbox.box import CHOICES as SANDBOX_CHOICES
+from genesis.sandbox.box import NETWORKS
+from genesis.sandbox.home import AllowError, Allowed, parse_allow
 from genesis.store.atomicio import CorruptFile, TooLarge, quarantine, read_bytes, read_json
 from genesis.store.layout import Layout, state_dir_of
 
@@ -118,8 +120,17 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_SANDBOX", "auto", "the agent's box: auto (bubblewrap where it runs, else Landlock, else "
          "Seatbelt on macOS, else none), bwrap, landlock, seatbelt (refused at start where it cannot run; exit 29) "
          "or off (no box: the agent can edit Genesis's state and signal the loop)"),
-    Knob("GENESIS_AGENT_MEMORY_MAX", "", "a cap on the agent tree's memory (memory.max of its cgroup, where "
-         "writable), e.g. 8G; empty: none. The agent's tree is the OOM killer's first choice either way"),
+    Knob("GENESIS_AGENT_MEMORY_MAX", "auto", "a cap on the agent tree's memory (memory.max of its cgroup, where "
+         "writable), e.g. 8G; auto: half the machine's memory; none: no cap. It bounds the box's /tmp too (a "
+         "tmpfs charged to it). The agent's tree is the OOM killer's first choice either way"),
+    Knob("GENESIS_AGENT_PIDS_MAX", "4096", "a cap on the agent tree's processes and threads (pids.max of its "
+         "cgroup, where writable): a fork bomb meets it and the phase goes on to its end; 0: no cap"),
+    Knob("GENESIS_NETWORK", "open", "the agent's network: open (the host's, loopback services included) or none "
+         "(bubblewrap: a network namespace of its own, its loopback alone; Seatbelt: the loopback alone; refused "
+         "in a box that cannot, exit 29). An allow-list through a proxy is not built yet"),
+    Knob("GENESIS_BOX_ALLOW", "", "what the box gives the agent beyond its private HOME: paths separated by "
+         "commas, each PATH, PATH:ro or PATH:rw (read-only unless :rw; absolute or ~/...), a socket included "
+         "(e.g. ~/.config/mytool:ro,~/.cache/mytool:rw); `~:rw` gives back all of HOME"),
     Knob("GENESIS_GIT_HOOKS", "false", "run the repository's git hooks in Genesis's own commits (an agent "
          "may have planted one)"),
     Knob("GENESIS_ALLOW_HISTORY_REWRITE", "false", "true: a phase may rewrite or delete pre-run history, "
@@ -341,6 +352,9 @@ class Config:
     check_cmd: str                        # GENESIS_CHECK_CMD ("": none)
     check_timeout: float                  # seconds; GENESIS_CHECK_TIMEOUT
     settings: Mapping[str, Setting] = field(compare=False)  # what each value was, and where it came from
+    box_allow: tuple[Allowed, ...] = ()   # GENESIS_BOX_ALLOW's paths
+    network: str = "open"                 # GENESIS_NETWORK: open or none
+    agent_pids_max: int | None = None     # GENESIS_AGENT_PIDS_MAX; None: no cap
 
 
 def is_genesis_key(key: str) -> bool:
@@ -684,6 +698,9 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         merge_test_timeout=span("GENESIS_MERGE_TEST_TIMEOUT", 0),
         check_cmd=get("GENESIS_CHECK_CMD"),
         check_timeout=span("GENESIS_CHECK_TIMEOUT", 1),
+        box_allow=_box_allow(s),
+        network=_network(s),
+        agent_pids_max=int(clamped("GENESIS_AGENT_PIDS_MAX", 0, 1 << 22)) or None,
     )
 
 
@@ -770,8 +787,31 @@ def _shared_state_dir(s: Mapping[str, Setting]) -> str:
     return value
 
 
+def _network(s: Mapping[str, Setting]) -> str:
+    value = s["GENESIS_NETWORK"].value.strip().lower()
+    if value == "allowlist":
+        raise ConfigError(f"GENESIS_NETWORK=allowlist ({s['GENESIS_NETWORK'].source}): not built yet; set open (the "
+                          f"host's network) or none (no network but the box's own loopback)")
+    if value not in NETWORKS:
+        raise ConfigError(f"GENESIS_NETWORK={s['GENESIS_NETWORK'].value!r} ({s['GENESIS_NETWORK'].source}): expected "
+                          f"open or none")
+    return value
+
+
+def _box_allow(s: Mapping[str, Setting]) -> tuple[Allowed, ...]:
+    setting = s["GENESIS_BOX_ALLOW"]
+    try:
+        return parse_allow(setting.value, os.environ.get("HOME"))
+    except AllowError as exc:
+        raise ConfigError(f"GENESIS_BOX_ALLOW ({setting.source}): {exc}") from None
+
+
 def _memory_max(s: Mapping[str, Setting]) -> int | None:
     setting = s["GENESIS_AGENT_MEMORY_MAX"]
+    if setting.value.strip().lower() == "auto":
+        return auto_cap()
+    if setting.value.strip().lower() in ("none", "off", "0"):
+        return None
     try:
         return parse_size(setting.value)
     except ValueError as exc:

@@ -9,6 +9,8 @@ from genesis.cli import cli
 from genesis.config import (KNOBS, MAX_CONFIG_BYTES, MAX_PROMPT_BYTES, MAX_VALUE_CHARS, ConfigError, advice,
                             closest, read_prompt, resolve)
 from genesis.fleet.resources import fleet_settings
+from genesis.procs.memory import auto_cap
+from genesis.sandbox.home import Allowed
 from genesis.temporal.settings import temporal_settings
 
 
@@ -74,7 +76,10 @@ READ = {
     "GENESIS_COMMIT_KEY": (lambda c: c.commit_key, str),
     "GENESIS_GIT_HOOKS": (lambda c: c.git_hooks, yes),
     "GENESIS_SANDBOX": (lambda c: c.sandbox, str),
-    "GENESIS_AGENT_MEMORY_MAX": (lambda c: c.agent_memory_max, lambda d: None if not d else int(d)),
+    "GENESIS_AGENT_MEMORY_MAX": (lambda c: c.agent_memory_max, lambda d: auto_cap() if d == "auto" else int(d)),
+    "GENESIS_AGENT_PIDS_MAX": (lambda c: c.agent_pids_max, int),
+    "GENESIS_BOX_ALLOW": (lambda c: c.box_allow, lambda d: ()),
+    "GENESIS_NETWORK": (lambda c: c.network, str),
     "GENESIS_ALLOW_HISTORY_REWRITE": (lambda c: c.allow_history_rewrite, yes),
     "GENESIS_UNTRACKED_COPY_MAX_MB": (lambda c: c.untracked_copy_max, lambda t: int(t) << 20),
     "GENESIS_COMMIT_MAX_FILE_MB": (lambda c: c.commit_max_file, lambda t: int(t) << 20),
@@ -469,17 +474,30 @@ def test_advice_on_genesis_conf_variables_and_phase_settings_for_no_phase(projec
                                         "PHASE_Reviewer_PROMPT": "criticizer.md"}), {}) == []
 
 
-@pytest.mark.parametrize("env, held", [({"GENESIS_SANDBOX": "Off"}, ("off", None)),
+@pytest.mark.parametrize("env, held", [({"GENESIS_SANDBOX": "Off"}, ("off", auto_cap())),
                                        ({"GENESIS_SANDBOX": "bwrap", "GENESIS_AGENT_MEMORY_MAX": "8G"},
-                                        ("bwrap", 8 << 30))])
+                                        ("bwrap", 8 << 30)),
+                                       ({"GENESIS_AGENT_MEMORY_MAX": "none"}, ("auto", None))])
 def test_the_box_and_the_memory_cap(project, env, held):
     cfg = resolve(project, env=env)
     assert (cfg.sandbox, cfg.agent_memory_max) == held
 
 
+def test_the_box_allow_list_reads_modes_and_home(project, monkeypatch):
+    monkeypatch.setenv("HOME", "/home/u")
+    cfg = resolve(project, env={"GENESIS_BOX_ALLOW": "~/.kube:ro, /var/run/docker.sock:rw,/opt/x:y:rw, ~/.m"})
+    assert cfg.box_allow == (Allowed("/home/u/.kube", False), Allowed("/var/run/docker.sock", True),
+                             Allowed("/opt/x:y", True), Allowed("/home/u/.m", False))
+
+
 @pytest.mark.parametrize("env, message", [
     ({"GENESIS_SANDBOX": "docker"}, "expected auto, bwrap, landlock, seatbelt or off"),
     ({"GENESIS_AGENT_MEMORY_MAX": "lots"}, "is not a size"),
+    ({"GENESIS_BOX_ALLOW": "~/.kube:rx"}, "unknown mode 'rx'; write PATH:ro .read-only. or PATH:rw"),
+    ({"GENESIS_BOX_ALLOW": "/opt/a:rw,relative/b"}, "'relative/b': not an absolute path"),
+    ({"GENESIS_AGENT_PIDS_MAX": "-1"}, "GENESIS_AGENT_PIDS_MAX"),
+    ({"GENESIS_NETWORK": "allowlist"}, "not built yet; set open .the host's network. or none"),
+    ({"GENESIS_NETWORK": "wifi"}, "expected open or none"),
 ])
 def test_a_bad_box_or_memory_cap_is_refused(project, env, message):
     with pytest.raises(ConfigError, match=message):

@@ -26,11 +26,16 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
+
+from genesis.agents.hook.spec import home_dir
 
 from genesis.agents.base import MAX_RESULT_CHARS, Adapter, ApiError, ApiRetry, Ending, Limit, OutputReader, Result
 
 if TYPE_CHECKING:
+    from typing import Mapping
+
     from genesis.phases import Phase
 
 __all__ = ["Aider", "AiderReader", "classify", "wait_of"]
@@ -245,6 +250,12 @@ class Aider(Adapter):
     # No folder of its own: its keys come from the environment (or a .env aider reads itself).
     key_vars = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY", "DEEPSEEK_API_KEY")
     install = "pipx install aider-chat"
+
+    def box_paths(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        """Its settings and caches in HOME (~/.aider.conf.yml, ~/.aider/ and the like)."""
+        home = home_dir(env)
+        return (home / ".aider", home / ".aider.conf.yml", home / ".aider.model.settings.yml",
+                home / ".aider.model.metadata.json")
 
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
         """The unattended flags the command lacks, then `--message` (the prompt follows it)."""

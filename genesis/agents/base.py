@@ -209,6 +209,12 @@ class Adapter:
         """The CLI's own folder, where its login lives; None: it has none."""
         return None
 
+    def box_paths(self, env: "Mapping[str, str]") -> "tuple[Path, ...]":
+        """What of HOME the box's private HOME keeps for the CLI, writable: its own folder (its
+        config and login) and any other file it keeps there. Its key variables pass too."""
+        home = self.home(env)
+        return (home,) if home is not None else ()
+
     def account(self, env: "Mapping[str, str]") -> Account:
         """The account a run with this environment uses: a usage limit belongs to it."""
         home = self.home(env)

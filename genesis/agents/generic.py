@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from genesis.agents.base import Adapter
 from genesis.agents.claude.hookcheck import self_test
-from genesis.agents.claude.settings import CLAUDE_HOOKS
+from genesis.agents.claude.settings import CLAUDE_HOOKS, claude_paths
 from genesis.agents.hook.selftest import NOT_INSTALLED
 
 if TYPE_CHECKING:
@@ -35,6 +35,10 @@ class GenericCli(Adapter):
     @property
     def hooks(self) -> "HookSpec":
         return CLAUDE_HOOKS
+
+    def box_paths(self, env: "Mapping[str, str]") -> "tuple[Path, ...]":
+        """Claude Code's own places: the command may well wrap it."""
+        return claude_paths(env)
 
     def hook_check(self, project: "Path", env: "Mapping[str, str]", heartbeat: "Path") -> "HookCheck":
         """Every settings scope Claude Code reads, and its switches."""

@@ -253,8 +253,10 @@ def box_check(cfg: Config, where: Path, env: Mapping[str, str]) -> Check:
                     protected=(), beats="")
     machine = probe()
     try:
-        box = choose(cfg.sandbox, machine, places)
+        box = choose(cfg.sandbox, machine, places, cfg.network)
     except Unavailable as exc:
+        if cfg.network != "open" and "GENESIS_NETWORK" in str(exc):
+            return Check("box", FAIL, str(exc), "export GENESIS_NETWORK=open")
         return Check("box", FAIL, str(exc), _bwrap_install() if cfg.sandbox == "bwrap" else
                      "export GENESIS_SANDBOX=auto")
     line = box.line().removeprefix("sandbox: ")

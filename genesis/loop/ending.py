@@ -57,6 +57,7 @@ def reported(outcome: Outcome) -> dict:
         "result": (result.text[:500] or None) if result else None,
         "limit": asdict(end.limit) if end is not None and end.limit is not None else None,
         "api_error": asdict(end.api_error) if end is not None and end.api_error is not None else None,
+        "capped": outcome.capped or None,
     }
 
 
@@ -73,8 +74,9 @@ def describe(step: Step, phase: Phase, outcome: Outcome, log: Path, ending: str,
         say(f"{phase.name}: finished in {took}{cost}; {outcome.detail}", "ok")
         return outcome.detail
     if ending == "finished":
-        say(f"{phase.name}: finished in {took}{cost}", "ok")
-        return "finished"
+        say(f"{phase.name}: finished in {took}{cost}" + (f" ({outcome.capped})" if outcome.capped else ""),
+            "warn" if outcome.capped else "ok")
+        return f"finished; {outcome.capped}" if outcome.capped else "finished"
     if ending in ("limit", "outage", "fatal", "refused") and outcome.ending is not None:
         end = outcome.ending
         message = end.limit.message if end.limit is not None else end.api_error.message
@@ -86,6 +88,7 @@ def describe(step: Step, phase: Phase, outcome: Outcome, log: Path, ending: str,
     if outcome.status == "exited":
         last = lines[-1] if lines else ""
         detail = f"the agent exited with status {outcome.returncode}" + (f"; its last line: {last}" if last else "")
+        detail = f"{outcome.capped}; {detail}" if outcome.capped else detail
         say(f"{phase.name}: {detail} (after {took}; see {step.rel(log)})", "warn")
         return detail
     if outcome.status == "not_started":
@@ -94,11 +97,12 @@ def describe(step: Step, phase: Phase, outcome: Outcome, log: Path, ending: str,
     kill = outcome.kill
     killed = f"; killed {kill.targets} process(es), {kill.killed} with SIGKILL" if kill else ""
     label = LABELS.get(outcome.status, outcome.status)
-    say(f"{phase.name}: {label}: {outcome.detail}{killed}", "error" if outcome.status != "interrupted" else "warn")
+    detail = f"{outcome.detail}; {outcome.capped}" if outcome.capped else outcome.detail
+    say(f"{phase.name}: {label}: {detail}{killed}", "error" if outcome.status != "interrupted" else "warn")
     if outcome.status != "interrupted":
         for line in lines[-CONSOLE_LINES:]:
             say(f"  | {line}", "info")
-    return outcome.detail
+    return detail
 
 
 def commit_message(phase: str, iteration: int, run_id: str, outcome: Outcome) -> str:

@@ -179,13 +179,15 @@ def _prepare(step: Step, phase: Phase, iteration: int) -> Attempt:
     adapter = adapter_of(cfg, base)
     argv = adapter.command(base, phase)
     suffix = adapter.raw_suffix(argv)
-    box = box_for(step, argv, agent_env(step, phase.name, iteration))  # a named box gone: exit 29 before the start
+    env = agent_env(step, phase.name, iteration)
+    box = box_for(step, argv, env, adapter)  # a named box gone: exit 29 before the start
     compare_with_start(step, box)
+    env, _dropped = box.environment(env, adapter.key_vars)  # no secret but the CLI's own key in the box
     nth = _ordinal(step, iteration, phase.name)
     return Attempt(base, recovery.retries_so_far(step, iteration, phase.name), nth, adapter, argv,
                    lay.agent_log(step.run_id, iteration, phase.name, attempt=nth),
                    lay.agent_log(step.run_id, iteration, phase.name, suffix, attempt=nth) if suffix else None, hb,
-                   agent_env(step, phase.name, iteration), _prompt(step, phase), box=box)
+                   env, _prompt(step, phase), box=box)
 
 
 def _prompt(step: Step, phase: Phase) -> str:
@@ -222,6 +224,7 @@ def _watch(step: Step, phase: Phase, iteration: int, attempt: Attempt) -> Outcom
                    reader=reader, on_health=health_keeper(step, phase),
                    on_incident=incident_keeper(step, phase, iteration, hb, attempt.log), judge=judge_of(step, hb),
                    phase=phase.name, iteration=iteration, box=attempt.box, memory_max=cfg.agent_memory_max,
+                   pids_max=cfg.agent_pids_max,
                    loop=lostloop.loop_of(step))
     limits = Limits(cfg.check_interval, cfg.stale_after, cfg.max_runtime, cfg.kill_grace, cfg.count_output,
                     log_max_bytes=cfg.log_max_bytes, tool_silent=cfg.tool_silent or None,

@@ -9,6 +9,7 @@ from typing import Mapping
 
 import genesis
 from genesis import exitcodes
+from genesis.agents import Adapter, adapter_of
 from genesis.config import CONFIG_FILE
 from genesis.loop.step import Step, StepFailed
 from genesis.sandbox.box import Box, Unavailable, choose
@@ -19,13 +20,16 @@ from genesis.store.accounts import AccountStore, StoreUnusable, root_of
 __all__ = ["box_for", "announce", "compare_with_start"]
 
 
-def box_for(step: Step, argv: tuple[str, ...], env: Mapping[str, str]) -> Box:
-    """The box of one agent launch; StepFailed(SANDBOX_UNAVAILABLE) for a named box that cannot run."""
+def box_for(step: Step, argv: tuple[str, ...], env: Mapping[str, str], adapter: Adapter | None = None) -> Box:
+    """The box of one agent launch; StepFailed(SANDBOX_UNAVAILABLE) for a named box that cannot run.
+    `adapter`: the CLI argv runs (the loop's own by default), whose folders its private HOME keeps."""
     cfg, lay = step.cfg, step.layout
+    adapter = adapter or adapter_of(cfg)
     places = places_for(cfg.project, lay.state_dir, lay.heartbeat_dir, lay.log_dir, cfg.project / CONFIG_FILE,
-                        Path(genesis.__file__).resolve().parent, argv, env, shared=_account_store(step))
+                        Path(genesis.__file__).resolve().parent, argv, env, shared=_account_store(step),
+                        agent_paths=adapter.box_paths(env), allow=cfg.box_allow)
     try:
-        return choose(cfg.sandbox, probe(), places)
+        return choose(cfg.sandbox, probe(), places, cfg.network)
     except Unavailable as exc:
         raise StepFailed(exitcodes.SANDBOX_UNAVAILABLE, str(exc)) from None
 

@@ -12,12 +12,15 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["OOM_SCORE_ADJ", "raise_oom_score", "parse_size", "cap"]
+import psutil
+
+__all__ = ["OOM_SCORE_ADJ", "raise_oom_score", "parse_size", "cap", "auto_cap", "AUTO_SHARE"]
 
 OOM_SCORE_ADJ = 1000
 SIZE_RE = re.compile(r"^([0-9]+)\s*([KMGT]?)i?B?$", re.IGNORECASE)
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 MIN_CAP = 64 << 20  # below this no agent CLI even starts
+AUTO_SHARE = 2      # GENESIS_AGENT_MEMORY_MAX=auto: 1/AUTO_SHARE of the machine's memory
 
 
 def raise_oom_score(path: str = "/proc/self/oom_score_adj") -> None:
@@ -32,6 +35,14 @@ def raise_oom_score(path: str = "/proc/self/oom_score_adj") -> None:
         pass
     finally:
         os.close(fd)
+
+
+def auto_cap(total: int | None = None) -> int:
+    """Half the machine's memory: one agent's runaway build or filled /tmp is killed, the loop,
+    the other children and the machine keep the rest."""
+    if total is None:
+        total = psutil.virtual_memory().total
+    return max(total // AUTO_SHARE, MIN_CAP)
 
 
 def parse_size(text: str) -> int | None:

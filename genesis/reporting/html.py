@@ -512,7 +512,8 @@ def _body(night: Night, now: float, tasks: tuple[TaskRow, ...], prefix: str = ""
     ]
     if night.reason and not night.running:
         parts.append(f'<p class="reason">{_line(night.reason)}</p>')
-    parts += [f'<p class="summary">{_e(summary_line(night))}</p>', "</header>",
+    parts += [f'<p class="summary">{_e(summary_line(night))}</p>',
+              f'<p class="muted box">{_line(night.box)}</p>' if night.box else "", "</header>",
               section("timeline", "Timeline", f'<div class="timeline-box">{_timeline(night, now, prefix)}</div>'
                       + _legend())]
     if night.abnormal:

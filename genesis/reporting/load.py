@@ -146,7 +146,9 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
         phase_order=_phase_order(led.events(run_id, kinds=("loop_start",)), events),
         evidence=_evidence(proofs),
         refuted=frozenset((e.get("iteration"), e.get("phase"), " ".join(str(e.get("task")).split()))
-                          for e in proofs if e["event"] == REOPENED_EVENT), read_at=now)
+                          for e in proofs if e["event"] == REOPENED_EVENT), read_at=now,
+        box=next((str(e["protects"]).replace("sandbox: ", "the agent's box: ", 1)
+                  for e in led.events(run_id, kinds=("sandbox",)) if e.get("protects")), ""))
 
 
 def final_alert_recorded(led: Ledger, run_id: str) -> bool:

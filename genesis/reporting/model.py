@@ -222,6 +222,7 @@ class Night:
     evidence: tuple[EvidenceRow, ...] = ()  # each task's latest evidence (loop/claims.py), in the order first seen
     refuted: frozenset[tuple[int, str, str]] = frozenset()  # (iteration, phase, task): ticks Genesis reopened
     read_at: float | None = field(default=None, compare=False)  # when read: a running night's elapsed time to it
+    box: str = ""                  # the box the run started with and what it leaves open (its start line)
 
     @property
     def final_alert(self) -> AlertRow | None:

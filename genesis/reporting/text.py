@@ -286,6 +286,8 @@ def render_text(night: Night, width: int = 100, sending: tuple[str, ...] | None 
     if night.reason and not night.running:
         console.print(one_line(night.reason), soft_wrap=True)  # one line: it may name a command to run
     console.print(summary_line(night))
+    if night.box:
+        console.print(one_line(night.box), soft_wrap=True)  # what the agent could reach of the user's
     final = final_alert_line(night, sending)
     if final:
         console.print(final, soft_wrap=True)

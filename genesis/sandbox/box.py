@@ -8,11 +8,14 @@ or off. What each protects is said once at start (`line`) and recorded in the le
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Mapping
 
 from genesis.sandbox import landlock
+from genesis.sandbox.boxenv import boxed_env, git_identity
 from genesis.sandbox.bwrap import bwrap_argv
 from genesis.sandbox.detect import INSTALL_BWRAP, Machine
+from genesis.sandbox.home import allowed_env
 from genesis.sandbox.places import TMP, Places
 from genesis.sandbox.seatbelt import seatbelt_argv
 
@@ -20,7 +23,26 @@ __all__ = ["Box", "Unavailable", "choose", "CHOICES", "BUBBLEWRAP", "LANDLOCK", 
 
 BUBBLEWRAP, LANDLOCK, SEATBELT, NONE, OFF = "bubblewrap", "landlock", "seatbelt", "none", "off"
 CHOICES = ("auto", "bwrap", LANDLOCK, SEATBELT, OFF)
+OPEN_NET, NO_NET = "open", "none"
+NETWORKS = (OPEN_NET, NO_NET)      # GENESIS_NETWORK (an allow-list through a proxy is still to come)
 UNBOXED = "Genesis fails closed instead (see docs/concepts/box.md)"
+# What of the user's each box keeps from the agent, and what it leaves open (docs/concepts/box.md).
+_NET = "the network is the host's (loopback services included)"
+REACH = {
+    BUBBLEWRAP: ("HOME is private (its CLI's folder, the language caches and GENESIS_BOX_ALLOW kept), no socket "
+                 f"under /run or /run/user, no secret variable; {_NET}"),
+    SEATBELT: ("HOME is unreadable (but its CLI's folder, the language caches and GENESIS_BOX_ALLOW), no secret "
+               f"variable; it CAN reach sockets outside HOME (/tmp, /var/run) and {_NET}"),
+    LANDLOCK: ("no secret variable; it CAN read all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket "
+               f"(ssh-agent, /run/user, docker) and {_NET}"),
+    NONE: ("no secret variable; it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every "
+           f"socket (ssh-agent, /run/user, docker) and {_NET}"),
+    OFF: ("it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket (ssh-agent, "
+          f"/run/user, docker), every secret variable and {_NET}"),
+}
+NO_NET_SAID = {BUBBLEWRAP: "no network (GENESIS_NETWORK=none): a loopback of its own, no abstract socket outside",
+               SEATBELT: "no network but the loopback (GENESIS_NETWORK=none; the host's: its services stay "
+                         "reachable)"}
 
 
 class Unavailable(RuntimeError):
@@ -36,6 +58,7 @@ class Box:
     why_none: str = ""             # kind none: why no box could run
     root: bool = False             # bubblewrap as root: its own user namespace, no capability (bwrap.py)
     weak: str = ""                 # bubblewrap as root that cannot drop root's capabilities: why
+    network: str = OPEN_NET        # GENESIS_NETWORK: open (the host's) or none (its own loopback alone)
 
     @property
     def pid_namespace(self) -> bool:
@@ -52,9 +75,9 @@ class Box:
 
     def wrap(self, argv: tuple[str, ...]) -> tuple[str, ...]:
         if self.kind == BUBBLEWRAP:
-            return bwrap_argv(self.program, self.places, argv, root=self.root)
+            return bwrap_argv(self.program, self.places, argv, root=self.root, network=self.network == OPEN_NET)
         if self.kind == SEATBELT:
-            return seatbelt_argv(self.program, self.places, argv)
+            return seatbelt_argv(self.program, self.places, argv, network=self.network == OPEN_NET)
         return argv
 
     def in_child(self) -> None:
@@ -63,7 +86,11 @@ class Box:
             landlock.restrict(self.rules)
 
     def line(self) -> str:
-        """The start-up line: the box, and what it protects (or what is lost without one)."""
+        """The start-up line: the box, and what it protects (or what is lost without one), then
+        what of the user's it hides and what it leaves open (`reach`)."""
+        return f"{self._protects()}; {self.reach()}"
+
+    def _protects(self) -> str:
         if self.kind == BUBBLEWRAP and self.weak:
             return (f"sandbox: bubblewrap, a weaker box: Genesis runs as root and the box cannot take root's "
                     f"capabilities away ({self.weak}), so the agent CAN unmount its read-only folders and write "
@@ -88,9 +115,31 @@ class Box:
             return f"sandbox: off (GENESIS_SANDBOX=off): {lost}; {UNBOXED}"
         return f"sandbox: none ({self.why_none}); {lost}; {UNBOXED}"
 
+    def reach(self) -> str:
+        """What of the user's the agent can reach from this box, in the words the start line,
+        the report and `genesis doctor` share."""
+        said = REACH.get(self.kind, REACH[NONE])
+        return said.replace(_NET, NO_NET_SAID[self.kind]) if self.network == NO_NET else said
+
+    def environment(self, env: Mapping[str, str], keys: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
+        """The agent's environment in this box, and the names left out: the secrets and socket
+        addresses dropped (boxenv.py) in every box but `off`; the CLI's `keys` pass."""
+        if self.kind == OFF:
+            return dict(env), ()
+        passes = set(keys) | (allowed_env(env, self.places.allow) if self.places else set())
+        kept, dropped = boxed_env(env, passes)
+        if self.places is not None and self.places.private_home and self.kind in (BUBBLEWRAP, SEATBELT):
+            kept.update(git_identity(env))
+        return kept, dropped
+
     def record(self) -> dict:
         """The ledger event's fields."""
-        return {"box": self.kind, "protects": self.line(), "weak": self.weak,
+        private = self.kind in (BUBBLEWRAP, SEATBELT) and self.places is not None
+        return {"box": self.kind, "protects": self.line(), "reach": self.reach(), "weak": self.weak,
+                "private_home": self.places.private_home if private else None,
+                "home_kept": [p for p, _ in self.places.home_kept] if private else [],
+                "sockets_hidden": (len(self.places.hidden.sockets) + len(self.places.hidden.folders)
+                                   if self.kind == BUBBLEWRAP and self.places else 0),
                 "protected": list(self.places.protected) if self.places and self.kind != LANDLOCK else [],
                 "landlock_abi": self.rules.abi if self.rules else 0}
 
@@ -117,8 +166,17 @@ def _bubblewrap(machine: Machine, places: Places) -> Box:
     return Box(BUBBLEWRAP, places, program=machine.bwrap, root=machine.root)
 
 
-def choose(setting: str, machine: Machine, places: Places) -> Box:
-    """The box for GENESIS_SANDBOX on this machine; Unavailable for a named box that cannot run."""
+def choose(setting: str, machine: Machine, places: Places, network: str = OPEN_NET) -> Box:
+    """The box for GENESIS_SANDBOX on this machine; Unavailable for a named box that cannot run,
+    or for GENESIS_NETWORK=none in a box that cannot take the network away."""
+    box = _choose(setting, machine, places)
+    if network == NO_NET and box.kind not in (BUBBLEWRAP, SEATBELT):
+        raise Unavailable(f"GENESIS_NETWORK=none needs bubblewrap (Linux: {INSTALL_BWRAP}) or Seatbelt (macOS), and "
+                          f"the agent's box here is {box.kind}: install bubblewrap, or set GENESIS_NETWORK=open")
+    return replace(box, network=network)
+
+
+def _choose(setting: str, machine: Machine, places: Places) -> Box:
     def landlock_box() -> Box:
         rules = landlock.prepare(_landlock_writable(places, places.tmpdir), machine.landlock_abi)
         return Box(LANDLOCK, places, rules=rules)

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from genesis.sandbox.home import Allowed, kept
+from genesis.sandbox.sockets import Hidden, hidden
+
 __all__ = ["Places", "places_for", "code_paths", "install_paths", "worktree_layers", "TMP", "WORKTREE_ROOT"]
 
 TMP = "/tmp"
@@ -41,6 +44,14 @@ class Places:
     # Linked worktrees: (path, writable) in mount order, between `visible` and `protected`.
     layers: tuple[tuple[str, bool], ...] = ()
     git_writable: tuple[str, ...] = ()  # where the agent's git writes in the common git dir (for Landlock)
+    # The private HOME (home.py): HOME covered, what of it is kept (path, writable) in mount order,
+    # the credentials files inside kept caches covered again; the sockets covered (sockets.py);
+    # what GENESIS_BOX_ALLOW gives back, last.
+    private_home: str | None = None
+    home_kept: tuple[tuple[str, bool], ...] = ()
+    home_hidden: tuple[str, ...] = ()
+    hidden: Hidden = Hidden((), ())
+    allow: tuple[Allowed, ...] = ()
 
 
 def _real(path: str | Path | None) -> str | None:
@@ -266,18 +277,30 @@ def worktree_layers(project: str, git_dir: str, keep: tuple[str, ...]) -> tuple[
     return tuple(layers), visible, writable
 
 
+def _private_home(home: str | None, project: str) -> str | None:
+    """HOME, when the box can make it private: a folder, not the root nor inside the project."""
+    return home if home and home != "/" and not _under(home, project) and os.path.isdir(home) else None
+
+
 def places_for(project: Path, state_dir: Path, heartbeat_dir: Path, log_dir: Path, conf: Path,
-               package: Path, argv: tuple[str, ...], env: Mapping[str, str], shared: Path | None = None) -> Places:
+               package: Path, argv: tuple[str, ...], env: Mapping[str, str], shared: Path | None = None,
+               agent_paths: tuple[str | Path, ...] = (), allow: tuple[Allowed, ...] = ()) -> Places:
     """The places of one agent launch. Code inside the project stays writable: a project that
-    is Genesis's own checkout is the agent's work (only its state is kept from it then)."""
+    is Genesis's own checkout is the agent's work (only its state is kept from it then).
+    `agent_paths`: the CLI's own places in HOME (its adapter's box_paths)."""
     proj = _real(project) or str(project)
     home, tmpdir = _real(env.get("HOME")), _real(env.get("TMPDIR"))
-    wanted = [proj, home, tmpdir, _real(log_dir), _real(state_dir)]
+    private = _private_home(home, proj)
+    own = [proj, tmpdir, _real(log_dir), _real(state_dir)]
+    wanted = [*own, None if private else home]
     state = _real(state_dir) or str(state_dir)
     layers, linked, git_writable = worktree_layers(proj, os.path.dirname(state), tuple(p for p in (home, tmpdir) if p))
     wanted += linked
-    wanted += install_paths(_program(argv, env, proj), env)
-    wanted += [_real(p) for p in env.get("PATH", "").split(os.pathsep) if p]
+    own += linked
+    runs = install_paths(_program(argv, env, proj), env)
+    runs += [_real(p) for p in env.get("PATH", "").split(os.pathsep) if p]
+    runs.append(_real(sys.base_prefix))  # the interpreter under Genesis's venv (pyenv, uv...): the hook runs on it
+    wanted += runs
     named = [*argv[1:], *env.values()]  # a script the command runs, a file the environment names
     wanted += [_named(v) for v in named if v.startswith(TMP + "/") and "\n" not in v and len(v) < 4096]
     visible = _outermost([p for p in wanted if p and _under(p, TMP) and p != TMP and _exists_not_socket(p)])
@@ -287,5 +310,10 @@ def places_for(project: Path, state_dir: Path, heartbeat_dir: Path, log_dir: Pat
     protected += [p for p in map(_real, code_paths(package)) if p and not _under(p, proj)]
     if shared is not None and os.path.isdir(shared) and not os.path.islink(shared):
         protected.append(_real(shared) or str(shared))  # the account store: no agent plants or lifts a limit
+    home_kept, home_hidden = ((), ())
+    if private:
+        home_kept, home_hidden = kept(private, [p for p in (_real(a) for a in agent_paths) if p],
+                                      [p for p in runs if p], writable=[p for p in own if p])
     return Places(proj, proj, home, tmpdir, visible, tuple(dict.fromkeys(protected)),
-                  _real(heartbeat_dir) or str(heartbeat_dir), layers, git_writable)
+                  _real(heartbeat_dir) or str(heartbeat_dir), layers, git_writable, private, home_kept, home_hidden,
+                  hidden(env, tuple(p for p in (TMP, private, proj) if p)), allow)

@@ -2,6 +2,11 @@
 settings file and code denied (the heartbeat folder allowed again), and signals only to
 processes in the same sandbox. No PID namespace and no private /tmp: the agent still sees
 the loop and local server sockets, it only cannot signal the loop or write Genesis's files.
+
+HOME is denied (read and write) but what bubblewrap's private HOME keeps (home.py): the
+agent's own places in it, its CLI's folder and the caches, its install folders read-only,
+and GENESIS_BOX_ALLOW's paths; HOME's entries can be stat'ed, not listed or read. The
+ssh-agent launchd starts (its socket under /private/tmp/com.apple.launchd.*) is refused.
 """
 
 from __future__ import annotations
@@ -21,9 +26,34 @@ def _filter(path: str) -> str:
     return f"(subpath {_quoted(path)})" if os.path.isdir(path) else f"(literal {_quoted(path)})"
 
 
-def profile(places: Places) -> str:
-    """The SBPL text; a later rule wins over an earlier one it overlaps."""
-    lines = ["(version 1)", "(allow default)"]
+LAUNCHD_SOCKETS = r'#"^/private/tmp/com\.apple\.launchd\.[^/]+/"'   # the user's ssh-agent (SSH_AUTH_SOCK)
+
+
+def _grant(path: str, writable: bool) -> str:
+    return f"(allow file-read* {'file-write* ' if writable else ''}{_filter(path)})"
+
+
+def home_rules(places: Places) -> list[str]:
+    """HOME denied but what the agent keeps of it; the user's sockets refused; GENESIS_BOX_ALLOW last."""
+    lines: list[str] = []
+    if places.private_home:
+        home = _quoted(places.private_home)
+        lines += [f"(deny file-read* file-write* (subpath {home}))", f"(allow file-read-metadata (subpath {home}))"]
+        lines += [_grant(path, writable) for path, writable in places.home_kept]
+        lines += [f"(deny file-read* file-write* (literal {_quoted(p)}))" for p in places.home_hidden]
+    lines.append(f"(deny network-outbound (remote unix-socket (path-regex {LAUNCHD_SOCKETS})))")
+    for allowed in places.allow:
+        lines.append(_grant(allowed.path, allowed.writable))
+        lines.append(f"(allow network-outbound (remote unix-socket (path-literal {_quoted(allowed.path)})))")
+    return lines
+
+
+def profile(places: Places, network: bool = True) -> str:
+    """The SBPL text; a later rule wins over an earlier one it overlaps. `network` False
+    (GENESIS_NETWORK=none): no connection out but to the loopback."""
+    lines = ["(version 1)", "(allow default)", *home_rules(places)]
+    if not network:
+        lines += ["(deny network-outbound (remote ip))", '(allow network-outbound (remote ip "localhost:*"))']
     for path, writable in places.layers:  # linked worktrees, parents first: the later rule wins
         lines.append(f"({'allow' if writable else 'deny'} file-write* {_filter(path)})")
     if places.protected:
@@ -33,5 +63,5 @@ def profile(places: Places) -> str:
     return "\n".join(lines) + "\n"
 
 
-def seatbelt_argv(sandbox_exec: str, places: Places, command: tuple[str, ...]) -> tuple[str, ...]:
-    return (sandbox_exec, "-p", profile(places), *command)
+def seatbelt_argv(sandbox_exec: str, places: Places, command: tuple[str, ...], network: bool = True) -> tuple[str, ...]:
+    return (sandbox_exec, "-p", profile(places, network), *command)

@@ -32,6 +32,7 @@ from genesis.health.beatorigin import Origins
 from genesis.health.heartbeat import Heartbeat, read_heartbeat
 from genesis.health.toollog import in_flight, read_head, read_tail, tool_log_path
 from genesis.procs import cgroups
+from genesis.procs import caps
 from genesis.procs.memory import cap, raise_oom_score
 from genesis.procs.nspid import boxed, ns_pids, outer_pid
 from genesis.procs.proctree import (KillReport, ProcId, adopted, become_subreaper, command_line, descendants,
@@ -72,6 +73,7 @@ class AgentRun:
     iteration: int = 0
     box: Box | None = None         # the box the agent runs in (None: none)
     memory_max: int | None = None  # memory.max of the agent's cgroup, where it has one
+    pids_max: int | None = None    # pids.max of the agent's cgroup (v2, or v1's pids hierarchy)
     loop: ProcId | None = None     # the bash loop: gone at a check, the phase ends with it
 
 
@@ -114,6 +116,7 @@ class Outcome:
     would_kill: tuple[str, ...] = ()  # warn-only mode: why the agent would have been killed, each time
     loop_lost: bool = False        # the loop was gone (killed) at a check: the phase ended with it
     window: str | None = None      # the window that fired: stale, tool_silent, tool_busy, runtime (None: none)
+    capped: str = ""               # a resource cap bit the agent's tree (procs/caps.py), in words
 
     @property
     def exit_code(self) -> int:
@@ -198,6 +201,7 @@ class _Watcher:
         self.agent: tuple[ProcId, int] | None = None  # in a box of its own pids: the CLI it runs, its pid there
         self.since = 0.0                       # the agent's start (a create time): what came later is its
         self.group: cgroups.AgentGroup | None = None
+        self.caps: caps.Caps | None = None  # cgroup v1's pids and memory groups, without a v2 group
         self.log: AgentLog | None = None
         self.out: Transcriber | None = None
         self.pump: OutputPump | None = None
@@ -285,10 +289,15 @@ class _Watcher:
         self.group, why = cgroups.create(run.run_id)
         if self.group is None:
             self.debug(f"the agent runs without a cgroup of its own: {why}")
-        elif run.memory_max:
-            capped = cap(self.group.path, run.memory_max)
+        # Each cap in the v2 group where it has the controller; else in cgroup v1's hierarchy.
+        v2 = self.group.path if self.group is not None else None
+        memory_v2 = bool(run.memory_max) and v2 is not None and (v2 / "memory.max").exists()
+        pids_v2 = bool(run.pids_max) and v2 is not None and (v2 / "pids.max").exists()
+        for capped in (cap(v2, run.memory_max) if memory_v2 else "",
+                       caps.cap_pids(v2, run.pids_max) if pids_v2 else ""):
             if capped:
                 self.note(capped)
+        self._cap_v1(None if pids_v2 else run.pids_max, None if memory_v2 else run.memory_max)
         out_r, out_w = os.pipe()
         grow_pipe(out_w)
         # Linux: the stop signals are blocked before the agent starts, so that one its first
@@ -296,7 +305,7 @@ class _Watcher:
         # once; the agent itself starts with them unblocked.
         if hasattr(signal, "sigtimedwait"):
             self.waiter = SignalWait()
-        group, box = self.group, run.box
+        group, box, v1 = self.group, run.box, self.caps
         if box is not None:
             argv = box.wrap(argv)
 
@@ -304,6 +313,8 @@ class _Watcher:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, SignalWait.SIGNALS)
             if group is not None:
                 group.join()
+            if v1 is not None:
+                v1.join()
             raise_oom_score()  # the OOM killer's first choice: the agent's tree, never its watcher
             if box is not None:
                 box.in_child()
@@ -329,6 +340,7 @@ class _Watcher:
             if self.proc is None:
                 os.close(out_r)
                 self._drop_group()
+                self._drop_caps()
         if self.waiter is None:
             self.waiter = ExitWait(self.proc)
         self.pump = OutputPump(out_r, self.out, {*STOP_SIGNALS, signal.SIGCHLD})
@@ -632,7 +644,7 @@ class _Watcher:
         return Outcome(status, rc, self.clock.mono() - self.start_mono, end.idle, kill, signum, detail, pid,
                        box_pid, sender=sender, swept=swept, disk_full=self.state.disk_full, ending=ending,
                        api_retries=self.state.api_retries, would_kill=self.state.would_kill,
-                       loop_lost=self.loop_lost, window=window)
+                       loop_lost=self.loop_lost, window=window, capped=self._capped())
 
     def _ending(self, status: str, rc: int | None) -> Ending | None:
         """What the output says of the run's end; a reader's failure is noted, never raised."""
@@ -720,6 +732,23 @@ class _Watcher:
             self.note(f"moved into the agent's cgroup from outside: left alone: {listing}")
         return count
 
+    def _cap_v1(self, pids_max: int | None, memory_max: int | None) -> None:
+        """The caps the v2 group cannot take, in cgroup v1's hierarchies where writable."""
+        if not (pids_max or memory_max):
+            return
+        self.caps, why = caps.open_v1(f"genesis-{self.run_.run_id}-{os.getpid()}", pids_max, memory_max)
+        if why:
+            self.note(f"the agent runs {'partly ' if self.caps else ''}uncapped: {why}")
+
+    def _capped(self) -> str:
+        folders = ((self.group.path,) if self.group is not None else ()) + (self.caps.folders if self.caps else ())
+        return caps.bitten(folders, self.run_.pids_max, self.run_.memory_max)
+
+    def _drop_caps(self) -> None:
+        if self.caps is not None:
+            self.caps.remove()
+            self.caps = None
+
     def _drop_group(self) -> None:
         if self.group is not None:
             if not self.group.remove():
@@ -733,6 +762,7 @@ class _Watcher:
         if self.group is not None:
             self._kill_group()
             self._drop_group()
+        self._drop_caps()
         for log in self.out.logs if self.out is not None else ():
             for msg in log.close():
                 self.note(msg)

@@ -111,6 +111,11 @@ SCENARIOS: dict[str, list[dict]] = {
         {"drop": True},
         {"text": "Answered after the dropped stream."},
     ],
+    "probe": [  # what a curious agent finds of the user's: HOME, secret variables, the ssh-agent
+        bash("{ ls -A \"$HOME\"; echo \"aws=${AWS_SECRET_ACCESS_KEY:-} gh=${GH_TOKEN:-}\"; "
+             "ssh-add -L >/dev/null 2>&1; echo \"ssh-add=$?\"; cat \"$HOME/.ssh/id_rsa\" 2>&1; } > probe.txt"),
+        {"text": "Looked around."},
+    ],
 }
 
 

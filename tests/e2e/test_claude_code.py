@@ -21,6 +21,8 @@ from helpers.procs import alive, free_port, listening
 from helpers.state import events_of
 from helpers.waits import wait_for
 
+from genesis.sandbox.detect import probe
+
 pytestmark = pytest.mark.claude
 
 
@@ -161,3 +163,35 @@ def test_no_progress_opens_the_breaker_and_the_loop_stops_with_exit_3(e2e):
     assert breaker["state"] == "OPEN" and breaker["no_progress_count"] == 5
     assert [(t["to_state"], t["iteration"]) for t in breaker["history"]] == [("HALF_OPEN", 3), ("OPEN", 5)]
     assert git(e2e.project, "status", "--porcelain") == ""
+
+
+@pytest.mark.skipif(probe().bwrap is None, reason="no bubblewrap here: the private HOME is bubblewrap's")
+def test_in_the_box_claude_works_with_a_private_home_and_finds_none_of_the_users_secrets(e2e, hermetic):
+    # The user's ssh key and a running ssh-agent holding it, a cloud secret and a token in the
+    # environment: the real Claude Code still runs (its own folder and key kept), its tools see none.
+    (hermetic / ".claude.json").write_text('{"numStartups": 41}\n')  # a user's: the CLI keeps updating it
+    ssh = hermetic / ".ssh"
+    ssh.mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh / "id_rsa")], check=True)
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(ssh / "agent.sock")], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (ssh / "agent.sock").exists(), timeout=10)
+        e2e.env.update({"SSH_AUTH_SOCK": str(ssh / "agent.sock"), "AWS_SECRET_ACCESS_KEY": "aws-secret-value",
+                        "GH_TOKEN": "ghp_abcdefgh12345678"})
+        subprocess.run(["ssh-add", str(ssh / "id_rsa")], env=e2e.env, check=True, capture_output=True)
+        e2e.phase("Builder", "probe")
+        done, _ = e2e.run("--max-iterations", "1")
+    finally:
+        agent.terminate()
+        agent.wait(10)
+    assert done.returncode == 0, done.stdout
+    assert "Builder: finished" in done.stdout and "HOME is private" in done.stdout
+    seen = (e2e.project / "probe.txt").read_text()
+    listed = seen.split("aws=")[0].split()
+    assert ".claude" in listed and ".ssh" not in listed, seen
+    assert "aws= gh=\n" in seen and "ssh-add=2" in seen and "PRIVATE KEY" not in seen, seen
+    state = json.loads((hermetic / ".claude.json").read_text())  # its state file, written through the bind
+    assert state["numStartups"] == 41 and "firstStartTime" in state, state
+    started = [e for e in events_of(e2e.project) if e["event"] == "sandbox"]
+    assert started[0]["box"] == "bubblewrap" and started[0]["private_home"] == str(hermetic.resolve())

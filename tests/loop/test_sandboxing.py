@@ -39,7 +39,9 @@ def test_the_default_box_is_said_once_and_recorded(project, tmp_path):
     assert done.returncode == 0, done.stderr
     line = ("sandbox: bubblewrap: the agent cannot write Genesis's state or code, cannot see or signal the loop, "
             "has a private /tmp")
+    # Once at the start (the night's report at the end names it again as "the agent's box").
     assert done.stderr.count(line) == 1
+    assert "HOME is private" in done.stderr
     boxes = [e for e in events_of(project) if e["event"] == "sandbox"]
     assert len(boxes) == 1 and boxes[0]["box"] == "bubblewrap"
     assert any(p.endswith("/.git/genesis") for p in boxes[0]["protected"])

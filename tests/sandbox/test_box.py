@@ -22,8 +22,10 @@ def test_auto_takes_the_best_box_the_machine_runs(machine, kind):
 
 
 def test_the_start_up_lines_say_what_is_protected_and_what_is_lost():
-    assert choose("auto", ALL, PLACES).line() == ("sandbox: bubblewrap: the agent cannot write Genesis's state or "
-                                                  "code, cannot see or signal the loop, has a private /tmp")
+    assert choose("auto", ALL, PLACES).line() == (
+        "sandbox: bubblewrap: the agent cannot write Genesis's state or code, cannot see or signal the loop, has a "
+        "private /tmp; HOME is private (its CLI's folder, the language caches and GENESIS_BOX_ALLOW kept), no socket "
+        "under /run or /run/user, no secret variable; the network is the host's (loopback services included)")
     none = choose("auto", BARE, PLACES).line()
     assert none.startswith("sandbox: none (bubblewrap not installed: apt-get install bubblewrap); the agent can "
                            "edit Genesis's state")
@@ -64,7 +66,7 @@ def test_as_root_the_box_runs_in_its_own_user_namespace_without_capabilities(set
     box = choose(setting, ROOT, PLACES)
     argv = " ".join(box.wrap(("claude",)))
     assert "--unshare-user --cap-drop ALL" in argv and argv.index("--cap-drop ALL") < argv.index("-- claude")
-    assert box.line().endswith("has a private /tmp; as root, without capabilities") and not box.weak
+    assert "has a private /tmp; as root, without capabilities; " in box.line() and not box.weak
     assert "--cap-drop" not in " ".join(choose(setting, ALL, PLACES).wrap(("claude",)))
 
 
@@ -78,3 +80,41 @@ def test_as_root_a_box_that_cannot_drop_capabilities_says_it_is_weaker_and_claim
     assert "cannot write Genesis's state" not in line
     assert box.record()["weak"].startswith("a trial box failed")
     assert "--cap-drop" not in " ".join(box.wrap(("claude",)))  # it would not run: said, not pretended
+
+
+@pytest.mark.parametrize("setting, machine, open_", [
+    ("auto", NO_BWRAP, "it CAN read all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket"),
+    ("auto", BARE, "it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket"),
+    ("off", ALL, "every secret variable and the network is the host's"),
+    ("auto", MAC, "HOME is unreadable (but its CLI's folder"),
+])
+def test_a_weaker_box_says_what_of_the_users_it_leaves_open(setting, machine, open_):
+    box = choose(setting, machine, PLACES)
+    assert open_ in box.line() and box.line().endswith(box.reach())
+    assert box.record()["reach"] == box.reach()
+
+
+def test_every_box_but_off_drops_the_secrets_and_keeps_the_clis_own_key():
+    env = {"PATH": "/usr/bin", "ANTHROPIC_API_KEY": "sk-ant-api03-abcdefgh", "OPENAI_API_KEY": "sk-other-12345678",
+           "GITHUB_TOKEN": "ghp_abcdefgh1234", "AWS_PROFILE": "prod", "SSH_AUTH_SOCK": "/run/user/1/ssh",
+           "DB_PASSWORD": "x", "DATABASE_URL": "postgres://u:pw@db/x", "NOTE": "ghp_abcdefgh1234",
+           "GENESIS_COMMIT_KEY": "k", "GIT_AUTHOR_NAME": "A", "PWD": "/p", "ANTHROPIC_AUTH_TOKEN": "t"}
+    for machine in (ALL, NO_BWRAP, BARE):
+        kept, dropped = choose("auto", machine, PLACES).environment(env, ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"))
+        assert sorted(kept) == ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "GENESIS_COMMIT_KEY", "GIT_AUTHOR_NAME",
+                                "PATH", "PWD"]
+        assert dropped == ("AWS_PROFILE", "DATABASE_URL", "DB_PASSWORD", "GITHUB_TOKEN", "NOTE", "OPENAI_API_KEY",
+                           "SSH_AUTH_SOCK")
+    assert choose("off", ALL, PLACES).environment(env, ()) == (env, ())
+
+
+def test_no_network_is_refused_where_the_box_cannot_take_it_away_and_said_where_it_can():
+    for setting, machine in (("auto", NO_BWRAP), ("auto", BARE), ("off", ALL)):
+        with pytest.raises(Unavailable, match="GENESIS_NETWORK=none needs bubblewrap .* or set GENESIS_NETWORK=open"):
+            choose(setting, machine, PLACES, "none")
+    boxed = choose("auto", ALL, PLACES, "none")
+    assert "--unshare-net" in boxed.wrap(("a",)) and "--unshare-net" not in choose("auto", ALL, PLACES).wrap(("a",))
+    assert boxed.line().endswith("no network (GENESIS_NETWORK=none): a loopback of its own, no abstract socket outside")
+    mac = choose("auto", MAC, PLACES, "none")
+    assert "(deny network-outbound (remote ip))" in mac.wrap(("a",))[2]
+    assert "no network but the loopback" in mac.line()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from genesis.agents.base import LOGGED_IN, LOGGED_OUT, LOGIN_UNKNOWN, Adapter, Ending, Login, OutputReader, TextReader
 from genesis.agents.claude.hookcheck import self_test
 from genesis.agents.claude.messages import classify
-from genesis.agents.claude.settings import CLAUDE_HOOKS, settings_path, user_settings_dir
+from genesis.agents.claude.settings import CLAUDE_HOOKS, claude_paths, settings_path, user_settings_dir
 from genesis.agents.claude.stream import StreamReader
 
 if TYPE_CHECKING:
@@ -73,6 +73,11 @@ class ClaudeCode(Adapter):
 
     def home(self, env: "Mapping[str, str]") -> "Path":
         return user_settings_dir(env)
+
+    def box_paths(self, env: "Mapping[str, str]") -> "tuple[Path, ...]":
+        """~/.claude and ~/.claude.json (its state and login beside the folder; inside
+        $CLAUDE_CONFIG_DIR when that is set)."""
+        return claude_paths(env)
 
     def hook_check(self, project: "Path", env: "Mapping[str, str]", heartbeat: "Path") -> "HookCheck":
         """Every settings scope Claude Code reads, and its switches."""

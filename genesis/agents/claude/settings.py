@@ -16,9 +16,9 @@ from genesis.agents.hook.replace import SettingsError
 from genesis.agents.hook.settingsfile import Change, read_settings
 from genesis.agents.hook.spec import SCRIPT_NAME, GroupedHooks, HookSpec
 
-__all__ = ["SettingsError", "Change", "settings_path", "user_settings_dir", "managed_settings_dir", "hook_command",
-           "install", "uninstall", "installed_events", "read_settings", "is_ours", "HOOK_EVENTS", "ENV_DEFAULTS",
-           "SCRIPT_NAME", "SCOPES", "CLAUDE_HOOKS"]
+__all__ = ["SettingsError", "Change", "settings_path", "user_settings_dir", "claude_paths", "managed_settings_dir",
+           "hook_command", "install", "uninstall", "installed_events", "read_settings", "is_ours", "HOOK_EVENTS",
+           "ENV_DEFAULTS", "SCRIPT_NAME", "SCOPES", "CLAUDE_HOOKS"]
 
 HOOK_EVENTS = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "SessionStart")
 TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
@@ -32,6 +32,14 @@ def user_settings_dir(env: Mapping[str, str] | None = None, home: Path | None = 
     if env.get("CLAUDE_CONFIG_DIR"):
         return Path(env["CLAUDE_CONFIG_DIR"])
     return Path(home or env.get("HOME") or os.path.expanduser("~")) / ".claude"
+
+
+def claude_paths(env: Mapping[str, str]) -> tuple[Path, ...]:
+    """Claude Code's own places under HOME: its folder, and its state file (~/.claude.json, which
+    holds the login of an API-key or OAuth account) beside it, or inside $CLAUDE_CONFIG_DIR."""
+    folder = user_settings_dir(env)
+    state = folder / ".claude.json" if env.get("CLAUDE_CONFIG_DIR") else folder.parent / ".claude.json"
+    return (folder, state)
 
 
 def managed_settings_dir() -> Path:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from genesis.agents.base import Adapter, OutputReader, TextReader
 from genesis.agents.hook.spec import home_dir
-from genesis.agents.opencode.plugin import OPENCODE_HOOKS
+from genesis.agents.opencode.plugin import OPENCODE_HOOKS, config_dir
 from genesis.agents.opencode.stream import OpenCodeReader
 
 if TYPE_CHECKING:
@@ -51,6 +51,11 @@ class OpenCode(Adapter):
     def home(self, env: Mapping[str, str]) -> Path:
         base = Path(env["XDG_DATA_HOME"]) if env.get("XDG_DATA_HOME") else home_dir(env) / ".local" / "share"
         return base / "opencode"
+
+    def box_paths(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        """Its data (logins), its config (the heartbeat plugin) and its cache folders."""
+        cache = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else home_dir(env) / ".cache"
+        return (self.home(env), config_dir(env), cache / "opencode")
 
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
         """`run`, JSON events and every permission approved unless the user chose otherwise;
