@@ -113,7 +113,7 @@ class Context:
 def _project_dir(_ctx, _param, value: Path) -> Path:
     """--project names a folder that exists: else an error of Genesis's own that says what to give."""
     if not value.is_dir():
-        raise Fail(f"--project {value}: {'not a directory' if value.exists() else 'no such directory'}; give the "
+        raise Fail(f"--project {value}: {'not a directory' if value.exists() else 'does not exist'}; give the "
                    f"folder of the git project (its work tree)", exitcodes.USAGE)
     return value
 

@@ -60,7 +60,7 @@ def test_a_project_folder_that_does_not_exist_is_genesiss_own_error_saying_what_
     done = subprocess.run([sys.executable, "-m", "genesis", "--project", str(missing), "status"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr == (f"genesis: error: --project {missing}: no such directory; give the folder of the git "
+    assert done.stderr == (f"genesis: error: --project {missing}: does not exist; give the folder of the git "
                            f"project (its work tree)\n")
     (tmp_path / "file").write_text("")
     done = subprocess.run([sys.executable, "-m", "genesis", "--project", str(tmp_path / "file"), "status"],

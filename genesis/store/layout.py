@@ -16,6 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from genesis.hints import program
 from genesis.repo.gitcmd import GitFailed, NotARepository, NotOwned, run_git
 from genesis.store.atomicio import read_bytes, write_text
 
@@ -47,7 +48,7 @@ def state_dir_of(project: Path) -> Path:
     """`<git dir>/genesis` of the work tree at project (see the module's docstring)."""
     return _rev_parse(project, "--absolute-git-dir", "git directory",
                       "a git work tree: run this in a project where Genesis ran, or pass --project with one "
-                      "(`genesis status --all` lists this machine's loops and fleets)") / "genesis"
+                      f"(`{program()} status --all` lists this machine's loops and fleets)") / "genesis"
 
 
 def work_tree_of(path: Path) -> Path:

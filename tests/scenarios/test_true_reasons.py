@@ -69,9 +69,11 @@ def test_signing_that_waits_on_a_prompt_is_found_at_the_start_and_commits_say_th
 
 @pytest.mark.fault(84)
 def test_auto_commits_failing_in_a_row_are_events_abnormal_in_the_report_and_an_alert(project, tmp_path):
-    """The agent empties user.name: every auto-commit fails, and the report said 0 commits."""
+    """An empty user.name (the identity Genesis's commits take from the run's start; one the agent
+    plants later changes nothing): every auto-commit fails, and the report said 0 commits."""
     tickets = tmp_path / "tickets"
-    args = night(project, tmp_path, "git config user.name ''")
+    args = night(project, tmp_path, "true")
+    git(project, "config", "user.name", "")
     env = loop_env(GENESIS_SANDBOX="off", GENESIS_NOTIFY_CMD=f"tee -a {tickets}")
     done = run_loop(project, *args, "--max-iterations", "3", env=env)
     assert done.returncode == 0, done.stderr

@@ -27,7 +27,7 @@ __all__ = ["ResponsesStub", "provider_config", "usage_limit", "QUOTA", "SERVER_E
            "rate_limited", "MODEL", "USAGE", "API_KEY_ENV"]
 
 MODEL = "stub-model"
-API_KEY_ENV = "STUB_OPENAI_API_KEY"
+API_KEY_ENV = "OPENAI_API_KEY"  # one of the codex adapter's key variables: the box passes it
 USAGE = {"input_tokens": 1200, "input_tokens_details": {"cached_tokens": 200}, "output_tokens": 30,
          "output_tokens_details": {"reasoning_tokens": 10}, "total_tokens": 1230}
 # Codex waits this long (at most 30 s) for a command's output before it answers the model
