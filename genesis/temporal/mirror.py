@@ -160,8 +160,11 @@ class Mirror:
                                 started, strategy)
         code = a.get("exit_code")
         led.end_attempt(task_id, now.attempt, code if isinstance(code, int) else None, outcome, ended)
+        # Where it ran (and whether on a fresh clone or by adopting a loop) is part of how it
+        # ended: the report's attempts and timeline show the end's words.
         led.record("child_end", task_id, ended, attempt=now.attempt, outcome=outcome, host=host,
-                   cost_usd=a.get("cost"), run_id=str(a.get("run_id", "")), reason=reason,
+                   cost_usd=a.get("cost"), run_id=str(a.get("run_id", "")),
+                   reason=f"{on}: {reason}" if reason else on,
                    temporal_attempt=key[1], temporal_started=key[2])
         self.copied.add(key)
 
