@@ -258,9 +258,10 @@ def test_a_merge_interrupted_mid_replay_is_undone_and_done_again(project, fleet)
     git(wt, "checkout", "-q", "--detach", fleet)  # as a monitor killed mid-replay left it
     os.system(f"cd {wt} && git cherry-pick --no-commit {alpha.branch} >/dev/null 2>&1")
     result = merge_home(project, wt, alpha.branch, fleet, alpha, _cfg(project),
-                        resolve=lambda w, f: ((w / "shared.txt").write_text("both\n"), git(w, "add", *f)) and True)
+                        resolve=lambda w, f: ((w / "shared.txt").write_text("the project's\nx\n"),
+                                              git(w, "add", *f)) and True)
     assert result.outcome == "merged", result.detail
-    assert (project / "shared.txt").read_text() == "both\n" and (project / "alpha.txt").is_file()
+    assert (project / "shared.txt").read_text() == "the project's\nx\n" and (project / "alpha.txt").is_file()
 
 
 def test_branch_mode_keeps_the_branch_rebased_and_pushes_it(project, fleet, tmp_path):
