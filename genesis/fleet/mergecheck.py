@@ -50,6 +50,10 @@ def run_checks(worktree: Path, cfg, task_check: str) -> tuple[CheckRun, ...]:
 def _run(worktree: Path, cfg, kind: str, command: str, env: dict[str, str]) -> CheckRun:
     argv = ("bash", "-c", command)
     lay = default_layout(worktree)
+    try:  # the box keeps the state folder from the check: it must be there (a worktree no loop ran in lacks it)
+        lay.heartbeat_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return CheckRun(kind, command, None, 0.0, error=f"its state folder cannot be made: {exc}")
     places = places_for(worktree, lay.state_dir, lay.heartbeat_dir, lay.log_dir, worktree / CONFIG_FILE,
                         Path(genesis.__file__).resolve().parent, argv, env, allow=cfg.box_allow)
     try:
