@@ -54,7 +54,7 @@ from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LI
 from genesis.config import Config, ConfigError, layout_for, resolve
 from genesis.fleet import cascade as cascade_mod
 from genesis.fleet import children as kids
-from genesis.fleet import ladder, merging, telling, worktrees
+from genesis.fleet import ladder, merging, redmerge, telling, worktrees
 from genesis.fleet.leftovers import make_startable
 from genesis.fleet.lines import ended_line, merged_line, say, started_line
 from genesis.fleet.budget import SPENDING, RestartBudget
@@ -759,7 +759,7 @@ class Monitor:
             again = row.state == "ready"  # branch mode: a kept branch rebased as the project branch moved
             self.ledger.set_state(row.id, state, result.detail, merged_sha=result.sha)
             self.ledger.record("rebased" if again else "merged", row.id, sha=result.sha, commits=list(result.commits),
-                               outcome=state)
+                               outcome=state, checks=list(result.checks))
             say(merged_line(row.text, state, result.sha))
             if not again:
                 self.resolve_told(row)
@@ -769,10 +769,14 @@ class Monitor:
                 say(f"the merge of {row.text!r} is held: {result.detail}", "warn")
             self.ledger.set_state(row.id, "merging", f"merge held: {result.detail}")
             self.merges.append(Merge(row.id, held_until=now + HELD_RETRY))
+        elif result.outcome == merging.TESTS_FAILED and \
+                (back := redmerge.send_back(self.ledger, row, result, self.policy, self.target, self.cfg.git_hooks, now)):
+            say(f"{row.text!r}: {back}; back to its task", "warn")
+            self.climb(row, back)
         else:
             why = result.detail or result.outcome
             self.ledger.set_state(row.id, "needs-review", why)
-            self.ledger.record("needs_review", row.id, reason=why, outcome=result.outcome)
+            self.ledger.record("needs_review", row.id, reason=why, outcome=result.outcome, lost=list(result.lost))
             say(f"{row.text!r} needs review: {why}; its branch {row.branch} is kept", "warn")
             self.alert(row.id, "high", f"task needs review: {row.text[:80]}",
                        f"{why}. Its branch {row.branch} is kept as it was",
