@@ -54,7 +54,7 @@ from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LI
 from genesis.config import Config, ConfigError, layout_for, resolve
 from genesis.fleet import cascade as cascade_mod
 from genesis.fleet import children as kids
-from genesis.fleet import ladder, merging, redmerge, telling, worktrees
+from genesis.fleet import ladder, mergeorder, merging, redmerge, telling, worktrees
 from genesis.fleet.leftovers import make_startable
 from genesis.fleet.lines import ended_line, merged_line, say, started_line
 from genesis.fleet.budget import SPENDING, RestartBudget
@@ -716,9 +716,10 @@ class Monitor:
                 if len(self.merges) > 1:  # a held merge lets the others by
                     self.merges.append(self.merges.pop(0))
                 return
+            head = self.disjoint_first(now)
             row = self.ledger.task(head.task_id)
             if row is None or (row.state in TERMINAL and row.state != "ready"):
-                self.merges.pop(0)
+                self.merges.remove(head)
                 return
             head.future = self.pool.submit(self._merge, row)
             return
@@ -733,6 +734,18 @@ class Monitor:
             self.merges.append(Merge(head.task_id, held_until=now + HELD_RETRY))
             return
         self.merged(row, result, now)
+
+    def disjoint_first(self, now: float) -> Merge:
+        """The merges due now reordered, those touching files no other touches first (mergeorder.py);
+        the one to take."""
+        due = [m for m in self.merges if m.held_until <= now]
+        if len(due) > 1:
+            rows = [self.ledger.task(m.task_id) for m in due]
+            ids = mergeorder.arranged(self.project, self.target,
+                                      [(m.task_id, r.branch if r else "") for m, r in zip(due, rows)])
+            self.merges[:] = sorted(due, key=lambda m: ids.index(m.task_id)) + \
+                [m for m in self.merges if m.held_until > now]
+        return self.merges[0]
 
     def rebase_ready(self) -> None:
         """GENESIS_FLEET_MERGE=branch: each kept branch is rebased again when the project branch moves."""
