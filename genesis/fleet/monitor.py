@@ -782,8 +782,8 @@ class Monitor:
                 say(f"the merge of {row.text!r} is held: {result.detail}", "warn")
             self.ledger.set_state(row.id, "merging", f"merge held: {result.detail}")
             self.merges.append(Merge(row.id, held_until=now + HELD_RETRY))
-        elif result.outcome == merging.TESTS_FAILED and \
-                (back := redmerge.send_back(self.ledger, row, result, self.policy, self.target, self.cfg.git_hooks, now)):
+        elif result.outcome == merging.TESTS_FAILED and (back := redmerge.send_back(
+                self.ledger, row, result, self.policy, self.target, self.cfg.git_hooks, now)):
             say(f"{row.text!r}: {back}; back to its task", "warn")
             self.climb(row, back)
         else:
