@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from genesis.fleet import keeps, mergecheck
 from genesis.fleet.taskref import TaskRef
@@ -87,19 +87,21 @@ REPLAYED = "genesis: replayed onto the project branch"   # the reflog's word for
 
 
 def merge_home(project: Path, worktree: Path, branch: str, target: str, task: TaskRef, cfg, *,
-               resolve: Resolver | None, keep_tasks: bool = False) -> MergeResult:
+               resolve: Resolver | None, keep_tasks: bool = False,
+               owners: Mapping[str, str] | None = None) -> MergeResult:
     """Bring branch home to target (see the module's docstring); GENESIS_FLEET_MERGE=branch
     instead rebases it onto target's tip and keeps it (outcome "ready"; pushed when AUTO_PUSH is on).
 
     keep_tasks: the branch's TASKS.md changes are its point (the Planner's branch): instead of
     a tick, they come home merged with the project branch's TASKS.md (see _planned); task is
-    then only named in messages."""
+    then only named in messages. owners: the task each commit that came home before belongs to
+    (a lost line is named with its task)."""
     project, worktree = Path(project), Path(worktree)
     if not worktree.is_dir():
         return MergeResult(CONFLICT, "", f"the task's worktree {worktree} is gone; its branch {branch} is kept")
     git = _git(worktree, project, cfg.git_hooks)
     try:
-        return _merge(project, git, branch, target, task, cfg, resolve, keep_tasks)
+        return _merge(project, git, branch, target, task, cfg, resolve, keep_tasks, owners or {})
     except (GitFailed, OSError) as exc:  # GitTimeout too: our own step failed, not the user's work
         try:
             _restore(git, branch)
@@ -111,7 +113,7 @@ def merge_home(project: Path, worktree: Path, branch: str, target: str, task: Ta
 
 
 def _merge(project: Path, git: Git, branch: str, target: str, task: TaskRef, cfg,
-           resolve: Resolver | None, keep_tasks: bool) -> MergeResult:
+           resolve: Resolver | None, keep_tasks: bool, owners: Mapping[str, str]) -> MergeResult:
     worktree = git.cwd
     _recover(git, branch)
     old = rev(git, f"refs/heads/{branch}")
@@ -129,7 +131,7 @@ def _merge(project: Path, git: Git, branch: str, target: str, task: TaskRef, cfg
         base = git.out("merge-base", tip, old) if keep_tasks else ""
         try:
             head, commits = _replay(git, tip, old, resolve)
-            _kept(git, tip, old, head, branch, task)
+            _kept(git, tip, old, head, branch, task, owners)
             if cfg.fleet_merge == "queue" and cfg.merge_test_cmd:
                 _test(git, cfg.merge_test_cmd, cfg.merge_test_timeout, old, branch)
             runs = _checked(git, cfg, tip, task, old, branch, target) if cfg.fleet_merge == "queue" and \
@@ -304,27 +306,31 @@ def _test(git: Git, command: str, timeout: float, old: str, branch: str) -> None
                                                  f"{shown}", tail=tuple(tail)))
 
 
-def _kept(git: Git, tip: str, old: str, head: str, branch: str, task: TaskRef) -> None:
+def _kept(git: Git, tip: str, old: str, head: str, branch: str, task: TaskRef, owners: Mapping[str, str]) -> None:
     """_Undone (DROPPED) when the replay's result lost a line either side added since their
     merge base: the hunks named, with the task or the project branch's commit that added them."""
     base = git.out("merge-base", tip, old)
     who = f"the task {task.text!r}" if task.text else f"the branch {branch}"
     lost = keeps.dropped(git, base, (("the project branch", tip), (who, old)), head,
-                         blame=lambda at, path, line: _blamed(git, at, path, line) if at == tip else "")
+                         blame=lambda at, path, line: _blamed(git, at, path, line, owners) if at == tip else "")
     if lost:
         raise _Undone(MergeResult(DROPPED, old, f"the merge of {branch} would drop what was added since the two "
                                                 f"branches parted: {keeps.said(lost)}; it is not landed, and the "
                                                 f"branch is kept as it was", lost=tuple(h.said() for h in lost)))
 
 
-def _blamed(git: Git, at: str, path: str, line: int) -> str:
-    """The project branch's commit that added a line, in words ("" when git cannot tell)."""
+def _blamed(git: Git, at: str, path: str, line: int, owners: Mapping[str, str]) -> str:
+    """The project branch's commit that added a line, in words, with its task when a merge
+    brought it ("" when git cannot tell)."""
     done = git("blame", "--porcelain", "-L", f"{line},{line}", at, "--", path)
     if done.returncode != 0 or not done.text:
         return ""
     lines = done.text.splitlines()
+    sha = lines[0].split(" ")[0]
+    if owners.get(sha):
+        return f"the task {owners[sha]!r} (its commit {sha[:10]} on the project branch)"
     summary = next((x[len("summary "):] for x in lines if x.startswith("summary ")), "")
-    return f"the project branch's commit {lines[0].split(' ')[0][:10]} ({summary[:80]})"
+    return f"the project branch's commit {sha[:10]} ({summary[:80]})"
 
 
 def _checked(git: Git, cfg, tip: str, task: TaskRef, old: str, branch: str, target: str) -> tuple[dict, ...]:

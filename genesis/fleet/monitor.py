@@ -763,8 +763,11 @@ class Monitor:
     def _merge(self, row: TaskRow) -> merging.MergeResult:
         planner = row.id.startswith(PLANNER)
         task = TaskRef(row.id, "" if planner else row.text, 0)
+        rows = {r.id: r.text for r in self.ledger.tasks()}  # a lost line is named with the task that brought it
+        owners = {str(c): rows.get(e.task_id or "", "") for e in self.ledger.events("merged") for c in
+                  e.detail.get("commits") or ()}
         return merging.merge_home(self.project, Path(row.worktree), row.branch, self.target, task, self.cfg,
-                                  resolve=self.resolver(row), keep_tasks=planner)
+                                  resolve=self.resolver(row), keep_tasks=planner, owners=owners)
 
     def merged(self, row: TaskRow, result: merging.MergeResult, now: float) -> None:
         if result.outcome == "merged" or result.outcome == "ready":

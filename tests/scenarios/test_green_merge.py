@@ -84,3 +84,53 @@ def test_a_merge_that_breaks_the_project_s_check_goes_back_to_its_task_told_the_
     assert {t.text: t.state for t in parse(tasks_on(project)).items} == {texts[0]: DONE, texts[1]: DONE}
     assert git(project, "show", "HEAD:mended.txt") == "mended\n"
     assert "Genesis:" not in tasks_on(project)
+
+
+# Both tasks rewrite the same line of shared.txt; the Merger (the same agent, GENESIS_AGENT=Merger)
+# "resolves" the conflict by keeping its own task's line: the other task's is dropped.
+ONE_SIDED = """#!/usr/bin/env bash
+set -euo pipefail
+if [[ ${GENESIS_AGENT:-} == Merger ]]; then
+  echo "merger in $PWD" >>"${MERGER_RAN}"
+  printf '%s\\n' "${GENESIS_TASK}" >shared.txt
+  git add shared.txt
+  exit 0
+fi
+printf '%s\\n' "${GENESIS_TASK}" >shared.txt
+"${PY}" - <<'PY'
+import os
+text = os.environ["GENESIS_TASK"]
+lines = open("TASKS.md").read().splitlines(keepends=True)
+out = [line.replace("[ ]", "[x]", 1) if line.rstrip("\\n").endswith(text) and "[ ]" in line else line for line in lines]
+open("TASKS.md", "w").write("".join(out))
+PY
+"""
+
+
+def test_a_conflict_the_merger_resolves_by_dropping_the_other_task_s_line_is_not_landed_and_named(project, tmp_path):
+    (project / "shared.txt").write_text("nobody yet\n")
+    git(project, "add", "shared.txt")
+    texts = ["say hello", "say goodbye"]
+    fleet_project(project, texts)
+    ran = tmp_path / "merger-ran"
+    env = fleet_env(MERGER_RAN=str(ran))
+    proc = start_fleet(project, "2", task_agent(tmp_path / "agent.sh", ONE_SIDED), env=env,
+                       log=tmp_path / "fleet.log")
+    assert proc.wait(timeout=180) == exitcodes.FLEET_NEEDS_REVIEW, (tmp_path / "fleet.log").read_text()[-3000:]
+
+    with fleet_ledger(project) as led:
+        rows = {r.text: r for r in led.tasks()}
+        (review,) = led.events("needs_review")
+        (merger,) = led.events("merger")
+    first, second = sorted(texts, key=lambda t: rows[t].state != "merged")
+    assert (rows[first].state, rows[second].state) == ("merged", "needs-review")
+    assert ran.read_text().count("merger in ") == 1 and merger.task_id == review.task_id == task_id(second)
+    # The first task's line would have gone: not landed, the lost hunk named with the commit that added it.
+    assert review.detail["outcome"] == "dropped"
+    (lost,) = review.detail["lost"]
+    assert lost.startswith(f"shared.txt line 1 (added by the task {first!r} (its commit ")
+    assert lost.endswith(f" on the project branch): {first!r})")
+    assert "would drop what was added" in rows[second].reason and "not landed" in rows[second].reason
+    assert git(project, "show", "HEAD:shared.txt") == f"{first}\n"
+    assert git(project, "show", f"{rows[second].branch}:shared.txt") == f"{second}\n"  # its branch kept as it was
+    assert {t.text: t.state for t in parse(tasks_on(project)).items} == {first: DONE, second: "open"}
