@@ -37,14 +37,14 @@ from typing import Callable, Mapping
 
 from genesis.fleet import keeps, mergecheck
 from genesis.fleet.taskref import TaskRef
-from genesis.loop.taskcheck import TAIL_BYTES, TAIL_LINES
 from genesis.fleet.worktrees import Git, listed, rev
+from genesis.loop.taskcheck import TAIL_BYTES, TAIL_LINES
 from genesis.procs.group import kill_group
 from genesis.repo.autocommit import user_changes
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.signing import probe
-from genesis.watch.evidence import tail_of
 from genesis.repo.tasks import DONE, FAILED, MAX_TASKS_BYTES, OPEN, REVIEW, TASKS_FILE, failed_line, marked, parse
+from genesis.watch.evidence import tail_of
 
 __all__ = ["MergeResult", "merge_home", "mark_failed", "tasks_edit", "MERGED", "CONFLICT", "TESTS_FAILED", "HELD",
            "READY", "DROPPED"]
