@@ -159,7 +159,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_DONE_WHEN", "tasks", "when the work is done and the loop ends with exit 0: tasks (TASKS.md "
          "has nothing open after a Planner pass), when:COMMAND, phrase:TEXT or never"),
     Knob("GENESIS_CHECK_CMD", "", "the project's check: a bash command run in the agent's box, with the task's "
-         "own `check:` line, after a phase ticks a task [x]; a failure reopens the task (empty: none)"),
+         "own `check:` line, after a phase ticks a task [x] (a failure reopens the task) and, in a fleet, on the "
+         "merged tree before a merge lands (empty: none)"),
     Knob("GENESIS_CHECK_TIMEOUT", "10m", "a check (GENESIS_CHECK_CMD, a task's `check:`) running longer is killed "
          "with everything it started and counts as failed; a duration: 90s, 10m, 1h", unit="s"),
     Knob("GENESIS_MAX_RUNTIME_HOURS", "0", "end the run after this many hours, between phases (0: no "

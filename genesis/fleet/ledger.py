@@ -266,6 +266,12 @@ class FleetLedger:
                                         "WHERE task_id = ? AND attempt = ? AND ended IS NULL",
                                         [now, exit_code, outcome, task_id, attempt]))
 
+    def refute_attempt(self, task_id: str, attempt: int) -> None:
+        """An attempt that ended verified whose work then failed its merge's checks: it counts as
+        failed (the ladder climbs on it), as if it had ended so."""
+        self._write(lambda c: c.execute("UPDATE attempts SET outcome = 'failed' WHERE task_id = ? AND attempt = ? "
+                                        "AND outcome = 'verified'", [task_id, attempt]))
+
     def attempts(self, task_id: str | None = None) -> list[Attempt]:
         """The retry history (of one task, or of all), oldest first."""
         cols = "task_id, attempt, kind, reason, agent, started, ended, exit_code, outcome, run_id, strategy"

@@ -3,7 +3,12 @@
 In the task's worktree, the branch's commits are replayed onto the project branch's tip with
 their TASKS.md changes dropped (the child's agent ticks its own task there; the project
 branch's TASKS.md is the fleet's, so those edits never conflict and never tick the wrong
-task), the project's test command runs (bounded), and a commit ticks the task `[x]`. The
+task), the result is checked, and a commit ticks the task `[x]`. Checked: nothing either side
+added since their merge base is dropped (keeps.py; a merge that drops a line is not landed,
+outcome "dropped", the lost hunks named), the project's test command passes (bounded), and
+the merged tree's checks pass in the agent's box (the task's `check:` line and
+GENESIS_CHECK_CMD, mergecheck.py; recorded as the merge's evidence): only a green merge
+moves anything, a red one is undone (outcome "tests_failed", the failure's tail given). The
 branch is moved to that result, then the project branch:
 - checked out in a work tree with no uncommitted change to a tracked file: fast-forwarded there;
 - checked out with such changes (the user's, mid-edit), being rebased, or with an untracked or
@@ -28,20 +33,24 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
+from genesis.fleet import keeps, mergecheck
 from genesis.fleet.taskref import TaskRef
 from genesis.fleet.worktrees import Git, listed, rev
+from genesis.loop.taskcheck import TAIL_BYTES, TAIL_LINES
 from genesis.procs.group import kill_group
 from genesis.repo.autocommit import user_changes
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.signing import probe
 from genesis.repo.tasks import DONE, FAILED, MAX_TASKS_BYTES, OPEN, REVIEW, TASKS_FILE, failed_line, marked, parse
+from genesis.watch.evidence import tail_of
 
 __all__ = ["MergeResult", "merge_home", "mark_failed", "tasks_edit", "MERGED", "CONFLICT", "TESTS_FAILED", "HELD",
-           "READY"]
+           "READY", "DROPPED"]
 
 MERGED, CONFLICT, TESTS_FAILED, HELD, READY = "merged", "conflict", "tests_failed", "held", "ready"
+DROPPED = "dropped"      # the result lost lines a side added: not landed
 ROUNDS = 3               # the project branch moved under a merge: replay onto its new tip, this many times
 TAIL = 2000              # characters of a failed test's output kept in the result
 MARKERS = (b"<<<<<<< ", b">>>>>>> ")
@@ -50,10 +59,13 @@ Resolver = Callable[[Path, list[str]], bool]
 
 @dataclass(frozen=True)
 class MergeResult:
-    outcome: str                   # merged | conflict | tests_failed | held | ready
+    outcome: str                   # merged | conflict | tests_failed | dropped | held | ready
     sha: str                       # the branch's tip after the step (the project branch's new tip when merged)
     detail: str                    # what happened, for the ledger and the alert
     commits: tuple[str, ...] = ()  # the commits replayed onto the project branch, oldest first
+    checks: tuple[dict, ...] = ()  # the merged tree's checks as run (mergecheck.evidence): the merge's evidence
+    tail: tuple[str, ...] = ()     # a red merge: the failed check's output's last lines, redacted
+    lost: tuple[str, ...] = ()     # a dropped merge: each lost hunk in words
 
 
 class _Undone(Exception):
@@ -75,19 +87,21 @@ REPLAYED = "genesis: replayed onto the project branch"   # the reflog's word for
 
 
 def merge_home(project: Path, worktree: Path, branch: str, target: str, task: TaskRef, cfg, *,
-               resolve: Resolver | None, keep_tasks: bool = False) -> MergeResult:
+               resolve: Resolver | None, keep_tasks: bool = False,
+               owners: Mapping[str, str] | None = None) -> MergeResult:
     """Bring branch home to target (see the module's docstring); GENESIS_FLEET_MERGE=branch
     instead rebases it onto target's tip and keeps it (outcome "ready"; pushed when AUTO_PUSH is on).
 
     keep_tasks: the branch's TASKS.md changes are its point (the Planner's branch): instead of
     a tick, they come home merged with the project branch's TASKS.md (see _planned); task is
-    then only named in messages."""
+    then only named in messages. owners: the task each commit that came home before belongs to
+    (a lost line is named with its task)."""
     project, worktree = Path(project), Path(worktree)
     if not worktree.is_dir():
         return MergeResult(CONFLICT, "", f"the task's worktree {worktree} is gone; its branch {branch} is kept")
     git = _git(worktree, project, cfg.git_hooks)
     try:
-        return _merge(project, git, branch, target, task, cfg, resolve, keep_tasks)
+        return _merge(project, git, branch, target, task, cfg, resolve, keep_tasks, owners or {})
     except (GitFailed, OSError) as exc:  # GitTimeout too: our own step failed, not the user's work
         try:
             _restore(git, branch)
@@ -99,7 +113,7 @@ def merge_home(project: Path, worktree: Path, branch: str, target: str, task: Ta
 
 
 def _merge(project: Path, git: Git, branch: str, target: str, task: TaskRef, cfg,
-           resolve: Resolver | None, keep_tasks: bool) -> MergeResult:
+           resolve: Resolver | None, keep_tasks: bool, owners: Mapping[str, str]) -> MergeResult:
     worktree = git.cwd
     _recover(git, branch)
     old = rev(git, f"refs/heads/{branch}")
@@ -117,8 +131,11 @@ def _merge(project: Path, git: Git, branch: str, target: str, task: TaskRef, cfg
         base = git.out("merge-base", tip, old) if keep_tasks else ""
         try:
             head, commits = _replay(git, tip, old, resolve)
+            _kept(git, tip, old, head, branch, task, owners)
             if cfg.fleet_merge == "queue" and cfg.merge_test_cmd:
                 _test(git, cfg.merge_test_cmd, cfg.merge_test_timeout, old, branch)
+            runs = _checked(git, cfg, tip, task, old, branch, target) if cfg.fleet_merge == "queue" and \
+                not keep_tasks else ()
         except _Undone as undone:
             _restore(git, branch)
             return undone.result
@@ -134,9 +151,9 @@ def _merge(project: Path, git: Git, branch: str, target: str, task: TaskRef, cfg
         moved = None if head == tip else _advance(project, target, tip, head, cfg.git_hooks)
         if moved is None:
             return MergeResult(MERGED, head, f"{len(commits)} commit(s) of {branch} and the task's tick are on "
-                                             f"{target}", commits)
+                                             f"{target}{_green(runs)}", commits, runs)
         if moved:
-            result = MergeResult(HELD, head, moved, commits)
+            result = MergeResult(HELD, head, moved, commits, runs)
             break
     return result
 
@@ -279,13 +296,60 @@ def _test(git: Git, command: str, timeout: float, old: str, branch: str) -> None
             raise
         size = out.seek(0, os.SEEK_END)
         out.seek(max(0, size - TAIL))
-        tail = out.read().decode("utf-8", "replace").strip()
+        tail = tail_of(out.read().decode("utf-8", "replace"), TAIL_LINES, TAIL_BYTES)
     if status == 0:
         return
     why = f"ran over {timeout:g}s and was killed" if status is None else f"exited {status}"
+    shown = "\n".join(tail)
     raise _Undone(MergeResult(TESTS_FAILED, old, f"the test command `{command}` {why} on {branch} replayed onto the "
                                                  f"project branch; the branch is kept as it was. Its output ends:\n"
-                                                 f"{tail}"))
+                                                 f"{shown}", tail=tuple(tail)))
+
+
+def _kept(git: Git, tip: str, old: str, head: str, branch: str, task: TaskRef, owners: Mapping[str, str]) -> None:
+    """_Undone (DROPPED) when the replay's result lost a line either side added since their
+    merge base: the hunks named, with the task or the project branch's commit that added them."""
+    base = git.out("merge-base", tip, old)
+    who = f"the task {task.text!r}" if task.text else f"the branch {branch}"
+    lost = keeps.dropped(git, base, (("the project branch", tip), (who, old)), head,
+                         blame=lambda at, path, line: _blamed(git, at, path, line, owners) if at == tip else "")
+    if lost:
+        raise _Undone(MergeResult(DROPPED, old, f"the merge of {branch} would drop what was added since the two "
+                                                f"branches parted: {keeps.said(lost)}; it is not landed, and the "
+                                                f"branch is kept as it was", lost=tuple(h.said() for h in lost)))
+
+
+def _blamed(git: Git, at: str, path: str, line: int, owners: Mapping[str, str]) -> str:
+    """The project branch's commit that added a line, in words, with its task when a merge
+    brought it ("" when git cannot tell)."""
+    done = git("blame", "--porcelain", "-L", f"{line},{line}", at, "--", path)
+    if done.returncode != 0 or not done.text:
+        return ""
+    lines = done.text.splitlines()
+    sha = lines[0].split(" ")[0]
+    if owners.get(sha):
+        return f"the task {owners[sha]!r} (its commit {sha[:10]} on the project branch)"
+    summary = next((x[len("summary "):] for x in lines if x.startswith("summary ")), "")
+    return f"the project branch's commit {sha[:10]} ({summary[:80]})"
+
+
+def _checked(git: Git, cfg, tip: str, task: TaskRef, old: str, branch: str, target: str) -> tuple[dict, ...]:
+    """The merged tree's checks (the task's `check:` line as the project branch lists it, and
+    GENESIS_CHECK_CMD), run in the box; their evidence, or _Undone (TESTS_FAILED) when one failed."""
+    tasks = _blob(git, f"{tip}:{TASKS_FILE}")
+    command = mergecheck.check_of(tasks.decode("utf-8", "replace") if tasks is not None else None, task.text)
+    runs = mergecheck.run_checks(git.cwd, cfg, command)
+    if mergecheck.green(runs):
+        return tuple(mergecheck.evidence(runs))
+    why, tail = mergecheck.failure(runs)
+    shown = "\n".join(tail) or "(no output)"
+    raise _Undone(MergeResult(TESTS_FAILED, old, f"{why}, on {branch} replayed onto {target}; it is not landed, "
+                                                 f"and the branch is kept as it was. Its output ends:\n{shown}",
+                              checks=tuple(mergecheck.evidence(runs)), tail=tail))
+
+
+def _green(runs: tuple[dict, ...]) -> str:
+    return f", its checks passed ({len(runs)})" if runs else ""
 
 
 def tasks_edit(text: str, task: TaskRef, state: str, reason: str = "") -> str | None:

@@ -54,7 +54,7 @@ from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LI
 from genesis.config import Config, ConfigError, layout_for, resolve
 from genesis.fleet import cascade as cascade_mod
 from genesis.fleet import children as kids
-from genesis.fleet import ladder, merging, telling, worktrees
+from genesis.fleet import ladder, mergeorder, merging, redmerge, telling, worktrees
 from genesis.fleet.leftovers import make_startable
 from genesis.fleet.lines import ended_line, merged_line, say, started_line
 from genesis.fleet.budget import SPENDING, RestartBudget
@@ -716,9 +716,10 @@ class Monitor:
                 if len(self.merges) > 1:  # a held merge lets the others by
                     self.merges.append(self.merges.pop(0))
                 return
+            head = self.disjoint_first(now)
             row = self.ledger.task(head.task_id)
             if row is None or (row.state in TERMINAL and row.state != "ready"):
-                self.merges.pop(0)
+                self.merges.remove(head)
                 return
             head.future = self.pool.submit(self._merge, row)
             return
@@ -733,6 +734,18 @@ class Monitor:
             self.merges.append(Merge(head.task_id, held_until=now + HELD_RETRY))
             return
         self.merged(row, result, now)
+
+    def disjoint_first(self, now: float) -> Merge:
+        """The merges due now reordered, those touching files no other touches first (mergeorder.py);
+        the one to take."""
+        due = [m for m in self.merges if m.held_until <= now]
+        if len(due) > 1:
+            rows = [self.ledger.task(m.task_id) for m in due]
+            ids = mergeorder.arranged(self.project, self.target,
+                                      [(m.task_id, r.branch if r else "") for m, r in zip(due, rows)])
+            self.merges[:] = sorted(due, key=lambda m: ids.index(m.task_id)) + \
+                [m for m in self.merges if m.held_until > now]
+        return self.merges[0]
 
     def rebase_ready(self) -> None:
         """GENESIS_FLEET_MERGE=branch: each kept branch is rebased again when the project branch moves."""
@@ -750,8 +763,11 @@ class Monitor:
     def _merge(self, row: TaskRow) -> merging.MergeResult:
         planner = row.id.startswith(PLANNER)
         task = TaskRef(row.id, "" if planner else row.text, 0)
+        rows = {r.id: r.text for r in self.ledger.tasks()}  # a lost line is named with the task that brought it
+        owners = {str(c): rows.get(e.task_id or "", "") for e in self.ledger.events("merged") for c in
+                  e.detail.get("commits") or ()}
         return merging.merge_home(self.project, Path(row.worktree), row.branch, self.target, task, self.cfg,
-                                  resolve=self.resolver(row), keep_tasks=planner)
+                                  resolve=self.resolver(row), keep_tasks=planner, owners=owners)
 
     def merged(self, row: TaskRow, result: merging.MergeResult, now: float) -> None:
         if result.outcome == "merged" or result.outcome == "ready":
@@ -759,7 +775,7 @@ class Monitor:
             again = row.state == "ready"  # branch mode: a kept branch rebased as the project branch moved
             self.ledger.set_state(row.id, state, result.detail, merged_sha=result.sha)
             self.ledger.record("rebased" if again else "merged", row.id, sha=result.sha, commits=list(result.commits),
-                               outcome=state)
+                               outcome=state, checks=list(result.checks))
             say(merged_line(row.text, state, result.sha))
             if not again:
                 self.resolve_told(row)
@@ -769,10 +785,14 @@ class Monitor:
                 say(f"the merge of {row.text!r} is held: {result.detail}", "warn")
             self.ledger.set_state(row.id, "merging", f"merge held: {result.detail}")
             self.merges.append(Merge(row.id, held_until=now + HELD_RETRY))
+        elif result.outcome == merging.TESTS_FAILED and (back := redmerge.send_back(
+                self.ledger, row, result, self.policy, self.target, self.cfg.git_hooks, now)):
+            say(f"{row.text!r}: {back}; back to its task", "warn")
+            self.climb(row, back)
         else:
             why = result.detail or result.outcome
             self.ledger.set_state(row.id, "needs-review", why)
-            self.ledger.record("needs_review", row.id, reason=why, outcome=result.outcome)
+            self.ledger.record("needs_review", row.id, reason=why, outcome=result.outcome, lost=list(result.lost))
             say(f"{row.text!r} needs review: {why}; its branch {row.branch} is kept", "warn")
             self.alert(row.id, "high", f"task needs review: {row.text[:80]}",
                        f"{why}. Its branch {row.branch} is kept as it was",

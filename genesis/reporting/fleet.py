@@ -1,7 +1,8 @@
 """`genesis report` on a fleet: its timeline, each task with its attempts (each with its own
 end, cost and log: the evidence), escalations, time, cost and merged commits, the children's
-incidents, every alert (the fleet's and its children's, all in the project's run ledger), and
-the fleet's figures, read from the fleet ledger (and, where the monitor recorded no cost, from
+incidents, every alert (the fleet's and its children's, all in the project's run ledger), each
+merge's evidence (its checks on the merged tree, green or red, and a dropping merge's lost
+hunks), and the fleet's figures, read from the fleet ledger (and, where the monitor recorded no cost, from
 each child's own ledger while its worktree is there).
 
 The figures (docs/guides/morning.md says the same for the reader):
@@ -36,6 +37,7 @@ from rich.table import Table
 from genesis.config import default_layout
 from genesis.fleet.ledger import Attempt, FleetEvent, FleetLedger
 from genesis.fleet.taskref import PLANNER
+from genesis.loop.claims import CheckRun
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.reporting.load import _final, _json_keys, _json_list, _ticket_place
 from genesis.reporting.model import AlertRow
@@ -47,8 +49,8 @@ from genesis.when import clock, stamp
 from genesis.words import duration, money, one_line, plural, sanitize
 
 __all__ = ["TaskReport", "FleetKpis", "FleetReport", "AttemptEvidence", "FleetIncident", "Moment", "fleet_ledger_of",
-           "load", "compute_kpis", "render_text", "render_html", "sections", "plain", "kpi_rows", "RETRIES", "COMPLETE",
-           "FIGURES"]
+           "load", "merges_of", "MergeEvidence", "compute_kpis", "render_text", "render_html", "sections", "plain",
+           "kpi_rows", "RETRIES", "COMPLETE", "FIGURES"]
 
 RETRIES = frozenset({"restart", "escalate"})   # attempt kinds that are a retry of the task
 COMPLETE = frozenset({"merged", "ready"})
@@ -63,7 +65,9 @@ TOLD = {"fleet_start": "fleet started", "fleet_end": "fleet ended", "launch": "s
         "failed_permanently": "failed permanently", "reopened": "reopened", "cascade_pause": "cascade: restarts paused",
         "cascade_probe": "cascade: one child probes", "cascade_resume": "cascade: restarts resumed",
         "limit_hold": "usage limit: no child starts", "limit_resume": "usage limit over: children start again",
-        "merge_held": "merge held", "merger": "the Merger resolves a conflict"}
+        "merge_held": "merge held", "merger": "the Merger resolves a conflict",
+        "merge_red": "merge red, not landed"}
+MERGE_EVENTS = ("merged", "merge_red", "needs_review")   # the events a merge's evidence is read from
 
 
 def fleet_ledger_of(state_dir: Path) -> Path:
@@ -85,6 +89,17 @@ class AttemptEvidence:
     cost_usd: float | None
     log: str                       # its child's output
     run_id: str
+
+
+@dataclass(frozen=True)
+class MergeEvidence:
+    """One merge of the task: the merged tree's checks as run, and what came of it."""
+    at: float
+    result: str                    # green (landed), red (a check failed: not landed), dropped (lines lost)
+    checks: tuple[str, ...]        # each check's run, in words
+    tail: tuple[str, ...] = ()     # red: the failed check's output's last lines, redacted
+    lost: tuple[str, ...] = ()     # dropped: each lost hunk, in words
+    to: str = ""                   # red: where the task went (task: a new attempt; review)
 
 
 @dataclass(frozen=True)
@@ -123,6 +138,7 @@ class TaskReport:
     reason: str
     history: tuple[Attempt, ...]
     evidence: tuple[AttemptEvidence, ...] = ()
+    merges: tuple[MergeEvidence, ...] = ()
 
     @property
     def planner(self) -> bool:
@@ -346,7 +362,8 @@ def _report(project: Path, rows: Sequence[Any], history: Sequence[Attempt], even
         tasks.append(TaskReport(
             r.id, r.text, state, r.attempts, r.restarts, r.escalations, tried[-1].agent if tried else "",
             sum(max(0.0, (a.ended if a.ended is not None else now) - a.started) for a in tried),
-            sum(costs) if costs else None, r.merged_sha, commits, r.reason, tuple(tried), tuple(evidence)))
+            sum(costs) if costs else None, r.merged_sha, commits, r.reason, tuple(tried), tuple(evidence),
+            merges_of([e for kind in MERGE_EVENTS for e in by_kind.get(kind, []) if e.task_id == r.id])))
     starts, ends = by_kind.get("fleet_start", []), by_kind.get("fleet_end", [])
     last_start = starts[-1] if starts else None
     last_end = ends[-1] if ends and (last_start is None or ends[-1].at >= last_start.at) else None
@@ -369,6 +386,45 @@ def _report(project: Path, rows: Sequence[Any], history: Sequence[Attempt], even
                        timeline(events), tuple(sorted(incidents, key=lambda i: i.at)))
 
 
+def _strs(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+def merges_of(events: Sequence[FleetEvent]) -> tuple[MergeEvidence, ...]:
+    """A task's merges with their evidence, oldest first: each landed one with checks run, each
+    red one, each that dropped lines (a review for another cause is no merge evidence)."""
+    found = []
+    for e in sorted(events, key=lambda e: e.seq):
+        d = _detail(e)
+        raw = d.get("checks") if isinstance(d.get("checks"), list) else []
+        checks = tuple(_check_said(c) for c in raw if isinstance(c, dict))
+        if e.kind == "merged" and checks:
+            found.append(MergeEvidence(e.at, "green", checks))
+        elif e.kind == "merge_red":
+            found.append(MergeEvidence(e.at, "red", checks, _strs(d.get("tail")), to=str(d.get("to") or "")))
+        elif e.kind == "needs_review" and d.get("outcome") == "dropped":
+            found.append(MergeEvidence(e.at, "dropped", (), lost=_strs(d.get("lost"))))
+    return tuple(found)
+
+
+def _check_said(c: dict) -> str:
+    """A check's run as the merge recorded it, in words (claims.CheckRun.said)."""
+    code = c.get("exit_code")
+    seconds = _num(c.get("seconds")) or 0.0
+    run = CheckRun(str(c.get("kind") or "?"), str(c.get("command") or ""), code if isinstance(code, int) else None,
+                   seconds, (), bool(c.get("timed_out")), str(c.get("error") or ""))
+    return f"the {run.kind}'s check {run.said()}"
+
+
+def _merge_line(m: MergeEvidence) -> str:
+    """`01:10 green, landed: the project's check `make test` exited 0 (after 3s)`."""
+    back = f" (back to {'its task' if m.to == 'task' else 'review'})" if m.to else ""
+    said = {"green": "green, landed", "red": f"red, not landed{back}",
+            "dropped": "dropped lines, not landed"}.get(m.result, m.result)
+    what = "; ".join(m.lost if m.result == "dropped" else m.checks)
+    return f"{clock(m.at)} {said}" + (f": {_line(what, 600)}" if what else "")
+
+
 def timeline(events: Sequence[FleetEvent]) -> tuple[Moment, ...]:
     """The fleet's night in order, one line an event that changed something (TOLD)."""
     moments = []
@@ -383,6 +439,7 @@ def timeline(events: Sequence[FleetEvent]) -> tuple[Moment, ...]:
                     + (f" ({d['reason']})" if d.get("reason") else ""))
         elif e.kind == "merged":
             what += f" ({str(d.get('sha') or '')[:12]})" if d.get("sha") else ""
+            what += ", its checks green" if d.get("checks") else ""
         elif e.kind == "fleet_start":
             what += f" (run {d.get('run_id', '?')}, parallel {d.get('parallel', '?')})"
         elif e.kind == "fleet_end":
@@ -555,6 +612,16 @@ def render_text(r: FleetReport, width: int = 120) -> str:
             console.print(f"{t.id}:")
             for a in t.evidence:
                 console.print("    " + _attempt_line(a), soft_wrap=True)
+    merged = [t for t in r.tasks[:SHOWN] if t.merges]
+    if merged:
+        console.print()
+        console.rule("merges", align="left")
+        for t in merged:
+            console.print(f"{t.id}:")
+            for m in t.merges:
+                console.print("    " + _merge_line(m), soft_wrap=True)
+                for line in m.tail:
+                    console.print("      | " + _line(line, 200), soft_wrap=True)
     if r.incidents:
         console.print()
         console.rule(f"incidents ({len(r.incidents)})", align="left")
@@ -621,6 +688,12 @@ def sections(r: FleetReport, prefix: str = "") -> list[str]:
         body = "".join(f"<h3>{_e(t.id)}</h3><ol>" + "".join(f"<li>{_e(_attempt_line(a).split('. ', 1)[1])}</li>"
                                                            for a in t.evidence) + "</ol>" for t in tried)
         parts.append(_section(prefix + "attempts", "Attempts", body))
+    merged = [t for t in r.tasks[:SHOWN] if t.merges]
+    if merged:
+        body = "".join(f"<h3>{_e(t.id)}</h3><ol>" + "".join(
+            f"<li>{_e(_merge_line(m))}" + (f"<pre>{_e(chr(10).join(m.tail))}</pre>" if m.tail else "") + "</li>"
+            for m in t.merges) + "</ol>" for t in merged)
+        parts.append(_section(prefix + "merges", "Merges", body))
     if r.incidents:
         rows = [[_e(clock(i.at)), _e(i.task_id), _e(i.attempt), _e(i.phase or "-"), _e(i.kind), _e(_line(i.reason)),
                  f"<code>{_e(i.id)}</code>"] for i in r.incidents]

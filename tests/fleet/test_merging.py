@@ -258,9 +258,10 @@ def test_a_merge_interrupted_mid_replay_is_undone_and_done_again(project, fleet)
     git(wt, "checkout", "-q", "--detach", fleet)  # as a monitor killed mid-replay left it
     os.system(f"cd {wt} && git cherry-pick --no-commit {alpha.branch} >/dev/null 2>&1")
     result = merge_home(project, wt, alpha.branch, fleet, alpha, _cfg(project),
-                        resolve=lambda w, f: ((w / "shared.txt").write_text("both\n"), git(w, "add", *f)) and True)
+                        resolve=lambda w, f: ((w / "shared.txt").write_text("the project's\nx\n"),
+                                              git(w, "add", *f)) and True)
     assert result.outcome == "merged", result.detail
-    assert (project / "shared.txt").read_text() == "both\n" and (project / "alpha.txt").is_file()
+    assert (project / "shared.txt").read_text() == "the project's\nx\n" and (project / "alpha.txt").is_file()
 
 
 def test_branch_mode_keeps_the_branch_rebased_and_pushes_it(project, fleet, tmp_path):
@@ -415,3 +416,79 @@ def test_work_the_child_left_uncommitted_is_never_discarded(project, fleet):
     assert result.outcome == "conflict" and "uncommitted changes" in result.detail and "alpha.txt" in result.detail
     assert (wt / "alpha.txt").read_text() == "a, and more nobody committed\n"
     assert _tip(project, fleet) == before and _tip(project, alpha.branch) == branch
+
+
+def test_a_resolution_that_drops_the_other_task_s_line_is_not_landed_and_names_the_hunk(project, fleet):
+    alpha, alpha_wt = _child(project, fleet, "Add alpha", {"shared.txt": "one\nALPHA\nthree\n"})
+    beta, beta_wt = _child(project, fleet, "Add beta", {"shared.txt": "one\nBETA\nthree\n"})
+    assert merge_home(project, alpha_wt, alpha.branch, fleet, alpha, _cfg(project), resolve=None).outcome == "merged"
+    home, beta_old = _tip(project, fleet), _tip(project, beta.branch)
+
+    def keeps_one_side(worktree: Path, files: list[str]) -> bool:
+        (worktree / "shared.txt").write_text("one\nBETA\nthree\n")  # alpha's line is gone
+        git(worktree, "add", "shared.txt")
+        return True
+
+    result = merge_home(project, beta_wt, beta.branch, fleet, beta, _cfg(project), resolve=keeps_one_side)
+    assert result.outcome == "dropped", result.detail
+    alpha_commit = git(project, "log", "-1", "--format=%H", "--grep=^Add alpha$", fleet).strip()
+    assert result.lost == (f"shared.txt line 2 (added by the project branch's commit {alpha_commit[:10]} "
+                           f"(Add alpha): 'ALPHA')",)
+    assert "'ALPHA'" in result.detail and "Add alpha" in result.detail and "not landed" in result.detail
+    assert _tip(project, fleet) == home and _tip(project, beta.branch) == beta_old  # nothing moved
+    assert (project / "shared.txt").read_text() == "one\nALPHA\nthree\n"
+    assert git(beta_wt, "status", "--porcelain") == ""
+
+
+CHECKED = "# Tasks\n\n- [ ] Add alpha\n  check: grep -c ready alpha.txt\n- [ ] Add beta\n"
+
+
+def test_a_merge_that_breaks_the_project_s_check_is_not_landed_and_gives_the_tail(project):
+    commit_file(project, "TASKS.md", CHECKED)
+    commit_file(project, "shared.txt", "one\n")
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    ref = TaskRef(task_id("Add alpha"), "Add alpha", 3)
+    wt = create(project, project.parent / "trees", ref.id, ref.branch, target)
+    (wt / "alpha.txt").write_text("ready\n")
+    git(wt, "add", "alpha.txt")
+    git(wt, "commit", "-qm", "alpha")
+    commit_file(project, "gate.txt", "the project branch moved on\n")  # with alpha, the project's check fails
+    before, branch = _tip(project, target), _tip(project, ref.branch)
+    red = _cfg(project, GENESIS_CHECK_CMD="if test -f gate.txt && test -f alpha.txt; then "
+                                          "echo 'FAILED test_gate: API_KEY=sk-live-abcdefghijklmnop'; exit 4; fi")
+    result = merge_home(project, wt, ref.branch, target, ref, red, resolve=None)
+    assert result.outcome == "tests_failed", result.detail
+    assert "the project's check `if test -f gate.txt" in result.detail and "exited 4" in result.detail
+    assert any("FAILED test_gate" in line for line in result.tail) and "abcdefghijklmnop" not in "".join(result.tail)
+    assert [(c["kind"], c["exit_code"]) for c in result.checks] == [("task", 0), ("project", 4)]
+    assert _tip(project, target) == before and _tip(project, ref.branch) == branch  # nothing landed
+    assert git(wt, "symbolic-ref", "--short", "HEAD").strip() == ref.branch and git(wt, "status", "--porcelain") == ""
+
+    green = merge_home(project, wt, ref.branch, target, ref, _cfg(project, GENESIS_CHECK_CMD="test -f gate.txt"),
+                       resolve=None)
+    assert green.outcome == "merged", green.detail
+    assert [(c["kind"], c["exit_code"]) for c in green.checks] == [("task", 0), ("project", 0)]
+    assert "its checks passed (2)" in green.detail and _tip(project, target) == green.sha
+
+
+def test_the_task_s_own_check_fails_then_passes_on_the_merged_tree(project):
+    commit_file(project, "TASKS.md", CHECKED)
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    ref = TaskRef(task_id("Add alpha"), "Add alpha", 3)
+    wt = create(project, project.parent / "trees", ref.id, ref.branch, target)
+    (wt / "alpha.txt").write_text("half done\n")
+    tasks = (wt / "TASKS.md").read_text().replace("check: test", "check: true ||")  # the agent's edit: not counted
+    (wt / "TASKS.md").write_text(tasks.replace("- [ ] Add alpha", "- [x] Add alpha"))
+    git(wt, "add", "-A")
+    git(wt, "commit", "-qm", "alpha, half")
+    before = _tip(project, target)
+    red = merge_home(project, wt, ref.branch, target, ref, _cfg(project), resolve=None)
+    assert red.outcome == "tests_failed" and "the task's check `grep -c ready alpha.txt` exited 1" in red.detail
+    assert red.tail == ("0",) and red.checks[0]["exit_code"] == 1 and _tip(project, target) == before
+
+    (wt / "alpha.txt").write_text("ready\n")
+    git(wt, "commit", "-qam", "alpha, ready")
+    green = merge_home(project, wt, ref.branch, target, ref, _cfg(project), resolve=None)
+    assert green.outcome == "merged", green.detail
+    assert _states((project / "TASKS.md").read_text())["Add alpha"] == DONE
+    assert (project / "alpha.txt").read_text() == "ready\n"

@@ -211,3 +211,39 @@ def test_task_text_from_the_agent_is_one_line_and_redacted(project):
                                 reason=f"token {secret}"))
     out = invoke(project).output
     assert "\x1b" not in out and "sk-ant-api03-xxxx" not in out and "Evil task second line" in out
+
+
+def test_each_merge_s_evidence_is_shown_green_red_with_its_tail_and_dropped_with_its_hunks(project, tmp_path):
+    red = {"kind": "project", "command": "make test", "exit_code": 2, "seconds": 3.0, "timed_out": False, "error": ""}
+    green = {**red, "exit_code": 0, "seconds": 4.0}
+    with FleetLedger.open(fleet_ledger_of(state_of(project))) as led:
+        led.record("fleet_start", now=T0, run_id="fleet-1", parallel=2, pid=4242)
+        led.upsert_task(TaskRow("add-health-aaaaaa", "Add /health", "merged", created=T0, updated=T0))
+        led.record("merge_red", "add-health-aaaaaa", now=T0 + 10 * MIN, attempt=1, to="task",
+                   reason="the project's check `make test` exited 2 (after 3s)", checks=[red],
+                   tail=["FAILED tests/test_health.py::test_ok"])
+        led.record("merged", "add-health-aaaaaa", now=T0 + 30 * MIN, sha="1" * 40, commits=["a" * 40], checks=[green])
+        led.upsert_task(TaskRow("add-ready-bbbbbb", "Add /ready", "needs-review", created=T0 + 1, updated=T0))
+        led.record("needs_review", "add-ready-bbbbbb", now=T0 + 40 * MIN, outcome="dropped", reason="lost",
+                   lost=["app.py line 3 (added by the task 'Add /health': 'ok')"])
+    r = load(fleet_ledger_of(state_of(project)), project, running=False, now=T0 + 60 * MIN)
+    health, ready = r.tasks
+    assert [(m.result, m.checks, m.tail, m.to) for m in health.merges] == [
+        ("red", ("the project's check `make test` exited 2 (after 3s)",), ("FAILED tests/test_health.py::test_ok",),
+         "task"),
+        ("green", ("the project's check `make test` exited 0 (after 4s)",), (), "")]
+    assert [(m.result, m.lost) for m in ready.merges] == [
+        ("dropped", ("app.py line 3 (added by the task 'Add /health': 'ok')",))]
+    out = invoke(project).output
+    assert "01:10 UTC red, not landed (back to its task): the project's check `make test` exited 2 (after 3s)" in out
+    assert "      | FAILED tests/test_health.py::test_ok" in out
+    assert "01:30 UTC green, landed: the project's check `make test` exited 0 (after 4s)" in out
+    assert "01:40 UTC dropped lines, not landed: app.py line 3 (added by the task 'Add /health': 'ok')" in out
+    assert re.search(r"^  01:10 UTC  add-health-aaaaaa: merge red, not landed: the project's check", out, re.M)
+    assert re.search(r"^  01:30 UTC  add-health-aaaaaa: came home \(111111111111\), its checks green$", out, re.M)
+    doc = json.loads(invoke(project, "--json").output)
+    assert doc["fleet"]["tasks"][0]["merges"][0]["tail"] == ["FAILED tests/test_health.py::test_ok"]
+    page = tmp_path / "fleet.html"
+    invoke(project, "--html", str(page))
+    html = page.read_text()
+    assert "Merges" in html and "FAILED tests/test_health.py::test_ok" in html and "dropped lines" in html

@@ -49,13 +49,13 @@ def home(tmp_path):
     return project, target, remote
 
 
-def merge(project, target, remote, beats: list | None = None):
-    acts = HomeActivities(project, resolve(project), "origin")
+def merge(project, target, remote, beats: list | None = None, **env: str):
+    acts = HomeActivities(project, resolve(project, env=env) if env else resolve(project), "origin")
     inp = MergeInput("genesis-fleet-0123456789ab", TaskSpec(TID, TEXT, BRANCH), target, str(remote))
-    env = ActivityEnvironment()
+    activity_env = ActivityEnvironment()
     if beats is not None:
-        env.on_heartbeat = lambda *details: beats.append(details)
-    return env.run(acts.merge, inp)
+        activity_env.on_heartbeat = lambda *details: beats.append(details)
+    return activity_env.run(acts.merge, inp)
 
 
 def fetched_refs(project) -> str:
@@ -123,3 +123,17 @@ def test_a_merge_worktree_an_interrupted_try_left_is_reset_and_the_merge_goes_th
     assert git(project, "show", f"{kept}:half-replayed.txt") == "what the killed try was doing\n"
     again = merge(project, target, remote)   # a try whose success was lost: nothing merged twice
     assert again.outcome == "merged" and "already on" in again.detail, again
+
+
+def test_the_home_s_merge_is_green_or_not_landed_the_project_s_check_run_on_the_merged_tree(home):
+    """The home merges through the fleet's own merge: the project's check runs on the merged tree;
+    red, nothing lands and nothing is pushed; green, it lands and is pushed."""
+    project, target, remote = home
+    before = git(project, "rev-parse", target)
+    red = merge(project, target, remote,
+                GENESIS_CHECK_CMD="test -f work.txt && echo 'FAILED: work breaks it' && exit 3")
+    assert red.outcome == "tests_failed" and "exited 3" in red.detail and "FAILED: work breaks it" in red.detail
+    assert git(project, "rev-parse", target) == before == git(remote, "rev-parse", target)
+    green = merge(project, target, remote, GENESIS_CHECK_CMD="test -f work.txt")
+    assert green.outcome == "merged" and "its checks passed (1)" in green.detail, green
+    assert git(remote, "rev-parse", target) == git(project, "rev-parse", target) != before
