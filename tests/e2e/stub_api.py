@@ -18,7 +18,8 @@ default GENESIS_DONE_WHEN a night whose tasks are all done ends at that Planner 
 A test can also make the API refuse, as the real one does, for a window of time (the only
 state the stub keeps besides its record of requests): a subscriber's usage limit (`limit`,
 `limit_after`: HTTP 429 with the anthropic-ratelimit-unified-* headers), an outage
-(`outage`: 529 overloaded_error, or 500 api_error), or every request (`fail`: 401, 400 ...).
+(`outage`: 529 overloaded_error, or 500 api_error), or every request (`fail`: 401, 400 ...); and its safety classifier can refuse one task's phase
+turns to every model but one (`refuse_task`).
 Every request is recorded with when it came (`at`) and the status it was answered with.
 
 Run alone: python stub_api.py [PORT]   (prints the port it listens on)
@@ -303,6 +304,8 @@ class Handler(BaseHTTPRequestHandler):
         phase = PHASE_RE.search(first_user)
         if not found and phase:
             time.sleep(self.server.turn_delay)
+            if self.server.refuses(first_user, body.get("model", "")):
+                return self._reply(body, {"refuse": "I can't help with that."})
             return self._reply(body, play(phase.group(1), body, turn))
         if not found:
             return self._reply(body, {"text": "OK"})
@@ -393,6 +396,7 @@ class StubAPI(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.hangs: dict[int, float] = {}  # request number -> seconds it hangs before any answer
         self.released = threading.Event()  # set at shutdown: hung requests give up
+        self.refusing: tuple[str, str] | None = None  # (words of a task, the one model that answers it)
 
     @property
     def url(self) -> str:
@@ -431,6 +435,14 @@ class StubAPI(ThreadingHTTPServer):
         API accepted the connection and went silent: the agent waits, beating no heartbeat)."""
         with self.lock:
             self.hangs[self.counted + requests] = seconds
+
+    def refuse_task(self, words: str, allow_model: str) -> None:
+        """The safety classifier refuses every phase turn whose prompt holds `words` (a task's
+        text), asked of any model but `allow_model`, which answers it as usual."""
+        self.refusing = (words, allow_model)
+
+    def refuses(self, prompt: str, model: str) -> bool:
+        return self.refusing is not None and self.refusing[0] in prompt and model != self.refusing[1]
 
     def shutdown(self) -> None:
         self.released.set()

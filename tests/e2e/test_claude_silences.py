@@ -80,10 +80,11 @@ def test_a_result_written_while_an_idle_background_command_holds_the_cli_ends_as
     assert e2e.leftovers() == []
 
 
-def test_a_refusal_by_the_models_safeguards_ends_the_phase_as_refused_and_stops_the_loop(e2e, stub):
+def test_a_refusal_by_the_models_safeguards_ends_the_phase_as_refused_and_the_loop_with_37(e2e, stub):
     e2e.phase("Builder", "refusal")
     done, _ = e2e.run("--max-iterations", "3")
-    assert done.returncode == exitcodes.AGENT_FATAL, done.stdout
+    assert done.returncode == exitcodes.POLICY_REFUSED, done.stdout
+    assert "no fallback agent is set (GENESIS_FALLBACK_AGENT_CMD)" in done.stdout
     assert "Builder: refused by the model's safeguards: API Error: Opus 4.8's safeguards flagged" in done.stdout
     assert "Retrying the same agent would be refused again" in done.stdout
     [end] = ends(e2e)  # not retried
