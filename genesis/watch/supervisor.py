@@ -443,7 +443,8 @@ class _Watcher:
                            retry=reader.retry if reader is not None else None, hopeless=hopeless,
                            turns=reader.turns if reader is not None else None, disk_full=full, planted=planted,
                            upkeep=tuple(upkeep), result_at=reader.result_at if reader is not None else None,
-                           background=reader.background if reader is not None else ())
+                           background=reader.background if reader is not None else (),
+                           wakeup_at=reader.wakeup_at if reader is not None else None)
 
     def _counted(self, beat: Heartbeat | None) -> Heartbeat | None:
         """The newest heartbeat that counts as a sign of life: one the CLI's own hook call wrote.

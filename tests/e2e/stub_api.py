@@ -105,6 +105,12 @@ SCENARIOS: dict[str, list[dict]] = {
         bash(WORK + " && echo sub > sub.txt", timeout_ms=600000, description="Build"),
         {"text": "Sub-agent: built."},
     ],
+    "wakeup": [  # the model schedules its own wake-up and ends its turn; woken, it says so
+        {"tool": "ScheduleWakeup", "input": {"delaySeconds": 60, "reason": "Wait for the build",
+                                              "prompt": "The build should be done: check it."}},
+        {"text": "I will be woken to check the build."},
+        {"text": "Woken: the build is done."},  # the turn the wake-up starts (the same conversation)
+    ],
     "refusal": [  # the API's safety classifier ends the turn: stop_reason "refusal"
         {"refuse": "I can't help with that."},
     ],

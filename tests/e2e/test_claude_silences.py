@@ -80,6 +80,21 @@ def test_a_result_written_while_an_idle_background_command_holds_the_cli_ends_as
     assert e2e.leftovers() == []
 
 
+def test_a_wake_up_the_model_scheduled_is_waited_for_past_the_windows_and_the_woken_turn_finishes_the_phase(e2e):
+    # ScheduleWakeup (60 s, due at the next whole minute): the CLI writes its result and waits, idle, with no
+    # hook and no output, then runs the woken turn. Past the stale (20 s) and result-exit (5 s) windows.
+    e2e.phase("Builder", "wakeup")
+    e2e.env.update(HEARTBEAT_STALE="20s", AGENT_RESULT_EXIT_WINDOW="5s", TOOL_SILENT="5s")
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    assert "its turn is over and it waits for the wake-up it scheduled, due in" in done.stdout
+    assert "Builder: stuck" not in done.stdout and "result written, process did not exit" not in done.stdout
+    [end] = ends(e2e)
+    assert (end["status"], end["ending"], end["result"]) == ("exited", "finished", "Woken: the build is done.")
+    assert end["duration"] > 60
+    assert e2e.leftovers() == []
+
+
 def test_a_refusal_by_the_models_safeguards_ends_the_phase_as_refused_and_the_loop_with_37(e2e, stub):
     e2e.phase("Builder", "refusal")
     done, _ = e2e.run("--max-iterations", "3")
