@@ -2,11 +2,13 @@
 and to the tree gone.
 
 Each class is played by a stand-in CLI under the real watcher (supervise), its output read by
-Claude Code's stream reader; the figures are how long after its window the watcher decided the
-end (its incident is written then, before the kill: about a check, on a loaded machine two) and
-how long after its window the phase was over (the kill, the sweep and the output's last bytes
-added). A wake-up that never comes is played with a margin as long as the other windows. Before these classes each waited out the general window (HEARTBEAT_STALE, 15 min by
-default) and was named only "stuck".
+Claude Code's stream reader, or by Codex's or Gemini CLI's for the classes that name them; the
+figures are how long after its window the watcher decided the end (its incident is written
+then, before the kill: about a check, on a loaded machine two) and how long after its window
+the phase was over (the kill, the sweep and the output's last bytes added). A wake-up that
+never comes is played with a margin as long as the other windows, its window spent at its due
+time plus the margin. Before these classes each waited out the general window
+(HEARTBEAT_STALE, 15 min by default) and was named only "stuck".
 """
 
 from __future__ import annotations

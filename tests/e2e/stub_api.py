@@ -18,8 +18,9 @@ default GENESIS_DONE_WHEN a night whose tasks are all done ends at that Planner 
 A test can also make the API refuse, as the real one does, for a window of time (the only
 state the stub keeps besides its record of requests): a subscriber's usage limit (`limit`,
 `limit_after`: HTTP 429 with the anthropic-ratelimit-unified-* headers), an outage
-(`outage`: 529 overloaded_error, or 500 api_error), or every request (`fail`: 401, 400 ...); and its safety classifier can refuse one task's phase
-turns to every model but one (`refuse_task`).
+(`outage`: 529 overloaded_error, or 500 api_error), or every request (`fail`: 401, 400 ...);
+and its safety classifier can refuse one task's phase turns to every model but one
+(`refuse_task`).
 Every request is recorded with when it came (`at`) and the status it was answered with.
 
 Run alone: python stub_api.py [PORT]   (prints the port it listens on)
