@@ -112,7 +112,7 @@ SCENARIOS: dict[str, list[dict]] = {
         {"text": "I will be woken to check the build."},
         {"text": "Woken: the build is done."},  # the turn the wake-up starts (the same conversation)
     ],
-    "refusal": [  # the API's safety classifier ends the turn: stop_reason "refusal"
+    "refusal": [  # the API's safety classifier ends the turn: stop_reason "refusal" (not for PARAMS allow=MODEL)
         {"refuse": "I can't help with that."},
     ],
     "drop": [  # the first answer's stream stops after message_start; the connection stays open
@@ -320,6 +320,8 @@ class Handler(BaseHTTPRequestHandler):
         params.setdefault("cwd", re.search(r"CWD=(\S+)", first_user).group(1) if "CWD=" in first_user else ".")
         script = SCENARIOS[found.group(1)]
         step = script[min(turn, len(script) - 1)]
+        if "refuse" in step and body.get("model") == params.get("allow"):  # another model answers it
+            step = {"text": "Done by another model."}
         time.sleep(self.server.turn_delay)
         self._reply(body, fill(step, params))
 

@@ -8,6 +8,7 @@ background work) are played by a stand-in `claude` that behaves so, and say it.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -105,6 +106,21 @@ def test_a_refusal_by_the_models_safeguards_ends_the_phase_as_refused_and_the_lo
     [end] = ends(e2e)  # not retried
     assert (end["ending"], end["api_error"]["code"]) == ("refused", "refusal")
     assert len(stub.messages()) == 3  # the CLI's own: the refused turn, once more, its fallback model
+
+
+def test_a_refusal_is_retried_with_the_fallback_agent_another_model_which_finishes_the_phase(e2e, stub, claude):
+    e2e.phase("Builder", "refusal", allow="claude-haiku-4-5")
+    e2e.env["GENESIS_FALLBACK_AGENT_CMD"] = f"{claude} --model claude-haiku-4-5 {FLAGS}"
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    assert "The same agent would be refused again; the fallback agent" in done.stdout
+    first, second = ends(e2e)
+    assert (first["ending"], first["api_error"]["code"]) == ("refused", "refusal")
+    assert (second["ending"], second["result"]) == ("finished", "Done by another model.")
+    [retry] = [e for e in events_of(e2e.project) if e["event"] == "retry"]
+    assert retry["type"] == "refused" and "claude-haiku-4-5" in retry["new_cmd"]
+    builder = [r["body"]["model"] for r in stub.messages() if "SCENARIO: refusal" in json.dumps(r["body"])]
+    assert builder[-1] == "claude-haiku-4-5" and "claude-haiku-4-5" not in builder[:3]  # refused 3 times first
 
 
 def test_a_limit_weeks_away_ends_the_night_with_exit_36_and_the_date(e2e, stub):
