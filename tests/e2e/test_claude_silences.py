@@ -67,6 +67,19 @@ def test_a_background_build_busy_past_the_stale_window_is_waited_for_and_the_pha
     assert e2e.leftovers() == []
 
 
+def test_an_async_sub_agent_busy_past_the_stale_window_is_the_agent_working_and_the_phase_finishes(e2e):
+    # The main turn ends at once (no result yet); the sub-agent's build works 25 s, past the 8 s stale window.
+    e2e.phase("Builder", "async_agent", seconds=25)
+    e2e.env.update(HEARTBEAT_STALE="8s", TOOL_SILENT="5s")
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: finished" in done.stdout and "Builder: stuck" not in done.stdout
+    [end] = ends(e2e)
+    assert (end["status"], end["ending"], end["duration"] > 25) == ("exited", "finished", True)
+    assert (e2e.project / "sub.txt").read_text() == "sub\n"
+    assert e2e.leftovers() == []
+
+
 def test_a_result_written_while_an_idle_background_command_holds_the_cli_ends_as_done_not_stuck(e2e):
     e2e.phase("Builder", "background_hang")
     e2e.env.update(HEARTBEAT_STALE="120s", TOOL_SILENT="3s", AGENT_RESULT_EXIT_WINDOW="5s")
