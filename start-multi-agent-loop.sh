@@ -35,7 +35,8 @@
 # 29 the box GENESIS_SANDBOX names cannot run here, 31 a fleet: some task failed permanently,
 # 32 a fleet: some task needs review, 34 a fleet's child whose monitor was gone too long,
 # 35 a fleet's keyed child whose push was refused (another loop of its task owns the branch),
-# 36 a usage limit resets weeks away (a monthly or credit-pool limit), 129/130/143 SIGHUP/SIGINT/SIGTERM.
+# 36 a usage limit resets weeks away (a monthly or credit-pool limit), 37 the model's safeguards
+# refused the task and no fallback agent is left, 129/130/143 SIGHUP/SIGINT/SIGTERM.
 set -euo pipefail
 set -o errtrace  # the ERR trap also fires inside functions, so no failure goes unreported
 
@@ -46,6 +47,7 @@ readonly EXIT_STEP_TIMEOUT=8 EXIT_USAGE_LIMIT=20 EXIT_API_OUTAGE=21 EXIT_AGENT_F
 readonly EXIT_MAX_COST=24 EXIT_RECOVERY_SPENT=25 EXIT_STATE_LOST=26 EXIT_UNTRUSTED_COMMAND=28
 readonly EXIT_HISTORY_REWRITTEN=27
 readonly EXIT_SANDBOX_UNAVAILABLE=29 EXIT_MONITOR_LOST=34 EXIT_STEPPED_ASIDE=35 EXIT_LIMIT_FAR=36
+readonly EXIT_POLICY_REFUSED=37
 # shellcheck disable=SC2034  # a fleet's codes: its monitor (exec'd by --parallel) ends with them
 readonly EXIT_FLEET_TASKS_FAILED=31 EXIT_FLEET_NEEDS_REVIEW=32
 readonly EXIT_INTERRUPTED_HUP=129 EXIT_INTERRUPTED_INT=130 EXIT_INTERRUPTED_TERM=143
@@ -283,6 +285,8 @@ after_step() {
     "${EXIT_LIMIT_FAR}") finish_loop "${rc}" "a usage limit resets weeks away (a monthly or credit-pool limit)" ;;
     "${EXIT_API_OUTAGE}") finish_loop "${rc}" "the model API failed for longer than GENESIS_MAX_OUTAGE_MINUTES" ;;
     "${EXIT_AGENT_FATAL}") finish_loop "${rc}" "the agent reported an error retrying cannot fix" ;;
+    "${EXIT_POLICY_REFUSED}") finish_loop "${rc}" \
+      "the model's safeguards refused the task and no fallback agent is left: another model or CLI, or rephrase it" ;;
     "${EXIT_MAX_RUNTIME}") finish_loop "${rc}" "the runtime ceiling GENESIS_MAX_RUNTIME_HOURS was reached" ;;
     "${EXIT_MAX_COST}") finish_loop "${rc}" "the cost ceiling GENESIS_MAX_COST_USD was reached" ;;
     "${EXIT_RECOVERY_SPENT}")
@@ -339,7 +343,8 @@ run_loop() {
         "${EXIT_ERROR}" | "${EXIT_USAGE}" | "${EXIT_DISK_FULL}" | "${EXIT_STEP_TIMEOUT}" | \
           "${EXIT_USAGE_LIMIT}" | "${EXIT_API_OUTAGE}" | "${EXIT_AGENT_FATAL}" | "${EXIT_MAX_RUNTIME}" | \
           "${EXIT_MAX_COST}" | "${EXIT_RECOVERY_SPENT}" | "${EXIT_STATE_LOST}" | "${EXIT_HISTORY_REWRITTEN}" | \
-          "${EXIT_SANDBOX_UNAVAILABLE}" | "${EXIT_MONITOR_LOST}" | "${EXIT_STEPPED_ASIDE}" | "${EXIT_LIMIT_FAR}")
+          "${EXIT_SANDBOX_UNAVAILABLE}" | "${EXIT_MONITOR_LOST}" | "${EXIT_STEPPED_ASIDE}" | "${EXIT_LIMIT_FAR}" | \
+          "${EXIT_POLICY_REFUSED}")
           after_step "${rc}" "${LINENO}" ;;
         *)
           # The watcher died of a signal this loop did not send (the user's reaches the

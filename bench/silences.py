@@ -2,11 +2,13 @@
 and to the tree gone.
 
 Each class is played by a stand-in CLI under the real watcher (supervise), its output read by
-Claude Code's stream reader; the figures are how long after its window the watcher decided the
-end (its incident is written then, before the kill: about a check, on a loaded machine two) and
-how long after its window the phase was over (the kill, the sweep and the output's last bytes
-added). Before these classes each waited out the general window (HEARTBEAT_STALE, 15 min by
-default) and was named only "stuck".
+Claude Code's stream reader, or by Codex's or Gemini CLI's for the classes that name them; the
+figures are how long after its window the watcher decided the end (its incident is written
+then, before the kill: about a check, on a loaded machine two) and how long after its window
+the phase was over (the kill, the sweep and the output's last bytes added). A wake-up that
+never comes is played with a margin as long as the other windows, its window spent at its due
+time plus the margin. Before these classes each waited out the general window
+(HEARTBEAT_STALE, 15 min by default) and was named only "stuck".
 """
 
 from __future__ import annotations
@@ -27,6 +29,19 @@ TASK = json.dumps({"type": "system", "subtype": "task_started", "task_id": "b1",
                    "is_backgrounded": True})
 
 STAMP = "open('printed', 'w').write(repr(time.time()))"  # when its result was written (wall clock)
+CODEX_START = json.dumps({"type": "thread.started", "thread_id": "t-1"}) + "\n" + json.dumps({"type": "turn.started"})
+CODEX_DONE = json.dumps({"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}})
+GEMINI_INIT = json.dumps({"type": "init", "session_id": "s-1", "model": "m"})
+GEMINI_RESULT = json.dumps({"type": "result", "status": "success", "stats": {"total_tokens": 12}})
+# A wake-up it scheduled itself, due 2 s after its call, that never comes: its tool call, its
+# result (when it is due), the run's result; the window is spent at its due time plus the margin.
+WAKE_CALL = json.dumps({"type": "assistant", "parent_tool_use_id": None, "message": {"content": [
+    {"type": "tool_use", "id": "w1", "name": "ScheduleWakeup", "input": {"delaySeconds": 60}}]}})
+WAKE = ("import json, time; due = time.time() + 2; "
+        f"print({INIT!r}); print({WAKE_CALL!r}); "
+        "print(json.dumps({'type': 'user', 'message': {'content': [{'type': 'tool_result', 'tool_use_id': 'w1'}]}, "
+        "'tool_use_result': {'scheduledFor': due * 1000}})); "
+        f"print({RESULT!r}, flush=True); open('printed', 'w').write(repr(due)); time.sleep(600)")
 
 # class: (the stand-in CLI, which window ends it, status, window word)
 CLASSES = {
@@ -37,13 +52,30 @@ CLASSES = {
         f"import subprocess, time; print({INIT!r}); print({TASK!r}); "
         f"subprocess.Popen(['sleep', '600']); print({RESULT!r}, flush=True); {STAMP}; time.sleep(600)", "both",
         "done"),
+    "wakeup": (WAKE, "wakeup", "stuck"),
+    # Other CLIs' readers: Codex's `--json`, Gemini CLI's stream-json (both speak first, docs/concepts/silences.md).
+    "first_event, codex": ("import time; time.sleep(600)", "first", "stuck"),
+    "result_exit, codex": (f"import time; print({CODEX_START!r}); print({CODEX_DONE!r}, flush=True); {STAMP}; "
+                           f"time.sleep(600)", "result", "done"),
+    "result_exit, gemini": (f"import time; print({GEMINI_INIT!r}); print({GEMINI_RESULT!r}, flush=True); {STAMP}; "
+                            f"time.sleep(600)", "result", "done"),
 }
+READERS = {"codex": ("genesis.agents.codex.stream", "CodexReader"),
+           "gemini": ("genesis.agents.gemini.stream", "GeminiStreamReader")}
+
+
+def reader_of(name: str):
+    """The stream reader a class is read by: Claude Code's, or the CLI its name ends with."""
+    import importlib
+
+    from genesis.agents.claude.stream import StreamReader
+    module, cls = READERS.get(name.rsplit(", ", 1)[-1], ("", ""))
+    return getattr(importlib.import_module(module), cls) if module else StreamReader
 
 
 def worker(name: str, interval: float, window: float, silent: float, tmp: str) -> None:
     """One supervised run in this process; prints how long after its window it ended, as JSON."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from genesis.agents.claude.stream import StreamReader
     from genesis.procs.proctree import marked
     from genesis.watch.supervisor import AgentRun, Limits, supervise
 
@@ -52,14 +84,14 @@ def worker(name: str, interval: float, window: float, silent: float, tmp: str) -
     env = {**os.environ, "GENESIS_RUN_ID": run_id}
     decided: list[float] = []
     run = AgentRun((PY, "-c", code), Path(tmp), env, Path(tmp) / "log", Path(tmp) / "hb.json", run_id,
-                   reader=StreamReader(), on_incident=lambda *_a, **_k: decided.append(time.time()))
+                   reader=reader_of(name)(), on_incident=lambda *_a, **_k: decided.append(time.time()))
     limits = Limits(interval, 3600.0, 3600.0, 1.0, tool_silent=silent, first_event_after=window,
-                    result_exit_after=window)
+                    result_exit_after=window, wakeup_margin=window)
     started = time.time()
     out = supervise(run, limits)
     over = time.time()
     printed = Path(tmp) / "printed"
-    if printed.exists():  # the window runs from its result, written after the CLI's start-up
+    if printed.exists():  # the window runs from its result (or the wake-up's due time), after its start-up
         started = float(printed.read_text())
     spent = window if which != "both" else max(window, silent)
     print(json.dumps({"status": out.status, "window": out.window, "decided": decided[0] - started - spent,

@@ -162,6 +162,10 @@ ENDS: dict[str, Ends] = {
     "LIMIT_FAR": Ends("a usage limit resets more than 8 days away: a monthly or credit-pool limit, not a night's "
                       "wait; the message says the date to restart after (a fleet stops with it: it binds every "
                       "child)", SAME),
+    "POLICY_REFUSED": Ends("the model's safeguards refused the task's request (a policy refusal: the same request "
+                           "is refused again on every retry) and no fallback agent is left to try it: restart with "
+                           "another model or CLI (`GENESIS_FALLBACK_AGENT_CMD`), or rephrase the task. A fleet's "
+                           "child ending so sends its task to its ladder's next strategy, the fleet goes on", SAME),
     "AGENT_STALE": Ends("", "run-phase: stuck (stale heartbeat); the tree killed, the loop goes on"),
     "AGENT_OVERTIME": Ends("", "run-phase: over the runtime cap; the tree killed, the loop goes on"),
     "INTERRUPTED_HUP": Ends("interrupted by SIGHUP (the terminal closed; ignored under `nohup`)", "interrupted",

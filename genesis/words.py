@@ -32,7 +32,8 @@ WAIT_LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "brea
 WINDOW_LABELS = {"stale": "the stale window (no heartbeat)", "tool_silent": "the tool-silent window",
                  "tool_busy": "the tool-busy maximum, then the stale window", "runtime": "the runtime cap",
                  "first_event": "the first-event window (no output since its start)",
-                 "result_exit": "the result-exit window (its result written, it did not exit)"}
+                 "result_exit": "the result-exit window (its result written, it did not exit)",
+                 "wakeup": "its scheduled wake-up, due and past the margin (it never came)"}
 
 
 # Terminal control sequences: CSI (ESC [ or 0x9b) with its parameters; OSC, DCS, SOS, PM and

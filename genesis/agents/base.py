@@ -138,6 +138,8 @@ class OutputReader:
     result_at: float | None = None  # when its final result was read (the watcher's monotonic clock), while no
     #                                 turn has started since; None: no result yet
     background: tuple[str, ...] = ()  # the work it left running in the background (commands, sub-agents), by name
+    wakeup_at: float | None = None  # when the wake-up it scheduled itself is due (the watcher's monotonic clock);
+    #                                 None: none pending
     speaks_first = False           # its output starts within seconds, before any model call (a silent start is a hang)
 
     def feed(self, line: str) -> list[str]:

@@ -213,7 +213,8 @@ def _incident(e: Mapping[str, Any], name: str, where: str, run: Run) -> Draft:
 # The window that ended a phase (recorded with the phase's end and its incident), in words.
 WINDOWS = {"stale": "no sign of life for its stale window", "tool_silent": "a tool call silent past its window",
            "tool_busy": "one tool call running past its limit", "runtime": "over its runtime cap",
-           "first_event": "nothing at all from it since its start"}
+           "first_event": "nothing at all from it since its start",
+           "wakeup": "a wake-up it scheduled itself never came"}
 KIND_WHY = {"stuck": "no heartbeat for the stale window", "wedged": "a doom loop", "overtime": "over its runtime cap"}
 
 

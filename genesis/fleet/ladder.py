@@ -7,7 +7,10 @@ max_failed_tasks escalations while a strategy is left; then the task fails perma
 
 The decision is a function of the task's retry history, read from the fleet ledger: a
 monitor started again continues the ladder where it was. Only attempts that ended
-"failed" climb it: a usage limit, an outage or a stop never spends a restart.
+"failed" climb it: a usage limit, an outage or a stop never spends a restart. An attempt that
+ended with POLICY_REFUSED (the model's safeguards refused the task's request, which the same
+agent would be refused again) spends no restart either: it goes straight to the next strategy
+whose agent command differs from the refused one (its restarts would be refused alike).
 
 Workflow code: the fleet on Temporal runs this module inside its workflows
 (`temporal/workflows.py`), replayed from their histories. A change to what it decides is a
@@ -21,6 +24,7 @@ import math
 import shlex
 from dataclasses import dataclass
 
+from genesis import exitcodes
 from genesis.config import Config
 from genesis.durations import written
 from genesis.fleet.ledger import TERMINAL, Attempt, TaskRow
@@ -77,11 +81,23 @@ class LadderPolicy:
     backoff_first: float
     strategies: int                          # how many strategies there are (index 0 included)
     backoff_cap: float = BACKOFF_CAP
+    agents: tuple[str, ...] = ()             # each strategy's agent command (a refusal skips the same one);
+                                             # (): unknown, a refusal goes to the next strategy
+
+
+def refusal_target(current: int, policy: LadderPolicy) -> int | None:
+    """The strategy a refused task escalates to: the next one whose agent differs from the
+    current's (the next one when the agents are unknown); None: no strategy left."""
+    for index in range(current + 1, policy.strategies):
+        if len(policy.agents) != policy.strategies or policy.agents[index] != policy.agents[current]:
+            return index
+    return None
 
 
 def policy_of(cfg: Config) -> LadderPolicy:
+    found = strategies(cfg)
     return LadderPolicy(cfg.fleet_max_task_restarts, cfg.fleet_max_failed_tasks, cfg.fleet_restart_backoff,
-                        len(strategies(cfg)))
+                        len(found), agents=tuple(shlex.join(s.agent_cmd or cfg.agent_cmd) for s in found))
 
 
 @dataclass(frozen=True)
@@ -122,6 +138,8 @@ def next_rung(row: TaskRow, history: list[Attempt], policy: LadderPolicy, now: f
         return Rung("none", row.strategy, math.inf, f"attempt {last.attempt} ended {last.outcome}", row.restarts,
                     row.escalations)
     ended = f"attempt {last.attempt} failed" + (f" (exit {last.exit_code})" if last.exit_code is not None else "")
+    if last.exit_code == exitcodes.POLICY_REFUSED:  # no exit 37 existed before: older histories replay alike
+        return _after_refusal(row, last, policy, escalations, restarts, since)
     if restarts < policy.max_task_restarts:
         n = restarts + 1
         return Rung("restart", row.strategy, since + backoff(n, policy),
@@ -134,3 +152,18 @@ def next_rung(row: TaskRow, history: list[Attempt], policy: LadderPolicy, now: f
            else "no strategy left to escalate to")
     return Rung("fail", row.strategy, since, f"{ended} after {restarts} restarts; {why}: failed permanently",
                 restarts, escalations)
+
+
+def _after_refusal(row: TaskRow, last: Attempt, policy: LadderPolicy, escalations: int, restarts: int,
+                   since: float) -> Rung:
+    """A policy refusal: the next strategy with another agent, at once; none left: failed for good."""
+    ended = f"attempt {last.attempt} was refused by the model's safeguards (exit {last.exit_code})"
+    target = refusal_target(row.strategy, policy)
+    if target is not None and escalations < policy.max_failed_tasks:
+        return Rung("escalate", target, since, f"{ended}: the same agent would be refused again; escalation "
+                    f"{escalations + 1} of {policy.max_failed_tasks} (strategy {target}, another agent)", 0,
+                    escalations + 1)
+    why = (f"{policy.max_failed_tasks} escalations spent" if escalations >= policy.max_failed_tasks
+           else "no strategy with another agent is left")
+    return Rung("fail", row.strategy, since, f"{ended}; {why}: failed permanently (another model or CLI, or "
+                f"rephrase the task)", restarts, escalations)

@@ -21,7 +21,8 @@ SIGNAL_CODES = frozenset({exitcodes.INTERRUPTED_HUP, exitcodes.INTERRUPTED_INT, 
 # a child's preflight also says 2 for what is its own worktree's (leftovers of a killed attempt),
 # so a 2 climbs that task's ladder like any abnormal end. 22: every child runs the same agent
 # command on the same account (a refused login, billing, model or tool permission); 36: a limit
-# weeks away binds every child of the account.
+# weeks away binds every child of the account. Not 37: a refusal by the model's safeguards is
+# its task's own request; that task goes to its ladder's next strategy (ladder.next_rung).
 FLEET_STOPPING = frozenset({exitcodes.UNTRUSTED_COMMAND, exitcodes.SANDBOX_UNAVAILABLE, exitcodes.DISK_FULL,
                             exitcodes.AGENT_FATAL, exitcodes.LIMIT_FAR})
 CEILINGS = frozenset({exitcodes.MAX_RUNTIME, exitcodes.MAX_COST})
@@ -46,6 +47,9 @@ def outcome_of(exit_code: int | None, verified: bool, stopping: bool, signalled:
         return Verdict("limit", reason=why or "a usage limit resets later than GENESIS_MAX_LIMIT_WAIT")
     if exit_code == exitcodes.API_OUTAGE:
         return Verdict("outage", reason=why or "an API outage outlasted GENESIS_MAX_OUTAGE_MINUTES")
+    if exit_code == exitcodes.POLICY_REFUSED:  # its task's own: another agent may do it, the fleet goes on
+        return Verdict("failed", reason=why or "the model's safeguards refused its task: its next strategy "
+                                               "(another agent) tries it")
     if exit_code in FLEET_STOPPING:
         return Verdict("config", exit_code, why or f"exit {exit_code}: it would stop every child the same way")
     if exit_code == exitcodes.MONITOR_LOST:  # no failure of its task: it stopped for another machine

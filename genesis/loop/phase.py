@@ -19,7 +19,7 @@ from genesis.agents.models import model_of
 from genesis.config import read_prompt
 from genesis.health.toollog import tool_log_path
 from genesis.ledger.store import WATCH_TIMEOUT, LedgerError
-from genesis.loop import ceilings, keyedtries, lostloop, recovery, startfail, taskcheck, waiting
+from genesis.loop import ceilings, keyedtries, lostloop, recovery, refusal, startfail, taskcheck, waiting
 from genesis.loop.ending import commit_message, describe, how_it_ended, reported, said_done
 from genesis.loop.commitfail import commit_failed, lock_removed
 from genesis.loop.guard import HookRemoved, heal
@@ -315,11 +315,8 @@ def _act_on(step: Step, phase: Phase, iteration: int, outcome: Outcome, ending: 
                                   who=(attempt.adapter, attempt.adapter.account(attempt.env)))
     if ending == "outage":
         return waiting.plan_outage(step, end.api_error, phase.name, iteration, time.time())
-    if ending == "refused":  # the same request would be refused again: no retry of the same agent
-        step.say(f"{phase.name}: the model's safeguards refused the request and the CLI tried no other model: "
-                 f"{end.api_error.message}. Retrying the same agent would be refused again; stopping. Restart with "
-                 f"another model or CLI (GENESIS_AGENT_CMD), or rephrase the task", "error")
-        return exitcodes.AGENT_FATAL
+    if ending == "refused":  # the same request would be refused again: only another agent may try it
+        return refusal.act_on_refusal(step, phase.name, iteration, end.api_error.message, attempt.base)
     if ending == "fatal":
         err = end.api_error
         if err.code == PERMISSION_REFUSED:  # the agent command's configuration: its message says the fix

@@ -16,8 +16,13 @@ Some hangs need no general window to be told apart (docs/concepts/silences.md):
   (no background command or sub-agent and its processes quiet for the window, or only
   background work whose processes are silent): the phase's work is done, so it ends as done,
   not stuck.
+- `wakeup`: its turn ended (its result read) waiting for a wake-up it scheduled itself, and the
+  wake-up has not come by its due time plus WAKEUP_MARGIN: nothing will wake it.
 Work the CLI runs in the background (a command, a sub-agent) is judged as the tool it is: while
 its processes work, the stale window waits (up to the tool-busy maximum), as for a busy tool.
+A scheduled wake-up is waited for, once the turn has ended, until it is due plus the margin: a
+silence by design, which holds the windows only while the turn is over (a wake-up scheduled by
+a turn that then hangs holds nothing).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ __all__ = ["Rules", "Judgement", "Observation", "State", "End", "Verdict", "begi
            "WOULD_KEPT"]
 
 WOULD_KEPT = 20  # warn-only mode: the newest would-be kills kept for the phase's outcome
+WAKEUP_MARGIN = 60.0  # a scheduled wake-up may fire this late (the CLI's queue, a loaded machine)
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,7 @@ class Rules:
     iteration: int = 0
     first_event_after: float = 0.0  # nothing on its output and no heartbeat this long from the start: hung (0: off)
     result_exit_after: float = 0.0  # its final result read and no work of its own left this long: done (0: off)
+    wakeup_margin: float = WAKEUP_MARGIN  # a wake-up it scheduled is waited for until due plus this
 
     @property
     def deadline(self) -> float:
@@ -94,6 +101,12 @@ class Observation:
     own: float = 0.0               # seconds since the previous check spent in the watcher's own work
     result_at: float | None = None  # when its final result was read (monotonic; None: none, or a turn began since)
     background: tuple[str, ...] = ()  # the work it runs in the background (commands, sub-agents), by name
+    wakeup_at: float | None = None  # when the wake-up it scheduled itself is due (monotonic; None: none pending)
+
+    @property
+    def waits_to_wake(self) -> bool:
+        """Its turn is over and it waits, idle by design, for the wake-up it scheduled."""
+        return self.result_at is not None and self.wakeup_at is not None
 
 
 @dataclass(frozen=True)
@@ -111,6 +124,7 @@ class State:
     bg_since: float | None = None  # monotonic: background work in flight since (None: none)
     bg_active: float = 0.0         # monotonic: its processes last worked
     worked: float | None = None    # monotonic: its processes last worked after its result (None: not since)
+    wake_said: float | None = None  # the due time of the wake-up said to be waited for (None: none said)
 
 
 @dataclass(frozen=True)
@@ -175,6 +189,14 @@ def decide(rules: Rules, state: State, obs: Observation) -> tuple[State, Verdict
     notes += said
     if bg_until is not None:
         busy_until = max(busy_until or bg_until, bg_until)
+    asleep = obs.waits_to_wake and now < obs.wakeup_at + rules.wakeup_margin  # on purpose, until it is due
+    if asleep:
+        busy_until = max(busy_until or now, now)
+        if state.wake_said != obs.wakeup_at:
+            state = replace(state, wake_said=obs.wakeup_at)
+            notes.append(f"its turn is over and it waits for the wake-up it scheduled, due in "
+                         f"{max(0.0, obs.wakeup_at - now):.0f}s: asleep on purpose, not stuck, until then plus "
+                         f"{rules.wakeup_margin:g}s")
     window, seen = watchdog.check(state.window, beat.epoch if beat is not None else None, now, obs.wall,
                                   grew and rules.count_output, hold=obs.disk_full, busy_until=busy_until,
                                   own=obs.own)
@@ -184,7 +206,7 @@ def decide(rules: Rules, state: State, obs: Observation) -> tuple[State, Verdict
         stuck = _hang_class(rules, state, obs, beat)
     if stuck is not None and stuck.status == "done" and rules.enforce:
         return state, Verdict(tuple(notes), _health(rules, state, obs, beat, seen.idle, tool, None,
-                                                    api_busy=api_until is not None), end=stuck)
+                                                    api_busy=api_until is not None or asleep), end=stuck)
     if stuck is None and tool.stuck:
         stuck = End("stuck", now - state.tools.last_active, "; ".join([tool.stuck, *dict.fromkeys(state.tampered)]),
                     window="tool_silent")
@@ -194,7 +216,7 @@ def decide(rules: Rules, state: State, obs: Observation) -> tuple[State, Verdict
                     window="tool_busy" if busy else "stale")
     if stuck is not None and stuck.status == "stuck" and judged.flying:
         stuck = replace(stuck, detail=f"{stuck.detail}; the tool in flight: {judged.flying}")
-    health = _health(rules, state, obs, beat, seen.idle, tool, stuck, api_busy=api_until is not None)
+    health = _health(rules, state, obs, beat, seen.idle, tool, stuck, api_busy=api_until is not None or asleep)
     warning = ""
     if stuck is not None:
         if rules.enforce:
@@ -256,6 +278,13 @@ def _hang_class(rules: Rules, state: State, obs: Observation, beat: Heartbeat | 
             and since >= rules.first_event_after):
         return End("stuck", since, f"no first event in {rules.first_event_after:g}s: nothing on its output and no "
                                    f"heartbeat since it started (hung at start-up)", window="first_event")
+    if obs.waits_to_wake:
+        late = now - obs.wakeup_at
+        if late < rules.wakeup_margin:
+            return None
+        return End("stuck", now - obs.result_at, f"scheduled wake-up did not come: it was due {late:.0f}s ago "
+                                                  f"(margin {rules.wakeup_margin:g}s) and nothing else will wake it",
+                   window="wakeup")
     if not rules.result_exit_after or obs.result_at is None:
         return None
     after = now - obs.result_at

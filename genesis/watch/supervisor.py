@@ -41,7 +41,8 @@ from genesis.sandbox.box import Box
 from genesis.watch.agentlog import MIN_LOG_BYTES, AgentLog, OutputPump, Transcriber, grow_pipe
 from genesis.watch.cmdline import header_line, misfit, prompt_problem, too_big
 from genesis.watch.companion import look
-from genesis.watch.decide import End, Judgement, Observation, Rules, Verdict, begin, decide, this_runs
+from genesis.watch.decide import (WAKEUP_MARGIN, End, Judgement, Observation, Rules, Verdict, begin, decide,
+                                   this_runs)
 from genesis.watch.heartdir import clear_planted, disk_full
 from genesis.watch.waits import STOP_SIGNALS, ExitWait, SignalWait, deafen, honoured
 
@@ -91,6 +92,7 @@ class Limits:
     hookless: bool = False         # a CLI without hooks: its processes' work is a sign of life too
     first_event_after: float = 0.0  # nothing on its output and no heartbeat this long from the start: hung (0: off)
     result_exit_after: float = 0.0  # its final result read and no work of its own left this long: done (0: off)
+    wakeup_margin: float = WAKEUP_MARGIN  # a wake-up it scheduled itself is waited for until due plus this
 
     def __post_init__(self) -> None:
         if self.log_max_bytes < MIN_LOG_BYTES:
@@ -229,7 +231,7 @@ class _Watcher:
                            count_output=lim.count_output, tool_silent=lim.tool_silent, tool_busy_max=lim.tool_busy_max,
                            hookless=lim.hookless, enforce=lim.enforce, heartbeat_dir=str(run.heartbeat.parent),
                            phase=run.phase, iteration=run.iteration, first_event_after=lim.first_event_after,
-                           result_exit_after=lim.result_exit_after)
+                           result_exit_after=lim.result_exit_after, wakeup_margin=lim.wakeup_margin)
         self.state = begin(self.rules)  # what the decision carries from one check to the next
         old = {s: signal.signal(s, _raise_once) for s in self.stops}
         outcome: Outcome | None = None
@@ -443,7 +445,8 @@ class _Watcher:
                            retry=reader.retry if reader is not None else None, hopeless=hopeless,
                            turns=reader.turns if reader is not None else None, disk_full=full, planted=planted,
                            upkeep=tuple(upkeep), result_at=reader.result_at if reader is not None else None,
-                           background=reader.background if reader is not None else ())
+                           background=reader.background if reader is not None else (),
+                           wakeup_at=reader.wakeup_at if reader is not None else None)
 
     def _counted(self, beat: Heartbeat | None) -> Heartbeat | None:
         """The newest heartbeat that counts as a sign of life: one the CLI's own hook call wrote.

@@ -525,6 +525,37 @@ def test_an_async_sub_agent_is_background_work_until_its_notification_and_its_tu
     assert partway.background == ("sub-agent Build in a sub-agent",) and partway.result_at is None
 
 
+def test_a_scheduled_wake_up_is_pending_from_its_call_to_its_fire_and_due_when_its_result_says():
+    due = records_of("wakeup.jsonl")[2]["tool_use_result"]["scheduledFor"] / 1000
+    reader, seen = StreamReader(mono=lambda: 1000.0, wall=lambda: due - 90), []
+    for line in lines_of("wakeup.jsonl"):
+        said = reader.feed(line)
+        record = json.loads(line)
+        seen.append((record.get("type"), reader.wakeup_at, reader.result_at is not None, said))
+    call, scheduled, _, first_result, fired = seen[1:6]
+    assert call[1] == 1000.0 + 60 + 60  # its delay and up to a minute, until its result says when
+    assert (scheduled[1], first_result[0], first_result[1:3]) == (1090.0, "result", (1090.0, True))
+    assert (fired[0], fired[1], fired[3]) == ("command_lifecycle", None, ["woken by its scheduled wake-up "
+                                                                          "(loop_wakeup)"])
+    assert seen[-1][1] is None and reader.ending(0).result.text == "Woken: the build is done."
+
+
+def test_a_wake_up_cancelled_or_refused_is_not_pending_and_a_sub_agents_is_not_the_runs():
+    call = tool_use("ScheduleWakeup", {"delaySeconds": 120, "reason": "r", "prompt": "p"})
+    reader, _ = read(dumps([call]), StreamReader(mono=lambda: 0.0, wall=lambda: 0.0))
+    assert reader.wakeup_at == 180.0
+    tool_id = call["message"]["content"][0]["id"]
+    refused = {"type": "user", "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": tool_id, "content": "ScheduleWakeup refused", "is_error": True}]}}
+    read(dumps([refused]), reader)
+    assert reader.wakeup_at is None
+    read(dumps([call, tool_use("ScheduleWakeup", {"stop": True})]), reader)
+    assert reader.wakeup_at is None
+    block = {"type": "tool_use", "id": "t2", "name": "ScheduleWakeup", "input": {"delaySeconds": 60}}
+    read(dumps([assistant(block, parent="toolu_agent")]), reader)
+    assert reader.wakeup_at is None
+
+
 def test_a_refusal_by_the_models_safeguards_ends_as_its_own_error_not_as_a_fatal_api_error():
     reader, transcript = read(lines_of("refusal.jsonl"))
     assert "the model refused (cyber); no other model was tried" in transcript

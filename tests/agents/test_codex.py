@@ -415,3 +415,15 @@ def beat_of(tmp_path: Path, payload: bytes) -> dict:
            "GENESIS_HEARTBEAT_FILE": str(state / "Builder.json")}
     subprocess.run(["bash", str(SCRIPT)], input=payload, env=env, check=True, timeout=10)
     return json.loads((state / "Builder.json").read_text())
+
+
+def test_it_speaks_first_and_a_completed_turn_is_its_result_until_another_starts():
+    # Measured against the stub holding every request: thread.started and turn.started come before it.
+    clock = iter(range(1000, 2000))
+    reader = CodexReader(mono=lambda: float(next(clock)))
+    assert reader.speaks_first and reader.result_at is None
+    for line in (FIXTURES / "progress.jsonl").read_text().splitlines():
+        reader.feed(line)
+    assert reader.result_at is not None and reader.ending(0).final_text
+    reader.feed(json.dumps({"type": "turn.started"}))
+    assert reader.result_at is None

@@ -289,3 +289,15 @@ def test_the_heartbeat_script_reads_each_real_payload(tmp_path, event):
     got = json.loads(beat.read_text())
     sent = json.loads(payload)
     assert (got["event"], got["tool"], got["session_id"]) == (event, sent["toolName"], sent["sessionId"])
+
+
+def test_its_json_output_speaks_first_and_its_result_line_is_the_runs_result():
+    # Measured against the stub holding every request: its session events come before its first model call.
+    reader = CopilotJsonReader(mono=lambda: 7.0, wall=lambda: NOW)
+    assert reader.speaks_first and reader.result_at is None
+    lines = (FIXTURES / "success.jsonl").read_text().splitlines()
+    for line in lines[:-1]:
+        reader.feed(line)
+    assert reader.result_at is None
+    reader.feed(lines[-1])
+    assert reader.result_at == 7.0

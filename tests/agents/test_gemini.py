@@ -326,3 +326,15 @@ def beat_of(tmp_path: Path, payload: bytes) -> dict:
            "GENESIS_HEARTBEAT_FILE": str(state / "Builder.json")}
     subprocess.run(["bash", str(SCRIPT)], input=payload, env=env, check=True, timeout=10)
     return json.loads((state / "Builder.json").read_text())
+
+
+def test_it_speaks_first_and_its_result_is_its_runs_last_record():
+    # Measured against the stub holding every request: its init record comes before its first request.
+    reader = GeminiStreamReader(Mono(), lambda: NOW)
+    assert reader.speaks_first and reader.result_at is None
+    lines = (FIXTURES / "success.log").read_text().splitlines()
+    for line in lines:
+        reader.feed(line)
+        if '"type":"result"' in line.replace(" ", ""):
+            break
+    assert reader.result_at == 100.0

@@ -18,7 +18,9 @@ default GENESIS_DONE_WHEN a night whose tasks are all done ends at that Planner 
 A test can also make the API refuse, as the real one does, for a window of time (the only
 state the stub keeps besides its record of requests): a subscriber's usage limit (`limit`,
 `limit_after`: HTTP 429 with the anthropic-ratelimit-unified-* headers), an outage
-(`outage`: 529 overloaded_error, or 500 api_error), or every request (`fail`: 401, 400 ...).
+(`outage`: 529 overloaded_error, or 500 api_error), or every request (`fail`: 401, 400 ...);
+and its safety classifier can refuse one task's phase turns to every model but one
+(`refuse_task`).
 Every request is recorded with when it came (`at`) and the status it was answered with.
 
 Run alone: python stub_api.py [PORT]   (prints the port it listens on)
@@ -104,7 +106,13 @@ SCENARIOS: dict[str, list[dict]] = {
         bash(WORK + " && echo sub > sub.txt", timeout_ms=600000, description="Build"),
         {"text": "Sub-agent: built."},
     ],
-    "refusal": [  # the API's safety classifier ends the turn: stop_reason "refusal"
+    "wakeup": [  # the model schedules its own wake-up and ends its turn; woken, it says so
+        {"tool": "ScheduleWakeup", "input": {"delaySeconds": 60, "reason": "Wait for the build",
+                                              "prompt": "The build should be done: check it."}},
+        {"text": "I will be woken to check the build."},
+        {"text": "Woken: the build is done."},  # the turn the wake-up starts (the same conversation)
+    ],
+    "refusal": [  # the API's safety classifier ends the turn: stop_reason "refusal" (not for PARAMS allow=MODEL)
         {"refuse": "I can't help with that."},
     ],
     "drop": [  # the first answer's stream stops after message_start; the connection stays open
@@ -303,6 +311,8 @@ class Handler(BaseHTTPRequestHandler):
         phase = PHASE_RE.search(first_user)
         if not found and phase:
             time.sleep(self.server.turn_delay)
+            if self.server.refuses(first_user, body.get("model", "")):
+                return self._reply(body, {"refuse": "I can't help with that."})
             return self._reply(body, play(phase.group(1), body, turn))
         if not found:
             return self._reply(body, {"text": "OK"})
@@ -310,6 +320,8 @@ class Handler(BaseHTTPRequestHandler):
         params.setdefault("cwd", re.search(r"CWD=(\S+)", first_user).group(1) if "CWD=" in first_user else ".")
         script = SCENARIOS[found.group(1)]
         step = script[min(turn, len(script) - 1)]
+        if "refuse" in step and body.get("model") == params.get("allow"):  # another model answers it
+            step = {"text": "Done by another model."}
         time.sleep(self.server.turn_delay)
         self._reply(body, fill(step, params))
 
@@ -393,6 +405,7 @@ class StubAPI(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.hangs: dict[int, float] = {}  # request number -> seconds it hangs before any answer
         self.released = threading.Event()  # set at shutdown: hung requests give up
+        self.refusing: tuple[str, str] | None = None  # (words of a task, the one model that answers it)
 
     @property
     def url(self) -> str:
@@ -431,6 +444,14 @@ class StubAPI(ThreadingHTTPServer):
         API accepted the connection and went silent: the agent waits, beating no heartbeat)."""
         with self.lock:
             self.hangs[self.counted + requests] = seconds
+
+    def refuse_task(self, words: str, allow_model: str) -> None:
+        """The safety classifier refuses every phase turn whose prompt holds `words` (a task's
+        text), asked of any model but `allow_model`, which answers it as usual."""
+        self.refusing = (words, allow_model)
+
+    def refuses(self, prompt: str, model: str) -> bool:
+        return self.refusing is not None and self.refusing[0] in prompt and model != self.refusing[1]
 
     def shutdown(self) -> None:
         self.released.set()

@@ -8,6 +8,7 @@ background work) are played by a stand-in `claude` that behaves so, and say it.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -66,6 +67,19 @@ def test_a_background_build_busy_past_the_stale_window_is_waited_for_and_the_pha
     assert e2e.leftovers() == []
 
 
+def test_an_async_sub_agent_busy_past_the_stale_window_is_the_agent_working_and_the_phase_finishes(e2e):
+    # The main turn ends at once (no result yet); the sub-agent's build works 25 s, past the 8 s stale window.
+    e2e.phase("Builder", "async_agent", seconds=25)
+    e2e.env.update(HEARTBEAT_STALE="8s", TOOL_SILENT="5s")
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: finished" in done.stdout and "Builder: stuck" not in done.stdout
+    [end] = ends(e2e)
+    assert (end["status"], end["ending"], end["duration"] > 25) == ("exited", "finished", True)
+    assert (e2e.project / "sub.txt").read_text() == "sub\n"
+    assert e2e.leftovers() == []
+
+
 def test_a_result_written_while_an_idle_background_command_holds_the_cli_ends_as_done_not_stuck(e2e):
     e2e.phase("Builder", "background_hang")
     e2e.env.update(HEARTBEAT_STALE="120s", TOOL_SILENT="3s", AGENT_RESULT_EXIT_WINDOW="5s")
@@ -80,15 +94,46 @@ def test_a_result_written_while_an_idle_background_command_holds_the_cli_ends_as
     assert e2e.leftovers() == []
 
 
-def test_a_refusal_by_the_models_safeguards_ends_the_phase_as_refused_and_stops_the_loop(e2e, stub):
+def test_a_wake_up_the_model_scheduled_is_waited_for_past_the_windows_and_the_woken_turn_finishes_the_phase(e2e):
+    # ScheduleWakeup (60 s, due at the next whole minute): the CLI writes its result and waits, idle, with no
+    # hook and no output, then runs the woken turn. Past the stale (20 s) and result-exit (5 s) windows.
+    e2e.phase("Builder", "wakeup")
+    e2e.env.update(HEARTBEAT_STALE="20s", AGENT_RESULT_EXIT_WINDOW="5s", TOOL_SILENT="5s")
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    assert "its turn is over and it waits for the wake-up it scheduled, due in" in done.stdout
+    assert "Builder: stuck" not in done.stdout and "result written, process did not exit" not in done.stdout
+    [end] = ends(e2e)
+    assert (end["status"], end["ending"], end["result"]) == ("exited", "finished", "Woken: the build is done.")
+    assert end["duration"] > 60
+    assert e2e.leftovers() == []
+
+
+def test_a_refusal_by_the_models_safeguards_ends_the_phase_as_refused_and_the_loop_with_37(e2e, stub):
     e2e.phase("Builder", "refusal")
     done, _ = e2e.run("--max-iterations", "3")
-    assert done.returncode == exitcodes.AGENT_FATAL, done.stdout
+    assert done.returncode == exitcodes.POLICY_REFUSED, done.stdout
+    assert "no fallback agent is set (GENESIS_FALLBACK_AGENT_CMD)" in done.stdout
     assert "Builder: refused by the model's safeguards: API Error: Opus 4.8's safeguards flagged" in done.stdout
     assert "Retrying the same agent would be refused again" in done.stdout
     [end] = ends(e2e)  # not retried
     assert (end["ending"], end["api_error"]["code"]) == ("refused", "refusal")
     assert len(stub.messages()) == 3  # the CLI's own: the refused turn, once more, its fallback model
+
+
+def test_a_refusal_is_retried_with_the_fallback_agent_another_model_which_finishes_the_phase(e2e, stub, claude):
+    e2e.phase("Builder", "refusal", allow="claude-haiku-4-5")
+    e2e.env["GENESIS_FALLBACK_AGENT_CMD"] = f"{claude} --model claude-haiku-4-5 {FLAGS}"
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    assert "The same agent would be refused again; the fallback agent" in done.stdout
+    first, second = ends(e2e)
+    assert (first["ending"], first["api_error"]["code"]) == ("refused", "refusal")
+    assert (second["ending"], second["result"]) == ("finished", "Done by another model.")
+    [retry] = [e for e in events_of(e2e.project) if e["event"] == "retry"]
+    assert retry["type"] == "refused" and "claude-haiku-4-5" in retry["new_cmd"]
+    builder = [r["body"]["model"] for r in stub.messages() if "SCENARIO: refusal" in json.dumps(r["body"])]
+    assert builder[-1] == "claude-haiku-4-5" and "claude-haiku-4-5" not in builder[:3]  # refused 3 times first
 
 
 def test_a_limit_weeks_away_ends_the_night_with_exit_36_and_the_date(e2e, stub):

@@ -134,3 +134,19 @@ def test_a_usage_limit_that_resets_now_is_waited_out_and_the_phase_runs_again(e2
     ended = [(e["phase"], e.get("ending")) for e in events_of(e2e.project) if e["event"] == "phase_end"]
     assert ended[0] == ("Builder", "limit"), ended
     assert e2e.leftovers() == []
+
+
+def test_an_api_that_never_answers_is_no_silent_start_codex_spoke_first_and_the_stale_window_judges(e2e, stub):
+    """The stub holds every request: Codex prints thread.started and turn.started before its request,
+    so its silence is not a hang at start-up (the first-event window, 15 s here, does not fire): the
+    stale window, which cannot tell a held request from a model that thinks, ends it."""
+    stub.hold()
+    e2e.phase("Builder", "progress")
+    e2e.env.update(PHASE_RETRIES="0", AGENT_FIRST_EVENT_WINDOW="15s", HEARTBEAT_STALE="40s",
+                   PHASE_Planner_TRIGGER="never")
+    done, _ = e2e.run("--max-iterations", "1")
+    ended = [e for e in events_of(e2e.project) if e["event"] == "phase_end" and e["phase"] == "Builder"]
+    assert [(e["status"], e["window"]) for e in ended] == [("stuck", "stale")], done.stdout
+    assert "no first event" not in done.stdout and ended[0]["duration"] >= 40
+    assert [r["status"] for r in stub.requests if r["path"].endswith("/responses")][:1] == [0]  # held, unanswered
+    assert e2e.leftovers() == []

@@ -100,3 +100,42 @@ def test_a_refused_tool_permission_stops_the_fleet_launching_with_the_fix_no_bre
         assert {e.detail["exit_code"] for e in ends} == {exitcodes.AGENT_FATAL}
         assert all(fix in e.detail["reason"] for e in ends) and {e.detail["outcome"] for e in ends} == {"config"}
         assert len(launches) == len(ends) <= 2 and not led.events("restart") and not led.events("failed_permanently")
+
+
+def test_a_policy_refusal_of_one_task_sends_it_to_its_next_strategy_and_the_fleet_goes_on(claude, fast_stub,
+                                                                                         tmp_path):
+    """The model's safeguards refuse one task's request, to every model but one. Its child ends
+    with 37 (no fallback agent of its own); its task goes at once, no restart spent, to its
+    ladder's next strategy, another model, which does it; the other task is never held up, and
+    the fleet ends with 0, every task home."""
+    project = new_repo(tmp_path / "project")
+    refused, other = "Write the port scanner", "Log each request"
+    plan_night(project, [refused, other])
+    fast_stub.refuse_task(refused, allow_model="claude-haiku-4-5")
+    another = "claude -p --model claude-haiku-4-5 --dangerously-skip-permissions"
+    env = night_env(fast_stub, GENESIS_FLEET_ESCALATION=another, GENESIS_FLEET_STAGGER_SECONDS="0.5",
+                    GENESIS_FLEET_CHECK_SECONDS="0.5", GENESIS_FLEET_MEMORY_FLOOR_MB="0")
+    fleet = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--parallel", "2", "--set",
+                              "GENESIS_MAX_ITERATIONS=4"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out = fleet.communicate(timeout=400)[0]
+    except subprocess.TimeoutExpired:  # never leave a fleet behind
+        os.killpg(fleet.pid, signal.SIGTERM)
+        out = fleet.communicate(timeout=150)[0]
+        pytest.fail(f"the fleet did not end: {out[-4000:]}")
+    assert fleet.returncode == exitcodes.OK, out[-4000:]
+    assert "the fleet launches nothing more" not in out
+    with FleetLedger.open(state_dir_of(project) / "fleet" / "ledger.sqlite3", readonly=True) as led:
+        rows = {r.text: r for r in led.tasks()}
+        assert {t: rows[t].state for t in (refused, other)} == {refused: "merged", other: "merged"}
+        tries = [(a.kind, a.agent, a.exit_code, a.outcome) for a in led.attempts(rows[refused].id)]
+        assert [a.attempt for a in led.attempts(rows[other].id)] == [1]
+        ends = [e.detail for e in led.events("child_end") if e.task_id == rows[refused].id]
+    assert [(kind, code, outcome) for kind, _agent, code, outcome in tries] == [
+        ("start", exitcodes.POLICY_REFUSED, "failed"), ("escalate", 0, "verified")], tries
+    assert "haiku" not in tries[0][1] and tries[1][1] == another
+    assert ends[0]["exit_code"] == exitcodes.POLICY_REFUSED and "safeguards" in ends[0]["reason"], ends
+    asked = [(r["body"].get("model"), refused in json.dumps(r["body"])) for r in fast_stub.messages()]
+    assert any(mine and model != "claude-haiku-4-5" for model, mine in asked)  # it was refused there
+    assert all(f"- [x] {t}" in git(project, "show", "HEAD:TASKS.md") for t in (refused, other))

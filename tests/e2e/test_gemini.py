@@ -142,3 +142,18 @@ def test_a_quota_wait_inside_the_cli_is_waited_on_not_stuck(e2e, stub):
     assert (e2e.project / "hello.txt").exists()
     ended = [e for e in events_of(e2e.project) if e["event"] == "phase_end"]
     assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "exited")]
+
+
+def test_an_api_that_never_answers_is_no_silent_start_gemini_spoke_first_and_the_stale_window_judges(e2e, stub):
+    """The stub holds every request: Gemini CLI prints its init record before its request (seconds
+    after its start, which launches Node twice), so the first-event window (30 s here) does not
+    fire; the stale window ends it."""
+    stub.hold()
+    e2e.phase("Builder", "progress")
+    e2e.env.update(PHASE_RETRIES="0", AGENT_FIRST_EVENT_WINDOW="30s", HEARTBEAT_STALE="45s")
+    done, _ = e2e.run("--max-iterations", "1")
+    ended = [e for e in events_of(e2e.project) if e["event"] == "phase_end" and e["phase"] == "Builder"]
+    assert [(e["status"], e["window"]) for e in ended] == [("stuck", "stale")], done.stdout
+    assert "no first event" not in done.stdout and ended[0]["duration"] >= 45
+    assert stub.requests and {r["status"] for r in stub.requests} == {0}  # every request held, unanswered
+    assert e2e.leftovers() == []

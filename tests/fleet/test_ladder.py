@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from genesis import exitcodes
 from genesis.config import ConfigError, resolve
 from genesis.fleet.ladder import (LadderPolicy, Strategy, backoff, child_settings, next_rung, policy_of,
                                   strategies)
@@ -145,6 +146,47 @@ def test_a_running_or_verified_task_is_not_on_the_ladder(led):
     assert next_rung(led.task(TASK), [other, *led.attempts(TASK)], POLICY, 4.0).action == "none"
 
 
+REFUSED = exitcodes.POLICY_REFUSED
+
+
+def test_a_policy_refusal_goes_at_once_to_the_next_strategy_with_another_agent(led):
+    # configured, longer (the same agent: it would be refused alike), then another CLI.
+    policy = LadderPolicy(3, 3, backoff_first=10, strategies=3, agents=("claude -p", "claude -p", "codex exec"))
+    monitor = Monitor(led, policy, policy.agents)
+    rung = monitor.end(monitor.launch("start", "queued"), REFUSED, "failed")
+    assert (rung.action, rung.strategy, rung.restarts, rung.escalations) == ("escalate", 2, 0, 1)
+    assert rung.not_before == monitor.now  # no backoff: the same request is not asked again
+    assert "refused by the model's safeguards (exit 37)" in rung.reason and "another agent" in rung.reason
+    attempt = monitor.launch("escalate", rung.reason)
+    assert attempt.agent == "codex exec"
+    # The other agent fails as any attempt does: restarts first, as the ladder says.
+    assert monitor.end(attempt, 1, "failed").action == "restart"
+
+
+def test_a_policy_refusal_with_no_other_agent_left_fails_the_task_for_good(led):
+    policy = LadderPolicy(3, 3, backoff_first=10, strategies=2, agents=("claude -p", "claude -p"))
+    monitor = Monitor(led, policy, policy.agents)
+    rung = monitor.end(monitor.launch("start", "queued"), REFUSED, "failed")
+    assert (rung.action, rung.restarts) == ("fail", 0)
+    assert "no strategy with another agent is left" in rung.reason and "rephrase the task" in rung.reason
+    assert led.task(TASK).state == "failed"
+
+
+def test_a_policy_refusal_of_the_last_agent_or_past_the_escalations_fails_the_task(led):
+    policy = LadderPolicy(3, 1, backoff_first=10, strategies=3, agents=("a", "b", "c"))
+    monitor = Monitor(led, policy, policy.agents)
+    assert monitor.end(monitor.launch("start", ""), REFUSED, "failed").strategy == 1
+    rung = monitor.end(monitor.launch("escalate", ""), REFUSED, "failed")
+    assert rung.action == "fail" and "1 escalations spent" in rung.reason
+
+
+def test_a_policy_refusal_with_the_agents_unknown_goes_to_the_next_strategy(led):
+    # The fleet on Temporal builds its policy from the ladder's spec, without the agents.
+    monitor = Monitor(led, POLICY, ("claude -p", "codex exec"))
+    rung = monitor.end(monitor.launch("start", ""), REFUSED, "failed")
+    assert (rung.action, rung.strategy) == ("escalate", 1)
+
+
 def test_the_backoff_doubles_up_to_its_cap():
     policy = LadderPolicy(3, 3, backoff_first=100, strategies=1)
     assert [backoff(n, policy) for n in (1, 2, 3, 4)] == [100, 200, 300, 300]
@@ -159,7 +201,9 @@ def test_the_strategies_come_from_the_agent_the_fallback_and_the_escalation_list
     assert [(s.name, s.agent_cmd, s.window_factor) for s in strategies(cfg)] == [
         ("configured", None, 1.0), ("fallback", ("codex", "exec", "--full-auto"), 1.0), ("longer", None, 2.0),
         ("gemini -m 'pro 2' -y", ("gemini", "-m", "pro 2", "-y"), 1.0)]
-    assert policy_of(cfg) == LadderPolicy(3, 3, 10.0, 4)
+    assert policy_of(cfg) == LadderPolicy(3, 3, 10.0, 4, agents=(
+        "claude -p --dangerously-skip-permissions", "codex exec --full-auto",
+        "claude -p --dangerously-skip-permissions", "gemini -m 'pro 2' -y"))
     longer = child_settings(strategies(cfg)[2], cfg)
     assert longer == {"HEARTBEAT_STALE": "30m", "AGENT_MAX_RUNTIME": "90m", "TOOL_SILENT": "10m"}
     assert child_settings(strategies(cfg)[3], cfg) == {"GENESIS_AGENT_CMD": "gemini -m 'pro 2' -y"}

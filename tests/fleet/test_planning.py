@@ -22,6 +22,7 @@ MB = 1 << 20
     (6, False, False, False, "config", 6),
     (22, False, False, False, "config", 22),          # a refused login or tool permission: every child alike
     (36, False, False, False, "config", 36),          # a limit weeks away binds every child of the account
+    (37, False, False, False, "failed", None),         # a policy refusal is its task's own: its ladder
     (23, False, False, False, "stopped", 23),          # a ceiling: nothing more launches
     (24, False, False, False, "stopped", 24),
     (34, False, False, False, "stopped", None),        # its monitor was gone: no failure, nothing else stops

@@ -341,3 +341,45 @@ def test_warn_only_mode_does_not_end_a_run_that_wrote_its_result():
     _, verdicts = replay(r, [at(t, beat=beat(4), received=500, result_at=5.0) for t in range(5, 200)])
     assert all(v.end is None for v in verdicts)
     assert any("would kill" in v.warning for v in verdicts)
+
+
+# --- a wake-up the CLI scheduled itself ---------------------------------------------------------
+
+def test_a_scheduled_wake_up_is_waited_for_past_every_window_until_it_comes():
+    # The turn ends at t=5 with its result; the wake-up is due at t=400, fires at t=420 (late, in the margin).
+    r = rules(stale_after=10.0, result_exit_after=30.0, tool_silent=5.0)
+    asleep = [at(t, beat=beat(4, "Stop", ""), received=500, result_at=5.0, wakeup_at=400.0) for t in range(5, 420)]
+    woken = [at(t, beat=beat(t, "UserPromptSubmit", ""), received=900) for t in range(420, 440)]
+    _, verdicts = replay(r, asleep + woken)
+    assert all(v.end is None for v in verdicts)
+    assert verdicts[200].health.classification == "healthy"  # not slow, not stuck: asleep on purpose
+    said = [n for v in verdicts for n in v.notes if "wake-up" in n]
+    assert said == ["its turn is over and it waits for the wake-up it scheduled, due in 395s: asleep on purpose, "
+                    "not stuck, until then plus 60s"]
+
+
+def test_a_scheduled_wake_up_that_never_comes_is_stuck_at_its_due_time_plus_the_margin():
+    r = rules(stale_after=10.0, result_exit_after=30.0, tool_silent=5.0, wakeup_margin=60.0)
+    _, verdicts = replay(r, [at(t, beat=beat(4, "Stop", ""), received=500, result_at=5.0, wakeup_at=400.0)
+                             for t in range(5, 1000)])
+    end = verdicts[-1].end
+    assert (end.status, end.window, 5 + len(verdicts) - 1) == ("stuck", "wakeup", 460)
+    assert end.detail == ("scheduled wake-up did not come: it was due 60s ago (margin 60s) and nothing else will "
+                          "wake it")
+
+
+def test_a_wake_up_scheduled_by_a_turn_that_then_hangs_holds_no_window():
+    # No result: the turn did not end, so the wake-up is no reason for its silence.
+    r = rules(stale_after=10.0)
+    _, verdicts = replay(r, [at(t, beat=beat(4), received=500, wakeup_at=400.0) for t in range(5, 1000)])
+    _, without = replay(r, [at(t, beat=beat(4), received=500) for t in range(5, 1000)])
+    assert (verdicts[-1].end.window, len(verdicts)) == ("stale", len(without)) and len(without) < 15
+
+
+def test_a_woken_turn_that_hangs_is_stuck_one_stale_window_after_it_woke():
+    r = rules(stale_after=10.0, result_exit_after=30.0)
+    asleep = [at(t, beat=beat(4, "Stop", ""), received=500, result_at=5.0, wakeup_at=100.0) for t in range(5, 100)]
+    hung = [at(t, beat=beat(4, "Stop", ""), received=500) for t in range(100, 400)]  # woken, then nothing
+    _, verdicts = replay(r, asleep + hung)
+    end = verdicts[-1].end
+    assert (end.status, end.window, 5 + len(verdicts) - 1) == ("stuck", "stale", 110)

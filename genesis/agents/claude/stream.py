@@ -43,6 +43,8 @@ FATAL_CODES = {"authentication_failed", "oauth_org_not_allowed", "account_on_hol
 NO_ANSWER = {"connection_failed", "no_response", "stream_idle_timeout", "computer_slept"}
 # Its tasks (a command or a sub-agent it tracks), as stream-json reports them.
 TASK_EVENTS = {"task_started", "task_updated", "task_notification"}
+WAKEUP_TOOL = "ScheduleWakeup"  # the model schedules its own wake-up: the session waits, idle, until it fires
+WAKEUP_DELAYS = (60.0, 3600.0)  # the delays the CLI accepts (it clamps any other into them)
 AGENT_TOOLS = {"Agent", "Task"}  # the sub-agent tool's names (Task before 2.1)
 # The CLI's own words when its stream watchdog dropped an answer that had shown nothing: it asks
 # the model again with this synthetic message (and may end with an empty `success` after it).
@@ -81,6 +83,9 @@ class StreamReader(OutputReader):
         self._refusal: dict[str, Any] | None = None    # the model refused and no other model was tried
         self._dead_streams = 0                         # answers that came to nothing (the CLI's watchdog)
         self.result_at: float | None = None
+        self._wakeups: set[str] = set()                # tool_use ids of the main agent's ScheduleWakeup calls
+        self._wakeup: float | None = None              # the wake-up it scheduled, due at (epoch; None: none)
+        self.wakeup_at: float | None = None            # the same on the monotonic clock
 
     def feed(self, line: str) -> list[str]:
         if len(line) > MAX_LINE_BYTES // 4:
@@ -106,6 +111,8 @@ class StreamReader(OutputReader):
             self._refusal = record
             return [one_line(f"the model refused ({text(record.get('api_refusal_category')) or 'no category'}); "
                              f"no other model was tried")]
+        if kind == "command_lifecycle":
+            return self._lifecycle(record)
         if kind == "system" and subtype == "init":
             self.result_at = None  # a new turn (a background task's end woke the model)
             return [one_line(f"session {text(record.get('session_id'))}: model {text(record.get('model'))}")]
@@ -116,6 +123,7 @@ class StreamReader(OutputReader):
             return self._assistant(record)
         if kind == "user":
             self._unapproved_call(record)
+            self._scheduled(record)
             if record.get("isSynthetic") is True and NO_OUTPUT in block_text(
                     (record.get("message") if isinstance(record.get("message"), dict) else {}).get("content")):
                 self._dead_streams += 1
@@ -186,8 +194,48 @@ class StreamReader(OutputReader):
             elif block.get("type") == "tool_use":
                 if text(block.get("name")) in AGENT_TOOLS:
                     self._agents.add(text(block.get("id")))
+                if text(block.get("name")) == WAKEUP_TOOL and main:
+                    self._schedule_call(block)
                 lines.append(tool_line(text(block.get("name")), block.get("input")))
         return lines
+
+    def _schedule_call(self, block: dict[str, Any]) -> None:
+        """A ScheduleWakeup call: `stop` cancels the pending wake-up; else it is due at about its
+        delay, clamped as the CLI clamps it, and rounded up to the next minute (its result says when)."""
+        given = block.get("input") if isinstance(block.get("input"), dict) else {}
+        if given.get("stop") is True:
+            self._set_wakeup(None)
+            return
+        self._wakeups.add(text(block.get("id")))
+        delay = min(max(number(given.get("delaySeconds")) or WAKEUP_DELAYS[0], WAKEUP_DELAYS[0]), WAKEUP_DELAYS[1])
+        self._set_wakeup(self.wall() + delay + 60)
+
+    def _scheduled(self, record: dict[str, Any]) -> None:
+        """The result of a ScheduleWakeup call: when its wake-up is due (`scheduledFor`, epoch ms)."""
+        message = record.get("message") if isinstance(record.get("message"), dict) else {}
+        content = message.get("content") if isinstance(message.get("content"), list) else []
+        if not any(isinstance(b, dict) and text(b.get("tool_use_id")) in self._wakeups for b in content):
+            return
+        meta = record.get("tool_use_result") if isinstance(record.get("tool_use_result"), dict) else {}
+        due = number(meta.get("scheduledFor"))
+        if due is not None:
+            self._set_wakeup(due / 1000)
+        elif any(isinstance(b, dict) and b.get("is_error") is True for b in content):
+            self._set_wakeup(None)  # refused: nothing was scheduled
+
+    def _lifecycle(self, record: dict[str, Any]) -> list[str]:
+        """A scheduled fire started: the wake-up it was set for is no longer pending (one armed
+        later, while it waited in the queue, still is)."""
+        if record.get("state") != "started" or not record.get("wakeup_source"):
+            return []
+        fired = number(record.get("scheduled_for"))
+        if self._wakeup is not None and (fired is None or fired / 1000 >= self._wakeup - 1):
+            self._set_wakeup(None)
+        return [one_line(f"woken by its scheduled wake-up ({text(record.get('wakeup_source'))})")]
+
+    def _set_wakeup(self, due: float | None) -> None:
+        self._wakeup = due
+        self.wakeup_at = None if due is None else self.mono() + (due - self.wall())
 
     def _unapproved_call(self, record: dict[str, Any]) -> None:
         """The first tool call refused for want of an approval: the run ends now (hopeless)."""

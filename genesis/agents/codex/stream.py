@@ -145,6 +145,8 @@ def reset_time(when: str, now: float, tz: dt.tzinfo | None = None) -> float | No
 class CodexReader(OutputReader):
     """One run's `--json` output: feed() each line as it comes, ending() once it is over."""
 
+    speaks_first = True  # `thread.started` and `turn.started` come within seconds, before its first API request
+
     def __init__(self, mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  tz: dt.tzinfo | None = None) -> None:
         self.mono, self.wall, self.tz = mono, wall, tz   # tz: the zone Codex writes a reset in (None: local)
@@ -155,6 +157,7 @@ class CodexReader(OutputReader):
         self.completed = False              # a turn.completed came after the last failure
         self.failure = ""                   # the message of the last turn.failed (or fatal error)
         self.tokens: dict[str, int] = {}
+        self.result_at: float | None = None  # when its turn completed (the run's last event: it exits then)
 
     def feed(self, line: str) -> list[str]:
         if len(line) > MAX_LINE_BYTES // 4:
@@ -175,11 +178,13 @@ class CodexReader(OutputReader):
             return [one_line(f"session {self.session}")]
         if kind == "turn.started":
             self.turns += 1
+            self.result_at = None
             return []
         if kind in ("item.started", "item.completed"):
             item = record.get("item")
             return self._item(kind, item) if isinstance(item, dict) else []
         if kind == "turn.completed":
+            self.result_at = self.mono()
             return [self._completed(record.get("usage"))]
         if kind == "turn.failed":
             error = record.get("error")

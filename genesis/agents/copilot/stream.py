@@ -82,6 +82,8 @@ def provider_words(message: str) -> str:
 class CopilotJsonReader(OutputReader):
     """One run's JSONL output: feed() each line as it comes, ending() once it is over."""
 
+    speaks_first = True  # its session.* events come within seconds, before its first model call (measured)
+
     def __init__(self, mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self.mono, self.wall = mono, wall
         self.turns = 0
@@ -89,6 +91,7 @@ class CopilotJsonReader(OutputReader):
         self.final = ""                              # the main agent's last words
         self._error: dict[str, Any] | None = None    # the last session.error of the main agent
         self._model = ""
+        self.result_at: float | None = None          # when its result line came (the run's last: it exits then)
 
     def feed(self, line: str) -> list[str]:
         if len(line) > MAX_LINE_BYTES // 4 and len(line.encode("utf-8", "surrogatepass")) > MAX_LINE_BYTES:
@@ -100,6 +103,7 @@ class CopilotJsonReader(OutputReader):
         kind = text(record.get("type"))
         data = record.get("data") if isinstance(record.get("data"), dict) else {}
         if kind == "result":
+            self.result_at = self.mono()
             return [self._result(record)]
         if "agentId" in record:
             return []  # a subagent's: its parent reports what matters

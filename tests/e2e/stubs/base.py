@@ -8,7 +8,10 @@ step in its own wire format.
 
 A test can make the API refuse the next requests, the way the provider does: `refuse`
 answers them with the status, headers and body given (a quota error in that provider's
-own words). Every request is recorded with when it came and the status it got.
+own words). Every request is recorded with when it came and the status it got. For the
+silences (docs/concepts/silences.md) a test can make it `hold` every request (accepted, never
+answered) or `drop` every stream (its first event sent, then nothing on a connection held open),
+until the stub shuts down.
 """
 
 from __future__ import annotations
@@ -125,6 +128,11 @@ class StubHandler(BaseHTTPRequestHandler):
             self.server.record(self, body, refusal.status)
             self.json(refusal.body, refusal.status, refusal.headers)
             return
+        if self.server.mode == "hold":  # accepted, never answered
+            self.server.record(self, body, 0)
+            self.server.released.wait()
+            self.close_connection = True
+            return
         self.server.record(self, body, 200)
         time.sleep(self.server.turn_delay)
         self.server.answer(self, body)
@@ -146,6 +154,14 @@ class StubHandler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
+        if self.server.mode == "drop":  # a dead stream: its first event, then nothing, the connection open
+            self.end_headers()
+            if len(events) > 1:  # one event is the whole answer (Gemini's): then nothing at all comes
+                self.wfile.write(f"{events[0]}\n\n".encode())
+            self.wfile.flush()
+            self.server.released.wait()
+            self.close_connection = True
+            return
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -163,6 +179,8 @@ class StubServer(ThreadingHTTPServer):
         self.requests: list[dict] = []
         self._refusals: list[Refusal] = []
         self._lock = threading.Lock()
+        self.mode = ""                      # "hold": no request answered; "drop": every stream dies at once
+        self.released = threading.Event()   # set at shutdown: held requests give up
 
     @property
     def url(self) -> str:
@@ -172,7 +190,16 @@ class StubServer(ThreadingHTTPServer):
         threading.Thread(target=self.serve_forever, daemon=True).start()
         return self
 
+    def hold(self) -> None:
+        """Every request from now on is accepted and never answered (no status, no header)."""
+        self.mode = "hold"
+
+    def drop(self) -> None:
+        """Every streamed answer from now on sends its first event, then nothing, the connection open."""
+        self.mode = "drop"
+
     def shutdown(self) -> None:
+        self.released.set()
         super().shutdown()
         self.server_close()
 
