@@ -162,6 +162,9 @@ ENDS: dict[str, Ends] = {
     "LIMIT_FAR": Ends("a usage limit resets more than 8 days away: a monthly or credit-pool limit, not a night's "
                       "wait; the message says the date to restart after (a fleet stops with it: it binds every "
                       "child)", SAME),
+    "NOT_APPLICABLE": Ends("", "", "an action (`retry`, `approve`, `send-back`, `skip`, `pause`, `resume`, "
+                           "`limit-wait`, `revert`) that does not apply: no fleet, no such task, a task not in a "
+                           "state the action takes, no wait to end; the message says what applies"),
     "AGENT_STALE": Ends("", "run-phase: stuck (stale heartbeat); the tree killed, the loop goes on"),
     "AGENT_OVERTIME": Ends("", "run-phase: over the runtime cap; the tree killed, the loop goes on"),
     "INTERRUPTED_HUP": Ends("interrupted by SIGHUP (the terminal closed; ignored under `nohup`)", "interrupted",

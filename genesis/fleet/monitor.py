@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+from genesis.actions.fleetside import heed
 from genesis import exitcodes
 from genesis.agents import adapter_of
 from genesis.agents.models import cli_and_model
@@ -180,6 +181,7 @@ class Monitor:
     errors: int = 0                                          # checks in a row that failed
     due: float = 0.0                                         # the next check (time.monotonic)
     ended_code: int | None = None                            # its fleet_end recorded, with this code
+    paused: bool = False                                     # `genesis pause`: no child starts until resume
 
     def __post_init__(self) -> None:
         self.layout = layout_for(self.cfg)
@@ -432,7 +434,7 @@ class Monitor:
         """Start what may start now: new tasks in TASKS.md's order, then relaunches past their
         backoff (within the restart budget and the cascade gate)."""
         self.launched = False
-        if self.stopping or self.fatal is not None:
+        if self.stopping or self.fatal is not None or self.paused:
             return  # nothing starts; the tasks keep their state for the next start
         now = self.clock()
         for row in rows:
@@ -888,6 +890,7 @@ class Monitor:
         """One check; True when the fleet is over."""
         self.beat()
         self.read_stop()
+        heed(self)  # the actions asked of the fleet (genesis/actions/)
         self.check_children()
         now = self.clock()
         self.failures[:] = [f for f in self.failures if f[0] > now - self.gate.policy.window]  # shared: in place
