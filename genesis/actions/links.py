@@ -20,7 +20,7 @@ from pathlib import Path
 
 from genesis.store.atomicio import CorruptFile, read_json, write_json
 
-__all__ = ["Link", "LinkRefused", "sign", "read", "redeem", "LIFETIME", "USED_FILE"]
+__all__ = ["Link", "LinkRefused", "sign", "read", "redeem", "used", "LIFETIME", "USED_FILE"]
 
 LIFETIME = 24 * 3600.0      # seconds an alert's link works: the night it was sent in, and the morning
 USED_FILE = "links-used.json"
@@ -76,22 +76,31 @@ def read(key: bytes, token: str, now: float) -> Link:
     return link
 
 
+def _used(folder: Path) -> dict:
+    try:
+        found = read_json(folder / USED_FILE)
+    except (CorruptFile, OSError):
+        found = None
+    return found if isinstance(found, dict) else {}
+
+
+def used(folder: Path, link: Link) -> bool:
+    """Whether the link was used already (a look, nothing spent: the page before the button says so)."""
+    return link.nonce in _used(folder)
+
+
 def redeem(folder: Path, key: bytes, token: str, now: float) -> Link:
     """The link's action, spent: a second use is refused (LinkRefused) as is a forged or expired one."""
     link = read(key, token, now)
     lock = os.open(folder / (USED_FILE + ".lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            used = read_json(folder / USED_FILE)
-        except (CorruptFile, OSError):
-            used = None
-        used = {k: v for k, v in (used if isinstance(used, dict) else {}).items()
-                if isinstance(v, (int, float)) and v > now}   # an expired link is refused as such anyway
-        if link.nonce in used:
+        spent = {k: v for k, v in _used(folder).items()
+                 if isinstance(v, (int, float)) and v > now}   # an expired link is refused as such anyway
+        if link.nonce in spent:
             raise LinkRefused("this link was used already: it does nothing more")
-        used[link.nonce] = link.expires
-        write_json(folder / USED_FILE, used)
+        spent[link.nonce] = link.expires
+        write_json(folder / USED_FILE, spent)
     finally:
         os.close(lock)
     return link
