@@ -819,7 +819,8 @@ class Monitor:
                             cause=line(cause, MAX_CAUSE), reasoning=line(what, MAX_TEXT),
                             suggested_action=line(action, MAX_TEXT), evidence=line(what, MAX_EVIDENCE),
                             steps_since_success=None, stall_minutes=None, kind="fleet", final=False,
-                            headline=line(cause, MAX_HEADLINE), lines=(line(what, MAX_LINE), line(action, MAX_LINE)))
+                            headline=line(cause, MAX_HEADLINE), lines=(line(what, MAX_LINE), line(action, MAX_LINE)),
+                            task="" if about == "cascade" else about)
             handoff.dispatch(ticket, self.cfg.alerts, self.layout.ledger_file)
         except Exception as exc:  # noqa: BLE001 - an alert is never worth failing the fleet
             say(f"the alert could not be sent: {exc}", "warn")
