@@ -5,6 +5,7 @@ came from, and one that does not apply says so with its own exit code."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -204,3 +205,23 @@ def test_the_commands_say_what_was_done_and_exit_38_when_it_does_not_apply(tmp_p
     assert run.exit_code == 0, run.output
     assert run.output.startswith(f"approved {TEXT!r}")
     assert actions_recorded(project)[-1]["credential"].endswith(f"(uid {os.getuid()})")
+
+
+def test_an_action_shows_in_status_and_in_the_report(tmp_path):
+    project = new_repo(tmp_path / "project")
+    fd = loop_mid_phase(project, "run-1", time.time())
+    try:
+        perform(project, "stop", Origin("alert", "alert link abcd1234"))
+        status = CliRunner().invoke(cli, ["--project", str(project), "status"], catch_exceptions=False)
+        report = CliRunner().invoke(cli, ["--project", str(project), "report", "--run-id", "run-1"],
+                                    catch_exceptions=False)
+        as_json = CliRunner().invoke(cli, ["--project", str(project), "report", "--run-id", "run-1", "--json"],
+                                     catch_exceptions=False)
+    finally:
+        os.close(fd)
+    assert "stop, from the alert (alert link abcd1234): wrote false to the stop flag" in " ".join(status.output.split())
+    assert "actions (1: taken from the terminal, the dashboard or an alert)" in report.output
+    assert "stop  from the alert  (alert link abcd1234)" in report.output
+    doc = json.loads(as_json.output)
+    night = doc["runs"][0] if "runs" in doc else doc
+    assert [(a["action"], a["source"]) for a in night["actions"]] == [("stop", "alert")]
