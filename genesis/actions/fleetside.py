@@ -4,6 +4,7 @@ task): read in one place, once a check, each recorded in the fleet's ledger with
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from genesis.actions import inbox
@@ -15,16 +16,17 @@ from genesis.fleet import children as kids
 if TYPE_CHECKING:
     from genesis.fleet.monitor import Monitor
 
-__all__ = ["heed", "paused"]
+__all__ = ["heed", "SETTLE"]
 
 
-def paused(monitor: "Monitor") -> bool:
-    """Whether a pause asked of this monitor holds (a new monitor starts unpaused)."""
-    return bool(getattr(monitor, "paused", False))
+SETTLE = "skip-settle"   # a skipped task's child is ending: its row is set failed again once it has
 
 
 def heed(monitor: "Monitor") -> None:
-    for request in inbox.take(monitor.fleet_dir / inbox.FOLDER, FLEET_REQUESTS):
+    for request in inbox.take(monitor.fleet_dir / inbox.FOLDER, FLEET_REQUESTS | {SETTLE}):
+        if request.action == SETTLE:
+            _settle(monitor, request)
+            continue
         said = _one(monitor, request)
         monitor.ledger.record("action_done", request.task or None, action=request.action, said=said,
                               source=request.source, credential=request.credential)
@@ -50,4 +52,15 @@ def _one(monitor: "Monitor", request: inbox.Request) -> str:
         return f"{row.text!r}: its loop had ended already"
     if request.action == "retry":
         return f"stopped {row.text!r}; it starts again at once, on its branch"
-    return "stopped it; " + skip(monitor.cfg, monitor.ledger, row, f"skipped from the {request.source}")
+    # Marked first: the child's end sets the row queued, and a task no longer open is not relaunched.
+    said = skip(monitor.cfg, monitor.ledger, row, f"skipped from the {request.source}")
+    inbox.submit(monitor.fleet_dir / inbox.FOLDER, replace(request, action=SETTLE, id=""))
+    return "stopped it; " + said
+
+
+def _settle(monitor: "Monitor", request: inbox.Request) -> None:
+    """Once the skipped task's child has ended, its row says failed (skipped) again; until then, wait."""
+    if request.task in monitor.children:
+        inbox.submit(monitor.fleet_dir / inbox.FOLDER, replace(request, id=""))
+        return
+    monitor.ledger.set_state(request.task, "failed", f"skipped from the {request.source}", pid=None)

@@ -1,6 +1,7 @@
 """The fleet's monitor heeding the requests: pause holds every launch until resume, a retry of
 a running task stops its child loop (a real process) with the monitor's own signal, so that its
-end counts as stopped (relaunched at once), and each request is recorded with what came of it."""
+end counts as stopped (relaunched at once), a skip of a running task marks it and keeps it failed
+once its child ended, and each request is recorded with what came of it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from actions.helpers_fleet import reviewed_fleet
+from helpers.git import git
+
 from genesis.actions import inbox
 from genesis.actions.fleetside import heed
+from genesis.config import default_layout, resolve
 from genesis.fleet import children as kids
 from genesis.fleet.ledger import FleetLedger, TaskRow
 
@@ -50,3 +55,29 @@ def test_a_retry_stops_the_running_child_with_the_monitors_signal(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_skipped_running_task_is_marked_stopped_and_stays_failed_once_its_child_ended(tmp_path):
+    project, ids, _ = reviewed_fleet(tmp_path, {"add the parser": "running"})
+    tid = ids["add the parser"]
+    fleet = default_layout(project).state_dir / "fleet"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        with FleetLedger.open(fleet / "ledger.sqlite3") as ledger:
+            child = kids.Child(tid, tmp_path, proc.pid, 0.0, time.time(), 1, popen=proc)
+            m = SimpleNamespace(fleet_dir=fleet, ledger=ledger, children={tid: child}, paused=False,
+                                cfg=resolve(project))
+            inbox.submit(fleet / inbox.FOLDER, inbox.Request("skip", 1.0, "alert", task=tid))
+            heed(m)
+            assert proc.wait(timeout=20) != 0
+            ledger.set_state(tid, "queued", "stopped by the monitor")   # what the monitor's ended() does
+            heed(m)                                   # its child is still in the monitor's books: it waits
+            assert ledger.task(tid).state == "queued"
+            del m.children[tid]
+            heed(m)
+            assert ledger.task(tid).state == "failed"
+            assert not list((fleet / inbox.FOLDER).iterdir())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "- [!] add the parser (failed: skipped from the alert)" in git(project, "show", "HEAD:TASKS.md")
