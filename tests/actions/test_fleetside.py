@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from actions.helpers_fleet import reviewed_fleet
+from fleet.test_monitor import TASK, Clock, clocked, no_child, with_tasks
 from helpers.git import git
 
 from genesis.actions import inbox
@@ -81,3 +82,19 @@ def test_a_skipped_running_task_is_marked_stopped_and_stays_failed_once_its_chil
         if proc.poll() is None:
             proc.kill()
     assert "- [!] add the parser (failed: skipped from the alert)" in git(project, "show", "HEAD:TASKS.md")
+
+
+def test_the_real_monitor_launches_nothing_while_paused_and_again_once_resumed(project, tmp_path, monkeypatch):
+    with_tasks(project, TASK)
+    asked = no_child(monkeypatch)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        monitor = clocked(project, led, Clock())
+        inbox.submit(monitor.fleet_dir / inbox.FOLDER, inbox.Request("pause", 1.0, "dashboard"))
+        monitor.tick()
+        assert monitor.paused and asked == []
+        monitor.tick()
+        assert asked == []                                           # still paused at the next check
+        inbox.submit(monitor.fleet_dir / inbox.FOLDER, inbox.Request("resume", 2.0, "alert"))
+        monitor.tick()
+        assert not monitor.paused and [s.text for s in asked] == [TASK]
+        assert [e.detail["action"] for e in led.events("action_done")] == ["pause", "resume"]
