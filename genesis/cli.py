@@ -855,7 +855,8 @@ def report(obj: Context, run_id: str | None, since: str | None, list_runs: bool,
 @guarded
 def serve(ctx: click.Context, host: str, port: int, projects: tuple[Path, ...], fleets: tuple[Path, ...],
           token: bool) -> None:
-    """A live web dashboard of every loop and fleet on this machine (it acts only in a browser given its write key; exit 33: cannot listen)."""
+    """A live web dashboard of every loop and fleet on this machine (it acts only in a browser given its write
+    key; exit 33: cannot listen)."""
     try:
         from genesis.web.app import Settings
         from genesis.web.server import NotServed, Refused

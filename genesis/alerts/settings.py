@@ -100,7 +100,8 @@ class AlertSettings:
             if not isinstance(minimum, dict):
                 raise ValueError("minimum is not an object")
             return cls(desktop=str(data.get("desktop", unset.desktop)), webhook=data.get("webhook"),
-                       ntfy=data.get("ntfy"), actions_url=data.get("actions_url"), command=tuple(map(str, data["command"])) if data.get("command") else None,
+                       ntfy=data.get("ntfy"), actions_url=data.get("actions_url"),
+                       command=tuple(map(str, data["command"])) if data.get("command") else None,
                        timeout=float(data.get("timeout", unset.timeout)),
                        retries=int(data.get("retries", unset.retries)),
                        triage_command=tuple(map(str, data["triage_command"])) if data.get("triage_command") else None,

@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from genesis.actions.fleetside import heed
 from genesis import exitcodes
+from genesis.actions.fleetside import heed
 from genesis.agents import adapter_of
 from genesis.agents.models import cli_and_model
 from genesis.alerts import handoff

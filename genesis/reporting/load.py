@@ -15,8 +15,8 @@ from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.claims import EVIDENCE_EVENT, REOPENED_EVENT
 from genesis.reporting import kpis
 from genesis.repo.history import Change, describe
-from genesis.reporting.model import (ActionRow, AlertRow, BreakerChange, CommitRow, CommitTrouble, EvidenceRow, HistoryRow,
-                                     IncidentRow, IterationRow, LeftOutRow, Night, PhaseRow, WaitRow)
+from genesis.reporting.model import (ActionRow, AlertRow, BreakerChange, CommitRow, CommitTrouble, EvidenceRow,
+                                     HistoryRow, IncidentRow, IterationRow, LeftOutRow, Night, PhaseRow, WaitRow)
 from genesis.store.atomicio import CorruptFile
 from genesis.store.layout import Layout
 from genesis.watch.agentlog import tail

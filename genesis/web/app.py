@@ -388,7 +388,7 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
             data = json.loads(raw[:MAX_ACT]) if len(raw) <= MAX_ACT else None
         except ValueError:
             data = None
-        if not isinstance(data, dict) or not isinstance(data.get("key"), str) or not isinstance(data.get("action"), str):
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("key", "action")):
             return _json({"error": "give key (a loop's or task's) and action"}, 400)
         found = target(data["key"]) if KEY.fullmatch(data["key"]) else None
         if found is None:

@@ -43,7 +43,8 @@ def overview() -> str:
 
 
 def loop(key: str) -> str:
-    body = ('<h1 id="loop-title">…</h1><p id="loop-state" class="muted"></p><div id="loop-actions" class="actions"></div>'
+    body = ('<h1 id="loop-title">…</h1><p id="loop-state" class="muted"></p>'
+            '<div id="loop-actions" class="actions"></div>'
             '<section class="panel"><h2>Timeline</h2><div id="timeline" class="timeline-box"></div></section>'
             '<section class="panel"><h2>Transcript <span id="tail-file" class="muted small"></span></h2>'
             '<pre id="transcript" class="transcript"></pre></section>'

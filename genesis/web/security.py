@@ -49,7 +49,8 @@ def same_origin(origin: str | None, fetch_site: str | None, host: str | None) ->
         return False
     if origin is None:
         return True
-    return bool(host) and origin.strip().lower() in (f"http://{host.strip().lower()}", f"https://{host.strip().lower()}")
+    here = (host or "").strip().lower()
+    return bool(here) and origin.strip().lower() in (f"http://{here}", f"https://{here}")
 
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")

@@ -112,8 +112,9 @@ def serve(settings: Settings, token: bool = False, echo: Callable[[str], None] |
         echo(f"  listening on {settings.host}: other machines can reach this page (with the token)")
     act_url = url_of(settings.host, port) + f"?key={settings.act_key}"
     if settings.control is not None:
-        echo(f"  to act (stop, retry, approve...) from a browser, open once{' after the address above' if settings.token else ''}: "
-             f"{act_url} (the key: {settings.control / KEY_FILE}); without it the page only reads")
+        after = " after the address above" if settings.token else ""
+        echo(f"  to act (stop, retry, approve...) from a browser, open once{after}: {act_url} (the key: "
+             f"{settings.control / KEY_FILE}); without it the page only reads")
     echo("  Ctrl-C stops it")
     try:
         server.run(sockets=[sock])
