@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -225,3 +228,24 @@ def test_an_action_shows_in_status_and_in_the_report(tmp_path):
     doc = json.loads(as_json.output)
     night = doc["runs"][0] if "runs" in doc else doc
     assert [(a["action"], a["source"]) for a in night["actions"]] == [("stop", "alert")]
+
+
+def test_stop_now_sends_sigterm_to_the_loop_that_holds_the_lock(tmp_path):
+    project = new_repo(tmp_path / "project")
+    lay = default_layout(project)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from genesis.store.looplock import hold\n"
+        f"hold(Path({str(lay.loop_lock)!r}), Path({str(lay.loop_record)!r}), 'run-9'); print('held', flush=True)\n"
+        "time.sleep(120)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        run = CliRunner().invoke(cli, ["--project", str(project), "stop", "--now"], catch_exceptions=False)
+        assert run.exit_code == 0, run.output
+        assert f"sent SIGTERM to the loop (pid {holder.pid})" in run.output
+        assert holder.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    assert resolve(project).stop_flag.read_text() == "false\n"
+    run = CliRunner().invoke(cli, ["--project", str(project), "stop", "--now"], catch_exceptions=False)
+    assert run.exit_code == exitcodes.NOT_RUNNING
