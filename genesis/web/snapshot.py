@@ -391,9 +391,9 @@ def _project(source: ProjectSource, reader: Reader, now: float,
             if task["state"] == "escalated":
                 out["escalations"].append({"key": tile["key"], "title": tile["title"],
                                            "escalations": task.get("escalations"), "reason": task.get("reason")})
-        for hold in (fleet.get("limit"), fleet.get("cascade")):
+        for hold in (fleet.get("limit"), fleet.get("cascade"), fleet.get("paused")):
             if hold:
-                out["pauses"].append({"kind": "cascade" if hold["kind"] == "cascade" else "limit",
+                out["pauses"].append({"kind": hold["kind"] if hold["kind"] in ("cascade", "paused") else "limit",
                                       "until_epoch": hold.get("until_epoch"), "reason": hold.get("reason")})
     phase, wait = status.get("phase") or {}, status.get("wait") or {}
     if phase.get("attempt"):

@@ -253,3 +253,22 @@ def test_stop_now_sends_sigterm_to_the_loop_that_holds_the_lock(tmp_path):
     assert resolve(project).stop_flag.read_text() == "false\n"
     run = CliRunner().invoke(cli, ["--project", str(project), "stop", "--now"], catch_exceptions=False)
     assert run.exit_code == exitcodes.NOT_RUNNING
+
+
+def test_a_pause_shows_in_fleet_status_while_the_monitor_runs_until_resume(tmp_path):
+    project = new_repo(tmp_path / "project")
+    now = time.time()
+    fd = fleet_running(project, now, [task("t1", "queued", now)], events=(("paused", None, {"source": "dashboard"}),))
+    try:
+        shown = CliRunner().invoke(cli, ["--project", str(project), "fleet", "status"], catch_exceptions=False)
+        doc = json.loads(CliRunner().invoke(cli, ["--project", str(project), "fleet", "status", "--json"],
+                                            catch_exceptions=False).output)
+        assert "LAUNCHES PAUSED: no child starts until `genesis resume`" in shown.output
+        assert (doc["paused"]["kind"], doc["paused"]["reason"]) == ("paused", "asked from the dashboard")
+        with FleetLedger.open(fleet_dir(default_layout(project)) / "ledger.sqlite3") as led:
+            led.record("resumed", None, source="terminal")
+        doc = json.loads(CliRunner().invoke(cli, ["--project", str(project), "fleet", "status", "--json"],
+                                            catch_exceptions=False).output)
+        assert doc["paused"] is None
+    finally:
+        os.close(fd)
