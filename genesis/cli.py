@@ -370,11 +370,17 @@ def reap(obj: Context, dry_run: bool) -> None:
 
 @cli.command()
 @fleet_opt
+@click.option("--now", is_flag=True, help="Stop now: the running agents are stopped (SIGTERM to the loop or fleet).")
 @pass_ctx
 @guarded
-def stop(obj: Context, fleet_file: Path | None) -> None:
+def stop(obj: Context, fleet_file: Path | None, now: bool = False) -> None:
     """Ask the running loop to stop after the current phase (writes false to the stop flag); with --fleet,
     every project's fleet the file lists."""
+    if now:
+        if fleet_file is not None:
+            raise Fail("--now stops one project's loop or fleet: give --project P, not --fleet", exitcodes.USAGE)
+        _act(obj, "stop-now")
+        return
     if fleet_file is None:
         _stop(obj.config())
         return
@@ -849,7 +855,8 @@ def report(obj: Context, run_id: str | None, since: str | None, list_runs: bool,
 @guarded
 def serve(ctx: click.Context, host: str, port: int, projects: tuple[Path, ...], fleets: tuple[Path, ...],
           token: bool) -> None:
-    """A live web dashboard of every loop and fleet on this machine (read-only; exit 33: cannot listen)."""
+    """A live web dashboard of every loop and fleet on this machine (it acts only in a browser given its write
+    key; exit 33: cannot listen)."""
     try:
         from genesis.web.app import Settings
         from genesis.web.server import NotServed, Refused
@@ -1258,6 +1265,127 @@ def temporal_dev(obj: Context, port: int, db: Path | None) -> None:
     if not got:
         raise Fail(f"the dev server exited {server.proc.returncode}; see {server.log}")
     click.echo("Temporal dev server stopped")
+
+
+# -- acting on a loop or a fleet (genesis/actions/): the same actions as the dashboard's and the alerts' --
+
+def _act(obj: Context, action: str, **given) -> None:
+    """Do one action from the terminal, say what came of it (its distinct exit code when it does not apply)."""
+    import getpass
+
+    from genesis.actions.errors import Failed, NotApplicable, Origin
+    from genesis.actions.perform import perform
+
+    try:
+        who = getpass.getuser()
+    except (KeyError, OSError):
+        who = "?"
+    try:
+        done = perform(obj.project, action, Origin("terminal", f"{who} (uid {os.getuid()})"), cfg=obj.config(),
+                       **given)
+    except (NotApplicable, Failed) as exc:
+        raise Fail(str(exc), exc.code) from None
+    click.echo(done.said)
+
+
+task_arg = click.argument("task", metavar="TASK")
+
+
+@cli.command()
+@task_arg
+@pass_ctx
+@guarded
+def retry(obj: Context, task: str) -> None:
+    """Start a fleet's task again now: a running (stuck) one is stopped and relaunched, a restarting one skips its
+    backoff, a failed one is reopened (TASK: its id from `fleet status`, a start of it, or its text)."""
+    _act(obj, "retry", task=task)
+
+
+@cli.command()
+@task_arg
+@click.option("--note", default="", help="Why, for the record.")
+@pass_ctx
+@guarded
+def approve(obj: Context, task: str, note: str) -> None:
+    """Merge a fleet's task waiting for review into the project branch (tested, ticked)."""
+    _act(obj, "approve", task=task, note=note)
+
+
+@cli.command("send-back")
+@task_arg
+@click.option("--note", required=True, help="What the agent must do differently: written under the task.")
+@pass_ctx
+@guarded
+def send_back(obj: Context, task: str, note: str) -> None:
+    """Send a fleet's task waiting for review back to work, with a note its next agent reads."""
+    _act(obj, "send-back", task=task, note=note)
+
+
+@cli.command()
+@task_arg
+@pass_ctx
+@guarded
+def skip(obj: Context, task: str) -> None:
+    """Skip a fleet's task: marked `[!]` (skipped) on the project branch; `retry` reopens it."""
+    _act(obj, "skip", task=task)
+
+
+@cli.command()
+@pass_ctx
+@guarded
+def pause(obj: Context) -> None:
+    """Start no more children of the running fleet (those running go on) until `resume`."""
+    _act(obj, "pause")
+
+
+@cli.command()
+@pass_ctx
+@guarded
+def resume(obj: Context) -> None:
+    """Start the paused fleet's children again."""
+    _act(obj, "resume")
+
+
+@cli.command()
+@click.option("--phase", required=True, help="The phase whose commits to revert (Builder, Criticizer...).")
+@click.option("--iteration", type=click.IntRange(1), help="Its iteration (default: the newest).")
+@click.option("--run", "run_id", help="Its run (default: the newest run that kept it).")
+@click.option("--task", default="", help="A fleet's task: revert on its branch, in its worktree.")
+@pass_ctx
+@guarded
+def revert(obj: Context, phase: str, iteration: int | None, run_id: str | None, task: str) -> None:
+    """Revert what a phase committed, in one new commit on the branch (the tip before kept as a safety ref)."""
+    _act(obj, "revert", phase=phase, iteration=iteration or 0, run_id=run_id or "", task=task)
+
+
+@cli.group("limit-wait")
+def limit_wait_group() -> None:
+    """The usage-limit (or outage) wait a running loop is sitting out."""
+
+
+@limit_wait_group.command("end")
+@click.option("--task", default="", help="A fleet's task: its child's wait.")
+@pass_ctx
+@guarded
+def limit_wait_end(obj: Context, task: str) -> None:
+    """End the wait now: the phase runs again (a limit that is still there is met once more)."""
+    _act(obj, "wait-end", task=task)
+
+
+@limit_wait_group.command("extend")
+@click.argument("by", metavar="DURATION")
+@click.option("--task", default="", help="A fleet's task: its child's wait.")
+@pass_ctx
+@guarded
+def limit_wait_extend(obj: Context, by: str, task: str) -> None:
+    """Sit out the wait DURATION longer (90s, 15m, 2h)."""
+    from genesis.durations import seconds
+
+    try:
+        extra = seconds("DURATION", by, "s")
+    except ValueError as exc:
+        raise Fail(str(exc), exitcodes.USAGE) from None
+    _act(obj, "wait-extend", task=task, seconds=extra)
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ MONITOR_LOST = 34      # a fleet's child: its monitor was gone past GENESIS_FLEE
 STEPPED_ASIDE = 35  # a fleet's keyed child: its push was refused, another loop of its task owns the branch
 LIMIT_FAR = 36         # a usage limit resets weeks away (a monthly or credit-pool limit): stopped, the date said
 POLICY_REFUSED = 37    # the model's safeguards refused the task's request and no fallback agent is left to try it
+NOT_APPLICABLE = 38    # an action (retry, approve, skip, pause, revert...) does not apply to that task, fleet or wait now
 AGENT_STALE = 124      # run-phase: no heartbeat for the stale window; tree killed
 AGENT_OVERTIME = 125   # run-phase: over the runtime cap; tree killed
 INTERRUPTED_HUP = 129  # SIGHUP (the terminal or SSH session closed)

@@ -166,6 +166,9 @@ ENDS: dict[str, Ends] = {
                            "is refused again on every retry) and no fallback agent is left to try it: restart with "
                            "another model or CLI (`GENESIS_FALLBACK_AGENT_CMD`), or rephrase the task. A fleet's "
                            "child ending so sends its task to its ladder's next strategy, the fleet goes on", SAME),
+    "NOT_APPLICABLE": Ends("", "", "an action (`retry`, `approve`, `send-back`, `skip`, `pause`, `resume`, "
+                           "`limit-wait`, `revert`) that does not apply: no fleet, no such task, a task not in a "
+                           "state the action takes, no wait to end; the message says what applies"),
     "AGENT_STALE": Ends("", "run-phase: stuck (stale heartbeat); the tree killed, the loop goes on"),
     "AGENT_OVERTIME": Ends("", "run-phase: over the runtime cap; the tree killed, the loop goes on"),
     "INTERRUPTED_HUP": Ends("interrupted by SIGHUP (the terminal closed; ignored under `nohup`)", "interrupted",

@@ -34,6 +34,7 @@ STEPS_ONLY = {
     "AGENT_OVERTIME": "run-phase: the agent over its cap was killed, the loop goes on",
     "ALERT_FAILED": "only `genesis alert test` exits with it",
     "SERVE_FAILED": "only `genesis serve` exits with it",
+    "NOT_APPLICABLE": "only the action commands (retry, approve, send-back, skip, pause, resume, limit-wait, revert) exit with it",
 }
 # Codes the loop ends with without naming them: it passes a step's status straight through.
 PASSED_THROUGH = {

@@ -22,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Callable, Collection, Mapping
 
+from genesis.actions.alerting import links_for, ntfy_actions
 from genesis.alerts.bounded import run_bounded
 from genesis.alerts.channels import configured
 from genesis.alerts.message import ntfy_headers, safe_ticket, slack_payload, text, title
@@ -113,18 +114,27 @@ def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> i
 
 # --- channels -----------------------------------------------------------------------------
 
-def _webhook(url: str, env: Mapping[str, str]) -> Channel:
+def _webhook(url: str, env: Mapping[str, str], actions_url: str | None = None) -> Channel:
     def send(ticket: Ticket, timeout: float) -> None:
-        body = json.dumps(slack_payload(ticket, env)).encode()
+        payload = slack_payload(ticket, env)
+        links = links_for(ticket, actions_url, env)
+        if links:  # a link each: it opens the dashboard's page for that action, whose one button does it
+            payload["genesis"]["actions"] = links
+            payload["blocks"].append({"type": "actions", "elements": [
+                {"type": "button", "text": {"type": "plain_text", "text": link["label"]}, "url": link["url"]}
+                for link in links]})
+        body = json.dumps(payload).encode()
         post(url, body, {"Content-Type": "application/json; charset=utf-8"}, timeout)
 
     return Channel("webhook", send)
 
 
-def _ntfy(url: str, env: Mapping[str, str]) -> Channel:
+def _ntfy(url: str, env: Mapping[str, str], actions_url: str | None = None) -> Channel:
     def send(ticket: Ticket, timeout: float) -> None:
+        links = links_for(ticket, actions_url, env)
         post(url, text(ticket, env).encode(), {"Content-Type": "text/plain; charset=utf-8",
-                                               **ntfy_headers(ticket, env)}, timeout)
+                                               **ntfy_headers(ticket, env),
+                                               **({"Actions": ntfy_actions(links)} if links else {})}, timeout)
 
     return Channel("ntfy", send)
 
@@ -183,9 +193,9 @@ def channels_for(settings: AlertSettings, env: Mapping[str, str] | None = None,
         if state.name == "desktop":
             found.append(_desktop(state.tool, platform, env))
         elif state.name == "webhook" and settings.webhook:
-            found.append(_webhook(settings.webhook, env))
+            found.append(_webhook(settings.webhook, env, settings.actions_url))
         elif state.name == "ntfy" and settings.ntfy:
-            found.append(_ntfy(settings.ntfy, env))
+            found.append(_ntfy(settings.ntfy, env, settings.actions_url))
         elif state.name == "command" and settings.command:
             found.append(_command(settings.command, env))
     return found

@@ -33,6 +33,9 @@ KNOBS: tuple[tuple[str, str | None, str], ...] = (
      "present and a desktop session is there), true or false"),
     ("GENESIS_NOTIFY_WEBHOOK", None, "an http(s) URL that gets each alert as a Slack-compatible JSON POST"),
     ("GENESIS_NOTIFY_NTFY", None, "an ntfy topic URL (e.g. https://ntfy.sh/my-topic) that gets each alert as a push"),
+    ("GENESIS_NOTIFY_ACTIONS_URL", None, "the dashboard's address as your phone reaches it (`genesis serve`'s, "
+     "e.g. http://laptop.tailnet:8765): the ntfy and webhook alerts then carry one-tap action links to it (signed, "
+     "single-use, expiring); unset: none"),
     ("GENESIS_NOTIFY_CMD", None, "a command run for each alert, the ticket JSON on its stdin, "
      "GENESIS_ALERT_SEVERITY and GENESIS_ALERT_TEXT in its environment; exit 0 is delivered"),
     *((f"{PREFIX}{key}{MIN_SUFFIX}", "low", f"the lowest severity the {name} channel gets: low (every alert "
@@ -53,6 +56,7 @@ class AlertSettings:
     desktop: str = DEFAULTS["GENESIS_NOTIFY_DESKTOP"]   # auto, true, false
     webhook: str | None = None
     ntfy: str | None = None
+    actions_url: str | None = None      # the dashboard's address for the alerts' action links
     command: tuple[str, ...] | None = None
     timeout: float = float(DEFAULTS["GENESIS_NOTIFY_TIMEOUT_SECONDS"])   # seconds per try of a channel
     retries: int = int(DEFAULTS["GENESIS_NOTIFY_RETRIES"])
@@ -80,7 +84,7 @@ class AlertSettings:
         return at_least(severity, self.minimum(channel))
 
     def to_json(self) -> dict:
-        return {"desktop": self.desktop, "webhook": self.webhook, "ntfy": self.ntfy,
+        return {"desktop": self.desktop, "webhook": self.webhook, "ntfy": self.ntfy, "actions_url": self.actions_url,
                 "command": list(self.command) if self.command else None, "timeout": self.timeout,
                 "retries": self.retries, "triage_command": list(self.triage_command) if self.triage_command else None,
                 "triage_timeout": self.triage_timeout, "backoff": list(self.backoff),
@@ -96,7 +100,8 @@ class AlertSettings:
             if not isinstance(minimum, dict):
                 raise ValueError("minimum is not an object")
             return cls(desktop=str(data.get("desktop", unset.desktop)), webhook=data.get("webhook"),
-                       ntfy=data.get("ntfy"), command=tuple(map(str, data["command"])) if data.get("command") else None,
+                       ntfy=data.get("ntfy"), actions_url=data.get("actions_url"),
+                       command=tuple(map(str, data["command"])) if data.get("command") else None,
                        timeout=float(data.get("timeout", unset.timeout)),
                        retries=int(data.get("retries", unset.retries)),
                        triage_command=tuple(map(str, data["triage_command"])) if data.get("triage_command") else None,
@@ -123,6 +128,7 @@ def parse(settings: Mapping[str, str]) -> AlertSettings:
         desktop=desktop,
         webhook=_url("GENESIS_NOTIFY_WEBHOOK", get("GENESIS_NOTIFY_WEBHOOK")),
         ntfy=_url("GENESIS_NOTIFY_NTFY", get("GENESIS_NOTIFY_NTFY")),
+        actions_url=_url("GENESIS_NOTIFY_ACTIONS_URL", get("GENESIS_NOTIFY_ACTIONS_URL")),
         command=_command("GENESIS_NOTIFY_CMD", get("GENESIS_NOTIFY_CMD")),
         timeout=_seconds("GENESIS_NOTIFY_TIMEOUT_SECONDS", settings, MAX_NOTIFY_TIMEOUT),
         retries=_retries(get("GENESIS_NOTIFY_RETRIES") or DEFAULTS["GENESIS_NOTIFY_RETRIES"]),

@@ -68,6 +68,7 @@ class Ticket:
     lines: tuple[str, ...] = ()
     resolves: str | None = None      # the ticket_id of the told ticket this one resolves (set by the deliverer)
     holds_for_end: bool = False      # the loop ends right after it: told with the loop's end when that comes soon
+    task: str = ""                   # the fleet's task it is about ("": the loop or the fleet): its action links
 
     def __post_init__(self) -> None:
         if not isinstance(self.ticket_id, str) or not HEX32.match(self.ticket_id):
@@ -113,6 +114,8 @@ class Ticket:
             raise ValueError(f"resolves {self.resolves!r} is not a ticket id")
         if not isinstance(self.holds_for_end, bool):
             raise ValueError(f"holds_for_end {self.holds_for_end!r} is not true or false")
+        if not isinstance(self.task, str) or len(self.task) > MAX_CAUSE or "\n" in self.task:
+            raise ValueError(f"task {self.task!r} is not a task's id")
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -141,7 +144,7 @@ class Ticket:
         return epoch_of(self.created_at)
 
 
-OPTIONAL = ("headline", "lines", "resolves", "holds_for_end")
+OPTIONAL = ("headline", "lines", "resolves", "holds_for_end", "task")
 
 
 def _whole(value: object) -> bool:

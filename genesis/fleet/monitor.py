@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from genesis import exitcodes
+from genesis.actions.fleetside import heed
 from genesis.agents import adapter_of
 from genesis.agents.models import cli_and_model
 from genesis.alerts import handoff
@@ -180,6 +181,7 @@ class Monitor:
     errors: int = 0                                          # checks in a row that failed
     due: float = 0.0                                         # the next check (time.monotonic)
     ended_code: int | None = None                            # its fleet_end recorded, with this code
+    paused: bool = False                                     # `genesis pause`: no child starts until resume
 
     def __post_init__(self) -> None:
         self.layout = layout_for(self.cfg)
@@ -432,7 +434,7 @@ class Monitor:
         """Start what may start now: new tasks in TASKS.md's order, then relaunches past their
         backoff (within the restart budget and the cascade gate)."""
         self.launched = False
-        if self.stopping or self.fatal is not None:
+        if self.stopping or self.fatal is not None or self.paused:
             return  # nothing starts; the tasks keep their state for the next start
         now = self.clock()
         for row in rows:
@@ -837,7 +839,8 @@ class Monitor:
                             cause=line(cause, MAX_CAUSE), reasoning=line(what, MAX_TEXT),
                             suggested_action=line(action, MAX_TEXT), evidence=line(what, MAX_EVIDENCE),
                             steps_since_success=None, stall_minutes=None, kind="fleet", final=False,
-                            headline=line(cause, MAX_HEADLINE), lines=(line(what, MAX_LINE), line(action, MAX_LINE)))
+                            headline=line(cause, MAX_HEADLINE), lines=(line(what, MAX_LINE), line(action, MAX_LINE)),
+                            task="" if about == "cascade" else about)
             handoff.dispatch(ticket, self.cfg.alerts, self.layout.ledger_file)
         except Exception as exc:  # noqa: BLE001 - an alert is never worth failing the fleet
             say(f"the alert could not be sent: {exc}", "warn")
@@ -908,6 +911,7 @@ class Monitor:
         """One check; True when the fleet is over."""
         self.beat()
         self.read_stop()
+        heed(self)  # the actions asked of the fleet (genesis/actions/)
         self.check_children()
         now = self.clock()
         self.failures[:] = [f for f in self.failures if f[0] > now - self.gate.policy.window]  # shared: in place

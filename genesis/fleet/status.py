@@ -131,6 +131,7 @@ class FleetStatus:
     error: str = ""
     source: str = ""               # "": this machine's ledger; else where it was read (Temporal)
     cost_usd: float | None = None  # what the latest run's ended attempts cost, as their children reported
+    paused: Hold | None = None     # `genesis pause` (or the dashboard's, an alert's): no launch until resume
 
     @property
     def state(self) -> str:
@@ -262,6 +263,7 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
                      if isinstance(e.detail, dict)]
             marks = [e for kind in (*HOLDS, *HOLD_ENDS, *CASCADE) for e in led.events(kind)
                      if first is None or e.at >= first]
+            paused = led.last_event("paused", "resumed")
     except (sqlite3.Error, OSError, RuntimeError, ValueError) as exc:
         return FleetStatus(project, now, True, "", None, None, None, None, "", monitor, None, None, (),
                            error=f"the fleet ledger cannot be read: {exc}")
@@ -294,7 +296,15 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
                        start.at if start is not None else None, end.at if end is not None else None,
                        code if isinstance(code, int) and not isinstance(code, bool) else None,
                        str(ed.get("reason") or ""), monitor, limit, cascade, tuple(views), unread, problem, source,
-                       _spent(spent))
+                       _spent(spent), _paused(paused, first, monitor) if end is None else None)
+
+
+def _paused(last: FleetEvent | None, first: float | None, monitor: Monitor) -> Hold | None:
+    """The pause asked of this run's monitor, while it runs (a new monitor starts unpaused)."""
+    if last is None or last.kind != "paused" or not monitor.alive or (first is not None and last.at < first):
+        return None
+    source = last.detail.get("source") if isinstance(last.detail, dict) else None
+    return Hold("paused", "paused", last.at, None, f"asked from the {source}" if source else "", None)
 
 
 def _spent(costs: Sequence[Any]) -> float | None:
@@ -350,6 +360,7 @@ def document(fs: FleetStatus) -> dict[str, Any]:
         },
         "limit": _hold(fs.limit, now),
         "cascade": _hold(fs.cascade, now),
+        "paused": _hold(fs.paused, now),
         "counts": {state.replace("-", "_"): n for state, n in fs.counts().items()},
         "tasks_unread": fs.unread,
         "tasks": [_task(t, now) for t in fs.tasks],
@@ -433,7 +444,7 @@ def render(fs: FleetStatus, shown: int = SHOWN, detail: bool = False) -> Rendera
             span += f", ended {when.stamp(fs.ended)} (exit {fs.exit_code if fs.exit_code is not None else '?'}"
             span += f": {one_line(redact(fs.end_reason), TEXT_LIMIT)})" if fs.end_reason else ")"
         parts.append(Text(span))
-    for h in (fs.limit, fs.cascade):
+    for h in (fs.limit, fs.cascade, fs.paused):
         if h is not None:
             parts.append(_hold_line(h))
     counts = fs.counts()
@@ -452,7 +463,9 @@ def render(fs: FleetStatus, shown: int = SHOWN, detail: bool = False) -> Rendera
 
 def _hold_line(h: Hold) -> Text:
     until = f" until {when.clock(h.until)}" if h.until is not None else ""
-    if h.kind == "cascade":
+    if h.kind == "paused":
+        text = f"LAUNCHES PAUSED: no child starts until `genesis resume` (since {when.clock(h.since)})"
+    elif h.kind == "cascade":
         what = ("CASCADE PAUSE: restarts stopped" if h.state == "paused"
                 else "CASCADE PAUSE: probing with one child" + (f" ({h.task_id})" if h.task_id else ""))
         text = f"{what} since {when.clock(h.since)}"

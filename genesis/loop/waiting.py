@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from genesis import exitcodes
+from genesis.actions import inbox
+from genesis.actions.errors import WAIT_REQUESTS
 from genesis.agents import adapter_of
 from genesis.agents.base import Account, Adapter, Limit
 from genesis.clock import Clock, SystemClock
@@ -456,6 +458,9 @@ def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | Non
                 how = "stopped"
                 say(f"{label}: the stop flag says false: the wait ends and the loop stops", "warn")
                 break
+            pending, ended = _asked(step, pending, label)  # `genesis limit-wait end|extend`, from any surface
+            if ended:
+                break
             if tty:  # one line, rewritten in place; any other line said ends it first
                 progress(f"{label}: {duration(remaining)} left (until {_clock_time(pending.until)})")
             elif clock.mono() >= next_line:
@@ -483,6 +488,19 @@ def sit_out(step: "Step", stop_requested: Callable[[], bool], clock: Clock | Non
             mirror_breaker(lay, state)
             say(f"breaker {state.state}: trial {state.trials} of {step.cfg.cb_max_trials}; progress closes it", "warn")
     return code
+
+
+def _asked(step: "Step", pending: Pending, label: str) -> tuple[Pending, bool]:
+    """The wait as the actions asked of it since the last tick: (the wait, whether it ends now)."""
+    for asked in inbox.take(step.layout.state_dir / inbox.FOLDER, WAIT_REQUESTS):
+        if asked.action == "wait-end":
+            step.say(f"{label}: ended from the {asked.source}: the phase runs again now", "warn")
+            return pending, True
+        pending = replace(pending, until=pending.until + max(0.0, asked.seconds))
+        write_json(step.layout.wait_file, asdict(pending))
+        step.say(f"{label}: {duration(asked.seconds)} longer (from the {asked.source}), until "
+                 f"{_clock_time(pending.until)}", "warn")
+    return pending, False
 
 
 def _clear(step: "Step") -> None:

@@ -15,8 +15,8 @@ from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.claims import EVIDENCE_EVENT, REOPENED_EVENT
 from genesis.reporting import kpis
 from genesis.repo.history import Change, describe
-from genesis.reporting.model import (AlertRow, BreakerChange, CommitRow, CommitTrouble, EvidenceRow, HistoryRow,
-                                     IncidentRow, IterationRow, LeftOutRow, Night, PhaseRow, WaitRow)
+from genesis.reporting.model import (ActionRow, AlertRow, BreakerChange, CommitRow, CommitTrouble, EvidenceRow,
+                                     HistoryRow, IncidentRow, IterationRow, LeftOutRow, Night, PhaseRow, WaitRow)
 from genesis.store.atomicio import CorruptFile
 from genesis.store.layout import Layout
 from genesis.watch.agentlog import tail
@@ -137,6 +137,9 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
         run_id=run_id, project=run.project or "", started=run.started, ended=run.ended, reason=run.reason or "",
         exit_code=run.exit_code, running=running and run.ended is None, iterations=tuple(iterations), waits=waits,
         incidents=incidents, breaker_changes=changes, alerts=alerts, commits=commits,
+        actions=tuple(ActionRow(e["epoch"], str(e.get("action") or ""), str(e.get("task") or ""),
+                                str(e.get("source") or ""), str(e.get("credential") or ""), str(e.get("said") or ""))
+                      for e in led.events(run_id, kinds=("action",))),
         kpis=kpis.compute(phases, incidents, silent, [e for e in events if e["event"] in ("health", "phase_start")],
                           retries, alerts),
         reaped=reaped, history=_history(kept),

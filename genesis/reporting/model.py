@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = ["PhaseRow", "IterationRow", "WaitRow", "IncidentRow", "BreakerChange", "AlertRow", "CommitRow",
-           "HistoryRow", "CommitTrouble", "TROUBLE_LABELS", "LeftOutRow", "EvidenceRow", "Kpis", "Night"]
+           "HistoryRow", "CommitTrouble", "TROUBLE_LABELS", "LeftOutRow", "EvidenceRow", "Kpis", "Night", "ActionRow"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,17 @@ class BreakerChange:
     before: str                    # CLOSED, HALF_OPEN, OPEN
     after: str
     no_progress: int
+
+
+@dataclass(frozen=True)
+class ActionRow:
+    """An action taken on the run from afar (genesis/actions/): what, on which task, from where, by whom."""
+    at: float
+    action: str
+    task: str
+    source: str                    # terminal, dashboard, alert
+    credential: str
+    said: str
 
 
 @dataclass(frozen=True)
@@ -223,6 +234,7 @@ class Night:
     refuted: frozenset[tuple[int, str, str]] = frozenset()  # (iteration, phase, task): ticks Genesis reopened
     read_at: float | None = field(default=None, compare=False)  # when read: a running night's elapsed time to it
     box: str = ""                  # the box the run started with and what it leaves open (its start line)
+    actions: tuple[ActionRow, ...] = ()  # taken from the terminal, the dashboard or an alert
 
     @property
     def final_alert(self) -> AlertRow | None:

@@ -380,6 +380,12 @@ def render_text(night: Night, width: int = 100, sending: tuple[str, ...] | None 
             what, why = alert_lines(a)
             console.print("  ".join((a.ticket_id, clock(a.at), a.severity, a.verdict, what)), soft_wrap=True)
             console.print(Padding(why, (0, 0, 0, 4)))
+    if night.actions:
+        section(f"actions ({len(night.actions)}: taken from the terminal, the dashboard or an alert)")
+        for act in night.actions:
+            console.print("  ".join(x for x in (clock(act.at), act.action, act.task, f"from the {act.source}",
+                                                f"({act.credential})") if x), soft_wrap=True)
+            console.print(Padding(one_line(act.said), (0, 0, 0, 4)))
     section("health KPIs")
     console.print(_grid(*[[name, value, why] for name, value, why in kpi_rows(night.kpis)]))
     # Fields not passed through one_line() (ids, kinds, phase names) come from Genesis; clean them anyway.

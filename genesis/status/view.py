@@ -502,6 +502,10 @@ def describe(e: dict[str, Any], project: Path | None = None) -> str:
     if kind == "loop_thawed":
         lasted = f" after {duration(e['lasted'])} frozen" if _number(e.get("lasted")) else ""
         return f"the loop (pid {e.get('pid', '?')}) runs again{lasted}"
+    if kind == "action":  # genesis/actions/: acted on from the terminal, the dashboard or an alert
+        on = f" {e['task']}" if e.get("task") else ""
+        return f"{e.get('action', '?')}{on}, from the {e.get('source', '?')} ({e.get('credential', '?')}): " \
+            f"{e.get('said', '')}"
     if kind == "hook_removed":
         return f"the heartbeat hook was removed by the user from {e.get('path', '?')}: not put back"
     return f"{where}: {str(kind).replace('_', ' ')}" if where else str(kind).replace("_", " ")

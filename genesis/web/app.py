@@ -4,7 +4,11 @@ One poller rebuilds the snapshot every POLL seconds while a page listens (in a w
 it reads files and ledgers) and wakes every listener when the document changed; a page that
 only asks `/api/state` gets the newest document, built afresh if it is older than POLL. Every
 request passes the guard first: its Host must name this server (DNS rebinding), the token when
-one is set, GET only; every answer carries the security headers.
+one is set, GET only but for the actions; every answer carries the security headers.
+
+The actions (genesis/actions/) are the two writes: `POST /api/act` from a page of this server,
+with the write key's cookie (SameSite=Strict, HttpOnly), this origin and the page's CSRF token;
+and `/act/<link>`, an alert's signed single-use link, which is its own credential.
 """
 
 from __future__ import annotations
@@ -31,16 +35,26 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from genesis.actions.errors import Failed, NotApplicable, Origin
+from genesis.actions.control import fingerprint
+from genesis.actions.links import LinkRefused, Link, read as read_link, redeem, used as link_used
+from genesis.actions.perform import perform
+from genesis.config import ConfigError, default_layout
 from genesis.redact import redact
 from genesis.web import pages
 from genesis.web.discovery import Discovery
 from genesis.web.loopview import loop_document
 from genesis.web.metrics import metrics
-from genesis.web.security import API_HEADERS, PAGE_HEADERS, cookie_name, allowed_hosts, bearer, host_ok, token_ok
+from genesis.store.looplock import current_holder
+from genesis.web.discovery import key_of
+from genesis.web.security import API_HEADERS, CSRF_HEADER, PAGE_HEADERS, allowed_hosts, bearer, cookie_name, csrf_of, \
+    host_ok, key_cookie, same_origin, token_ok
 from genesis.web.snapshot import Reader, snapshot
 
 __all__ = ["Settings", "Hub", "create_app", "Guard", "POLL", "KEEPALIVE", "STATIC"]
 
+ACT = "/api/act"      # the dashboard's one write
+MAX_ACT = 8192        # bytes of an action's request body
 POLL = 0.5            # seconds between two snapshots while a page listens
 KEEPALIVE = 15.0      # seconds of silence after which a comment keeps the stream open
 METRICS_EVERY = 10.0  # seconds a metrics document is reused
@@ -61,6 +75,9 @@ class Settings:
     fleets: Sequence[Path] = ()
     scan_machine: bool = True
     clock: Callable[[], float] = time.time
+    act_key: str | None = None        # the write key (genesis/actions/control.py): None, the dashboard only reads
+    link_key: bytes | None = None     # signs the alerts' action links: None, a link does nothing
+    control: Path | None = None       # the control folder: the links used
 
 
 def _news(value: Any) -> Any:
@@ -165,6 +182,8 @@ class Guard:
         self.allowed = allowed_hosts(settings.host, settings.port)
         self.token = settings.token
         self.cookie = cookie_name(settings.port)
+        self.key = settings.act_key
+        self.key_cookie = key_cookie(settings.port)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -192,19 +211,29 @@ class Guard:
         headers = Headers(scope=scope)
         if not host_ok(headers.get("host"), self.allowed):
             return PlainTextResponse("this server answers only to its own address (Host refused)\n", status_code=421)
-        if scope.get("method") not in ("GET", "HEAD"):
-            return PlainTextResponse("the dashboard is read-only\n", status_code=405, headers={"Allow": "GET, HEAD"})
+        path, method = scope.get("path", ""), scope.get("method")
+        if path.startswith("/act/"):  # an alert's action link: signed, single-use, its own credential
+            return None if method in ("GET", "HEAD", "POST") else \
+                PlainTextResponse("an action link is opened (GET) or used (POST)\n", status_code=405,
+                                  headers={"Allow": "GET, HEAD, POST"})
+        if method not in ("GET", "HEAD") and not (method == "POST" and path == ACT):
+            return PlainTextResponse(f"the dashboard is read-only but for its actions (POST {ACT})\n", status_code=405,
+                                     headers={"Allow": "GET, HEAD"})
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        key = next((v for k, v in query if k == "key"), None)
+        if key is not None and self.key is not None:  # the actions link `genesis serve` printed: the key's cookie
+            if not token_ok(key, self.key):
+                return PlainTextResponse("wrong key\n", status_code=401)
+            answer = _without(scope, query, "key")
+            answer.set_cookie(self.key_cookie, self.key, httponly=True, samesite="strict", path="/")
+            return answer
         if self.token is None:
             return None
-        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         given = next((v for k, v in query if k == "token"), None)
         if given is not None:
             if not token_ok(given, self.token):
                 return PlainTextResponse("wrong token\n", status_code=401)
-            rest = urlencode([(k, v) for k, v in query if k != "token"])
-            # One leading slash: `//evil.example/` would be another site's address (an open redirect).
-            target = "/" + scope.get("path", "/").lstrip("/") + (f"?{rest}" if rest else "")
-            answer = RedirectResponse(target, status_code=303)
+            answer = _without(scope, query, "token")
             answer.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
             return answer
         cookie = _cookie(headers.get("cookie"), self.cookie)
@@ -212,6 +241,14 @@ class Guard:
             return None
         return PlainTextResponse("a token is needed: open the URL `genesis serve` printed at start\n",
                                  status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _without(scope: Scope, query: list[tuple[str, str]], name: str) -> RedirectResponse:
+    """A redirect to the same page without the query's credential (it stays out of the history)."""
+    rest = urlencode([(k, v) for k, v in query if k != name])
+    # One leading slash: `//evil.example/` would be another site's address (an open redirect).
+    target = "/" + scope.get("path", "/").lstrip("/") + (f"?{rest}" if rest else "")
+    return RedirectResponse(target, status_code=303)
 
 
 def _cookie(header: str | None, name: str) -> str | None:
@@ -224,6 +261,44 @@ def _cookie(header: str | None, name: str) -> str | None:
 
 def _json(doc: Any, status: int = 200) -> Response:
     return JSONResponse(doc, status_code=status)
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0.0
+
+
+async def _acted(run: Callable[[], Any], text: bool = False) -> Response:
+    """The action done in a worker thread (git, ledgers): what came of it, or why it did not apply."""
+    try:
+        done = await anyio.to_thread.run_sync(run)
+    except (NotApplicable, Failed) as exc:
+        doc, status = {"error": str(exc), "code": exc.code}, 409
+    except (ConfigError, OSError, RuntimeError) as exc:
+        doc, status = {"error": redact(f"{type(exc).__name__}: {exc}")}, 500
+    else:
+        doc, status = {"said": done.said, "action": done.action, "task": done.task}, 200
+    if text:
+        return PlainTextResponse(("done: " + doc["said"] if status == 200 else "refused: " + doc["error"]) + "\n",
+                                 status_code=status)
+    return _json(doc, status)
+
+
+def _refused_link(request: Request, why: str) -> Response:
+    status = 403 if "not one Genesis signed" in why or "cannot be read" in why else 410
+    if request.method == "POST":
+        return PlainTextResponse(f"refused: {why}\n", status_code=status)
+    return HTMLResponse(pages.act_refused(why), status_code=status)
+
+
+def _link_action(link: Link, origin: Origin, clock: Callable[[], float]) -> Any:
+    """A link's action, only on the loop it was made for: another run there now is not that loop."""
+    if not link.task and link.action in ("stop", "stop-now") and link.run_id:
+        layout = default_layout(Path(link.project))
+        holder = current_holder(layout.loop_lock, layout.loop_record)
+        if holder is not None and holder.run_id != link.run_id:
+            raise NotApplicable(f"the run this alert was about ({link.run_id}) has ended; another runs now "
+                                f"({holder.run_id}): act on it from the dashboard or the terminal")
+    return perform(Path(link.project), link.action, origin, task=link.task, clock=clock)
 
 
 def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
@@ -279,6 +354,75 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
+    def holds_key(request: Request) -> bool:
+        return settings.act_key is not None and token_ok(_cookie(request.headers.get("cookie"),
+                                                                 key_cookie(settings.port)), settings.act_key)
+
+    async def api_csrf(request: Request) -> Response:
+        """The page's CSRF token, for a browser that holds the write key ("" otherwise: no buttons)."""
+        ok = holds_key(request)
+        return _json({"csrf": csrf_of(settings.act_key) if ok and settings.act_key else "", "actions": ok})
+
+    def target(key: str) -> tuple[Path, str] | None:
+        pkey, _, task = key.partition("--")
+        for source in hub.discovery.sources():
+            if key_of(source.project) == pkey:
+                return source.project, task
+        return None
+
+    async def api_act(request: Request) -> Response:
+        h = request.headers
+        if settings.act_key is None:
+            return _json({"error": "actions are off on this dashboard"}, 403)
+        if not holds_key(request):
+            return _json({"error": "this browser holds no write key: open the actions link `genesis serve` printed, "
+                                   "once"}, 403)
+        if not same_origin(h.get("origin"), h.get("sec-fetch-site"), h.get("host")):
+            return _json({"error": "an action from another site is refused"}, 403)
+        if not token_ok(h.get(CSRF_HEADER), csrf_of(settings.act_key)):
+            return _json({"error": "the page's CSRF token is missing or wrong: reload the page"}, 403)
+        if h.get("content-type", "").split(";")[0].strip() != "application/json":
+            return _json({"error": "an action is a JSON body"}, 415)
+        raw = await request.body()
+        try:
+            data = json.loads(raw[:MAX_ACT]) if len(raw) <= MAX_ACT else None
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("key", "action")):
+            return _json({"error": "give key (a loop's or task's) and action"}, 400)
+        found = target(data["key"]) if KEY.fullmatch(data["key"]) else None
+        if found is None:
+            return _json({"error": "no such loop"}, 404)
+        project, task = found
+        origin = Origin("dashboard", f"dashboard key {fingerprint(settings.act_key)}")
+
+        def run() -> Any:
+            return perform(project, data["action"], origin, task=task, note=str(data.get("note") or ""),
+                           seconds=_number(data.get("seconds")), phase=str(data.get("phase") or ""),
+                           clock=settings.clock)
+
+        return await _acted(run)
+
+    async def act_link(request: Request) -> Response:
+        token = request.path_params["token"]
+        if settings.link_key is None or settings.control is None:
+            return HTMLResponse(pages.act_refused("action links are off on this dashboard"), status_code=404)
+        now = settings.clock()
+        try:
+            link = read_link(settings.link_key, token, now)
+            if link_used(settings.control, link):
+                raise LinkRefused("this link was used already: it does nothing more")
+        except LinkRefused as exc:
+            return _refused_link(request, str(exc))
+        if request.method != "POST":
+            return HTMLResponse(pages.act(link))
+        try:
+            link = redeem(settings.control, settings.link_key, token, now)
+        except LinkRefused as exc:
+            return _refused_link(request, str(exc))
+        origin = Origin("alert", f"alert link {link.nonce[:8]}")
+        return await _acted(lambda: _link_action(link, origin, settings.clock), text=True)
+
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
@@ -289,7 +433,8 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
     app = Starlette(routes=[
         Route("/", overview), Route("/loop/{key}", loop_page), Route("/metrics", metrics_page),
         Route("/api/state", api_state), Route("/api/loop/{key}", api_loop), Route("/api/metrics", api_metrics),
-        Route("/api/events", api_events),
+        Route("/api/events", api_events), Route("/api/csrf", api_csrf), Route(ACT, api_act, methods=["POST"]),
+        Route("/act/{token}", act_link, methods=["GET", "HEAD", "POST"]),
         Mount("/static", app=StaticFiles(directory=STATIC, follow_symlink=False), name="static"),
     ], lifespan=lifespan)
     app.state.hub = hub

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from genesis import exitcodes
 from genesis.clock import iso
+from genesis.actions.offered import for_loop, for_task
 from genesis.fleet.ledger import FleetLedger
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.redact import redact, redact_all
@@ -70,6 +71,10 @@ def loop_document(sources: Sequence[ProjectSource], key: str, now: float, reader
     source = next((s for s in sources if key_of(s.project) == pkey), None)
     out["task"] = _task(source.fleet_ledger, task_id) if task_id and source is not None and source.fleet_ledger \
         else None
+    status = out.get("status") or {}
+    wait_kind = (status.get("wait") or {}).get("kind")
+    out["actions"] = for_task(out["task"]["state"], wait_kind) if out["task"] else \
+        for_loop(status.get("state"), wait_kind, page=True)
     return out
 
 

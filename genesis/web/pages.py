@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from html import escape
 
-__all__ = ["overview", "loop", "metrics", "CHARTS"]
+from genesis.actions.links import Link
+from genesis.actions.offered import LABELS
+
+__all__ = ["overview", "loop", "metrics", "act", "act_refused", "CHARTS"]
 
 CHARTS = (("chart-by-agent", "Succeeded and failed, by agent CLI"), ("chart-by-model", "By model"),
           ("chart-by-task", "By task (the 15 with the most runs)"), ("chart-by-project", "By project"),
@@ -22,7 +25,8 @@ def _page(title: str, page: str, body: str, scripts: tuple[str, ...] = ("/static
             f'<title>{escape(title)}</title><link rel="stylesheet" href="/static/app.css">{tags}</head>'
             f'<body data-page="{page}" data-live="no"{data}>'
             f'<header class="bar"><a class="brand" href="/">Genesis</a><nav><a href="/">Overview</a>'
-            f'<a href="/metrics">Metrics</a></nav><span id="live" class="live">connecting…</span></header>'
+            f'<a href="/metrics">Metrics</a></nav><span id="act-result" class="act-result" role="status"></span>'
+            f'<span id="live" class="live">connecting…</span></header>'
             f'<main>{body}</main></body></html>\n')
 
 
@@ -40,6 +44,7 @@ def overview() -> str:
 
 def loop(key: str) -> str:
     body = ('<h1 id="loop-title">…</h1><p id="loop-state" class="muted"></p>'
+            '<div id="loop-actions" class="actions"></div>'
             '<section class="panel"><h2>Timeline</h2><div id="timeline" class="timeline-box"></div></section>'
             '<section class="panel"><h2>Transcript <span id="tail-file" class="muted small"></span></h2>'
             '<pre id="transcript" class="transcript"></pre></section>'
@@ -56,3 +61,18 @@ def metrics() -> str:
                      for ident, title in CHARTS)
     body = (f'<h1>Metrics</h1><p id="metrics-note" class="muted"></p><div class="charts">{charts}</div>')
     return _page("Genesis: metrics", "metrics", body, scripts=("/static/vendor/chart.umd.min.js", "/static/app.js"))
+
+
+def act(link: Link) -> str:
+    """An alert's action link, opened: what it would do, and the one button that does it (a look
+    never acts: a link preview or a prefetch spends nothing)."""
+    what = LABELS.get(link.action, link.action)
+    on = f"the task {link.task} of " if link.task else ""
+    body = (f'<h1>{escape(what)}</h1><p>{escape(on)}the project {escape(link.project)} (run {escape(link.run_id)})</p>'
+            f'<p><button id="act-link" class="act" type="button">{escape(what)}</button></p>'
+            f'<p id="act-said" class="reason" role="status"></p>')
+    return _page(f"Genesis: {what}", "act", body)
+
+
+def act_refused(why: str) -> str:
+    return _page("Genesis: action refused", "act-refused", f'<h1>Nothing done</h1><p id="act-said">{escape(why)}</p>')

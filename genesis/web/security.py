@@ -12,7 +12,9 @@ import ipaddress
 import secrets
 
 __all__ = ["CSP", "PAGE_HEADERS", "API_HEADERS", "cookie_name", "new_token", "token_ok", "is_loopback", "allowed_hosts",
-           "host_ok", "bearer"]
+           "host_ok", "bearer", "key_cookie", "csrf_of", "same_origin", "CSRF_HEADER"]
+
+CSRF_HEADER = "x-genesis-csrf"
 
 # No inline script or style anywhere, nothing from another origin: a title that slips past
 # escaping still cannot run, and a page cannot be framed.
@@ -27,6 +29,28 @@ def cookie_name(port: int) -> str:
     """The token's cookie: a cookie is the host's, whatever its port, so two dashboards on one
     machine must not share a name (each would overwrite the other's)."""
     return f"genesis_token_{port}"
+
+
+def key_cookie(port: int) -> str:
+    """The write key's cookie (HttpOnly, SameSite=Strict): a browser that holds it may act."""
+    return f"genesis_key_{port}"
+
+
+def csrf_of(key: str) -> str:
+    """The anti-CSRF token a page sends with each action, in a header a cross-site form cannot set:
+    derived from the write key, given only to a page of this origin (`/api/csrf`: no CORS)."""
+    return hmac.new(key.encode("utf-8"), b"genesis-dashboard-csrf", "sha256").hexdigest()
+
+
+def same_origin(origin: str | None, fetch_site: str | None, host: str | None) -> bool:
+    """A write comes from a page of this server: its Origin (when the browser sends one) names this
+    host, and Sec-Fetch-Site (when sent) says same-origin. A form on another site fails both."""
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return False
+    if origin is None:
+        return True
+    here = (host or "").strip().lower()
+    return bool(here) and origin.strip().lower() in (f"http://{here}", f"https://{here}")
 
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")

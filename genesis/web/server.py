@@ -18,6 +18,7 @@ from typing import Callable
 import uvicorn
 
 from genesis import exitcodes
+from genesis.actions.control import KEY_FILE, control_dir, dashboard_key, signing_key
 from genesis.web.app import Hub, Settings, guarded
 from genesis.web.security import is_loopback, new_token
 
@@ -89,6 +90,9 @@ def serve(settings: Settings, token: bool = False, echo: Callable[[str], None] |
         raise Refused(f"--host {settings.host} is {bound}, not this machine only: add --token, or leave --host "
                       f"out to bind 127.0.0.1")
     settings = replace(settings, port=port, token=new_token() if token else None)
+    if settings.act_key is None:  # the write key and the links' key: made once, outside every box (actions/control.py)
+        folder = control_dir()
+        settings = replace(settings, act_key=dashboard_key(folder), link_key=signing_key(folder), control=folder)
     hub = Hub(settings)
     config = uvicorn.Config(guarded(settings, hub), log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=GRACE)
@@ -106,7 +110,12 @@ def serve(settings: Settings, token: bool = False, echo: Callable[[str], None] |
         echo("  the token is shown only this once and is not stored; every request needs it (the link sets it)")
     if not is_loopback(settings.host):
         echo(f"  listening on {settings.host}: other machines can reach this page (with the token)")
-    echo("  read-only; Ctrl-C stops it")
+    act_url = url_of(settings.host, port) + f"?key={settings.act_key}"
+    if settings.control is not None:
+        after = " after the address above" if settings.token else ""
+        echo(f"  to act (stop, retry, approve...) from a browser, open once{after}: {act_url} (the key: "
+             f"{settings.control / KEY_FILE}); without it the page only reads")
+    echo("  Ctrl-C stops it")
     try:
         server.run(sockets=[sock])
     except SystemExit:

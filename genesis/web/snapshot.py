@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from genesis import exitcodes
+from genesis.actions.errors import EVENT as ACTION_EVENT
+from genesis.actions.offered import for_fleet, for_loop, for_task
 from genesis.clock import iso
 from genesis.config import default_layout
 from genesis.fleet.status import ChildView, FleetStatus, lock_held
@@ -102,6 +104,7 @@ class Reader:
         self.refresh = refresh
         self._status: dict[Path, _Seen] = {}
         self._alerts: dict[Path, _Seen] = {}
+        self._actions: dict[Path, _Seen] = {}
         self._fleets: dict[Path, _Seen] = {}
         self._touched: set[Path] = set()
         self._layouts: dict[Path, Layout | None] = {}
@@ -181,6 +184,16 @@ class Reader:
             self._alerts[ledger] = seen
         return seen.value
 
+    def actions(self, layout: Layout) -> list[dict[str, Any]]:
+        """The project's last ALERTS actions (genesis/actions/), newest first."""
+        ledger = layout.ledger_file
+        sig = (_stamp(ledger), _stamp(ledger.with_name(ledger.name + "-wal")))
+        seen = self._actions.get(ledger)
+        if seen is None or seen.signature != sig:
+            seen = _Seen(sig, self.clock(), _read_actions(ledger))
+            self._actions[ledger] = seen
+        return seen.value
+
     def sweep(self) -> None:
         """Forget the loops not read since the last sweep (a fleet's children that ended): a
         night of fleets must not grow the server."""
@@ -214,6 +227,20 @@ def _read_alerts(ledger: Path, name: str) -> list[dict[str, Any]]:
     return [{"at": iso(r["at"]), "at_epoch": round(float(r["at"]), 3), "project": name,
              "severity": _text(r["severity"] or "", 20), "title": _text(r["cause"] or r["kind"] or "alert"),
              "decision": _text(r["decision"] or "pending", 20)} for r in rows]
+
+
+def _read_actions(ledger: Path) -> list[dict[str, Any]]:
+    if not ledger.is_file():
+        return []
+    try:
+        with Ledger.open(ledger, readonly=True) as led:
+            rows = led.events(kinds=(ACTION_EVENT,), limit=ALERTS, newest=True)
+    except (LedgerError, sqlite3.Error, OSError):
+        return []
+    return [{"at": e["at"], "at_epoch": round(float(e["epoch"]), 3), "action": _text(e.get("action") or "", 20),
+             "task": _text(e.get("task") or "", 200), "source": _text(e.get("source") or "", 20),
+             "credential": _text(e.get("credential") or "", 80), "said": _text(e.get("said") or "")}
+            for e in reversed(rows)]
 
 
 # --- colours -------------------------------------------------------------------------------------
@@ -272,7 +299,7 @@ def _tile_of_loop(key: str, title: str, kind: str, doc: dict[str, Any] | None, n
             if wait else None,
             "breaker": breaker.get("state"), "attempts": (phase.get("attempt") or 0) + 1 if phase else 0,
             "href": f"/loop/{key}", "stuck_at_epoch": stuck_at if _killed_lately(stuck_at, now) else None,
-            "reason": None}
+            "reason": None, "actions": for_loop(doc.get("state"), (wait or {}).get("kind"))}
 
 
 def _tile_of_task(pkey: str, task: dict[str, Any], child: dict[str, Any] | None, fleet_state: str,
@@ -283,7 +310,8 @@ def _tile_of_task(pkey: str, task: dict[str, Any], child: dict[str, Any] | None,
     if task.get("state") in TASK_LIVE and _killed_lately(stuck_at, now):
         colour = "red"  # its agent was killed as stuck a moment ago: its retry has yet to prove itself
     tile.update(colour=colour, state=task.get("state"), attempts=task.get("attempts") or 0,
-                reason=task.get("reason") if task.get("state") in TASK_RED else None)
+                reason=task.get("reason") if task.get("state") in TASK_RED else None,
+                actions=for_task(task.get("state"), ((child or {}).get("wait") or {}).get("kind")))
     if tile["wait"] is None and task.get("not_before_epoch"):
         tile["wait"] = {"kind": "retry", "until_epoch": task["not_before_epoch"], "reason": task.get("reason")}
     return tile
@@ -328,7 +356,8 @@ def _project(source: ProjectSource, reader: Reader, now: float,
     out: dict[str, Any] = {"key": pkey, "name": _text(source.name, 100), "path": _text(source.project, 1000),
                            "shown_path": _text(home_short(source.project), 1000),
                            "error": None, "status": None, "fleet": None, "tiles": [], "retries": [],
-                           "escalations": [], "pauses": [], "alerts": [], "cost_usd": None}
+                           "escalations": [], "pauses": [], "alerts": [], "cost_usd": None, "actions": [],
+                           "fleet_actions": []}
     try:
         st = reader.status(source.layout, now)
         status = status_document(st, exitcodes.OK if st.running else exitcodes.NOT_RUNNING, now)
@@ -340,7 +369,8 @@ def _project(source: ProjectSource, reader: Reader, now: float,
         out["error"] = _text(f"{type(exc).__name__}: {exc}", 2000)
         s = score(None, None, now, error=out["error"])
         return {**out, "score": s.value, "reasons": [r.as_json() for r in s.reasons]}, s
-    out.update(status=status, fleet=fleet, alerts=alerts)
+    out.update(status=status, fleet=fleet, alerts=alerts, actions=reader.actions(source.layout),
+               fleet_actions=for_fleet(bool(fleet and (fleet.get("monitor") or {}).get("alive"))))
     run_id = str((status.get("run") or {}).get("id") or "")
     # A fleet's monitor holds the project's loop lock under a fleet run id: its tasks are the tiles.
     own_ran = (status.get("run") is not None or status.get("state") in ("running", "waiting", "frozen")) and \
@@ -361,9 +391,9 @@ def _project(source: ProjectSource, reader: Reader, now: float,
             if task["state"] == "escalated":
                 out["escalations"].append({"key": tile["key"], "title": tile["title"],
                                            "escalations": task.get("escalations"), "reason": task.get("reason")})
-        for hold in (fleet.get("limit"), fleet.get("cascade")):
+        for hold in (fleet.get("limit"), fleet.get("cascade"), fleet.get("paused")):
             if hold:
-                out["pauses"].append({"kind": "cascade" if hold["kind"] == "cascade" else "limit",
+                out["pauses"].append({"kind": hold["kind"] if hold["kind"] in ("cascade", "paused") else "limit",
                                       "until_epoch": hold.get("until_epoch"), "reason": hold.get("reason")})
     phase, wait = status.get("phase") or {}, status.get("wait") or {}
     if phase.get("attempt"):

@@ -55,7 +55,7 @@ def test_a_bad_value_is_refused_naming_the_knob_and_what_it_accepts(knobs, messa
 
 def test_the_knob_table_names_every_knob_parse_reads_with_its_default():
     names = {name for name, _, _ in KNOBS}
-    assert names == {"GENESIS_NOTIFY_DESKTOP", "GENESIS_NOTIFY_WEBHOOK", "GENESIS_NOTIFY_NTFY", "GENESIS_NOTIFY_CMD",
+    assert names == {"GENESIS_NOTIFY_DESKTOP", "GENESIS_NOTIFY_WEBHOOK", "GENESIS_NOTIFY_NTFY", "GENESIS_NOTIFY_ACTIONS_URL", "GENESIS_NOTIFY_CMD",
                      "GENESIS_NOTIFY_TIMEOUT_SECONDS", "GENESIS_NOTIFY_RETRIES", "GENESIS_TRIAGE_CMD",
                      "GENESIS_TRIAGE_TIMEOUT_SECONDS", "GENESIS_NOTIFY_DESKTOP_MIN_SEVERITY",
                      "GENESIS_NOTIFY_WEBHOOK_MIN_SEVERITY", "GENESIS_NOTIFY_NTFY_MIN_SEVERITY",

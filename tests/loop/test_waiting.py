@@ -194,3 +194,34 @@ def test_the_stop_signals_behind_the_first_are_dropped_by_a_quiet_handler_not_si
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout.splitlines() == ["stopped by 2", "dropped by a handler: [True, True]", "still here"]
+
+
+def test_a_wait_is_extended_then_ended_by_the_requests_the_actions_leave(step):
+    from genesis.actions import inbox
+
+    plan_limit(step, Limit(NOW + 3600, "five_hour", "limit"), "Builder", 1, NOW, rng=lambda: 0.0)
+    clock = FakeClock(NOW)
+    folder = step.layout.state_dir / inbox.FOLDER
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if clock.t == NOW + 5:
+            inbox.submit(folder, inbox.Request("wait-extend", clock.t, "dashboard", seconds=600))
+        if clock.t == NOW + 20:
+            inbox.submit(folder, inbox.Request("wait-end", clock.t, "alert"))
+
+    assert sit_out(step, lambda: False, clock, sleep=sleep) == exitcodes.OK
+    assert clock.t == NOW + 20                             # ended at the first tick after the request
+    assert evs(step, "wait_end")[0]["how"] == "done"       # the phase runs again, as after a wait sat out
+    assert not step.layout.wait_file.exists() and not list(folder.iterdir())
+
+
+def test_an_extension_moves_the_waits_end(step):
+    from genesis.actions import inbox
+
+    plan_limit(step, Limit(NOW + 100, "five_hour", "limit"), "Builder", 1, NOW, rng=lambda: 0.0)
+    until = json.loads(step.layout.wait_file.read_text())["until"]
+    inbox.submit(step.layout.state_dir / inbox.FOLDER, inbox.Request("wait-extend", NOW, "terminal", seconds=900))
+    clock = FakeClock(NOW)
+    assert sit_out(step, lambda: False, clock, sleep=clock.sleep) == exitcodes.OK
+    assert clock.t == until + 900

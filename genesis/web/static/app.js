@@ -55,6 +55,85 @@
     });
   }
 
+  // --- actions (genesis/actions/): buttons only where this browser holds the write key -------
+
+  let csrf = "";
+
+  function loadCsrf() {
+    return fetch("/api/csrf", { cache: "no-store", credentials: "same-origin" })
+      .then(function (r) { return r.json(); })
+      .then(function (d) { csrf = d.csrf || ""; body.dataset.act = csrf ? "yes" : "no"; })
+      .catch(function () { body.dataset.act = "no"; });
+  }
+
+  function said(text, ok) {
+    const node = document.getElementById("act-result");
+    if (!node) return;
+    node.textContent = text;
+    node.dataset.ok = ok ? "yes" : "no";
+  }
+
+  function seconds(text) {
+    const m = /^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$/i.exec(text || "");
+    if (!m) return 0;
+    return Number(m[1]) * { "": 1, s: 1, m: 60, h: 3600, d: 86400 }[m[2].toLowerCase()];
+  }
+
+  // What an action asks first (a note, a duration, a phase), then, for what cannot be undone, a confirmation.
+  function act(key, a) {
+    const extra = {};
+    if (a.ask === "note") {
+      const note = window.prompt(a.label + ": a note for the agent (written under the task)");
+      if (!note) return;
+      extra.note = note;
+    } else if (a.ask === "duration") {
+      const d = window.prompt(a.label + ": how much longer (15m, 1h)", "30m");
+      if (!d) return;
+      extra.seconds = seconds(d);
+      if (!extra.seconds) { said("not a duration: " + d + " (write 15m or 1h)", false); return; }
+    } else if (a.ask === "phase") {
+      const phase = window.prompt(a.label + ": which phase's commits (Builder, Criticizer, Planner)", "Builder");
+      if (!phase) return;
+      extra.phase = phase;
+    }
+    if (a.confirm && !window.confirm(a.label + "? This cannot be undone.")) return;
+    said(a.label + "…", true);
+    fetch("/api/act", {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Genesis-CSRF": csrf },
+      body: JSON.stringify(Object.assign({ key: key, action: a.action }, extra)),
+    })
+      .then(function (r) { return r.json().then(function (d) { said(r.ok ? d.said : d.error, r.ok); }); })
+      .catch(function () { said("the action could not be sent", false); });
+  }
+
+  function buttons(key, actions) {
+    const box = el("div", "actions");
+    if (!csrf || !actions) return box;
+    actions.forEach(function (a) {
+      const b = el("button", "act", a.label);
+      b.type = "button";
+      b.dataset.action = a.action;
+      if (a.confirm) b.dataset.confirm = "yes";
+      b.addEventListener("click", function () { act(key, a); });
+      box.appendChild(b);
+    });
+    return box;
+  }
+
+  // An alert's action link, opened: its one button uses it.
+  function actPage() {
+    const button = document.getElementById("act-link");
+    button.addEventListener("click", function () {
+      button.disabled = true;
+      fetch(window.location.pathname, { method: "POST", credentials: "omit" })
+        .then(function (r) { return r.text(); })
+        .then(function (text) { document.getElementById("act-said").textContent = text; })
+        .catch(function () { document.getElementById("act-said").textContent = "the action could not be sent"; });
+    });
+    body.dataset.live = "yes";
+  }
+
   // --- the overview --------------------------------------------------------------------------
 
   function row(parent, label, value, cls) {
@@ -103,6 +182,7 @@
     row(node, "breaker", t.breaker, "tile-breaker breaker-" + String(t.breaker || "").toLowerCase());
     row(node, "attempts", t.attempts ? String(t.attempts) : null, "tile-attempts");
     row(node, "why", t.reason || null, "tile-reason");
+    node.appendChild(buttons(t.key, t.actions));
     return node;
   }
 
@@ -126,6 +206,7 @@
     head.appendChild(el("span", "muted project-cost", money(p.cost_usd)));
     sec.appendChild(head);
     sec.appendChild(el("p", "muted path", p.shown_path || p.path));
+    sec.appendChild(buttons(p.key, p.fleet_actions));
     if (p.error) sec.appendChild(el("p", "error", p.error));
     if (p.reasons && p.reasons.length) {
       const ul = el("ul", "reasons");
@@ -135,6 +216,10 @@
     const extra = el("div", "minis");
     if (p.pauses.length) extra.appendChild(list("Pauses", p.pauses, function (x) {
       return x.kind + (x.until_epoch ? " until " + localTime(x.until_epoch) : "") + (x.reason ? ": " + x.reason : "");
+    }));
+    if (p.actions && p.actions.length) extra.appendChild(list("Actions", p.actions, function (x) {
+      return localTime(x.at_epoch) + " " + x.action + (x.task ? " " + x.task : "") + ", from the " + x.source +
+        " (" + x.credential + "): " + x.said;
     }));
     if (p.retries.length) extra.appendChild(list("Active retries", p.retries, function (x) {
       return x.title + " (attempt " + x.attempt + ")" + (x.reason ? ": " + x.reason : "");
@@ -223,6 +308,12 @@
     if (doc.run_id) bits.push("run " + doc.run_id);
     if (doc.error) bits.push(doc.error);
     document.getElementById("loop-state").textContent = bits.join(" · ");
+    const acts = JSON.stringify(doc.actions || []);
+    const box = document.getElementById("loop-actions");
+    if (box.dataset.shown !== acts) {  // redrawn only when the offer changed: a click is never lost to a redraw
+      box.dataset.shown = acts;
+      box.replaceChildren(buttons(doc.key, doc.actions));
+    }
     if (doc.timeline !== lastSvg) {
       lastSvg = doc.timeline;
       const box = document.getElementById("timeline");
@@ -404,7 +495,8 @@
     load();
   }
 
-  if (page === "overview") overview();
-  else if (page === "loop") loopPage();
+  if (page === "act") actPage();
+  else if (page === "overview") loadCsrf().then(overview);
+  else if (page === "loop") loadCsrf().then(loopPage);
   else if (page === "metrics") metricsPage();
 })();
