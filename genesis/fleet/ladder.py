@@ -58,8 +58,13 @@ def strategies(cfg: Config) -> tuple[Strategy, ...]:
 
 
 def child_settings(strategy: Strategy, cfg: Config) -> dict[str, str]:
-    """The settings a child of this strategy gets on top of the fleet's (its --set values)."""
+    """The settings a child of this strategy gets on top of the fleet's (its --set values).
+    When the fallback agent is one of the ladder's strategies, a child's own retry of a stuck
+    phase runs its strategy's agent, not the fallback: escalating to the fallback is then a real
+    change, not what the child already tried."""
     settings: dict[str, str] = {}
+    if any(s.name == "fallback" for s in strategies(cfg)):
+        settings["GENESIS_FALLBACK_AGENT_CMD"] = ""
     if strategy.agent_cmd is not None:
         settings["GENESIS_AGENT_CMD"] = shlex.join(strategy.agent_cmd)
     if strategy.window_factor != 1.0:
