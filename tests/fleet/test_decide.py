@@ -251,3 +251,12 @@ def test_agents_killed_inside_running_children_pause_the_fleet_as_child_deaths_d
     late.fleet, _ = d.decide(late.fleet, d.Failure(T0 + 1, "t1"), RULES)
     late.tick(T0 + 400)
     assert late.fleet.gate.state == "open" and late.fleet.failures == ()
+
+
+def test_after_the_users_stop_nothing_is_relaunched():
+    fleet = Replay(1)
+    fleet.launch("t0", T0)
+    fleet.end("t0", T0 + 1, 1)
+    fleet.fleet, effects = d.decide(fleet.fleet, d.Stop(), RULES)
+    assert effects == [] and fleet.fleet.stopping
+    assert fleet.relaunch("t0", T0 + 100) == d.Hold("t0", "", "")
