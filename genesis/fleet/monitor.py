@@ -38,7 +38,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -50,7 +49,6 @@ from genesis.agents import adapter_of
 from genesis.agents.models import cli_and_model
 from genesis.alerts import handoff
 from genesis.alerts.deliver import LedgerBook, deadline_seconds
-from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_TEXT, Ticket
 from genesis.config import Config, ConfigError, layout_for, resolve
 from genesis.fleet import cascade as cascade_mod
 from genesis.fleet import children as kids
@@ -67,7 +65,7 @@ from genesis.fleet.queue import check_trust, done_at, project_branch, tasks_at
 from genesis.fleet.resources import FleetSettings, available_memory, fleet_settings, parallel_of, port_range
 from genesis.fleet.taskref import PLANNER, TaskRef, branch_for, open_refs
 from genesis.hints import hint
-from genesis.ledger.store import LedgerError, iso
+from genesis.ledger.store import LedgerError
 from genesis.loop import limits
 from genesis.loop.finish import FINAL_ALERT_WAIT
 from genesis.loop.preflight import read_flag

@@ -25,11 +25,8 @@ import os
 import re
 import shlex
 import signal
-import subprocess
-import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -42,10 +39,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from genesis import exitcodes
-from genesis.agents import adapter_of
 from genesis.alerts import handoff
-from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_TEXT, Ticket
-from genesis.clock import iso
 from genesis.config import Config, ConfigError, default_of, layout_for, resolve
 from genesis.fleet import children as kids
 from genesis.fleet import merging, telling, worktrees
