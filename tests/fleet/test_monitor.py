@@ -22,6 +22,7 @@ from genesis.fleet.ledger import FleetLedger, TaskRow
 from genesis.fleet.resources import fleet_settings
 from genesis.fleet.taskref import branch_for, task_id
 from genesis.ledger.store import Ledger
+from genesis.reporting.fleet import timeline
 from genesis.store.atomicio import write_json
 from genesis.store.layout import private_dir, state_dir_of
 from genesis.store.looplock import current_holder
@@ -568,6 +569,8 @@ def test_agents_killed_inside_running_children_pause_the_restarts_as_child_death
         monitor.agent_deaths(now)
         assert sorted(monitor.failures) == [(now - 1, "t0"), (now - 1, "t1")]
         assert [e.task_id for e in led.events("agent_died")] == ["t0", "t1"]
+        told = [m for m in timeline(led.events()) if "agent was killed" in m.what]   # the report's timeline
+        assert [m.task_id for m in told] == ["t0", "t1"]
         monitor.agent_deaths(now + 10)   # read once each
         assert len(monitor.failures) == 2
         monitor.apply(monitor.decided(mon.decide.TimePassed(now, monitor._ran_within(now))))
