@@ -44,7 +44,9 @@ class Strategy:
 
 def strategies(cfg: Config) -> tuple[Strategy, ...]:
     """Index 0: the configured agent; then GENESIS_FLEET_ESCALATION's entries in order
-    (fallback left out while GENESIS_FALLBACK_AGENT_CMD is unset)."""
+    (fallback left out while GENESIS_FALLBACK_AGENT_CMD is unset). Each is a real change: an
+    entry that would run what an earlier one runs (the fallback set to the configured agent,
+    a command written twice) is left out."""
     found = [Strategy("configured", None, 1.0)]
     for entry in cfg.fleet_escalation:
         if entry == "fallback":
@@ -54,7 +56,8 @@ def strategies(cfg: Config) -> tuple[Strategy, ...]:
             found.append(Strategy("longer", None, LONGER_FACTOR))
         else:
             found.append(Strategy(entry, tuple(shlex.split(entry)), 1.0))
-    return tuple(found)
+    runs = [(tuple(s.agent_cmd or cfg.agent_cmd), s.window_factor) for s in found]
+    return tuple(s for i, s in enumerate(found) if runs[i] not in runs[:i])
 
 
 def child_settings(strategy: Strategy, cfg: Config) -> dict[str, str]:
