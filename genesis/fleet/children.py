@@ -24,7 +24,8 @@ from typing import Mapping
 
 import psutil
 
-from genesis.config import default_layout
+from genesis.agents import adapter_of
+from genesis.config import Config, default_layout
 from genesis.fleet.ledger import TERMINAL, FleetLedger
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.procs.proctree import identify
@@ -33,7 +34,8 @@ from genesis.store.layout import Layout, UnsafeDir
 from genesis.store.looplock import Holder, current_holder
 
 __all__ = ["ChildSpec", "Child", "Ending", "LOOP_SCRIPT", "child_argv", "child_env", "launch", "adopt", "layout_of",
-           "holder_of", "ended", "signal_child", "ending_of_run", "running_loop_at", "live_children"]
+           "holder_of", "ended", "signal_child", "ending_of_run", "agent_deaths", "running_loop_at", "live_children",
+           "install_hook"]
 
 LOOP_SCRIPT = Path(__file__).resolve().parent.parent.parent / "start-multi-agent-loop.sh"
 LOG_MODE = 0o600
@@ -233,6 +235,44 @@ def ending_of_run(child: Child, now: float) -> Ending | None:
     code = last.get("exit_code")
     return Ending(code if isinstance(code, int) else None, float(last.get("epoch", now)), str(last.get("reason", "")),
                   cost)
+
+
+def install_hook(worktree: Path, cfg: Config, timeout: float) -> None:
+    """A Claude Code child needs the heartbeat hook in its worktree (settings.local.json is
+    untracked: a fresh worktree lacks it); best effort, bounded: a child without it is judged by
+    its output and processes, and its preflight says what is wrong."""
+    try:
+        if adapter_of(cfg).name != "claude":
+            return
+    except Exception:  # noqa: BLE001 - no adapter to speak of: the child's preflight says what is wrong
+        return
+    genesis = Path(sys.executable).parent / "genesis"
+    argv = [str(genesis)] if genesis.is_file() else [sys.executable, "-m", "genesis"]
+    try:
+        subprocess.run([*argv, "--project", str(worktree), "hook", "install", "--scope", "local"],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
+def agent_deaths(child: Child, after: int) -> tuple[list[float], int]:
+    """When the child's agents died by a signal Genesis did not send (the OOM killer, a kill -9)
+    since its ledger's event `after`, and the newest event read: the loop restarts such an agent
+    on its own, so the fleet hears of it only here. ([], after) when nothing is known."""
+    if child.layout is None or not child.run_id or not child.layout.ledger_file.is_file():
+        return [], after
+    try:
+        with Ledger.open(child.layout.ledger_file, readonly=True) as led:
+            ends = led.events(child.run_id, kinds=["phase_end"], after_id=after, limit=1000)
+    except (LedgerError, OSError, Exception):  # a damaged child ledger: nothing known, not a crash
+        return [], after
+    died = [float(e.get("epoch") or 0.0) for e in ends if not e.get("killed") and
+            isinstance(e.get("returncode"), int) and (e["returncode"] < 0 or e["returncode"] in _SIGNAL_DEATHS)]
+    return died, max((int(e.get("seq") or 0) for e in ends), default=after)
+
+
+_SIGNAL_DEATHS = frozenset({128 + signal.SIGKILL, 128 + signal.SIGSEGV, 128 + signal.SIGBUS, 128 + signal.SIGABRT})
 
 
 def signal_child(child: Child, sig: int) -> bool:

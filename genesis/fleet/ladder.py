@@ -48,7 +48,9 @@ class Strategy:
 
 def strategies(cfg: Config) -> tuple[Strategy, ...]:
     """Index 0: the configured agent; then GENESIS_FLEET_ESCALATION's entries in order
-    (fallback left out while GENESIS_FALLBACK_AGENT_CMD is unset)."""
+    (fallback left out while GENESIS_FALLBACK_AGENT_CMD is unset). Each is a real change: an
+    entry that would run what an earlier one runs (the fallback set to the configured agent,
+    a command written twice) is left out."""
     found = [Strategy("configured", None, 1.0)]
     for entry in cfg.fleet_escalation:
         if entry == "fallback":
@@ -58,12 +60,18 @@ def strategies(cfg: Config) -> tuple[Strategy, ...]:
             found.append(Strategy("longer", None, LONGER_FACTOR))
         else:
             found.append(Strategy(entry, tuple(shlex.split(entry)), 1.0))
-    return tuple(found)
+    runs = [(tuple(s.agent_cmd or cfg.agent_cmd), s.window_factor) for s in found]
+    return tuple(s for i, s in enumerate(found) if runs[i] not in runs[:i])
 
 
 def child_settings(strategy: Strategy, cfg: Config) -> dict[str, str]:
-    """The settings a child of this strategy gets on top of the fleet's (its --set values)."""
+    """The settings a child of this strategy gets on top of the fleet's (its --set values).
+    When the fallback agent is one of the ladder's strategies, a child's own retry of a stuck
+    phase runs its strategy's agent, not the fallback: escalating to the fallback is then a real
+    change, not what the child already tried."""
     settings: dict[str, str] = {}
+    if any(s.name == "fallback" for s in strategies(cfg)):
+        settings["GENESIS_FALLBACK_AGENT_CMD"] = ""
     if strategy.agent_cmd is not None:
         settings["GENESIS_AGENT_CMD"] = shlex.join(strategy.agent_cmd)
     if strategy.window_factor != 1.0:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
+from genesis.fleet import lifecycle
 from genesis.ledger.store import BUSY_TIMEOUT, MAX_DETAIL_CHARS, READ_TIMEOUT, LedgerError
 from genesis.redact import redact_all
 from genesis.store.atomicio import DiskFull, free_bytes, quarantine
@@ -32,9 +33,8 @@ __all__ = ["FleetLedger", "FleetLedgerError", "TaskRow", "Attempt", "FleetEvent"
 
 FILE_NAME = "ledger.sqlite3"
 SCHEMA_VERSION = 1
-STATES = frozenset({"queued", "running", "waiting", "restarting", "escalated", "merging", "merged", "ready",
-                    "needs-review", "failed"})
-TERMINAL = frozenset({"merged", "ready", "needs-review", "failed"})  # a restarted monitor never retries these
+STATES = frozenset(lifecycle.STATES)      # a task's lifecycle (fleet/lifecycle.py)
+TERMINAL = lifecycle.TERMINAL             # a restarted monitor never retries these
 KINDS = frozenset({"start", "restart", "escalate", "resume"})          # why an attempt was launched
 OUTCOMES = frozenset({"verified", "failed", "limit", "outage", "stopped", "config"})
 MAX_TEXT_CHARS = 4000        # a task's text, a reason: cut beyond (the ledger stays small)

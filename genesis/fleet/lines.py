@@ -1,4 +1,5 @@
-"""The fleet's console: `[genesis fleet HH:MM:SS] ...` lines, and the words for a task's attempt
+"""The fleet's console: `[genesis fleet HH:MM:SS] ...` lines (the local monitor's, the Temporal
+home's; a worker's own lines are cleaned the same way), and the words for a task's attempt
 starting, ending and coming home, the same from the local monitor and the Temporal home.
 
 A line may quote an agent or a merge's test output (a reason, a failure): escape codes and
@@ -13,18 +14,23 @@ import time
 from genesis.redact import redact
 from genesis.words import sanitize
 
-__all__ = ["say", "started_line", "ended_line", "merged_line"]
+__all__ = ["say", "clean", "started_line", "ended_line", "merged_line"]
 
 
 def say(message: str, kind: str = "info") -> None:
     stamp = time.strftime("%H:%M:%S")
     prefix = "genesis: error: " if kind == "error" else "genesis: warning: " if kind == "warn" else \
         f"[genesis fleet {stamp}] "
-    message = "\n".join(sanitize(line, None) for line in redact(message).split("\n"))
+    message = clean(message)
     try:
         print(prefix + message, file=sys.stderr, flush=True)
     except OSError:
         pass  # the terminal went away: the ledger keeps the record
+
+
+def clean(message: str) -> str:
+    """A message as a console may print it: secrets redacted, escape codes and bidi controls out."""
+    return "\n".join(sanitize(line, None) for line in redact(message).split("\n"))
 
 
 def started_line(text: str, kind: str, attempt: int, agent: str) -> str:

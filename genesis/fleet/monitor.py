@@ -38,7 +38,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -51,23 +50,23 @@ from genesis.agents import adapter_of
 from genesis.agents.models import cli_and_model
 from genesis.alerts import handoff
 from genesis.alerts.deliver import LedgerBook, deadline_seconds
-from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_TEXT, Ticket
 from genesis.config import Config, ConfigError, layout_for, resolve
 from genesis.fleet import cascade as cascade_mod
 from genesis.fleet import children as kids
-from genesis.fleet import ladder, mergeorder, merging, redmerge, telling, worktrees
+from genesis.fleet import decide, ladder, lifecycle, mergeorder, merging, redmerge, telling, worktrees
 from genesis.fleet.leftovers import make_startable
 from genesis.fleet.lines import ended_line, merged_line, say, started_line
 from genesis.fleet.budget import SPENDING, RestartBudget
 from genesis.fleet.beats import BeatBook, newest_beat
 from genesis.fleet.ledger import TERMINAL, FleetLedger, TaskRow
+from genesis.fleet.lifecycle import Move, Task
 from genesis.fleet.planning import fleet_exit, launch_gate, outcome_of
 from genesis.fleet.portslots import book_for
 from genesis.fleet.queue import check_trust, done_at, project_branch, tasks_at
 from genesis.fleet.resources import FleetSettings, available_memory, fleet_settings, parallel_of, port_range
 from genesis.fleet.taskref import PLANNER, TaskRef, branch_for, open_refs
 from genesis.hints import hint
-from genesis.ledger.store import LedgerError, iso
+from genesis.ledger.store import LedgerError
 from genesis.loop import limits
 from genesis.loop.finish import FINAL_ALERT_WAIT
 from genesis.loop.preflight import read_flag
@@ -91,6 +90,7 @@ STOP_WAIT = 120.0         # seconds the monitor waits for its children after for
 HELD_RETRY = 30.0         # seconds between two tries of a merge held by the user's dirty checkout
 INTERRUPT_MERGE_WAIT = 10.0  # seconds an interrupted monitor waits for a merge under way (it recovers next start)
 LIMIT_CHECK = 5.0         # seconds between two reads of the account store (it vouches each entry: ledgers)
+DEATHS_CHECK = 5.0        # seconds between two reads of the running children's ledgers for agents that died
 WORKTREE_RETRY = 30.0     # seconds before a worktree that git could not make (a lock, a timeout) is tried again
 WORKTREE_TRIES = 5        # ... and after this many tries in a row, the task needs review
 TICK_ERRORS = 5           # checks in a row that fail (git, the disk, the ledger) before the monitor gives up
@@ -182,6 +182,8 @@ class Monitor:
     due: float = 0.0                                         # the next check (time.monotonic)
     ended_code: int | None = None                            # its fleet_end recorded, with this code
     paused: bool = False                                     # `genesis pause`: no child starts until resume
+    deaths_read: float = -1e18                               # the running children's agent deaths last read
+    deaths_seen: dict[str, int] = field(default_factory=dict)  # per task: its child ledger's newest event read
 
     def __post_init__(self) -> None:
         self.layout = layout_for(self.cfg)
@@ -195,7 +197,9 @@ class Monitor:
         window = self.cfg.fleet_cascade_window
         self.failures: list[tuple[float, str]] = [
             (float(e.detail.get("ended_at") or e.at), e.task_id or "") for e in self.ledger.events("child_end")
-            if e.detail.get("outcome") == "failed" and e.at > self.clock() - window]
+            if e.detail.get("outcome") == "failed" and e.at > self.clock() - window] + [
+            (float(e.detail.get("at") or e.at), e.task_id or "") for e in self.ledger.events("agent_died")
+            if e.at > self.clock() - window]
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-merge")
         self.beats = BeatBook()
         self.started = self.started or self.clock()
@@ -246,13 +250,14 @@ class Monitor:
         """A task the fleet closed on the project branch (`[!]` failed, `[x]` merged) that is open
         there again: the user reopened it, or a new task reads the same. Not one needing review
         (the fleet never closed its line) nor a failed one whose `[!]` still waits."""
-        return row.state in ("failed", "merged") and row.id not in self.unmarked and row.id not in self.children
+        return lifecycle.may(row.state, Move.REOPEN) and row.id not in self.unmarked and row.id not in self.children
 
     def reopen(self, row: TaskRow) -> None:
         """A fresh start: counters and strategy reset; the old attempts stay in the history (the
         ladder counts from the newest `start`)."""
         why = f"open again on {self.target} after it was {row.state}: a fresh start"
-        self.ledger.set_state(row.id, "queued", why, strategy=0, attempts=0, restarts=0, escalations=0,
+        self.ledger.set_state(row.id, lifecycle.step(row.state, Move.REOPEN), why, strategy=0, attempts=0, restarts=0,
+                              escalations=0,
                               not_before=0.0, pid=None, merged_sha="")
         self.ledger.record("reopened", row.id, was=row.state, reason=why)
         say(f"{row.text!r}: {why}")
@@ -276,7 +281,8 @@ class Monitor:
                 child = kids.adopt(row.id, wt, holder, row.attempts, self.clock())
                 child.layout = probe.layout
                 self.children[row.id] = child
-                self.ledger.set_state(row.id, "running", row.reason, pid=holder.pid, run_id=holder.run_id)
+                self.ledger.set_state(row.id, lifecycle.step(row.state, Move.ADOPT), row.reason, pid=holder.pid,
+                                      run_id=holder.run_id)
                 self.ledger.record("adopted", row.id, pid=holder.pid, run_id=holder.run_id, attempt=row.attempts)
                 say(f"adopted the running child of {row.text!r} (pid {holder.pid})")
                 continue
@@ -338,7 +344,7 @@ class Monitor:
                 self.worktree_tries[row.id] = (tries, now + WORKTREE_RETRY)
                 why = f"git could not make its worktree (try {tries} of {WORKTREE_TRIES}; again in " \
                       f"{WORKTREE_RETRY:g}s): {exc}"
-                self.ledger.set_state(row.id, "waiting" if row.state == "queued" else row.state, why)
+                self.ledger.set_state(row.id, lifecycle.step(row.state, Move.HOLD), why)
                 say(f"{row.text!r}: {why}", "warn")
                 return False
             self.worktree_tries.pop(row.id, None)
@@ -355,7 +361,8 @@ class Monitor:
             child = kids.adopt(row.id, wt, holder, row.attempts, now)
             child.layout = probe.layout
             self.children[row.id] = child
-            self.ledger.set_state(row.id, "running", "", worktree=str(wt), pid=holder.pid, run_id=holder.run_id)
+            self.ledger.set_state(row.id, lifecycle.step(row.state, Move.ADOPT), "", worktree=str(wt), pid=holder.pid,
+                                  run_id=holder.run_id)
             self.ledger.record("adopted", row.id, pid=holder.pid, run_id=holder.run_id)
             return True
         if row.attempts:  # what an earlier attempt left would stop the next child's start
@@ -370,7 +377,7 @@ class Monitor:
         return self._start(row, kind, wt, probe, now)
 
     def _no_worktree(self, row: TaskRow, why: str) -> bool:
-        self.ledger.set_state(row.id, "needs-review", why, pid=None)
+        self.ledger.set_state(row.id, lifecycle.step(row.state, Move.REVIEW), why, pid=None)
         self.ledger.record("needs_review", row.id, reason=why, outcome="worktree")
         say(f"{row.text!r} needs review: {why}", "error")
         self.alert(row.id, "high", f"task needs review: {row.text[:80]}", why,
@@ -395,14 +402,15 @@ class Monitor:
             child = kids.launch(spec, self.env, now)
         except OSError as exc:
             self.ledger.end_attempt(row.id, attempt.attempt, None, "failed", now)
-            self.ledger.set_state(row.id, "queued", f"could not start its loop: {exc}")
+            self.ledger.set_state(row.id, lifecycle.step(row.state, Move.UNQUEUE), f"could not start its loop: {exc}")
             say(f"could not start the child of {row.text!r}: {exc}", "error")
             return False
         child.layout = probe.layout
         self.children[row.id] = child
         self.last_launch = now
         self.gate_notes.pop(row.id, None)
-        self.ledger.set_state(row.id, "running", "", worktree=str(wt), pid=child.pid, not_before=0.0)
+        self.ledger.set_state(row.id, lifecycle.step(row.state, Move.LAUNCH), "", worktree=str(wt), pid=child.pid,
+                              not_before=0.0)
         cli, model = cli_and_model(self.cfg, chosen.agent_cmd)  # what the dashboard's metrics count it by
         self.ledger.record("launch", row.id, attempt=attempt.attempt, pid=child.pid, how=kind, agent=chosen.name,
                            port_base=ports[0], port_count=ports[1], worktree=str(wt), log=str(spec.log),
@@ -412,23 +420,10 @@ class Monitor:
         return True
 
     def _hook_for(self, worktree: Path) -> None:
-        """A Claude Code child needs the heartbeat hook in its worktree as the project has it
-        (settings.local.json is untracked: a new worktree lacks it)."""
-        local = self.project / ".claude" / "settings.local.json"
-        try:
-            if adapter_of(self.cfg).name != "claude" or not local.is_file():
-                return
-        except Exception:  # noqa: BLE001 - no adapter to speak of: the child's preflight says what is wrong
-            return
-        genesis = Path(sys.executable).parent / "genesis"
-        argv = [str(genesis) if genesis.is_file() else sys.executable, *([] if genesis.is_file() else
-                                                                         ["-m", "genesis"]),
-                "--project", str(worktree), "hook", "install", "--scope", "local"]
-        try:
-            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           timeout=GIT_TIMEOUT, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+        """The heartbeat hook in the child's worktree, as the project has it (a local scope the
+        worktree lacks: settings.local.json is untracked)."""
+        if (self.project / ".claude" / "settings.local.json").is_file():
+            kids.install_hook(worktree, self.cfg, GIT_TIMEOUT)
 
     def launches(self, rows: list[TaskRow]) -> None:
         """Start what may start now: new tasks in TASKS.md's order, then relaunches past their
@@ -438,13 +433,14 @@ class Monitor:
             return  # nothing starts; the tasks keep their state for the next start
         now = self.clock()
         for row in rows:
-            if row.id in self.children or row.state in TERMINAL or row.state in ("merging", "running") or \
+            if row.id in self.children or row.state in TERMINAL or row.state in (Task.MERGING, Task.RUNNING) or \
                     row.id.startswith(PLANNER):
                 continue
-            relaunch = row.state in ("restarting", "escalated")
+            relaunch = row.state in lifecycle.RELAUNCH
             if row.id not in self.open_ids:  # ticked or removed by hand on the project branch: not started
                 if relaunch:
-                    self.ledger.set_state(row.id, "queued", f"no longer open on {self.target}", not_before=0.0)
+                    self.ledger.set_state(row.id, lifecycle.step(row.state, Move.UNQUEUE),
+                                          f"no longer open on {self.target}", not_before=0.0)
                     say(f"{row.text!r} is no longer open on {self.target}: not relaunched")
                 continue
             if relaunch and row.not_before > now:
@@ -463,21 +459,17 @@ class Monitor:
                 self._hold(row, gate.why, "memory_held" if "memory" in gate.why else "")
                 return
             if relaunch:
-                probe = self.gate.state == "probing" and self.gate.probe_task is None
-                if not self.gate.allows_restart and not probe:
-                    self._hold(row, "the cascade pause: no restart until a probe child succeeds", "")
+                kind = "escalate" if row.state == Task.ESCALATED else "restart"
+                (go,) = self.decided(decide.RelaunchDue(row.id, kind, now))
+                if isinstance(go, decide.Hold):  # the cascade pause, the restart budget
+                    self._hold(row, go.reason, go.kind)
                     continue
-                if not self.budget.may_restart(now):
-                    self._hold(row, f"the restart budget: next restart at {iso(self.budget.next_at(now))}",
-                               "budget_held")
-                    continue
-                kind = "escalate" if row.state == "escalated" else "restart"
+                probe = isinstance(go, decide.Launch) and go.probe
                 if self.launch(row, kind):
                     self.launched = True
-                    self.budget.spend(now)
+                    self.decided(decide.Relaunched(row.id, now, probe, self.who(row.id)))
                     self.ledger.record(kind, row.id, strategy=row.strategy, reason=row.reason)
                     if probe:
-                        self.gate.probe_started(self.who(row.id), now)
                         self.record_everywhere("cascade_probe", row.id, reason="one child probes whether the "
                                                                               "cause is gone")
                         say(f"cascade: {row.text!r} probes whether the cause is gone")
@@ -523,8 +515,8 @@ class Monitor:
             return
         if self.gate_notes.get(row.id) != why:
             self.gate_notes[row.id] = why
-            if row.state in ("queued", "waiting"):
-                self.ledger.set_state(row.id, "waiting", why)
+            if row.state in lifecycle.HELD_BEFORE_LAUNCH:
+                self.ledger.set_state(row.id, lifecycle.step(row.state, Move.HOLD), why)
             if kind:
                 self.ledger.record(kind, row.id, reason=why)
                 say(why, "warn")
@@ -551,8 +543,23 @@ class Monitor:
             del self.children[task_id]
             self.beats.forget(task_id)
             self._let_slot_go(task_id)
+            self.deaths_seen.pop(task_id, None)
             self.ended(task_id, child, ending)
         self.ledger.note_beats(sightings)
+        self.agent_deaths(now)
+
+    def agent_deaths(self, now: float) -> None:
+        """An agent killed inside a running child (the OOM killer takes agents first) is a failure
+        the cascade counts, as a child loop's death is: its loop restarts the agent on its own."""
+        if now - self.deaths_read < DEATHS_CHECK:
+            return
+        self.deaths_read = now
+        for task_id, child in list(self.children.items()):
+            died, seen = kids.agent_deaths(child, self.deaths_seen.get(task_id, 0))
+            self.deaths_seen[task_id] = seen
+            for at in died:
+                self.ledger.record("agent_died", task_id, run_id=child.run_id, attempt=child.attempt, at=at)
+                self.decided(decide.Failure(at, self.who(task_id)))
 
     def _cap_log(self, task_id: str, child: kids.Child) -> None:
         log = self.fleet_dir / "children" / f"{task_id}.attempt-{child.attempt}.log"
@@ -584,21 +591,9 @@ class Monitor:
         log = self.fleet_dir / "children" / f"{task_id}.attempt-{child.attempt or row.attempts}.log"
         say(ended_line(row.text, ending.exit_code, verdict.outcome, verdict.reason)
             + ("" if verdict.outcome == "verified" else f"; its output: {log}"))
-        if verdict.fleet_code is not None and self.fatal is None:
-            self.fatal = verdict.fleet_code
-            say(f"the fleet launches nothing more: a child ended with exit {verdict.fleet_code} ({verdict.reason})",
-                "error")
-        if verdict.outcome == "verified":
-            self.ledger.set_state(task_id, "merging", "queued for the merge queue", pid=None)
-            self.ledger.record("merge_queued", task_id)
-            self.merges.append(Merge(task_id))
-        elif verdict.outcome in ("limit", "outage", "stopped", "config"):
-            self.ledger.set_state(task_id, "queued", verdict.reason, pid=None)
-        else:
-            self.failures.append((ending.at, self.who(task_id)))
-            self.climb(row, verdict.reason)
-        if self.gate.state == "probing" and self.gate.probe_task == self.who(task_id):
-            self.gate_step(self.gate.probe_ended(verdict.outcome == "verified", now))
+        history, causes = self.history(row.id)
+        self.apply(self.decided(decide.ChildEnded(self.ledger.task(row.id) or row, history, verdict, ending.at, now,
+                                                  self._ran_within(now), self.who(task_id), causes)))
 
     def planner_ended(self, row: TaskRow, child: kids.Child, ending: kids.Ending) -> None:
         """The Planner's child: its commits come home (TASKS.md included); none: nothing to plan."""
@@ -622,23 +617,51 @@ class Monitor:
                                   pid=None)
         say(f"the Planner ended: exit {ending.exit_code}, {outcome} ({commits} commit(s) on {row.branch})")
 
-    def climb(self, row: TaskRow, reason: str) -> None:
-        """The ladder for an abnormal end: restart, escalate, or fail for good."""
-        now = self.clock()
-        row = self.ledger.task(row.id) or row
-        history = self.ledger.attempts(row.id)
-        fresh = max((a.attempt for a in history if a.kind == "start"), default=0)  # a reopened task's count
-        rung = ladder.next_rung(row, [a for a in history if a.attempt >= fresh], self.policy, now)
-        if rung.action in ("restart", "resume"):
-            self.ledger.set_state(row.id, "restarting", f"{reason}; {rung.reason}", not_before=rung.not_before,
-                                  strategy=rung.strategy, restarts=rung.restarts, pid=None)
-        elif rung.action == "escalate":
-            self.ledger.set_state(row.id, "escalated", f"{reason}; {rung.reason}", not_before=rung.not_before,
-                                  strategy=rung.strategy, restarts=rung.restarts, escalations=rung.escalations,
-                                  pid=None)
-        elif rung.action == "fail":
-            self.fail(row, f"{reason}; {rung.reason}")
-        self.gate_step(self.gate.observe(now, self.failures, self._ran_within(now)))
+    def history(self, task_id: str) -> tuple[tuple, tuple[str, ...]]:
+        """The task's attempts since its fresh start (a reopened task counts from its newest
+        `start`), and the reasons its ended ones gave, oldest first."""
+        attempts = self.ledger.attempts(task_id)
+        fresh = max((a.attempt for a in attempts if a.kind == "start"), default=0)
+        ends = [e for e in self.ledger.events("child_end", task_id=task_id)
+                if int(e.detail.get("attempt") or 0) >= fresh]
+        return (tuple(a for a in attempts if a.attempt >= fresh),
+                tuple(str(e.detail.get("reason") or "") for e in sorted(ends, key=lambda e: e.seq)))
+
+    def rules(self) -> decide.Rules:
+        return decide.Rules(self.policy, self.gate.policy, self.budget.every)
+
+    def decided(self, event: decide.Event) -> list[decide.Effect]:
+        """decide() over this monitor's fleet; the gate (shared with a fleet file's other
+        projects), the budget and the failure window take its answer in place."""
+        fleet = decide.Fleet(self.gate, self.budget, tuple(self.failures), self.stopping or
+                             self.interrupted is not None, self.fatal)
+        after, effects = decide.decide(fleet, event, self.rules(), hint(self.project, "fleet", "status"))
+        self.gate.__dict__.update(after.gate.__dict__)
+        self.budget.last = after.budget.last
+        self.failures[:] = after.failures
+        return effects
+
+    def apply(self, effects: Iterable[decide.Effect]) -> None:
+        """The decisions' effects as processes, ledger rows and lines: this driver's part."""
+        for effect in effects:
+            if isinstance(effect, decide.StopLaunching):
+                if self.fatal is None:
+                    self.fatal = effect.code
+                    say(f"the fleet launches nothing more: a child ended with exit {effect.code} ({effect.reason})",
+                        "error")
+            elif isinstance(effect, decide.SetState):
+                self.ledger.set_state(effect.task_id, effect.state, effect.reason, pid=None, **effect.fields)
+            elif isinstance(effect, decide.Merge):
+                self.ledger.record("merge_queued", effect.task_id)
+                self.merges.append(Merge(effect.task_id))
+            elif isinstance(effect, decide.Fail):
+                row = self.ledger.task(effect.task_id)
+                if row is not None:
+                    self.fail(row, effect.reason)
+            elif isinstance(effect, decide.Alert):
+                self.alert(effect.about, effect.severity, effect.cause, effect.what, effect.action)
+            elif isinstance(effect, decide.GateMoved):
+                self._gate_moved(effect.step)
 
     def _ran_within(self, now: float) -> int:
         """Children that ran within the cascade window: running now, or ended in it (an attempt
@@ -662,15 +685,15 @@ class Monitor:
                 peer.ledger.record(kind, None, project=str(self.project), task=task_id, **detail)
 
     def gate_step(self, step: cascade_mod.GateStep) -> None:
-        """Record and tell what the cascade gate decided (a probe is recorded when it launches)."""
+        """Record and tell what the cascade gate decided (a pause with its alert)."""
+        self.apply(decide.gate_effects(step, hint(self.project, "fleet", "status")))
+
+    def _gate_moved(self, step: cascade_mod.GateStep) -> None:
+        """A move of the gate recorded and said (a probe is recorded when it launches)."""
         if step.event is None or step.action == "probe":
             return
         self.record_everywhere(step.event, None, reason=step.reason)
         say(f"cascade: {step.reason}")  # the fleet's own news (its alert is critical), no error of the user's
-        if step.action == "pause":
-            self.alert("cascade", "critical", "cascade: many children failed at once",
-                       f"{step.reason}. No restart until one probe child succeeds",
-                       f"look at the children's logs (`{hint(self.project, 'fleet', 'status')}`) for a shared cause")
 
     def mark(self, row: TaskRow, reason: str) -> str:
         """`- [!]` on the project branch ("" when held by the user's dirty checkout: tried again)."""
@@ -698,13 +721,9 @@ class Monitor:
 
     def fail(self, row: TaskRow, reason: str) -> None:
         sha = self.mark(row, reason)
-        self.ledger.set_state(row.id, "failed", reason, pid=None)
+        self.ledger.set_state(row.id, lifecycle.step(row.state, Move.FAIL), reason, pid=None)
         self.ledger.record("failed_permanently", row.id, reason=reason, sha=sha)
         say(f"{row.text!r} failed permanently: {reason}; its branch {row.branch} is kept", "error")
-        self.alert(row.id, "critical", f"task failed permanently: {row.text[:80]}",
-                   f"{reason}. Its branch {row.branch} and worktree {row.worktree} are kept",
-                   f"look at its branch and the attempts (`{hint(self.project, 'fleet', 'status')}`), fix, then "
-                   f"reopen the task")
 
     # -- the merge queue -------------------------------------------------------------
 
@@ -828,19 +847,9 @@ class Monitor:
     def alert(self, about: str, severity: str, cause: str, what: str, action: str) -> None:
         """Tell the alert channels (one ticket, its deliverer detached); recorded in the fleet ledger."""
         self.ledger.record("alert", None if about == "cascade" else about, severity=severity, cause=cause)
-
-        def line(text: str, most: int) -> str:
-            text = " ".join(text.split())
-            return text if len(text) <= most else text[:most - 3] + "..."
-
         try:
-            ticket = Ticket(ticket_id=uuid.uuid4().hex, created_at=iso(self.clock()), run_id=self.run_id,
-                            iteration=None, phase=None, project=str(self.project), severity=severity,
-                            cause=line(cause, MAX_CAUSE), reasoning=line(what, MAX_TEXT),
-                            suggested_action=line(action, MAX_TEXT), evidence=line(what, MAX_EVIDENCE),
-                            steps_since_success=None, stall_minutes=None, kind="fleet", final=False,
-                            headline=line(cause, MAX_HEADLINE), lines=(line(what, MAX_LINE), line(action, MAX_LINE)),
-                            task="" if about == "cascade" else about)
+            ticket = telling.alert_ticket(severity, cause, what, action, run_id=self.run_id, project=str(self.project),
+                                          at=self.clock(), task="" if about == "cascade" else about)
             handoff.dispatch(ticket, self.cfg.alerts, self.layout.ledger_file)
         except Exception as exc:  # noqa: BLE001 - an alert is never worth failing the fleet
             say(f"the alert could not be sent: {exc}", "warn")
@@ -914,9 +923,9 @@ class Monitor:
         heed(self)  # the actions asked of the fleet (genesis/actions/)
         self.check_children()
         now = self.clock()
-        self.failures[:] = [f for f in self.failures if f[0] > now - self.gate.policy.window]  # shared: in place
-        if self.gate.state != "open" or self.failures:
-            self.gate_step(self.gate.observe(now, self.failures, self._ran_within(now)))
+        window = self.gate.policy.window
+        busy = self.gate.state != "open" or any(f[0] > now - window for f in self.failures)
+        self.apply(self.decided(decide.TimePassed(now, self._ran_within(now) if busy else 0)))
         self.merge_step()
         self.rebase_ready()
         for task, reason in list(self.unmarked.items()):

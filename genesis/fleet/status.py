@@ -31,6 +31,7 @@ from rich.text import Text
 from genesis import exitcodes, when
 from genesis.clock import iso
 from genesis.config import default_layout
+from genesis.fleet import lifecycle
 from genesis.fleet.ledger import Attempt, FleetEvent, FleetLedger, TaskRow
 from genesis.redact import redact
 from genesis.repo.gitcmd import NotARepository, NotOwned
@@ -47,7 +48,7 @@ SCHEMA = 1
 # The words `fleet status` shows, in the order it lists them: the live ones first.
 STATES = ("running", "merging", "restarting", "escalated", "waiting", "queued", "needs-review", "failed", "ready",
           "merged")
-LIVE = frozenset({"running", "waiting", "escalated"})  # a child loop may run: its own state is read
+LIVE = lifecycle.CHILD_MAY_RUN  # a child loop may run: its own state is read (fleet/lifecycle.py)
 READ_CHILDREN_SECONDS = 3.0   # all children's own states are read within this; the rest are said unread
 SHOWN = 200                   # task rows on the screen (the JSON document has every one)
 TEXT_LIMIT = 300

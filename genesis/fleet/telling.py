@@ -1,4 +1,5 @@
-"""What a fleet tells its user, beyond one alert per event that needs them (Monitor.alert):
+"""What a fleet tells its user: one alert per event that needs them (alert_ticket, the words from
+fleet/decide.py's builders, the same from the local monitor and the Temporal home), and:
 
 - its end, once, summed up for every project it ran: what came home, what failed (and why),
   what needs review, what is still open, the cost and the duration (the children's own ends
@@ -17,15 +18,30 @@ from pathlib import PurePath
 from typing import Sequence
 
 from genesis import exitcodes
-from genesis.alerts.tickets import (MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_LINES, STOP_WORDS, Ticket,
-                                    iso)
+from genesis.alerts.tickets import (MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_LINES, MAX_TEXT, STOP_WORDS,
+                                    Ticket, iso)
 from genesis.words import duration, money
 
-__all__ = ["Outcome", "end_ticket", "resolution", "FLEET_END", "OWN_KINDS"]
+__all__ = ["Outcome", "alert_ticket", "end_ticket", "resolution", "FLEET_END", "OWN_KINDS"]
 
 FLEET_END = "fleet_end"
 OWN_KINDS = ("fleet", FLEET_END, "resolved", "monitor_down", "monitor_back")  # tickets no task attempt raised
 NAMED = 3   # tasks named in one line of the end's message
+
+
+def alert_ticket(severity: str, cause: str, what: str, action: str, *, run_id: str, project: str,
+                 at: float, task: str = "") -> Ticket:
+    """One alert of the fleet (a cascade, a task failed for good or left for review) as its ticket."""
+    def line(text: str, most: int) -> str:
+        text = " ".join(text.split())
+        return text if len(text) <= most else text[:most - 3] + "..."
+
+    return Ticket(ticket_id=uuid.uuid4().hex, created_at=iso(at), run_id=run_id, iteration=None, phase=None,
+                  project=project, severity=severity, cause=line(cause, MAX_CAUSE), reasoning=line(what, MAX_TEXT),
+                  suggested_action=line(action, MAX_TEXT), evidence=line(what, MAX_EVIDENCE),
+                  steps_since_success=None, stall_minutes=None, kind="fleet", final=False,
+                  headline=line(cause, MAX_HEADLINE), lines=(line(what, MAX_LINE), line(action, MAX_LINE)),
+                  task=task)
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,8 @@ TOLD = {"fleet_start": "fleet started", "fleet_end": "fleet ended", "launch": "s
         "cascade_probe": "cascade: one child probes", "cascade_resume": "cascade: restarts resumed",
         "limit_hold": "usage limit: no child starts", "limit_resume": "usage limit over: children start again",
         "merge_held": "merge held", "merger": "the Merger resolves a conflict",
-        "merge_red": "merge red, not landed"}
+        "merge_red": "merge red, not landed",
+        "agent_died": "its agent was killed inside its running child (counted toward the cascade)"}
 MERGE_EVENTS = ("merged", "merge_red", "needs_review")   # the events a merge's evidence is read from
 
 

@@ -25,11 +25,8 @@ import os
 import re
 import shlex
 import signal
-import subprocess
-import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -42,13 +39,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from genesis import exitcodes
-from genesis.agents import adapter_of
 from genesis.alerts import handoff
-from genesis.alerts.tickets import MAX_CAUSE, MAX_EVIDENCE, MAX_HEADLINE, MAX_LINE, MAX_TEXT, Ticket
-from genesis.clock import iso
 from genesis.config import Config, ConfigError, default_of, layout_for, resolve
 from genesis.fleet import children as kids
-from genesis.fleet import merging, worktrees
+from genesis.fleet import merging, telling, worktrees
 from genesis.fleet.beats import newest_beat
 from genesis.fleet.leftovers import SNAPSHOTS, keep_aside, make_startable
 from genesis.fleet.planning import Verdict, outcome_of
@@ -534,21 +528,8 @@ def _limit_reset(child: kids.Child, cfg: Config) -> float:
 
 
 def _hook_for(worktree: Path, cfg: Config) -> None:
-    """A Claude Code child needs the heartbeat hook in its worktree (settings.local.json is
-    untracked: a fresh worktree lacks it), as the local monitor installs it."""
-    try:
-        if adapter_of(cfg).name != "claude":
-            return
-    except Exception:  # noqa: BLE001 - no adapter to speak of: the child's preflight says what is wrong
-        return
-    genesis = Path(sys.executable).parent / "genesis"
-    argv = [str(genesis)] if genesis.is_file() else [sys.executable, "-m", "genesis"]
-    try:
-        subprocess.run([*argv, "--project", str(worktree), "hook", "install", "--scope", "local"],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=HOOK_WAIT, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
+    """The heartbeat hook in a fresh worktree, as the local monitor installs it."""
+    kids.install_hook(worktree, cfg, HOOK_WAIT)
 
 
 def _lost(details) -> str:
@@ -653,16 +634,8 @@ class HomeActivities:
     def alert(self, inp: AlertInput) -> int:
         """One ticket to the home's alert channels, as the local monitor sends it (its deliverer
         detached): the deliverer's pid, 0 when none could start."""
-        def line(text: str, most: int) -> str:
-            text = " ".join(text.split())
-            return text if len(text) <= most else text[:most - 3] + "..."
-
-        ticket = Ticket(ticket_id=uuid.uuid4().hex, created_at=iso(time.time()), run_id=self.run_id, iteration=None,
-                        phase=None, project=str(self.project), severity=inp.severity, cause=line(inp.cause, MAX_CAUSE),
-                        reasoning=line(inp.what, MAX_TEXT), suggested_action=line(inp.action, MAX_TEXT),
-                        evidence=line(inp.what, MAX_EVIDENCE), steps_since_success=None, stall_minutes=None,
-                        kind="fleet", final=False, headline=line(inp.cause, MAX_HEADLINE),
-                        lines=(line(inp.what, MAX_LINE), line(inp.action, MAX_LINE)))
+        ticket = telling.alert_ticket(inp.severity, inp.cause, inp.what, inp.action, run_id=self.run_id,
+                                      project=str(self.project), at=time.time())
         return handoff.dispatch(ticket, self.cfg.alerts, layout_for(self.cfg).ledger_file) or 0
 
     @activity.defn(name="open_tasks")

@@ -22,13 +22,14 @@ from pathlib import Path
 
 from genesis.fleet.cascade import EVENTS as CASCADE_EVENTS
 from genesis.fleet.ledger import KINDS, OUTCOMES, FleetLedger, TaskRow
+from genesis.fleet import lifecycle
 from genesis.fleet.lines import ended_line, merged_line, started_line
 from genesis.temporal.reading import Try
 
 __all__ = ["Mirror", "FLEET_STATES"]
 
 # The fleet workflow's word for a task wins over the task's own (a verified task is then merged).
-FLEET_STATES = frozenset({"merging", "merged", "ready", "needs-review", "failed"})
+FLEET_STATES = lifecycle.TERMINAL | {lifecycle.Task.MERGING}
 
 
 @dataclass
@@ -89,8 +90,8 @@ class Mirror:
                                                  str(attempt.get("outcome") or "failed"),
                                                  str(attempt.get("reason") or "")))
                 state = said.get("state") if said.get("state") in FLEET_STATES else row.get("state", "queued")
-                if state == "verified":
-                    state = "merging"
+                if state == "verified":   # the task workflow's own word: the fleet takes it home
+                    state = lifecycle.as_ledger(state)
                 mirrored = len(led.attempts(task_id))
                 reason = str(said.get("reason") or row.get("reason") or "")
                 run_id, running = "", memo.get("running") if isinstance(memo.get("running"), dict) else {}

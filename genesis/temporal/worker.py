@@ -18,6 +18,7 @@ from typing import Mapping, NoReturn
 
 from temporalio.worker import Worker
 
+from genesis.fleet.lines import clean
 from genesis.fleet.resources import FleetSettings
 from genesis.config import ConfigError
 from genesis.temporal.activities import MachineActivities
@@ -66,7 +67,8 @@ async def serve(settings: TemporalSettings, root: Path, parallel: int, env: Mapp
 
 
 def _say(text: str, level: str) -> None:
-    print(f"genesis worker: {level}: {text}", file=sys.stderr, flush=True)
+    """The worker's own lines may quote a loop or git (a reason, a failure): cleaned as the fleet's."""
+    print(f"genesis worker: {level}: {clean(text)}", file=sys.stderr, flush=True)
 
 
 def exit_now(code: int) -> NoReturn:

@@ -15,9 +15,10 @@ would be slow, and some of what they import reads files at import time. Every ch
 this code that adds, removes or reorders a command must go behind `workflow.patched()`:
 fleets running across an upgrade replay their history against it (tests/temporal's replay).
 
-The fleet workflow also keeps the local monitor's cascade gate, restart budget and launch
-stagger (fleet/cascade.py, fleet/budget.py), by signals and durable timers, and raises its
-alerts through the home.
+The fleet's rules are the local monitor's, written once in fleet/decide.py (the ladder, the
+cascade gate, the restart budget, the alerts' words; fleet/lifecycle.py's states): these
+workflows are its Temporal driver, turning its effects into signals, durable timers and home
+activities. What only this driver does is named in decide.CAPABILITIES["temporal"].
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from temporalio.exceptions import (ActivityError, ApplicationError, CancelledErr
 
 with workflow.unsafe.imports_passed_through():
     from genesis import exitcodes
-    from genesis.fleet import cascade, ladder
+    from genesis.fleet import cascade, decide, ladder
     from genesis.fleet.budget import RestartBudget
     from genesis.fleet.ledger import Attempt, TaskRow
+    from genesis.fleet.lifecycle import Task
     from genesis.fleet.planning import CEILINGS, fleet_exit
     from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, INFRA, PAUSED, PERMANENT,
                                           USAGE_LIMIT, AlertInput, AttemptInput, AttemptResult, FleetSpec, MarkInput,
@@ -233,7 +235,7 @@ class TaskWorkflow:
         self.attempts.append(attempt)
         self.details.append({"host": "", "tries": 0, "fresh_clone": False, "adopted": False, "lost": "",
                              "queue": ""})
-        self._set(state="running", attempts=number, reason="")
+        self._set(state=Task.RUNNING.value, attempts=number, reason="")
         self._publish()
         return attempt
 
@@ -281,8 +283,8 @@ class TaskWorkflow:
     async def _held(self) -> None:
         """Paused by the fleet before an attempt: the row says so, and the fleet hears it once per
         pause (it may pick this task as the cascade's probe)."""
-        if self.row is not None and (self.row.state, self.row.reason) != ("waiting", PAUSE_REASON):
-            self._set(state="waiting", reason=PAUSE_REASON)
+        if self.row is not None and (self.row.state, self.row.reason) != (Task.WAITING.value, PAUSE_REASON):
+            self._set(state=Task.WAITING.value, reason=PAUSE_REASON)
             self._publish()
         if self.held_told != self.pause_seq:
             self.held_told = self.pause_seq
@@ -302,14 +304,14 @@ class TaskWorkflow:
         spec = fleet.ladder
         policy = ladder.LadderPolicy(spec.max_task_restarts, spec.max_failed_tasks, spec.backoff_first,
                                      len(spec.strategies))
-        self.row = TaskRow(task.task_id, task.text, "queued", branch=task.branch, created=self._now(),
+        self.row = TaskRow(task.task_id, task.text, Task.QUEUED.value, branch=task.branch, created=self._now(),
                            updated=self._now())
         kind, previous_end, hosts = "start", "", []
         asides = 0   # attempts in a row whose loop stepped aside (free, but never endless)
         while True:
             await self._until_free()
             if self.stopping:
-                self._set(state="queued", reason="the fleet stopped")
+                self._set(state=Task.QUEUED.value, reason="the fleet stopped")
                 self._publish()
                 return TaskOutcome(task.task_id, "stopped", "the fleet stopped", tuple(hosts))
             strategy = min(self.row.strategy, len(spec.strategies) - 1)
@@ -355,7 +357,7 @@ class TaskWorkflow:
                 code = result.fleet_code if result.fleet_code is not None else \
                     result.exit_code if result.exit_code in CEILINGS else None
                 if code is not None:   # a ceiling: the fleet launches nothing more and ends with its code
-                    self._set(state="queued", reason=result.reason)
+                    self._set(state=Task.QUEUED.value, reason=result.reason)
                     self._publish()
                     return TaskOutcome(task.task_id, "stopped", result.reason, tuple(hosts), fleet_code=code)
                 if result.exit_code in ASIDE_CODES:   # it stepped aside: a new attempt, nothing spent
@@ -363,19 +365,19 @@ class TaskWorkflow:
                     if asides >= ASIDES_MAX and workflow.patched("asides-bounded"):
                         why = (f"its loop stepped aside {asides} times in a row: another loop keeps pushing "
                                f"{task.branch} (another fleet on this task?); see to it, then start the fleet again")
-                        self._set(state="failed", reason=why)
+                        self._set(state=Task.FAILED.value, reason=why)
                         self._publish()
                         return TaskOutcome(task.task_id, "failed", why, tuple(hosts))
-                    self._set(state="waiting", reason=result.reason)
+                    self._set(state=Task.WAITING.value, reason=result.reason)
                     self._publish()
                     kind, previous_end = "resume", f"stopped: {result.reason}"
                     continue
             if result.outcome == "stopped" or self.stopping:
-                self._set(state="queued", reason=result.reason)
+                self._set(state=Task.QUEUED.value, reason=result.reason)
                 self._publish()
                 return TaskOutcome(task.task_id, "stopped", result.reason, tuple(hosts))
             # an outage: no failure, nothing spent; resumed after a while
-            self._set(state="waiting", reason=result.reason)
+            self._set(state=Task.WAITING.value, reason=result.reason)
             self._publish()
             await workflow.sleep(OUTAGE_WAIT)
             kind, previous_end = "resume", f"{result.outcome}: {result.reason}"
@@ -389,7 +391,7 @@ class TaskWorkflow:
         info = details[0] if details and isinstance(details[0], dict) else {}
         if isinstance(cause, CancelledError) or self.stopping:
             self._end("stopped", None, "the fleet stopped")
-            self._set(state="queued", reason="the fleet stopped")
+            self._set(state=Task.QUEUED.value, reason="the fleet stopped")
             self._publish()
             return TaskOutcome(task.task_id, "stopped", "the fleet stopped")
         if isinstance(cause, TimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_START:
@@ -416,14 +418,14 @@ class TaskWorkflow:
             self._end("limit", info.get("exit_code"), f"usage limit until {until:.0f}", info.get("run_id", ""),
                       host=info.get("host", ""), tries=info.get("activity_attempt", 0))
             self.held_until = max(self.held_until, until)   # held at once; the account releases it
-            self._set(state="waiting", reason="a usage limit: held until its reset")
+            self._set(state=Task.WAITING.value, reason="a usage limit: held until its reset")
             self._publish()
             await workflow.get_external_workflow_handle(fleet.account_workflow).signal("limit_met", until)
             return "resume", "usage limit"
         if kind_of in (FLEET_STOPPING, PERMANENT):
             code = info.get("exit_code")
             self._end("config", code, cause.message, info.get("run_id", ""), host=info.get("host", ""))
-            self._set(state="failed", reason=cause.message)
+            self._set(state=Task.FAILED.value, reason=cause.message)
             self._publish()
             return TaskOutcome(task.task_id, "config" if kind_of == FLEET_STOPPING else "failed", cause.message,
                                fleet_code=code if kind_of == FLEET_STOPPING else None)
@@ -435,16 +437,17 @@ class TaskWorkflow:
                   host=info.get("host", self.host), tries=info.get("activity_attempt", 0),
                   cost=info.get("cost", 0.0), fresh_clone=bool(info.get("fresh_clone")),
                   adopted=bool(info.get("adopted")), lost=str(info.get("lost") or ""))
-        rung = ladder.next_rung(self.row, self.attempts, policy, self._now())
+        cause = decide.cause_of(self.attempts[-1].reason, [a.reason for a in self.attempts[:-1]])
+        rung, step = decide.climb(self.row, self.attempts, policy, self._now(), cause)
         self._set(strategy=rung.strategy, restarts=rung.restarts, escalations=rung.escalations,
                   reason=rung.reason)
-        if rung.action == "fail":
-            self._set(state="failed")
+        if isinstance(step, decide.Fail):
+            self._set(state=Task.FAILED.value, reason=step.reason)
             self._publish()
             if self.gated:   # the cascade counts it
                 await self._tell_fleet("fail", 0.0)
-            raise ApplicationError(rung.reason, type=PERMANENT, non_retryable=True)
-        self._set(state="restarting" if rung.action == "restart" else "escalated", not_before=rung.not_before)
+            raise ApplicationError(step.reason, type=PERMANENT, non_retryable=True)
+        self._set(state=step.state.value, reason=step.reason, not_before=rung.not_before)
         self._publish()
         if self.gated and await self._tell_fleet(rung.action, rung.not_before):
             # The fleet allows it past the backoff, within its cascade gate and restart budget.
@@ -470,10 +473,10 @@ class TaskWorkflow:
         if wait is None:
             why = (f"its worktree could not be prepared {self.infra} times in a row (last: {message}); check that "
                    f"every machine can fetch and push {task.branch}, then start the fleet again")
-            self._set(state="failed", attempts=len(self.attempts), reason=why)
+            self._set(state=Task.FAILED.value, attempts=len(self.attempts), reason=why)
             self._publish()
             raise ApplicationError(why, type=PERMANENT, non_retryable=True)
-        self._set(state="waiting", attempts=len(self.attempts),
+        self._set(state=Task.WAITING.value, attempts=len(self.attempts),
                   reason=f"{message}; tried again on any machine in {wait:g}s (not counted against the task)")
         self._publish()
         await workflow.sleep(wait)
@@ -492,6 +495,7 @@ class FleetWorkflow:
         # The fleet-wide rules (patch GATED): what the task workflows told, what the gate did.
         self.gate: cascade.CascadeGate | None = None
         self.budget: RestartBudget | None = None
+        self.rules: decide.Rules | None = None
         self.inbox: list[TaskFailed] = []          # told by the task workflows, not yet looked at
         self.ended: list[tuple[str, bool]] = []    # task workflows that ended (verified?), not yet looked at
         self.failures: list[tuple[float, str]] = []
@@ -526,7 +530,7 @@ class FleetWorkflow:
 
     async def _tell(self, signal: str, *args) -> None:
         for child in list(self.children):
-            if self.tasks.get(child.rpartition("/")[2], {}).get("state") in ("running", "queued"):
+            if self.tasks.get(child.rpartition("/")[2], {}).get("state") in (Task.RUNNING.value, Task.QUEUED.value):
                 try:
                     await workflow.get_external_workflow_handle(child).signal(signal, *args)
                 except Exception:  # noqa: BLE001 - a child that ended meanwhile
@@ -561,6 +565,9 @@ class FleetWorkflow:
                 spec.cascade_percent, spec.cascade_window, probe_after=spec.probe_after,
                 probe_healthy=spec.probe_healthy))
             self.budget = RestartBudget(spec.restart_every)
+            self.rules = decide.Rules(ladder.LadderPolicy(spec.ladder.max_task_restarts, spec.ladder.max_failed_tasks,
+                                                          spec.ladder.backoff_first, len(spec.ladder.strategies)),
+                                      self.gate.policy, spec.restart_every)
             keeper = asyncio.create_task(self._gatekeeper(spec))
         workflow.upsert_memo({MEMO_KEY: {**self._memo(), "project": spec.project, "target": spec.target}})
 
@@ -569,49 +576,48 @@ class FleetWorkflow:
                 if gated:
                     await self._space(spec)
                 if self.stopping or self.fatal is not None:
-                    self._note(task.task_id, state="queued", reason="the fleet stopped" if self.stopping else
+                    self._note(task.task_id, state=Task.QUEUED.value, reason="the fleet stopped" if self.stopping else
                                f"the fleet launches nothing more (exit {self.fatal})")
                     return
-                self._note(task.task_id, state="running")
+                self._note(task.task_id, state=Task.RUNNING.value)
                 self.lived[task.task_id] = [workflow.now().timestamp(), None]
                 outcome = await self._task(spec, task, me, gated)
                 self.lived[task.task_id][1] = workflow.now().timestamp()
                 self.ended.append((task.task_id, outcome.state == "verified"))
                 self.wakes += 1
             if outcome.state == "verified":
-                self._note(task.task_id, state="merging", hosts=list(outcome.hosts))
+                self._note(task.task_id, state=Task.MERGING.value, hosts=list(outcome.hosts))
                 async with merge_queue:
                     merged, why = await self._home(spec, task, "merge", MergeInput(spec.fleet_id, task, spec.target,
                                                                                    spec.remote_url),
                                                    MergeOutcome, spec.merge_timeout)
                 if merged is None:
-                    self._note(task.task_id, state="merging" if self.stopping else "needs-review", reason=why)
+                    self._note(task.task_id, state=Task.MERGING.value if self.stopping else Task.NEEDS_REVIEW.value,
+                               reason=why)
                     if not self.stopping:
                         await self._review_alert(spec, task, why)
                     return
-                state = "merged" if merged.outcome == "merged" else "ready" if merged.outcome == "ready" \
-                    else "needs-review"
+                state = decide.merge_ended(decide.MergeEnded(TaskRow(task.task_id, task.text, Task.MERGING.value),
+                                                             merged.outcome, merged.detail, spec.target))[0].state.value
                 self._note(task.task_id, state=state, reason=merged.detail, sha=merged.sha)
-                if state == "needs-review":
+                if state == Task.NEEDS_REVIEW.value:
                     await self._review_alert(spec, task, merged.detail or merged.outcome)
             elif outcome.state == "failed":
                 _, why = await self._home(spec, task, "mark", MarkInput(task, spec.target, outcome.reason), str,
                                           120.0)
-                self._note(task.task_id, state="failed",
+                self._note(task.task_id, state=Task.FAILED.value,
                            reason=outcome.reason + (f" (its [!] mark was not written: {why})" if why else ""))
                 if gated:
-                    await self._alert(spec, AlertInput(
-                        task.task_id, "critical", f"task failed permanently: {task.text[:80]}",
-                        f"{outcome.reason}. Its branch {task.branch} is kept",
-                        "look at its branch and the attempts (`genesis fleet status`), fix, then reopen the task"))
+                    await self._effect(spec, decide.failed_alert(task.task_id, task.text, outcome.reason,
+                                                                 task.branch, "genesis fleet status"))
             elif outcome.state == "config":
                 self.fatal = self.fatal or outcome.fleet_code
-                self._note(task.task_id, state="failed", reason=outcome.reason)
+                self._note(task.task_id, state=Task.FAILED.value, reason=outcome.reason)
                 await self.stop()
             else:
                 if outcome.fleet_code is not None and self.fatal is None:   # a ceiling: nothing more launched
                     self.fatal = outcome.fleet_code
-                self._note(task.task_id, state="queued", reason=outcome.reason)
+                self._note(task.task_id, state=Task.QUEUED.value, reason=outcome.reason)
 
         while True:
             found: list[TaskSpec] = [] if self.stopping or self.fatal is not None else await workflow.execute_activity(
@@ -620,7 +626,8 @@ class FleetWorkflow:
                 retry_policy=RetryPolicy(maximum_attempts=HOME_TRIES, initial_interval=RETRY_FIRST))
             new = [t for t in found if t.task_id not in self.tasks]
             for task in new:
-                self._note(task.task_id, text=task.text, branch=task.branch, state="queued", reason="", hosts=[])
+                self._note(task.task_id, text=task.text, branch=task.branch, state=Task.QUEUED.value, reason="",
+                           hosts=[])
                 job = asyncio.create_task(one(task))
                 running.add(job)
                 job.add_done_callback(running.discard)
@@ -654,7 +661,7 @@ class FleetWorkflow:
         """The local monitor's cascade gate and restart budget over what the task workflows tell:
         a cascade pauses every running task workflow (signal `pause`), lets one probe, and resumes
         them all (signal `resume`) when the probe succeeds; every relaunch waits for its `go`."""
-        gate, spins = self.gate, 0
+        spins = 0
         while True:
             seen = self.wakes
             now = self._now()
@@ -664,15 +671,14 @@ class FleetWorkflow:
             ends, self.ended = self.ended, []
             for task_id, verified in ends:
                 self.asks = [a for a in self.asks if a.task_id != task_id]
-                if gate.state == "probing" and gate.probe_task == task_id:
-                    await self._move(spec, gate.probe_ended(verified, now), task_id)
+                for effect in self._decided(decide.ProbeEnded(task_id, verified, now)):
+                    await self._effect(spec, effect, task_id)
             if self.fatal is not None and self.asks:   # it launches nothing more: they end, as queued
                 asks, self.asks = self.asks, []
                 for ask in asks:
                     await self._signal(ask.task_id, "stop")
-            self.failures = [f for f in self.failures if f[0] > now - gate.policy.window]
-            if gate.state != "open" or self.failures:
-                await self._move(spec, gate.observe(now, self.failures, self._ran_within(now)))
+            for effect in self._decided(decide.TimePassed(now, self._ran_within(now))):
+                await self._effect(spec, effect)
             await self._grant(spec)
             due = self._next_due()
             if due is not None and due <= self._now() and spins < SPINS:
@@ -685,9 +691,25 @@ class FleetWorkflow:
             except asyncio.TimeoutError:
                 pass
 
+    def _decided(self, event: decide.Event) -> list[decide.Effect]:
+        """decide() over the fleet's gate, budget and failure window (kept here, in the workflow)."""
+        fleet = decide.Fleet(self.gate, self.budget, tuple(self.failures), self.stopping, self.fatal)
+        after, effects = decide.decide(fleet, event, self.rules)
+        self.gate, self.budget, self.failures = after.gate, after.budget, list(after.failures)
+        return effects
+
+    async def _effect(self, spec: FleetSpec, effect: decide.Effect, task_id: str | None = None) -> None:
+        """A decision's effect as this driver makes it: a gate's move told to the task workflows,
+        an alert through the home."""
+        if isinstance(effect, decide.GateMoved):
+            await self._move(spec, effect.step, task_id)
+        elif isinstance(effect, decide.Alert):
+            await self._alert(spec, AlertInput(effect.about, effect.severity, effect.cause, effect.what,
+                                               effect.action))
+
     async def _told(self, note: TaskFailed, now: float) -> None:
         if note.action != "held":
-            self.failures.append((note.at, note.task_id))
+            self._decided(decide.Failure(note.at, note.task_id))
         if note.action in ("restart", "escalate"):
             self.asks = [a for a in self.asks if a.task_id != note.task_id] + [note]
             self._note(note.task_id, reason=f"its {note.action} waits for the fleet's restart budget and "
@@ -741,17 +763,18 @@ class FleetWorkflow:
             return
         now = self._now()
         ready = [a for a in self.asks if a.action != "held" and a.not_before <= now]
-        if ready and self.budget.may_restart(now):
+        go = self._decided(decide.RelaunchDue(ready[0].task_id, ready[0].action, now)) if ready else []
+        if go and isinstance(go[0], decide.Launch):
             ask = ready[0]
             await self._space(spec)
-            self.budget.spend(self._now())
+            spends = True
         elif probe and not [a for a in self.asks if a.action != "held"] and self.asks:
-            ask = self.asks[0]
+            ask, spends = self.asks[0], False   # a task only paused: it spent nothing
         else:
             return
         self.asks.remove(ask)
+        self._decided(decide.Relaunched(ask.task_id, self._now(), probe, ask.task_id, spends))
         if probe:
-            self.gate.probe_started(ask.task_id, self._now())
             self._moved("cascade_probe", "one task probes whether the cause is gone", ask.task_id)
             self._note(ask.task_id, paused=False, reason="the cascade's probe")
             await self._signal(ask.task_id, "resume", self._next_seq())
@@ -770,7 +793,7 @@ class FleetWorkflow:
                 workflow.upsert_memo({MEMO_KEY: self._memo()})
             return
         self._moved(step.event, step.reason, task_id if step.action == "probe_failed" else None)
-        live = [t for t, row in self.tasks.items() if row.get("state") == "running"]
+        live = [t for t, row in self.tasks.items() if row.get("state") == Task.RUNNING.value]
         if step.action in ("pause", "probe_failed"):
             for t in live:
                 self.tasks[t] = {**self.tasks[t], "paused": True}
@@ -781,19 +804,11 @@ class FleetWorkflow:
                 self.tasks[t] = {**self.tasks[t], "paused": False}
             await self._tell("resume", self._next_seq())
         workflow.upsert_memo({MEMO_KEY: self._memo()})
-        if step.action == "pause":
-            await self._alert(spec, AlertInput("cascade", "critical", "cascade: many children failed at once",
-                                               f"{step.reason}. No restart until one probe task succeeds",
-                                               "look at the tasks' attempts (`genesis fleet status`) for a "
-                                               "shared cause"))
 
     async def _review_alert(self, spec: FleetSpec, task: TaskSpec, why: str) -> None:
         """As the local fleet: a task left for review is one high alert (runs before it sent none)."""
         if workflow.patched("review-alert"):
-            await self._alert(spec, AlertInput(
-                task.task_id, "high", f"task needs review: {task.text[:80]}",
-                f"{why}. Its branch {task.branch} is kept as it was",
-                f"merge {task.branch} into {spec.target} by hand, then tick the task"))
+            await self._effect(spec, decide.review_alert(task.task_id, task.text, why, task.branch, spec.target))
 
     async def _alert(self, spec: FleetSpec, alert: AlertInput) -> None:
         """The home's alert channels, best effort: an alert never fails nor holds the fleet for long."""

@@ -22,6 +22,7 @@ from genesis.actions.errors import EVENT as ACTION_EVENT
 from genesis.actions.offered import for_fleet, for_loop, for_task
 from genesis.clock import iso
 from genesis.config import default_layout
+from genesis.fleet import lifecycle
 from genesis.fleet.status import ChildView, FleetStatus, lock_held
 from genesis.fleet.status import document as fleet_document
 from genesis.fleet.status import read as fleet_read
@@ -53,7 +54,7 @@ STUCK_RED = 60.0
 STUCK_KINDS = ("stuck", "wedged")
 TASK_YELLOW = frozenset({"merging", "restarting", "escalated", "waiting", "queued"})
 TASK_RED = frozenset({"needs-review", "failed"})
-TASK_LIVE = frozenset({"running", "merging", "restarting", "escalated", "waiting", "queued"})
+TASK_LIVE = lifecycle.UNFINISHED  # not decided yet (fleet/lifecycle.py): its child may run or be relaunched
 
 
 def _text(value: object, limit: int = TEXT_LIMIT) -> str:

@@ -204,9 +204,21 @@ def test_the_strategies_come_from_the_agent_the_fallback_and_the_escalation_list
     assert policy_of(cfg) == LadderPolicy(3, 3, 10.0, 4, agents=(
         "claude -p --dangerously-skip-permissions", "codex exec --full-auto",
         "claude -p --dangerously-skip-permissions", "gemini -m 'pro 2' -y"))
+    # The fallback is a strategy of its own: no child's own retry runs it before the ladder does.
+    alone = {"GENESIS_FALLBACK_AGENT_CMD": ""}
     longer = child_settings(strategies(cfg)[2], cfg)
-    assert longer == {"HEARTBEAT_STALE": "30m", "AGENT_MAX_RUNTIME": "90m", "TOOL_SILENT": "10m"}
-    assert child_settings(strategies(cfg)[3], cfg) == {"GENESIS_AGENT_CMD": "gemini -m 'pro 2' -y"}
+    assert longer == {**alone, "HEARTBEAT_STALE": "30m", "AGENT_MAX_RUNTIME": "90m", "TOOL_SILENT": "10m"}
+    assert child_settings(strategies(cfg)[3], cfg) == {**alone, "GENESIS_AGENT_CMD": "gemini -m 'pro 2' -y"}
+    assert child_settings(strategies(cfg)[0], cfg) == alone
+    assert child_settings(strategies(cfg)[1], cfg) == {**alone, "GENESIS_AGENT_CMD": "codex exec --full-auto"}
+    # Each strategy is a real change: one that runs what an earlier one runs is left out.
+    cfg = resolve(project, env={"GENESIS_AGENT_CMD": "claude -p", "GENESIS_FALLBACK_AGENT_CMD": "claude -p",
+                                "GENESIS_FLEET_ESCALATION": "fallback|longer|claude -p|codex exec|codex exec"})
+    assert [s.name for s in strategies(cfg)] == ["configured", "longer", "codex exec"]
+    assert policy_of(cfg).strategies == 3
+    # With no fallback strategy, a child's retry keeps the fallback agent the user set.
+    cfg = resolve(project, env={"GENESIS_FALLBACK_AGENT_CMD": "codex exec --full-auto",
+                                "GENESIS_FLEET_ESCALATION": "longer"})
     assert child_settings(strategies(cfg)[0], cfg) == {}
 
 

@@ -16,3 +16,11 @@ def test_a_quoted_secret_and_escape_codes_never_reach_the_fleets_console(capsys)
     assert key not in err and MARK in err and "\x1b" not in err and "\x07" not in err
     assert err.splitlines()[1:] == [f"FAILED test_x - token {MARK}", "done"]   # its lines kept, each made safe
     assert monitor.say is lines.say and starting.say is lines.say               # one console for both fleets
+
+
+def test_a_workers_own_lines_are_cleaned_as_the_fleets(capsys):
+    from genesis.temporal import worker
+    key = "sk-ant-api03-" + "R" * 40
+    worker._say(f"could not fetch: remote said {key}\x1b[2J", "warning")
+    err = capsys.readouterr().err
+    assert err == f"genesis worker: warning: could not fetch: remote said {MARK}\n"

@@ -22,6 +22,7 @@ from genesis.fleet.ledger import FleetLedger, TaskRow
 from genesis.fleet.resources import fleet_settings
 from genesis.fleet.taskref import branch_for, task_id
 from genesis.ledger.store import Ledger
+from genesis.reporting.fleet import timeline
 from genesis.store.atomicio import write_json
 from genesis.store.layout import private_dir, state_dir_of
 from genesis.store.looplock import current_holder
@@ -546,3 +547,35 @@ def test_the_ports_of_the_children_a_project_that_gave_up_left_running_stay_thei
         mon.share([first, second], max_parallel=None)
         assert mon._run_all([first, second]) == exitcodes.ERROR
     assert slots == [1]  # not slot 0, its child's
+
+
+def test_agents_killed_inside_running_children_pause_the_restarts_as_child_deaths_do(project, tmp_path):
+    """The OOM killer takes agents, not their loops: each loop would restart its agent on its own.
+    The monitor reads the deaths from the children's ledgers and its next check pauses the fleet."""
+    with_tasks(project, TASK)
+    now = time.time()
+    with FleetLedger.open(tmp_path / "a.sqlite3") as led:
+        monitor = monitor_of(project, led)
+        for n in range(3):
+            wt = new_repo(tmp_path / f"wt{n}")
+            child = mon.kids.Child(f"t{n}", wt, 0, 0.0, now, 1, run_id=f"run-{n}")
+            child.layout = default_layout(wt)
+            private_dir(child.layout.state_dir)
+            with Ledger.open(child.layout.ledger_file) as own:
+                own.record(f"run-{n}", "phase_end", at=now - 1, returncode=-9 if n < 2 else 0, killed=0)
+            monitor.children[f"t{n}"] = child
+            led.upsert_task(TaskRow(f"t{n}", f"task {n}", "running", attempts=1, updated=now, created=now))
+            led.begin_attempt(f"t{n}", "start", "", "configured", f"run-{n}", now - 10)
+        monitor.agent_deaths(now)
+        assert sorted(monitor.failures) == [(now - 1, "t0"), (now - 1, "t1")]
+        assert [e.task_id for e in led.events("agent_died")] == ["t0", "t1"]
+        told = [m for m in timeline(led.events()) if "agent was killed" in m.what]   # the report's timeline
+        assert [m.task_id for m in told] == ["t0", "t1"]
+        monitor.agent_deaths(now + 10)   # read once each
+        assert len(monitor.failures) == 2
+        monitor.apply(monitor.decided(mon.decide.TimePassed(now, monitor._ran_within(now))))
+        assert monitor.gate.state == "paused" and [e.kind for e in led.events("cascade_pause")] == ["cascade_pause"]
+        assert [e.detail["cause"] for e in led.events("alert")] == ["cascade: many children failed at once"]
+        # A monitor started again counts the deaths it did not see itself.
+        again = monitor_of(project, led)
+        assert sorted(again.failures) == [(now - 1, "t0"), (now - 1, "t1")]
