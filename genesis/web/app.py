@@ -36,6 +36,7 @@ from genesis.web import pages
 from genesis.web.discovery import Discovery
 from genesis.web.loopview import loop_document
 from genesis.web.metrics import metrics
+from genesis.web.prometheus import CONTENT_TYPE, exposition
 from genesis.web.security import API_HEADERS, PAGE_HEADERS, cookie_name, allowed_hosts, bearer, host_ok, token_ok
 from genesis.web.snapshot import Reader, snapshot
 
@@ -239,8 +240,18 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
             return PlainTextResponse("no such loop\n", status_code=404)
         return HTMLResponse(pages.loop(key))
 
-    async def metrics_page(_request: Request) -> Response:
-        return HTMLResponse(pages.metrics())
+    async def metrics_page(request: Request) -> Response:
+        # One address for both readers: a browser (it asks for HTML) gets the page, a scraper
+        # (Prometheus asks for its text format or anything) gets the exposition.
+        if "text/html" in request.headers.get("accept", ""):
+            return HTMLResponse(pages.metrics())
+        doc = await hub.refresh()
+
+        def expose() -> bytes:
+            return exposition(doc, hub.metrics_document(), hub.discovery.sources())
+
+        return Response(await anyio.to_thread.run_sync(expose), media_type=CONTENT_TYPE,
+                        headers={"Cache-Control": "no-store"})
 
     async def api_state(_request: Request) -> Response:
         return _json(await hub.refresh())
