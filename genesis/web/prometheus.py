@@ -37,7 +37,7 @@ LIVE = ("running", "waiting", "frozen")
 class Figures:
     """One project's counters read from its ledgers (every run, not only the current one)."""
     phases: dict[str, int] = field(default_factory=dict)      # ending -> phases (running ones: "running")
-    killed: int = 0                                            # phases whose agent tree was killed
+    killed: int = 0                                            # phases whose agent tree Genesis killed
     incidents: dict[str, int] = field(default_factory=dict)   # kind -> incidents
     waits: dict[str, int] = field(default_factory=dict)       # kind (limit, outage, ...) -> waits
     waited: dict[str, float] = field(default_factory=dict)    # kind -> seconds waited (ended waits)
@@ -68,13 +68,11 @@ def _loop_figures(source: ProjectSource, out: Figures) -> None:
         conn = led.conn
         if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'phases'").fetchone() is None:
             return  # being created this moment
-        for ending, n, killed, cost in conn.execute(
-                "SELECT COALESCE(ending, 'running'), COUNT(*), SUM(COALESCE(killed, 0)), SUM(cost_usd) FROM phases "
-                "GROUP BY 1"):
+        for ending, n, cost in conn.execute(
+                "SELECT COALESCE(ending, 'running'), COUNT(*), SUM(cost_usd) FROM phases GROUP BY 1"):
             out.phases[str(ending)] = int(n)
-            out.killed += int(killed or 0) if ending not in KILL_ENDINGS else 0
             out.cost += float(cost or 0.0)
-        out.killed += sum(out.phases.get(e, 0) for e in KILL_ENDINGS)
+        out.killed = sum(out.phases.get(e, 0) for e in KILL_ENDINGS)
         out.incidents = {str(k or "unknown"): int(n) for k, n in
                          conn.execute("SELECT kind, COUNT(*) FROM incidents GROUP BY kind")}
         for kind, n, waited in conn.execute(

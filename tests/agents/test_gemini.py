@@ -326,3 +326,8 @@ def beat_of(tmp_path: Path, payload: bytes) -> dict:
            "GENESIS_HEARTBEAT_FILE": str(state / "Builder.json")}
     subprocess.run(["bash", str(SCRIPT)], input=payload, env=env, check=True, timeout=10)
     return json.loads((state / "Builder.json").read_text())
+
+
+def test_the_model_used_is_the_one_its_init_names():
+    reader, _, _ = read("success")
+    assert reader.result is not None and reader.result.model == "gemini-2.5-flash"
