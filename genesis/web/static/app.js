@@ -34,6 +34,30 @@
                                                           timeZoneName: "short" });
   }
 
+  // The reader's zone by its short name (CET, GMT+5:30), said beside the times the page writes.
+  function zoneName(epoch) {
+    const part = new Intl.DateTimeFormat([], { timeZoneName: "short" }).formatToParts(new Date(epoch * 1000))
+      .find(function (p) { return p.type === "timeZoneName"; });
+    return part ? part.value : "";
+  }
+
+  // A timeline the server drew has its ticks in the server's zone: each tick carries its epoch,
+  // so its label is said again in the reader's zone, and the zone under the lanes with them.
+  function localTicks(svg) {
+    const seconds = Number(svg.getAttribute("data-tick-step")) < 60;
+    svg.querySelectorAll("g.tick[data-at]").forEach(function (g) {
+      const d = new Date(Number(g.getAttribute("data-at")) * 1000);
+      const label = g.querySelector("text");
+      if (!label) return;
+      label.textContent = d.getHours() === 0 && d.getMinutes() === 0 && d.getSeconds() === 0
+        ? d.toLocaleDateString([], { day: "numeric", month: "short" })
+        : d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: seconds ? "2-digit" : undefined,
+                                     hourCycle: "h23" });
+    });
+    const zone = svg.querySelector("text.zone");
+    if (zone) zone.textContent = zoneName(Number(svg.getAttribute("data-start")) || Date.now() / 1000);
+  }
+
   // As the reports say it: to the cent, or to a hundredth of a cent below ten cents.
   function money(x) {
     if (x === null || x === undefined) return "–";
@@ -229,7 +253,11 @@
       if (doc.timeline) {
         // Parsed as SVG (XML), never as HTML; the server escaped every string in it.
         const parsed = new DOMParser().parseFromString(doc.timeline, "image/svg+xml").documentElement;
-        if (parsed && parsed.nodeName === "svg") box.replaceChildren(document.importNode(parsed, true));
+        if (parsed && parsed.nodeName === "svg") {
+          const svg = document.importNode(parsed, true);
+          localTicks(svg);
+          box.replaceChildren(svg);
+        }
       } else {
         box.replaceChildren(el("p", "muted", "no run recorded yet"));
       }
@@ -371,7 +399,8 @@
                    { label: "escalations", data: t.escalations || [], borderColor: css("--info", "#3d7fd6") },
                    { label: "failures", data: t.failures || [], borderColor: css("--bad", "#d64541") }],
       },
-      options: { scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } },
+      options: { scales: { x: { title: { display: true, text: "time (" + zoneName(doc.generated_at_epoch) + ")" } },
+                           y: { beginAtZero: true, ticks: { precision: 0 } } } },
     });
     const h = doc.retry_histogram || { labels: [], counts: [] };
     chart("chart-retries", {
