@@ -33,6 +33,7 @@ from genesis.clock import iso
 from genesis.config import default_layout
 from genesis.fleet.ledger import Attempt, FleetEvent, FleetLedger, TaskRow
 from genesis.redact import redact
+from genesis.reporting.fleet import MERGE_EVENTS, MergeEvidence, merge_line, merges_of
 from genesis.repo.gitcmd import NotARepository, NotOwned
 from genesis.status.view import Status, build
 from genesis.store.atomicio import CorruptFile, read_json
@@ -89,6 +90,7 @@ class TaskView:
     started: float | None          # the first attempt's start
     child: ChildView | None        # None: no child is meant to run
     attempts: tuple[Attempt, ...] = ()  # its retry history, oldest first
+    merges: tuple[MergeEvidence, ...] = ()  # each merge with its evidence (checks green or red, lost hunks)
 
 
 @dataclass(frozen=True)
@@ -262,6 +264,7 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
                      if isinstance(e.detail, dict)]
             marks = [e for kind in (*HOLDS, *HOLD_ENDS, *CASCADE) for e in led.events(kind)
                      if first is None or e.at >= first]
+            merging = [e for kind in MERGE_EVENTS for e in led.events(kind)]
     except (sqlite3.Error, OSError, RuntimeError, ValueError) as exc:
         return FleetStatus(project, now, True, "", None, None, None, None, "", monitor, None, None, (),
                            error=f"the fleet ledger cannot be read: {exc}")
@@ -272,6 +275,9 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
     by_task: dict[str, list[Attempt]] = {}
     for a in history:
         by_task.setdefault(a.task_id, []).append(a)
+    merged_by: dict[str, list[FleetEvent]] = {}
+    for e in merging:
+        merged_by.setdefault(e.task_id or "", []).append(e)
     views, unread, deadline = [], 0, clock() + bound
     for row in sorted(rows, key=_order):
         tried = by_task.get(row.id, [])
@@ -284,7 +290,7 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
                 child = ChildView(False, "", row.run_id, None, None, None, None, None, None, None,
                                   error="not read: the time bound for reading children was spent")
         views.append(TaskView(row, tried[-1].agent if tried else "", min((a.started for a in tried), default=None),
-                              child, tuple(tried)))
+                              child, tuple(tried), merges_of(merged_by.get(row.id, []))))
     sd = start.detail if start is not None and isinstance(start.detail, dict) else {}
     ed = end.detail if end is not None and isinstance(end.detail, dict) else {}
     parallel = sd.get("parallel")
@@ -374,7 +380,13 @@ def _task(t: TaskView, now: float) -> dict[str, Any]:
         **_time("started", t.started), **_time("updated", r.updated),
         **_time("not_before", r.not_before if r.not_before and r.not_before > now else None),
         "child": _child_doc(t.child, now) if t.child is not None else None,
+        "merges": [_merge_doc(m) for m in t.merges],
     }
+
+
+def _merge_doc(m: MergeEvidence) -> dict[str, Any]:
+    return {**_time("at", m.at), "result": m.result, "checks": [_text(c) for c in m.checks],
+            "tail": [_text(t) for t in m.tail], "lost": [_text(h) for h in m.lost], "to": _or_none(m.to)}
 
 
 def _child_doc(c: ChildView, now: float) -> dict[str, Any]:
@@ -561,6 +573,8 @@ def details(tasks: Sequence[TaskView], now: float) -> Group:
             lines.append(Text(f"  attempt {a.attempt}: {a.kind}, {one_line(a.agent, 40)}, started "
                               f"{when.stamp(a.started)}, {ended}" + (f"; {one_line(redact(a.reason), 160)}"
                                                                       if a.reason else "")))
+        for m in t.merges:  # the merged tree's checks, green or red; a dropping merge's lost hunks
+            lines.append(Text("  merge " + one_line(redact(merge_line(m)), 600)))
         blocks.append(Group(*lines))
         blocks.append(Text(""))
     return Group(*blocks[:-1])

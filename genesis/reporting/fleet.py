@@ -49,7 +49,7 @@ from genesis.when import clock, stamp
 from genesis.words import duration, money, one_line, plural, sanitize
 
 __all__ = ["TaskReport", "FleetKpis", "FleetReport", "AttemptEvidence", "FleetIncident", "Moment", "fleet_ledger_of",
-           "load", "merges_of", "MergeEvidence", "compute_kpis", "render_text", "render_html", "sections", "plain",
+           "load", "merges_of", "merge_line", "MERGE_EVENTS", "MergeEvidence", "compute_kpis", "render_text", "render_html", "sections", "plain",
            "kpi_rows", "RETRIES", "COMPLETE", "FIGURES"]
 
 RETRIES = frozenset({"restart", "escalate"})   # attempt kinds that are a retry of the task
@@ -416,7 +416,7 @@ def _check_said(c: dict) -> str:
     return f"the {run.kind}'s check {run.said()}"
 
 
-def _merge_line(m: MergeEvidence) -> str:
+def merge_line(m: MergeEvidence) -> str:
     """`01:10 green, landed: the project's check `make test` exited 0 (after 3s)`."""
     back = f" (back to {'its task' if m.to == 'task' else 'review'})" if m.to else ""
     said = {"green": "green, landed", "red": f"red, not landed{back}",
@@ -619,7 +619,7 @@ def render_text(r: FleetReport, width: int = 120) -> str:
         for t in merged:
             console.print(f"{t.id}:")
             for m in t.merges:
-                console.print("    " + _merge_line(m), soft_wrap=True)
+                console.print("    " + merge_line(m), soft_wrap=True)
                 for line in m.tail:
                     console.print("      | " + _line(line, 200), soft_wrap=True)
     if r.incidents:
@@ -691,7 +691,7 @@ def sections(r: FleetReport, prefix: str = "") -> list[str]:
     merged = [t for t in r.tasks[:SHOWN] if t.merges]
     if merged:
         body = "".join(f"<h3>{_e(t.id)}</h3><ol>" + "".join(
-            f"<li>{_e(_merge_line(m))}" + (f"<pre>{_e(chr(10).join(m.tail))}</pre>" if m.tail else "") + "</li>"
+            f"<li>{_e(merge_line(m))}" + (f"<pre>{_e(chr(10).join(m.tail))}</pre>" if m.tail else "") + "</li>"
             for m in t.merges) + "</ol>" for t in merged)
         parts.append(_section(prefix + "merges", "Merges", body))
     if r.incidents:

@@ -91,6 +91,8 @@
     return v;
   }
 
+  const MERGE_SAID = { green: "green, landed", red: "red, not landed", dropped: "dropped lines, not landed" };
+
   function tile(t, generated) {
     const node = el("article", "tile");
     node.dataset.key = t.key;
@@ -127,6 +129,10 @@
     row(node, "breaker", t.breaker, "tile-breaker breaker-" + String(t.breaker || "").toLowerCase());
     row(node, "attempts", t.attempts ? String(t.attempts) : null, "tile-attempts");
     row(node, "why", t.reason || null, "tile-reason");
+    if (t.merge) {  // the last merge's evidence: its checks on the merged tree green or red, or lines lost
+      const v = row(node, "merge", MERGE_SAID[t.merge.result] || t.merge.result, "tile-merge merge-" + t.merge.result);
+      if (t.merge.said) v.title = t.merge.said;
+    }
     return node;
   }
 
@@ -310,6 +316,19 @@
           ", " + end + (a.cost_usd !== null && a.cost_usd !== undefined ? ", " + money(a.cost_usd) : "") +
           (a.why ? ": " + a.why : "")));
       });
+      // Each merge with its evidence: the checks as run on the merged tree, a red one's tail, lost hunks.
+      const merges = document.getElementById("merges");
+      merges.replaceChildren();
+      (task.merges || []).forEach(function (m) {
+        const back = m.to ? " (back to " + (m.to === "task" ? "its task" : "review") + ")" : "";
+        const d = el("details", "merge merge-" + m.result);
+        const what = (m.result === "dropped" ? m.lost : m.checks).join("; ");
+        d.appendChild(el("summary", null, localTime(m.at_epoch) + " " + (MERGE_SAID[m.result] || m.result) + back +
+          (what ? ": " + what : "")));
+        if (m.tail.length) d.appendChild(el("pre", "forensics", m.tail.join("\n")));
+        merges.appendChild(d);
+      });
+      if (!(task.merges || []).length) merges.appendChild(el("p", "muted", "no merge yet"));
     }
     body.dataset.updated = String(doc.generated_at_epoch);
   }
