@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -62,6 +63,9 @@ STATE_STYLE = {"running": "green", "merging": "cyan", "restarting": "yellow", "e
 HEALTH_STYLE = {"healthy": "green", "slow": "yellow", "stuck": "bold red", "wedged": "bold magenta"}
 
 
+RUNNING_ON = re.compile(r"attempt \d+ on (\S+?): ")
+
+
 def fleet_dir_of(project: Path) -> Path:
     """Where the fleet's state lives: `<git dir of the main work tree>/genesis/fleet`."""
     return state_dir_of(project) / "fleet"
@@ -91,6 +95,7 @@ class TaskView:
     child: ChildView | None        # None: no child is meant to run
     attempts: tuple[Attempt, ...] = ()  # its retry history, oldest first
     merges: tuple[MergeEvidence, ...] = ()  # each merge with its evidence (checks green or red, lost hunks)
+    place: str = ""                # the machine its attempt runs or last ran on (a Temporal fleet's; "" not recorded)
 
 
 @dataclass(frozen=True)
@@ -260,8 +265,9 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
             rows, history = led.tasks(), led.attempts()
             starts, ends = led.events("fleet_start"), led.events("fleet_end")
             first = starts[-1].at if starts else None
-            spent = [e.detail.get("cost_usd") for e in led.events("child_end", after=starts[-1].seq if starts else 0)
-                     if isinstance(e.detail, dict)]
+            ends_now = [e for e in led.events("child_end", after=starts[-1].seq if starts else 0)
+                        if isinstance(e.detail, dict)]
+            spent = [e.detail.get("cost_usd") for e in ends_now]
             marks = [e for kind in (*HOLDS, *HOLD_ENDS, *CASCADE) for e in led.events(kind)
                      if first is None or e.at >= first]
             merging = [e for kind in MERGE_EVENTS for e in led.events(kind)]
@@ -275,6 +281,7 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
     by_task: dict[str, list[Attempt]] = {}
     for a in history:
         by_task.setdefault(a.task_id, []).append(a)
+    hosts = {e.task_id: str(e.detail["host"]) for e in ends_now if e.detail.get("host")}  # the newest wins
     merged_by: dict[str, list[FleetEvent]] = {}
     for e in merging:
         merged_by.setdefault(e.task_id or "", []).append(e)
@@ -290,7 +297,7 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
                 child = ChildView(False, "", row.run_id, None, None, None, None, None, None, None,
                                   error="not read: the time bound for reading children was spent")
         views.append(TaskView(row, tried[-1].agent if tried else "", min((a.started for a in tried), default=None),
-                              child, tuple(tried), merges_of(merged_by.get(row.id, []))))
+                              child, tuple(tried), merges_of(merged_by.get(row.id, [])), _place(row, hosts)))
     sd = start.detail if start is not None and isinstance(start.detail, dict) else {}
     ed = end.detail if end is not None and isinstance(end.detail, dict) else {}
     parallel = sd.get("parallel")
@@ -301,6 +308,14 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
                        code if isinstance(code, int) and not isinstance(code, bool) else None,
                        str(ed.get("reason") or ""), monitor, limit, cascade, tuple(views), unread, problem, source,
                        _spent(spent))
+
+
+def _place(row: TaskRow, hosts: dict[str | None, str]) -> str:
+    """The machine a Temporal fleet's task runs on (its running attempt's, as the home words it
+    in its reason: temporal/mirror.py's `attempt N on HOST: ...`), else the one its last ended
+    attempt ran on; "" for a local fleet's (they all run here)."""
+    running = RUNNING_ON.match(row.reason or "") if row.state == "running" else None
+    return one_line(running.group(1) if running else hosts.get(row.id, ""), 80)
 
 
 def _spent(costs: Sequence[Any]) -> float | None:
@@ -381,6 +396,7 @@ def _task(t: TaskView, now: float) -> dict[str, Any]:
         **_time("not_before", r.not_before if r.not_before and r.not_before > now else None),
         "child": _child_doc(t.child, now) if t.child is not None else None,
         "merges": [_merge_doc(m) for m in t.merges],
+        "place": _or_none(t.place),
     }
 
 
@@ -565,6 +581,7 @@ def details(tasks: Sequence[TaskView], now: float) -> Group:
             lines.append(Text("  child: ") + _doing(t, now))
         lines += [Text("  now: ") + _doing(t, now)] if c is None else []
         lines += [Text("  branch: ") + _line(r.branch or "-"), Text("  worktree: ") + _line(r.worktree or "-")]
+        lines += [Text("  machine: ") + _line(t.place)] if t.place else []
         if r.reason and c is not None:
             lines.append(Text("  reason: ") + _line(r.reason))
         for a in t.attempts:

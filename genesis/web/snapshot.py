@@ -272,7 +272,7 @@ def _tile_of_loop(key: str, title: str, kind: str, doc: dict[str, Any] | None, n
             if wait else None,
             "breaker": breaker.get("state"), "attempts": (phase.get("attempt") or 0) + 1 if phase else 0,
             "href": f"/loop/{key}", "stuck_at_epoch": stuck_at if _killed_lately(stuck_at, now) else None,
-            "reason": None, "merge": None}
+            "reason": None, "merge": None, "place": None}
 
 
 def _tile_of_task(pkey: str, task: dict[str, Any], child: dict[str, Any] | None, fleet_state: str,
@@ -284,6 +284,7 @@ def _tile_of_task(pkey: str, task: dict[str, Any], child: dict[str, Any] | None,
         colour = "red"  # its agent was killed as stuck a moment ago: its retry has yet to prove itself
     tile.update(colour=colour, state=task.get("state"), attempts=task.get("attempts") or 0,
                 reason=task.get("reason") if task.get("state") in TASK_RED else None)
+    tile["place"] = task.get("place")  # a Temporal fleet's machine: one fleet, its machines as places
     merges = task.get("merges") or []
     if merges:  # the last merge's evidence, in a line: green, red with its first check, or what it dropped
         m = merges[-1]

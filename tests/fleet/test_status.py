@@ -396,3 +396,23 @@ def test_each_merge_is_shown_with_its_evidence_green_red_and_dropped(project):
     assert "merge 01:20 UTC green, landed: the project's check `make test` exited 0 (after 4s)" in text
     assert "merge 01:25 UTC dropped lines, not landed: app.py line 3 (added by the task 'Add /health': 'ok')" \
         in text
+
+
+def test_a_temporal_fleets_task_says_the_machine_it_runs_or_last_ran_on(project):
+    """The home's copy of a fleet on Temporal: a running task's reason names its machine, an
+    ended attempt's end records its host; a local fleet's task has none."""
+    with ledger(project) as led:
+        led.record("fleet_start", now=T0 - 3600, run_id="fleet-1", parallel=2, pid=4242)
+        led.upsert_task(task("run-aaaaaa", "running", 10, attempts=2, run_id="child-1",
+                             reason="attempt 2 on box-b: running, pid 4242, in /srv/genesis/fleet-1/worktrees/run"))
+        led.record("child_end", "run-aaaaaa", now=T0 - 1200, attempt=1, outcome="stopped", host="box-a")
+        led.upsert_task(task("done-bbbbbb", "merged", 20, attempts=1))
+        led.record("child_end", "done-bbbbbb", now=T0 - 900, attempt=1, outcome="verified", host="box-a")
+        led.upsert_task(task("local-cccccc", "queued", 30))
+    doc = document(read(project, now=T0))
+    check(doc)
+    assert {t["id"]: t["place"] for t in doc["tasks"]} == {"run-aaaaaa": "box-b", "done-bbbbbb": "box-a",
+                                                          "local-cccccc": None}
+    out = io.StringIO()
+    assert run_fleet_status(project, out=out, clock=lambda: T0, task="done") == exitcodes.OK
+    assert "machine: box-a" in out.getvalue()

@@ -1,4 +1,4 @@
-"""Each merge's evidence on the dashboard, in a real headless Chromium at 1400 and 400 px: a task
+"""Each merge's evidence (and a Temporal task's machine) on the dashboard, in a real headless Chromium at 1400 and 400 px: a task
 whose first merge was red (its check's tail kept) and whose second landed green, and one whose
 merge dropped another task's line. The tiles say the last merge; a task's page lists each, with
 the checks as run on the merged tree, the red one's tail and the lost hunk. /api/state and the
@@ -35,6 +35,7 @@ def merged_fleet(project: Path, now: float) -> None:
                                 created=now - 3600, updated=now - 600))
         led.record("merge_red", "add-health-aaaaaa", now=now - 1800, attempt=1, to="task",
                    reason="the project's check `make test` exited 2 (after 3s)", checks=[RED], tail=[TAIL])
+        led.record("child_end", "add-health-aaaaaa", now=now - 700, attempt=2, outcome="verified", host="box-a")
         led.record("merged", "add-health-aaaaaa", now=now - 600, sha="1" * 40, commits=["a" * 40],
                    checks=[{**RED, "exit_code": 0, "seconds": 4.0}])
         led.upsert_task(TaskRow("add-ready-bbbbbb", "Add /ready", "needs-review", attempts=1, reason="lost a line",
@@ -72,6 +73,10 @@ def test_each_merge_shows_its_evidence_on_the_tiles_and_the_tasks_page(project, 
                                   "[t.querySelector('.tile-title').textContent, "
                                   "(t.querySelector('.tile-merge .v') || {}).textContent]))")
                 assert said["Add /health"] == "green, landed" and said["Add /ready"] == "dropped lines, not landed"
+                # A fleet on Temporal: the machine its task ran on is its place, on its tile.
+                places = page.value("[...document.querySelectorAll('article.tile .tile-place .v')]"
+                                    ".map(v => v.textContent)")
+                assert places == ["box-a"], places
                 fit = page.value("[document.documentElement.scrollWidth, window.innerWidth]")
                 assert fit[0] <= fit[1], (width, fit)
                 for tid, count in (("add-health-aaaaaa", 2), ("add-ready-bbbbbb", 1)):

@@ -103,6 +103,7 @@
     head.appendChild(link);
     head.appendChild(el("span", "tile-state", t.state));
     node.appendChild(head);
+    row(node, "on", t.place, "tile-place");
     row(node, "phase", t.phase || "–", "tile-phase");
     row(node, "health", t.health, "tile-health");
     if (t.heartbeat_age_seconds !== null && t.heartbeat_age_seconds !== undefined) {
