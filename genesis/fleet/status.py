@@ -33,8 +33,8 @@ from genesis import exitcodes, when
 from genesis.clock import iso
 from genesis.config import default_layout
 from genesis.fleet.ledger import Attempt, FleetEvent, FleetLedger, TaskRow
+from genesis.fleet.mergeevidence import MERGE_EVENTS, MergeEvidence, merge_line, merges_of
 from genesis.redact import redact
-from genesis.reporting.fleet import MERGE_EVENTS, MergeEvidence, merge_line, merges_of
 from genesis.repo.gitcmd import NotARepository, NotOwned
 from genesis.status.view import Status, build
 from genesis.store.atomicio import CorruptFile, read_json

@@ -36,8 +36,8 @@ from rich.table import Table
 
 from genesis.config import default_layout
 from genesis.fleet.ledger import Attempt, FleetEvent, FleetLedger
+from genesis.fleet.mergeevidence import MERGE_EVENTS, MergeEvidence, merge_line, merges_of
 from genesis.fleet.taskref import PLANNER
-from genesis.loop.claims import CheckRun
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.reporting.load import _final, _json_keys, _json_list, _ticket_place
 from genesis.reporting.model import AlertRow
@@ -49,7 +49,7 @@ from genesis.when import clock, stamp
 from genesis.words import duration, money, one_line, plural, sanitize
 
 __all__ = ["TaskReport", "FleetKpis", "FleetReport", "AttemptEvidence", "FleetIncident", "Moment", "fleet_ledger_of",
-           "load", "merges_of", "merge_line", "MERGE_EVENTS", "MergeEvidence", "compute_kpis", "render_text", "render_html", "sections", "plain",
+           "load", "merges_of", "MergeEvidence", "compute_kpis", "render_text", "render_html", "sections", "plain",
            "kpi_rows", "RETRIES", "COMPLETE", "FIGURES"]
 
 RETRIES = frozenset({"restart", "escalate"})   # attempt kinds that are a retry of the task
@@ -67,7 +67,6 @@ TOLD = {"fleet_start": "fleet started", "fleet_end": "fleet ended", "launch": "s
         "limit_hold": "usage limit: no child starts", "limit_resume": "usage limit over: children start again",
         "merge_held": "merge held", "merger": "the Merger resolves a conflict",
         "merge_red": "merge red, not landed"}
-MERGE_EVENTS = ("merged", "merge_red", "needs_review")   # the events a merge's evidence is read from
 
 
 def fleet_ledger_of(state_dir: Path) -> Path:
@@ -89,17 +88,6 @@ class AttemptEvidence:
     cost_usd: float | None
     log: str                       # its child's output
     run_id: str
-
-
-@dataclass(frozen=True)
-class MergeEvidence:
-    """One merge of the task: the merged tree's checks as run, and what came of it."""
-    at: float
-    result: str                    # green (landed), red (a check failed: not landed), dropped (lines lost)
-    checks: tuple[str, ...]        # each check's run, in words
-    tail: tuple[str, ...] = ()     # red: the failed check's output's last lines, redacted
-    lost: tuple[str, ...] = ()     # dropped: each lost hunk, in words
-    to: str = ""                   # red: where the task went (task: a new attempt; review)
 
 
 @dataclass(frozen=True)
@@ -384,45 +372,6 @@ def _report(project: Path, rows: Sequence[Any], history: Sequence[Attempt], even
                        tuple((e.at, e.kind, str(_detail(e).get("reason") or "")) for e in events
                              if e.kind.startswith("cascade_")),
                        timeline(events), tuple(sorted(incidents, key=lambda i: i.at)))
-
-
-def _strs(value: Any) -> tuple[str, ...]:
-    return tuple(str(v) for v in value) if isinstance(value, list) else ()
-
-
-def merges_of(events: Sequence[FleetEvent]) -> tuple[MergeEvidence, ...]:
-    """A task's merges with their evidence, oldest first: each landed one with checks run, each
-    red one, each that dropped lines (a review for another cause is no merge evidence)."""
-    found = []
-    for e in sorted(events, key=lambda e: e.seq):
-        d = _detail(e)
-        raw = d.get("checks") if isinstance(d.get("checks"), list) else []
-        checks = tuple(_check_said(c) for c in raw if isinstance(c, dict))
-        if e.kind == "merged" and checks:
-            found.append(MergeEvidence(e.at, "green", checks))
-        elif e.kind == "merge_red":
-            found.append(MergeEvidence(e.at, "red", checks, _strs(d.get("tail")), to=str(d.get("to") or "")))
-        elif e.kind == "needs_review" and d.get("outcome") == "dropped":
-            found.append(MergeEvidence(e.at, "dropped", (), lost=_strs(d.get("lost"))))
-    return tuple(found)
-
-
-def _check_said(c: dict) -> str:
-    """A check's run as the merge recorded it, in words (claims.CheckRun.said)."""
-    code = c.get("exit_code")
-    seconds = _num(c.get("seconds")) or 0.0
-    run = CheckRun(str(c.get("kind") or "?"), str(c.get("command") or ""), code if isinstance(code, int) else None,
-                   seconds, (), bool(c.get("timed_out")), str(c.get("error") or ""))
-    return f"the {run.kind}'s check {run.said()}"
-
-
-def merge_line(m: MergeEvidence) -> str:
-    """`01:10 green, landed: the project's check `make test` exited 0 (after 3s)`."""
-    back = f" (back to {'its task' if m.to == 'task' else 'review'})" if m.to else ""
-    said = {"green": "green, landed", "red": f"red, not landed{back}",
-            "dropped": "dropped lines, not landed"}.get(m.result, m.result)
-    what = "; ".join(m.lost if m.result == "dropped" else m.checks)
-    return f"{clock(m.at)} {said}" + (f": {_line(what, 600)}" if what else "")
 
 
 def timeline(events: Sequence[FleetEvent]) -> tuple[Moment, ...]:

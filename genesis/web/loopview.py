@@ -17,10 +17,10 @@ from typing import Any, Sequence
 from genesis import exitcodes
 from genesis.clock import iso
 from genesis.fleet.ledger import FleetLedger
+from genesis.fleet.mergeevidence import MERGE_EVENTS, merges_of
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.redact import redact, redact_all
 from genesis.reporting.html import timeline_svg
-from genesis.reporting.fleet import MERGE_EVENTS, merges_of
 from genesis.reporting.load import night
 from genesis.status.document import document as status_document
 from genesis.status.view import build
