@@ -21,7 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from genesis.fleet.ledger import FleetLedger
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.store.looplock import FLEET_RUN
-from genesis.web.metrics import ProjectSource, _Children, _present
+from genesis.web.metrics import ProjectSource, _Children, _names, _present
 
 __all__ = ["CONTENT_TYPE", "STALL_ENDINGS", "KILL_ENDINGS", "Figures", "exposition", "figures"]
 
@@ -118,12 +118,15 @@ def _fleet_figures(source: ProjectSource, out: Figures) -> None:
 
 def exposition(state: dict[str, Any], metrics: dict[str, Any], sources: Sequence[ProjectSource],
                counted: dict[str, Figures] | None = None) -> bytes:
-    """The text Prometheus scrapes. `counted` (project name -> Figures) is read here when not given."""
-    names = {p.get("path"): p.get("name") for p in state.get("projects", [])}
+    """The text Prometheus scrapes. `counted` (project label -> Figures) is read here when not given.
+    A project's label is its name, told apart by its path when two share one (as the metrics
+    document's `by.project`): two series with one label set would fail the whole scrape."""
+    labels = {str(s.project): name for s, name in _names(sources).items()}
     if counted is None:
-        counted = {names.get(str(s.project), s.name): figures(s) for s in sources}
+        counted = {labels[str(s.project)]: figures(s) for s in sources}
+    projects = [{**p, "name": labels.get(str(p.get("path")), p.get("name"))} for p in state.get("projects", [])]
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(state, metrics, counted))
+    registry.register(_Collector({**state, "projects": projects}, metrics, counted))
     return generate_latest(registry)
 
 

@@ -161,3 +161,15 @@ def test_a_real_prometheus_scrapes_genesis_serve(tmp_path):
         if server.stdout:
             server.stdout.close()
             server.stderr.close()
+
+
+def test_two_projects_of_one_name_are_two_series_told_apart_by_their_path(tmp_path):
+    """One label set twice would fail Prometheus's whole scrape: as the metrics' by.project does."""
+    one, two = new_repo(tmp_path / "a" / "app"), new_repo(tmp_path / "b" / "app")
+    loop_night(one)
+    loop_night(two)
+    found = samples(scrape([one, two]).text)
+    stalls = {dict(labels)["project"] for name, labels in found if name == "genesis_loop_stalls_total"}
+    assert stalls == {f"app ({one.resolve()})", f"app ({two.resolve()})"}, stalls
+    scores = [dict(labels)["project"] for name, labels in found if name == "genesis_project_score"]
+    assert sorted(scores) == sorted(stalls)
