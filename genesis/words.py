@@ -4,10 +4,10 @@ figures; and untrusted text (an agent's output, a reason it gave) made safe to s
 from __future__ import annotations
 
 import re
-import time
 from typing import Any, Iterable, Mapping
 
 from genesis.clock import parse_iso
+from genesis.when import clock as clock_of
 
 __all__ = ["LABELS", "WAIT_LABELS", "WINDOW_LABELS", "FORMER", "ending_label", "sanitize", "one_line", "duration",
            "epoch_of", "money", "reported", "details", "plural"]
@@ -113,7 +113,7 @@ def _value(key: str, value: Any, depth: int) -> str | None:
         if value == 0 and not key.endswith("code"):
             return None
         if key in CLOCK_KEYS and 0 < value < 1e11:
-            return time.strftime("%H:%M:%S", time.localtime(value))
+            return clock_of(value, seconds=True)  # the zone said: never a bare time
         if key in LENGTH_KEYS:
             return duration(value)
         if key.endswith("_usd"):

@@ -28,6 +28,7 @@ from genesis.status.screen import run_status
 from genesis.status.view import layout_of
 from genesis.store.atomicio import write_json
 from genesis.store.looplock import hold
+from genesis.when import zone
 from genesis.words import LABELS, details, one_line, sanitize
 
 PACKAGE = Path(__file__).resolve().parents[1] / "genesis"
@@ -163,7 +164,7 @@ def test_an_events_details_read_as_words_not_as_a_python_dict():
                     "started": started, "said_done": False, "num_turns": None, "would_kill": [], "cost_usd": 0.25,
                     "commits": [{"sha": "b45aa55"}], "limit": {"kind": "five_hour", "resets_at": started},
                     "detail": f"the agent said {NASTY}"})
-    clock = time.strftime("%H:%M:%S", time.localtime(started))
+    clock = time.strftime("%H:%M:%S", time.localtime(started)) + " " + zone(started)  # the zone said
     assert said == (f"iteration 1, phase Builder, returncode 0, duration 1m15s, started {clock}, cost usd $0.25, "
                     f"commits 1, limit (kind five_hour, resets at {clock}), detail the agent said "
                     f"{one_line('x ' + NASTY)[2:]}")

@@ -19,10 +19,11 @@ if TYPE_CHECKING:
     from genesis.phases import Phase
 
 __all__ = ["Account", "Adapter", "ApiError", "ApiRetry", "Ending", "Limit", "OutputReader", "Result", "TextReader",
-           "MAX_RESULT_CHARS", "PERMISSION_REFUSED", "REFUSAL", "last_line", "key_fingerprint", "Login",
+           "MAX_RESULT_CHARS", "MODEL_CHARS", "PERMISSION_REFUSED", "REFUSAL", "last_line", "key_fingerprint", "Login",
            "LOGGED_IN", "LOGGED_OUT", "LOGIN_UNKNOWN"]
 
 MAX_RESULT_CHARS = 16 << 10  # the final result kept for the report and the completion phrase
+MODEL_CHARS = 100            # a model's name as a CLI's record gives it, at most
 # ApiError.code of a refusal by the model's safeguards: the same request would be refused again.
 REFUSAL = "refusal"
 LOGGED_IN, LOGGED_OUT, LOGIN_UNKNOWN = "yes", "no", "unknown"
@@ -100,6 +101,7 @@ class Result:
     text: str = ""               # the final result text, at most MAX_RESULT_CHARS
     input_tokens: int | None = None   # prompt tokens, cache reads and writes included
     output_tokens: int | None = None
+    model: str = ""              # the model the run used, as the CLI's own records name it ("": not named)
 
 
 @dataclass(frozen=True)

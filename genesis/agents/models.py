@@ -2,7 +2,8 @@
 
 Recorded with each phase's start so that the dashboard's metrics can count runs by model. Only
 what the command says is read: a command that names no model runs its CLI's default, which
-Genesis does not guess (None).
+Genesis does not guess (None). The model a run used is read afterwards from the agent's own
+records (Result.model, recorded with the phase's end as `model_used`), and counts first.
 
 Recorded too with a fleet child's launch (fleet/monitor.py), so runs are counted by model
 across loops and fleets alike.

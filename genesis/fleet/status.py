@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -33,6 +34,7 @@ from genesis.clock import iso
 from genesis.config import default_layout
 from genesis.fleet import lifecycle
 from genesis.fleet.ledger import Attempt, FleetEvent, FleetLedger, TaskRow
+from genesis.fleet.mergeevidence import MERGE_EVENTS, MergeEvidence, merge_line, merges_of
 from genesis.redact import redact
 from genesis.repo.gitcmd import NotARepository, NotOwned
 from genesis.status.view import Status, build
@@ -60,6 +62,9 @@ STATE_STYLE = {"running": "green", "merging": "cyan", "restarting": "yellow", "e
                "waiting": "yellow", "queued": "dim", "needs-review": "bold magenta", "failed": "bold red",
                "ready": "green", "merged": "green"}
 HEALTH_STYLE = {"healthy": "green", "slow": "yellow", "stuck": "bold red", "wedged": "bold magenta"}
+
+
+RUNNING_ON = re.compile(r"attempt \d+ on (\S+?): ")
 
 
 def fleet_dir_of(project: Path) -> Path:
@@ -90,6 +95,8 @@ class TaskView:
     started: float | None          # the first attempt's start
     child: ChildView | None        # None: no child is meant to run
     attempts: tuple[Attempt, ...] = ()  # its retry history, oldest first
+    merges: tuple[MergeEvidence, ...] = ()  # each merge with its evidence (checks green or red, lost hunks)
+    place: str = ""                # the machine its attempt runs or last ran on (a Temporal fleet's; "" not recorded)
 
 
 @dataclass(frozen=True)
@@ -260,11 +267,13 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
             rows, history = led.tasks(), led.attempts()
             starts, ends = led.events("fleet_start"), led.events("fleet_end")
             first = starts[-1].at if starts else None
-            spent = [e.detail.get("cost_usd") for e in led.events("child_end", after=starts[-1].seq if starts else 0)
-                     if isinstance(e.detail, dict)]
+            ends_now = [e for e in led.events("child_end", after=starts[-1].seq if starts else 0)
+                        if isinstance(e.detail, dict)]
+            spent = [e.detail.get("cost_usd") for e in ends_now]
             marks = [e for kind in (*HOLDS, *HOLD_ENDS, *CASCADE) for e in led.events(kind)
                      if first is None or e.at >= first]
             paused = led.last_event("paused", "resumed")
+            merging = [e for kind in MERGE_EVENTS for e in led.events(kind)]
     except (sqlite3.Error, OSError, RuntimeError, ValueError) as exc:
         return FleetStatus(project, now, True, "", None, None, None, None, "", monitor, None, None, (),
                            error=f"the fleet ledger cannot be read: {exc}")
@@ -275,6 +284,10 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
     by_task: dict[str, list[Attempt]] = {}
     for a in history:
         by_task.setdefault(a.task_id, []).append(a)
+    hosts = {e.task_id: str(e.detail["host"]) for e in ends_now if e.detail.get("host")}  # the newest wins
+    merged_by: dict[str, list[FleetEvent]] = {}
+    for e in merging:
+        merged_by.setdefault(e.task_id or "", []).append(e)
     views, unread, deadline = [], 0, clock() + bound
     for row in sorted(rows, key=_order):
         tried = by_task.get(row.id, [])
@@ -287,7 +300,7 @@ def from_ledger(project: Path, path: Path, monitor: Monitor, now: float, clock: 
                 child = ChildView(False, "", row.run_id, None, None, None, None, None, None, None,
                                   error="not read: the time bound for reading children was spent")
         views.append(TaskView(row, tried[-1].agent if tried else "", min((a.started for a in tried), default=None),
-                              child, tuple(tried)))
+                              child, tuple(tried), merges_of(merged_by.get(row.id, [])), _place(row, hosts)))
     sd = start.detail if start is not None and isinstance(start.detail, dict) else {}
     ed = end.detail if end is not None and isinstance(end.detail, dict) else {}
     parallel = sd.get("parallel")
@@ -306,6 +319,14 @@ def _paused(last: FleetEvent | None, first: float | None, monitor: Monitor) -> H
         return None
     source = last.detail.get("source") if isinstance(last.detail, dict) else None
     return Hold("paused", "paused", last.at, None, f"asked from the {source}" if source else "", None)
+
+
+def _place(row: TaskRow, hosts: dict[str | None, str]) -> str:
+    """The machine a Temporal fleet's task runs on (its running attempt's, as the home words it
+    in its reason: temporal/mirror.py's `attempt N on HOST: ...`), else the one its last ended
+    attempt ran on; "" for a local fleet's (they all run here)."""
+    running = RUNNING_ON.match(row.reason or "") if row.state == "running" else None
+    return one_line(running.group(1) if running else hosts.get(row.id, ""), 80)
 
 
 def _spent(costs: Sequence[Any]) -> float | None:
@@ -386,7 +407,14 @@ def _task(t: TaskView, now: float) -> dict[str, Any]:
         **_time("started", t.started), **_time("updated", r.updated),
         **_time("not_before", r.not_before if r.not_before and r.not_before > now else None),
         "child": _child_doc(t.child, now) if t.child is not None else None,
+        "merges": [_merge_doc(m) for m in t.merges],
+        "place": _or_none(t.place),
     }
+
+
+def _merge_doc(m: MergeEvidence) -> dict[str, Any]:
+    return {**_time("at", m.at), "result": m.result, "checks": [_text(c) for c in m.checks],
+            "tail": [_text(t) for t in m.tail], "lost": [_text(h) for h in m.lost], "to": _or_none(m.to)}
 
 
 def _child_doc(c: ChildView, now: float) -> dict[str, Any]:
@@ -567,6 +595,7 @@ def details(tasks: Sequence[TaskView], now: float) -> Group:
             lines.append(Text("  child: ") + _doing(t, now))
         lines += [Text("  now: ") + _doing(t, now)] if c is None else []
         lines += [Text("  branch: ") + _line(r.branch or "-"), Text("  worktree: ") + _line(r.worktree or "-")]
+        lines += [Text("  machine: ") + _line(t.place)] if t.place else []
         if r.reason and c is not None:
             lines.append(Text("  reason: ") + _line(r.reason))
         for a in t.attempts:
@@ -575,6 +604,8 @@ def details(tasks: Sequence[TaskView], now: float) -> Group:
             lines.append(Text(f"  attempt {a.attempt}: {a.kind}, {one_line(a.agent, 40)}, started "
                               f"{when.stamp(a.started)}, {ended}" + (f"; {one_line(redact(a.reason), 160)}"
                                                                       if a.reason else "")))
+        for m in t.merges:  # the merged tree's checks, green or red; a dropping merge's lost hunks
+            lines.append(Text("  merge " + one_line(redact(merge_line(m)), 600)))
         blocks.append(Group(*lines))
         blocks.append(Text(""))
     return Group(*blocks[:-1])

@@ -54,6 +54,7 @@ def reported(outcome: Outcome) -> dict:
         "terminal_reason": (result.terminal_reason or None) if result else None,
         "api_error_status": result.api_error_status if result else None,
         "session_id": (result.session_id or None) if result else None,
+        "model_used": (result.model or None) if result else None,
         "result": (result.text[:500] or None) if result else None,
         "limit": asdict(end.limit) if end is not None and end.limit is not None else None,
         "api_error": asdict(end.api_error) if end is not None and end.api_error is not None else None,

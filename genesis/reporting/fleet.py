@@ -36,8 +36,8 @@ from rich.table import Table
 
 from genesis.config import default_layout
 from genesis.fleet.ledger import Attempt, FleetEvent, FleetLedger
+from genesis.fleet.mergeevidence import MERGE_EVENTS, MergeEvidence, merge_line, merges_of
 from genesis.fleet.taskref import PLANNER
-from genesis.loop.claims import CheckRun
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.reporting.load import _final, _json_keys, _json_list, _ticket_place
 from genesis.reporting.model import AlertRow
@@ -68,7 +68,6 @@ TOLD = {"fleet_start": "fleet started", "fleet_end": "fleet ended", "launch": "s
         "merge_held": "merge held", "merger": "the Merger resolves a conflict",
         "merge_red": "merge red, not landed",
         "agent_died": "its agent was killed inside its running child (counted toward the cascade)"}
-MERGE_EVENTS = ("merged", "merge_red", "needs_review")   # the events a merge's evidence is read from
 
 
 def fleet_ledger_of(state_dir: Path) -> Path:
@@ -90,17 +89,6 @@ class AttemptEvidence:
     cost_usd: float | None
     log: str                       # its child's output
     run_id: str
-
-
-@dataclass(frozen=True)
-class MergeEvidence:
-    """One merge of the task: the merged tree's checks as run, and what came of it."""
-    at: float
-    result: str                    # green (landed), red (a check failed: not landed), dropped (lines lost)
-    checks: tuple[str, ...]        # each check's run, in words
-    tail: tuple[str, ...] = ()     # red: the failed check's output's last lines, redacted
-    lost: tuple[str, ...] = ()     # dropped: each lost hunk, in words
-    to: str = ""                   # red: where the task went (task: a new attempt; review)
 
 
 @dataclass(frozen=True)
@@ -387,45 +375,6 @@ def _report(project: Path, rows: Sequence[Any], history: Sequence[Attempt], even
                        timeline(events), tuple(sorted(incidents, key=lambda i: i.at)))
 
 
-def _strs(value: Any) -> tuple[str, ...]:
-    return tuple(str(v) for v in value) if isinstance(value, list) else ()
-
-
-def merges_of(events: Sequence[FleetEvent]) -> tuple[MergeEvidence, ...]:
-    """A task's merges with their evidence, oldest first: each landed one with checks run, each
-    red one, each that dropped lines (a review for another cause is no merge evidence)."""
-    found = []
-    for e in sorted(events, key=lambda e: e.seq):
-        d = _detail(e)
-        raw = d.get("checks") if isinstance(d.get("checks"), list) else []
-        checks = tuple(_check_said(c) for c in raw if isinstance(c, dict))
-        if e.kind == "merged" and checks:
-            found.append(MergeEvidence(e.at, "green", checks))
-        elif e.kind == "merge_red":
-            found.append(MergeEvidence(e.at, "red", checks, _strs(d.get("tail")), to=str(d.get("to") or "")))
-        elif e.kind == "needs_review" and d.get("outcome") == "dropped":
-            found.append(MergeEvidence(e.at, "dropped", (), lost=_strs(d.get("lost"))))
-    return tuple(found)
-
-
-def _check_said(c: dict) -> str:
-    """A check's run as the merge recorded it, in words (claims.CheckRun.said)."""
-    code = c.get("exit_code")
-    seconds = _num(c.get("seconds")) or 0.0
-    run = CheckRun(str(c.get("kind") or "?"), str(c.get("command") or ""), code if isinstance(code, int) else None,
-                   seconds, (), bool(c.get("timed_out")), str(c.get("error") or ""))
-    return f"the {run.kind}'s check {run.said()}"
-
-
-def _merge_line(m: MergeEvidence) -> str:
-    """`01:10 green, landed: the project's check `make test` exited 0 (after 3s)`."""
-    back = f" (back to {'its task' if m.to == 'task' else 'review'})" if m.to else ""
-    said = {"green": "green, landed", "red": f"red, not landed{back}",
-            "dropped": "dropped lines, not landed"}.get(m.result, m.result)
-    what = "; ".join(m.lost if m.result == "dropped" else m.checks)
-    return f"{clock(m.at)} {said}" + (f": {_line(what, 600)}" if what else "")
-
-
 def timeline(events: Sequence[FleetEvent]) -> tuple[Moment, ...]:
     """The fleet's night in order, one line an event that changed something (TOLD)."""
     moments = []
@@ -620,7 +569,7 @@ def render_text(r: FleetReport, width: int = 120) -> str:
         for t in merged:
             console.print(f"{t.id}:")
             for m in t.merges:
-                console.print("    " + _merge_line(m), soft_wrap=True)
+                console.print("    " + merge_line(m), soft_wrap=True)
                 for line in m.tail:
                     console.print("      | " + _line(line, 200), soft_wrap=True)
     if r.incidents:
@@ -692,7 +641,7 @@ def sections(r: FleetReport, prefix: str = "") -> list[str]:
     merged = [t for t in r.tasks[:SHOWN] if t.merges]
     if merged:
         body = "".join(f"<h3>{_e(t.id)}</h3><ol>" + "".join(
-            f"<li>{_e(_merge_line(m))}" + (f"<pre>{_e(chr(10).join(m.tail))}</pre>" if m.tail else "") + "</li>"
+            f"<li>{_e(merge_line(m))}" + (f"<pre>{_e(chr(10).join(m.tail))}</pre>" if m.tail else "") + "</li>"
             for m in t.merges) + "</ol>" for t in merged)
         parts.append(_section(prefix + "merges", "Merges", body))
     if r.incidents:

@@ -49,6 +49,7 @@ from genesis.store.looplock import current_holder
 from genesis.web.discovery import key_of
 from genesis.web.security import API_HEADERS, CSRF_HEADER, PAGE_HEADERS, allowed_hosts, bearer, cookie_name, csrf_of, \
     host_ok, key_cookie, same_origin, token_ok
+from genesis.web.prometheus import CONTENT_TYPE, exposition
 from genesis.web.snapshot import Reader, snapshot
 
 __all__ = ["Settings", "Hub", "create_app", "Guard", "POLL", "KEEPALIVE", "STATIC"]
@@ -314,8 +315,18 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
             return PlainTextResponse("no such loop\n", status_code=404)
         return HTMLResponse(pages.loop(key))
 
-    async def metrics_page(_request: Request) -> Response:
-        return HTMLResponse(pages.metrics())
+    async def metrics_page(request: Request) -> Response:
+        # One address for both readers: a browser (it asks for HTML) gets the page, a scraper
+        # (Prometheus asks for its text format or anything) gets the exposition.
+        if "text/html" in request.headers.get("accept", ""):
+            return HTMLResponse(pages.metrics())
+        doc = await hub.refresh()
+
+        def expose() -> bytes:
+            return exposition(doc, hub.metrics_document(), hub.discovery.sources())
+
+        return Response(await anyio.to_thread.run_sync(expose), media_type=CONTENT_TYPE,
+                        headers={"Cache-Control": "no-store"})
 
     async def api_state(_request: Request) -> Response:
         return _json(await hub.refresh())

@@ -28,7 +28,8 @@ from genesis.status.loops import SCAN_BUDGET, Scanner, option
 from genesis.store.layout import Layout
 from genesis.web.metrics import ProjectSource
 
-__all__ = ["Discovery", "key_of", "fleet_ledger_of", "main_project_of", "fleet_files_running", "RESCAN"]
+__all__ = ["Discovery", "key_of", "fleet_ledger_of", "main_project_of", "worker_clone_of", "fleet_files_running",
+           "RESCAN"]
 
 RESCAN = 2.0          # seconds between two looks at the machine's processes
 GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
@@ -53,6 +54,19 @@ def main_project_of(state_dir: Path) -> Path | None:
     if not (common / "genesis" / "fleet").is_dir():
         return None
     return common.parent if common.name == ".git" else None
+
+
+def worker_clone_of(state_dir: Path) -> Path | None:
+    """The Temporal worker's fleet folder (`<worker root>/<fleet workflow>`) whose clone holds
+    this loop's state, None when it is no worker's: a worker runs each attempt in a linked
+    worktree of its clone `<folder>/repo`, beside the attempts' own `<folder>/fleet` folder. Such
+    a loop is a task of a fleet the home's project shows (on one of its machines), never a project."""
+    worktree_dir = state_dir.parent                         # <folder>/repo/.git/worktrees/<task>
+    common = worktree_dir.parent.parent
+    if worktree_dir.parent.name != "worktrees" or common.name != ".git" or common.parent.name != "repo":
+        return None
+    folder = common.parent.parent
+    return folder if (folder / "fleet").is_dir() and (folder / "worktrees").is_dir() else None
 
 
 def fleet_files_running(clock: Callable[[], float] = time.monotonic,
@@ -129,6 +143,8 @@ class Discovery:
             if self._scanner is None:
                 self._scanner = Scanner(self.budget)
             for layout, _holder in self._scanner.held():
+                if worker_clone_of(layout.state_dir) is not None:
+                    continue  # a Temporal fleet's attempt on this machine: its home's project shows it
                 main = main_project_of(layout.state_dir)
                 self._add(main, None if main is not None else layout)
         self.problems = problems

@@ -18,6 +18,7 @@ from genesis import exitcodes
 from genesis.clock import iso
 from genesis.actions.offered import for_loop, for_task
 from genesis.fleet.ledger import FleetLedger
+from genesis.fleet.mergeevidence import MERGE_EVENTS, merges_of
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.redact import redact, redact_all
 from genesis.reporting.html import timeline_svg
@@ -36,11 +37,16 @@ __all__ = ["loop_document", "TAIL_LINES", "TAIL_BYTES", "FORENSICS_LIMIT"]
 TAIL_LINES = 200
 TAIL_BYTES = 64 << 10
 FORENSICS_LIMIT = 20_000
+# A fleet task's page whose worktree is gone: its child's own files went with it.
+GONE: dict[str, Any] = {"status": None, "timeline": None, "incidents": [], "evidence": [], "tail": [],
+                        "tail_file": None, "run_id": None,
+                        "error": "its worktree is gone (merged or removed): its child's own records went with it"}
 
 
 def _where(sources: Sequence[ProjectSource], key: str, snapshot: dict[str, Any] | None,
-           reader: Reader) -> tuple[Layout, str] | None:
-    """The layout of the loop the key names, and its title; None for a key no project has."""
+           reader: Reader) -> tuple[Layout | None, str] | None:
+    """The layout of the loop the key names, and its title; None for a key no project has. A
+    fleet task whose worktree is gone (merged, removed) has no layout: its record is still shown."""
     pkey, _, task_id = key.partition("--")
     source = next((s for s in sources if key_of(s.project) == pkey), None)
     if source is None:
@@ -49,10 +55,10 @@ def _where(sources: Sequence[ProjectSource], key: str, snapshot: dict[str, Any] 
         return source.layout, source.name
     project = next((p for p in (snapshot or {}).get("projects", []) if p.get("key") == pkey), None)
     task = next((t for t in ((project or {}).get("fleet") or {}).get("tasks", []) if t.get("id") == task_id), None)
-    if task is None or not task.get("worktree"):
+    if task is None:
         return None
-    layout = reader.layout(Path(task["worktree"]))
-    return (layout, f"{task.get('text') or task_id}") if layout is not None else None
+    layout = reader.layout(Path(task["worktree"])) if task.get("worktree") else None
+    return layout, f"{task.get('text') or task_id}"
 
 
 def loop_document(sources: Sequence[ProjectSource], key: str, now: float, reader: Reader,
@@ -62,7 +68,7 @@ def loop_document(sources: Sequence[ProjectSource], key: str, now: float, reader
     if found is None:
         return None
     layout, title = found
-    out, log = reader.loop(key, layout, lambda: _read(layout, now))
+    out, log = reader.loop(key, layout, lambda: _read(layout, now)) if layout is not None else (GONE, None)
     out = {**out, "schema": 1, "key": key, "title": one_line(redact(title), 300), "generated_at": iso(now),
            "generated_at_epoch": round(now, 3)}
     if log is not None:  # the tail is read every time: it is what grows
@@ -84,6 +90,7 @@ def _task(path: Path, task_id: str) -> dict[str, Any] | None:
         with FleetLedger.open(path, readonly=True) as led:
             row, tried = led.task(task_id), led.attempts(task_id)
             ends = led.events("child_end", task_id=task_id)
+            merges = merges_of([e for kind in MERGE_EVENTS for e in led.events(kind, task_id=task_id)])
     except (LedgerError, sqlite3.Error, OSError, RuntimeError, ValueError):
         return None
     if row is None:
@@ -100,7 +107,12 @@ def _task(path: Path, task_id: str) -> dict[str, Any] | None:
                           "ended_epoch": round(a.ended, 3) if a.ended is not None else None,
                           "exit_code": a.exit_code, "outcome": a.outcome,
                           "why": one_line(redact(str(end_of(a).get("reason") or "")), 500) or None,
-                          "cost_usd": end_of(a).get("cost_usd")} for a in tried]}
+                          "cost_usd": end_of(a).get("cost_usd")} for a in tried],
+            # Each merge's evidence: the merged tree's checks green or red (its tail), a drop's lost hunks.
+            "merges": [{"at": iso(m.at), "at_epoch": round(m.at, 3), "result": m.result,
+                        "checks": [one_line(redact(c), 500) for c in m.checks],
+                        "tail": [one_line(redact(t), 500) for t in m.tail],
+                        "lost": [one_line(redact(h), 500) for h in m.lost], "to": m.to or None} for m in merges]}
 
 
 def _read(layout: Layout, now: float) -> tuple[dict[str, Any], Path | None]:

@@ -41,6 +41,11 @@ KEY_CHARS = 80               # a row's key, at most
 LONG_SPAN = 6 * 3600         # a span longer than this is bucketed by the hour, else by 10 minutes
 MAX_BUCKETS = 168            # buckets over time, at most (a week of hours): the newest
 HISTOGRAM = ("0", "1", "2", "3", "4+")
+# The model each phase's agent said it used (its CLI's own records: Claude Code's result, Gemini's
+# init), from its end; the command line's model (or none: `default`) only where no record names one.
+USED = ("SELECT run_id, iteration, phase, json_extract(detail, '$.started'), json_extract(detail, '$.model_used') "
+        "FROM events WHERE kind = 'phase_end' AND at >= ? AND json_valid(detail) "
+        "AND json_extract(detail, '$.model_used') IS NOT NULL ORDER BY id DESC")
 
 # A phase's ending (genesis/words.py LABELS) that is a failure: it ended abnormally. A usage
 # limit, an API outage (waited out, then run again) and a stop (interrupted) are no failure.
@@ -142,6 +147,9 @@ def _loop_runs(source: ProjectSource, name: str, since: float | None, out: _Read
                             "ORDER BY id DESC", [], 0.05)
         retries = budget.rows(led.conn, "SELECT at, fallback FROM retries WHERE at >= ? ORDER BY id DESC", [after],
                               0.15)
+        # As many ends as phases, on a bound of their own (small rows: a name each); an older
+        # phase beyond it is counted by its command's model.
+        used = _Budget().rows(led.conn, USED, [after], 0.4)
     out.cut = budget.cut
     started: dict[tuple[Any, ...], dict[str, Any]] = {}
     for run_id, iteration, phase, at, detail in starts:
@@ -149,11 +157,14 @@ def _loop_runs(source: ProjectSource, name: str, since: float | None, out: _Read
         epoch = d.get("epoch") if _is_num(d.get("epoch")) else at
         started[(run_id, iteration, phase, float(epoch))] = d
     commands = {run_id: _json(detail).get("agent") for run_id, detail in loops}
+    model_used = {(run_id, iteration, phase, float(begun)): model for run_id, iteration, phase, begun, model in used
+                  if _is_num(begun) and isinstance(model, str)}
     for run_id, iteration, phase, attempt, begun, ended, ending, cost in phases:
         d = started.get((run_id, iteration, phase, float(begun)), {})
         agent, model = d.get("agent"), d.get("model")
         if not isinstance(agent, str):  # recorded before phase starts named their agent: the run's command
             agent, model = _of_command(commands.get(run_id))
+        model = model_used.get((run_id, iteration, phase, float(begun))) or model  # what the agent said it used
         verdict = "succeeded" if ending in SUCCEEDED_ENDINGS else "failed" if ending in FAILED_ENDINGS else None
         tries = attempt if isinstance(attempt, int) and attempt > 0 else 0
         out.runs.append(Run(name, _key(agent, "unknown"), _key(model, "default"), None, float(begun),
@@ -204,6 +215,7 @@ def _fleet_runs(source: ProjectSource, name: str, since: float | None, out: _Rea
             agent, model = info.get("cli"), info.get("model")
             if not isinstance(agent, str):  # launched before launches named their CLI: the child's own record
                 agent, model = children.agent(worktree.get(task_id, ""), run_id)
+            model = children.model_used(worktree.get(task_id, ""), run_id) or model
             cost = last.get("cost_usd") if _is_num(last.get("cost_usd")) else None
             if cost is None and ended is None:  # running: what its phases cost so far
                 cost = children.cost(worktree.get(task_id, ""), run_id)
@@ -284,6 +296,20 @@ class _Children:
         d = _json(row[0]) if row else {}
         agent, model = d.get("agent"), d.get("model")
         return (agent if isinstance(agent, str) else None), (model if isinstance(model, str) else None)
+
+    def model_used(self, worktree: str, run_id: str) -> str | None:
+        """The model the child's newest phase that named one said it used (its worktree still there)."""
+        led = self.ledger(worktree)
+        if led is None or not run_id:
+            return None
+        try:
+            row = led.conn.execute("SELECT json_extract(detail, '$.model_used') FROM events WHERE run_id = ? AND "
+                                   "kind = 'phase_end' AND json_valid(detail) AND "
+                                   "json_extract(detail, '$.model_used') IS NOT NULL ORDER BY id DESC LIMIT 1",
+                                   [run_id]).fetchone()
+        except sqlite3.Error:
+            return None
+        return row[0] if row and isinstance(row[0], str) else None
 
     def close(self) -> None:
         for led in self.open.values():

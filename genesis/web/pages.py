@@ -51,7 +51,8 @@ def loop(key: str) -> str:
             '<section class="panel"><h2>Incidents</h2><div id="incidents"></div></section>'
             '<section class="panel"><h2>Task evidence</h2><div id="evidence"></div></section>'
             '<section class="panel" id="attempts-panel" hidden><h2>Attempts</h2>'
-            '<p id="task-reason" class="reason"></p><ol id="attempts" class="attempts"></ol></section>')
+            '<p id="task-reason" class="reason"></p><ol id="attempts" class="attempts"></ol>'
+            '<h3>Merges</h3><div id="merges"></div></section>')
     return _page("Genesis: a loop", "loop", body, data=f' data-key="{escape(key)}"')
 
 

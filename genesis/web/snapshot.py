@@ -300,7 +300,8 @@ def _tile_of_loop(key: str, title: str, kind: str, doc: dict[str, Any] | None, n
             if wait else None,
             "breaker": breaker.get("state"), "attempts": (phase.get("attempt") or 0) + 1 if phase else 0,
             "href": f"/loop/{key}", "stuck_at_epoch": stuck_at if _killed_lately(stuck_at, now) else None,
-            "reason": None, "actions": for_loop(doc.get("state"), (wait or {}).get("kind"))}
+            "reason": None, "merge": None, "place": None,
+            "actions": for_loop(doc.get("state"), (wait or {}).get("kind"))}
 
 
 def _tile_of_task(pkey: str, task: dict[str, Any], child: dict[str, Any] | None, fleet_state: str,
@@ -313,6 +314,12 @@ def _tile_of_task(pkey: str, task: dict[str, Any], child: dict[str, Any] | None,
     tile.update(colour=colour, state=task.get("state"), attempts=task.get("attempts") or 0,
                 reason=task.get("reason") if task.get("state") in TASK_RED else None,
                 actions=for_task(task.get("state"), ((child or {}).get("wait") or {}).get("kind")))
+    tile["place"] = task.get("place")  # a Temporal fleet's machine: one fleet, its machines as places
+    merges = task.get("merges") or []
+    if merges:  # the last merge's evidence, in a line: green, red with its first check, or what it dropped
+        m = merges[-1]
+        said = (m.get("lost") if m.get("result") == "dropped" else m.get("checks")) or []
+        tile["merge"] = {"result": m.get("result"), "at_epoch": m.get("at_epoch"), "said": said[0] if said else None}
     if tile["wait"] is None and task.get("not_before_epoch"):
         tile["wait"] = {"kind": "retry", "until_epoch": task["not_before_epoch"], "reason": task.get("reason")}
     return tile

@@ -591,3 +591,19 @@ def test_a_result_with_words_after_a_dead_stream_is_the_runs_own():
     said = [line.replace('"result":""', '"result":"Recovered."') for line in lines]
     ending = read(said)[0].ending(0)
     assert ending.api_error is None and ending.final_text == "Recovered."
+
+
+def test_the_model_used_is_the_one_the_result_bills_else_the_one_init_names():
+    """Recorded from the pinned CLI: its result's modelUsage names the model it used; a run
+    whose result names none (a subagent's smaller model beside it costs less) keeps init's."""
+    reader, _ = read(lines_of("limit_warning.jsonl"))
+    assert reader.result.model == "claude-sonnet-5-5"
+    records = records_of("limit_warning.jsonl")
+    init, result = records[0], records[-1]
+    two = {**result, "modelUsage": {"claude-haiku-4-5": {"costUSD": 0.0001},
+                                    "claude-opus-4-5": {"costUSD": 0.2}}}
+    assert read(dumps([init, two]))[0].result.model == "claude-opus-4-5"
+    none = {**result, "modelUsage": {}}
+    assert read(dumps([{**init, "model": "claude-sonnet-4-5"}, none]))[0].result.model == \
+        "claude-sonnet-4-5"
+    assert read(dumps([none]))[0].result.model == ""

@@ -338,3 +338,8 @@ def test_it_speaks_first_and_its_result_is_its_runs_last_record():
         if '"type":"result"' in line.replace(" ", ""):
             break
     assert reader.result_at == 100.0
+
+
+def test_the_model_used_is_the_one_its_init_names():
+    reader, _, _ = read("success")
+    assert reader.result is not None and reader.result.model == "gemini-2.5-flash"

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,9 @@ from helpers.procs import alive, free_port, listening
 from helpers.state import events_of
 from helpers.waits import wait_for
 
+from genesis.config import default_layout
 from genesis.sandbox.detect import probe
+from genesis.web.metrics import ProjectSource, metrics
 
 pytestmark = pytest.mark.claude
 
@@ -88,6 +91,13 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     breaker = e2e.breaker()
     assert breaker["state"] == "CLOSED" and breaker["last_progress_iteration"] == 1
     assert e2e.leftovers() == []
+    # The command names no model; Claude Code's own records name the one it used, and the
+    # dashboard's metrics count the runs by it, never by `default`.
+    used = {e.get("model_used") for e in ended}
+    assert len(used) == 1 and str(next(iter(used))).startswith("claude-"), ended
+    layout = default_layout(project)
+    by_model = metrics([ProjectSource(project, project.name, layout, None)], time.time())["by"]["model"]
+    assert [r["key"] for r in by_model] == list(used)
 
 
 def test_a_hung_bash_call_gets_stuck_and_claude_and_the_tool_session_are_killed(e2e):

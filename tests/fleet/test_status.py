@@ -80,8 +80,12 @@ def check(doc: dict) -> set[str]:
             for key, item in value.items():
                 walk(item, f"{path}.{key}" if path else key)
         elif isinstance(value, list):
+            shape = children(f"{path}[]")
             for item in value:
-                assert isinstance(item, dict) and set(item) == children(f"{path}[]"), (path, item)
+                if not shape:  # a list of plain values: lines of text
+                    assert isinstance(item, str), (path, item)
+                    continue
+                assert isinstance(item, dict) and set(item) == shape, (path, item)
                 for key, one in item.items():
                     walk(one, f"{path}[].{key}")
 
@@ -360,3 +364,55 @@ def test_fleet_status_fits_80_columns_one_line_a_task_and_shows_one_task_whole_o
     assert "tries: 4 (3 restart(s), 0 escalation(s))" in text and "a long explanation " * 8 in text + " "
     assert sum(1 for line in one if line.startswith("a-very-long")) == 1 and "build-api" not in text
     assert "attempt 2: restart, claude" in " ".join(" ".join(verbose).split())
+
+
+def test_each_merge_is_shown_with_its_evidence_green_red_and_dropped(project):
+    """The merged tree's checks as the merge ran them (green, or red with the output's tail and
+    where the task went) and a dropping merge's lost hunks: in --task, -v and the JSON."""
+    red = {"kind": "project", "command": "make test", "exit_code": 2, "seconds": 3.0, "timed_out": False, "error": ""}
+    with ledger(project) as led:
+        led.record("fleet_start", now=T0 - 3600, run_id="fleet-1", parallel=2, pid=4242)
+        led.upsert_task(task("add-health-aaaaaa", "merged", 50, attempts=2))
+        led.record("merge_red", "add-health-aaaaaa", now=T0 - 1800, attempt=1, to="task",
+                   reason="the project's check `make test` exited 2 (after 3s)", checks=[red],
+                   tail=["FAILED tests/test_health.py::test_ok"])
+        led.record("merged", "add-health-aaaaaa", now=T0 - 600, sha="1" * 40, commits=["a" * 40],
+                   checks=[{**red, "exit_code": 0, "seconds": 4.0}])
+        led.upsert_task(task("add-ready-bbbbbb", "needs-review", 40, attempts=1))
+        led.record("needs_review", "add-ready-bbbbbb", now=T0 - 300, outcome="dropped", reason="lost",
+                   lost=["app.py line 3 (added by the task 'Add /health': 'ok')"])
+    doc = document(read(project, now=T0))
+    check(doc)
+    health, ready = sorted(doc["tasks"], key=lambda t: t["id"])
+    assert [(m["result"], m["to"], m["tail"]) for m in health["merges"]] == [
+        ("red", "task", ["FAILED tests/test_health.py::test_ok"]), ("green", None, [])]
+    assert health["merges"][1]["checks"] == ["the project's check `make test` exited 0 (after 4s)"]
+    assert [(m["result"], m["lost"]) for m in ready["merges"]] == [
+        ("dropped", ["app.py line 3 (added by the task 'Add /health': 'ok')"])]
+    out = io.StringIO()
+    assert run_fleet_status(project, out=out, clock=lambda: T0, verbose=True) == exitcodes.OK
+    text = " ".join(out.getvalue().split())
+    assert "merge 01:00 UTC red, not landed (back to its task): the project's check `make test` exited 2" in text
+    assert "merge 01:20 UTC green, landed: the project's check `make test` exited 0 (after 4s)" in text
+    assert "merge 01:25 UTC dropped lines, not landed: app.py line 3 (added by the task 'Add /health': 'ok')" \
+        in text
+
+
+def test_a_temporal_fleets_task_says_the_machine_it_runs_or_last_ran_on(project):
+    """The home's copy of a fleet on Temporal: a running task's reason names its machine, an
+    ended attempt's end records its host; a local fleet's task has none."""
+    with ledger(project) as led:
+        led.record("fleet_start", now=T0 - 3600, run_id="fleet-1", parallel=2, pid=4242)
+        led.upsert_task(task("run-aaaaaa", "running", 10, attempts=2, run_id="child-1",
+                             reason="attempt 2 on box-b: running, pid 4242, in /srv/genesis/fleet-1/worktrees/run"))
+        led.record("child_end", "run-aaaaaa", now=T0 - 1200, attempt=1, outcome="stopped", host="box-a")
+        led.upsert_task(task("done-bbbbbb", "merged", 20, attempts=1))
+        led.record("child_end", "done-bbbbbb", now=T0 - 900, attempt=1, outcome="verified", host="box-a")
+        led.upsert_task(task("local-cccccc", "queued", 30))
+    doc = document(read(project, now=T0))
+    check(doc)
+    assert {t["id"]: t["place"] for t in doc["tasks"]} == {"run-aaaaaa": "box-b", "done-bbbbbb": "box-a",
+                                                          "local-cccccc": None}
+    out = io.StringIO()
+    assert run_fleet_status(project, out=out, clock=lambda: T0, task="done") == exitcodes.OK
+    assert "machine: box-a" in out.getvalue()

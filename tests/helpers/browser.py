@@ -5,7 +5,7 @@ Playwright is only the driver here: the browser is Debian's headless Chromium
 
   needs_browser                      skip mark: no Chromium or no playwright, with the install hint
   open_browser()                     a context manager giving a Browser; closes every page and the browser
-  Browser.page(url, width, height)   a Page at that viewport size, its console and page errors collected
+  Browser.page(url, width, height, zone)   a Page at that viewport size (and zone), its console and errors
   Page.wait(js, what, timeout)       the value of a JavaScript expression once it is truthy, or fail saying what
   Page.value(js)                     a JavaScript expression's value now
   Page.shot(path)                    a PNG of the viewport (full_page=True: the whole page)
@@ -82,9 +82,11 @@ class Browser:
         self.browser = browser
         self.pages: list[Page] = []
 
-    def page(self, url: str, width: int = 1280, height: int = 900) -> Page:
-        """A new tab at `url` with a viewport of width x height CSS pixels, loaded."""
-        raw = self.browser.new_page(viewport={"width": width, "height": height})
+    def page(self, url: str, width: int = 1280, height: int = 900, zone: str | None = None) -> Page:
+        """A new tab at `url` with a viewport of width x height CSS pixels (in the time zone
+        `zone`, an IANA name, else the machine's), loaded."""
+        raw = self.browser.new_page(viewport={"width": width, "height": height},
+                                    **({"timezone_id": zone} if zone else {}))
         seen = Page(raw)
         raw.on("console", lambda m: seen.console.append(f"{m.type}: {m.text}"))
         raw.on("pageerror", lambda e: seen.page_errors.append(str(e)))

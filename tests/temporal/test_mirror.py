@@ -10,6 +10,7 @@ pytest.importorskip("temporalio", reason="temporalio is not installed: pip insta
 
 from genesis.fleet.ledger import FleetLedger  # noqa: E402
 from genesis.fleet.lines import ended_line, merged_line, started_line  # noqa: E402
+from genesis.fleet.status import Monitor, from_ledger  # noqa: E402
 from genesis.temporal.mirror import Mirror  # noqa: E402
 from genesis.temporal.reading import Try  # noqa: E402
 
@@ -76,8 +77,6 @@ def test_each_start_end_and_merge_is_said_once_in_the_local_monitors_words(tmp_p
 
 
 def test_the_accounts_limit_is_one_hold_while_it_lasts_and_the_status_shows_it(tmp_path):
-    from genesis.fleet.status import Monitor, from_ledger
-
     path = tmp_path / "ledger.sqlite3"
     mirror = Mirror(path, "fleet-1")
     mirror.start(2, "genesis-fleet-x", "127.0.0.1:7233", 100.0)
@@ -130,3 +129,23 @@ def test_the_running_attempt_counts_and_says_where_it_runs(tmp_path):
         assert led.attempts("t-1") == []   # written once, at its end
     assert (row.state, row.attempts, row.run_id) == ("running", 1, "r9")
     assert row.reason == "attempt 1 on A: running, pid 42, in /srv/w/t-1"
+
+
+def test_fleet_status_and_the_dashboard_read_the_running_attempts_machine_from_the_home_copy(tmp_path):
+    """The home's words for a running attempt are where fleet status (and the dashboard's tile)
+    read its machine from; an ended one's, from its end."""
+    path = tmp_path / "ledger.sqlite3"
+    running = {"host": "box-b", "stage": "running", "run_id": "r9", "pid": 42, "worktree": "/srv/w/t-1", "tries": 1}
+    memo = {"row": {**ROW, "state": "running", "reason": ""},
+            "attempts": [attempt(host="box-a", outcome="failed", exit_code=1),
+                         attempt(attempt=2, started=140.0, ended=None, exit_code=None, outcome=None, host="")],
+            "running": running}
+    Mirror(path, "fleet-1").sync({"tasks": {}}, {"t-1": memo}, {})
+    monitor = Monitor(False, None, "", None, None)
+    (view,) = from_ledger(tmp_path, path, monitor, 200.0).tasks
+    assert view.place == "box-b"
+    memo = {**memo, "row": {**ROW, "state": "failed"}, "running": None,
+            "attempts": [attempt(host="box-a", outcome="failed", exit_code=1)]}
+    Mirror(path, "fleet-1").sync({"tasks": {}}, {"t-1": memo}, {})
+    (view,) = from_ledger(tmp_path, path, monitor, 200.0).tasks
+    assert view.place == "box-a"

@@ -23,6 +23,7 @@ from genesis.web import discovery
 from genesis.web.discovery import Discovery, key_of, main_project_of
 
 T0 = float(calendar.timegm((2025, 11, 21, 1, 30, 0)))
+RUN = "20251121T003000Z-4242"
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 LOOK = 60.0  # seconds a look at the processes may take here: a loaded machine must not hide the one looked for
 
@@ -184,3 +185,25 @@ def test_one_look_at_a_time_when_threads_ask_at_once(tmp_path, monkeypatch):
     for t in threads:
         t.join(30)
     assert most[0] == 1
+
+
+def test_a_temporal_workers_clone_is_a_fleets_task_on_a_machine_never_a_project(tmp_path, started):
+    """A worker runs each attempt in a linked worktree of its clone, `<root>/<fleet>/repo`, beside
+    the attempts' `<root>/<fleet>/fleet` folder: the fleet is its home project's, shown there."""
+    origin = new_repo(tmp_path / "origin")
+    folder = tmp_path / "worker-root" / "fleet-wf-1"
+    subprocess.run(["git", "clone", "-q", str(origin), str(folder / "repo")], check=True)
+    worktree = folder / "worktrees" / "t-aaaaaa"
+    subprocess.run(["git", "-C", str(folder / "repo"), "worktree", "add", "-q", "-b", "genesis/task/t-aaaaaa",
+                    str(worktree)], check=True)
+    fd = loop_mid_phase(worktree, RUN, T0)
+    started(SLEEPER, env={**os.environ, "GENESIS_PROJECT_DIR": str(worktree)})
+    try:
+        alone = {s.project for s in Discovery(budget=LOOK).sources()}  # no attempts' folder: a loop of its own
+        (folder / "fleet").mkdir()
+        assert discovery.worker_clone_of(default_layout(worktree).state_dir) == folder
+        found = {s.project for s in Discovery(budget=LOOK).sources()}
+    finally:
+        os.close(fd)
+    assert worktree.resolve() in alone
+    assert not {worktree.resolve(), (folder / "repo").resolve()} & found, found

@@ -320,3 +320,36 @@ def test_two_projects_of_one_name_are_told_apart(tmp_path):
     one, two = new_repo(tmp_path / "a" / "app"), new_repo(tmp_path / "b" / "app")
     doc = metrics([source(one), source(two)], T0)
     assert keys(doc, "project") == sorted([f"app ({one.resolve()})", f"app ({two.resolve()})"])
+
+
+def test_runs_are_counted_by_the_model_the_agent_said_it_used_not_default(tmp_path):
+    """A command that names no model (`default` at its start) whose agent's end names the one
+    it used; a fleet child launched the same way, its own ledger saying the model."""
+    project = new_repo(tmp_path / "p")
+    with Ledger.open(default_layout(project).ledger_file) as led:
+        led.record(RUN, "phase_start", at=T0 - 600, iteration=1, phase="Builder", epoch=T0 - 600, attempt=0,
+                   agent="claude", model=None)
+        led.record(RUN, "phase_end", at=T0 - 300, iteration=1, phase="Builder", ending="finished", status="exited",
+                   started=T0 - 600, model_used="claude-sonnet-4-5-20250929")
+        led.record(RUN, "phase_start", at=T0 - 200, iteration=1, phase="Criticizer", epoch=T0 - 200, attempt=0,
+                   agent="claude", model=None)
+        led.record(RUN, "phase_end", at=T0 - 100, iteration=1, phase="Criticizer", ending="failed", status="exited",
+                   started=T0 - 200)  # its agent named no model: the command's, none
+    worktree = tmp_path / "wt-a"
+    git(project, "worktree", "add", "-q", "-b", "a", str(worktree))
+    with Ledger.open(project / ".git" / "worktrees" / "wt-a" / "genesis" / "ledger.sqlite3") as led:
+        led.record("child-a", "phase_start", at=T0 - 500, iteration=1, phase="Builder", epoch=T0 - 500, attempt=0,
+                   agent="claude", model=None)
+        led.record("child-a", "phase_end", at=T0 - 400, iteration=1, phase="Builder", ending="finished",
+                   status="exited", started=T0 - 500, model_used="claude-opus-4-5")
+    with FleetLedger.open(default_layout(project).state_dir / "fleet" / "ledger.sqlite3") as led:
+        led.upsert_task(TaskRow("a", "Add a", "queued", created=T0 - HOUR))
+        a = led.begin_attempt("a", "start", "", "configured", "", T0 - 550)
+        led.record("launch", "a", now=T0 - 550, attempt=a.attempt, how="start", agent="configured", cli="claude",
+                   model=None)
+        led.set_state("a", "running", worktree=str(worktree), run_id="child-a")
+    doc = metrics([source(project, "p")], T0)
+    assert sorted(keys(doc, "model")) == ["claude-opus-4-5", "claude-sonnet-4-5-20250929", "default"]
+    assert row(doc, "model", "claude-sonnet-4-5-20250929")[:3] == (1, 1, 0)
+    assert row(doc, "model", "default")[:3] == (1, 0, 1)
+    assert row(doc, "model", "claude-opus-4-5")[:3] == (1, 0, 0)  # the fleet child's run, still going

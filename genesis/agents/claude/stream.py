@@ -21,8 +21,8 @@ import json
 import time
 from typing import Any, Callable
 
-from genesis.agents.base import (MAX_RESULT_CHARS, PERMISSION_REFUSED, REFUSAL, ApiError, ApiRetry, Ending, Limit,
-                                 OutputReader, Result)
+from genesis.agents.base import (MAX_RESULT_CHARS, MODEL_CHARS, PERMISSION_REFUSED, REFUSAL, ApiError, ApiRetry,
+                                 Ending, Limit, OutputReader, Result)
 from genesis.agents.claude.messages import classify
 from genesis.agents.output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number,
                                    one_line, paragraph, parse, text, turns)
@@ -82,6 +82,7 @@ class StreamReader(OutputReader):
         self._agents: set[str] = set()                 # tool_use ids of the Agent (Task) tool's calls
         self._refusal: dict[str, Any] | None = None    # the model refused and no other model was tried
         self._dead_streams = 0                         # answers that came to nothing (the CLI's watchdog)
+        self._model = ""                               # the model the last `init` record named
         self.result_at: float | None = None
         self._wakeups: set[str] = set()                # tool_use ids of the main agent's ScheduleWakeup calls
         self._wakeup: float | None = None              # the wake-up it scheduled, due at (epoch; None: none)
@@ -115,6 +116,7 @@ class StreamReader(OutputReader):
             return self._lifecycle(record)
         if kind == "system" and subtype == "init":
             self.result_at = None  # a new turn (a background task's end woke the model)
+            self._model = text(record.get("model"))[:MODEL_CHARS] or self._model
             return [one_line(f"session {text(record.get('session_id'))}: model {text(record.get('model'))}")]
         if kind == "assistant":
             if record.get("parent_tool_use_id") is None:
@@ -278,6 +280,7 @@ class StreamReader(OutputReader):
                              api_error_status=integer(record.get("api_error_status")),
                              session_id=text(record.get("session_id")),
                              text=text(record.get("result"))[:MAX_RESULT_CHARS],
+                             model=_model_used(record.get("modelUsage")) or self._model,
                              **_tokens(record.get("usage")))
         r = self.result
         first = next((line.strip() for line in r.text.splitlines() if line.strip()), "")
@@ -444,6 +447,17 @@ def stamp(value: Any) -> float | None:
     except ValueError:
         return None
     return at.timestamp() if at.tzinfo is not None else None
+
+
+def _model_used(usage: Any) -> str:
+    """The model a run used, from its result's `modelUsage` (the model the API billed, which
+    may not be the one `init` asked for): the one that cost the most when several answered
+    (a subagent's smaller model beside the main one)."""
+    if not isinstance(usage, dict):
+        return ""
+    costs = {str(k): number(v.get("costUSD")) or 0.0 for k, v in usage.items()
+             if isinstance(k, str) and k.strip() and isinstance(v, dict)}
+    return max(costs, key=lambda k: (costs[k], k))[:MODEL_CHARS] if costs else ""
 
 
 def _tokens(usage: Any) -> dict[str, int | None]:

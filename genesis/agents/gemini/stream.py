@@ -19,7 +19,7 @@ import re
 import time
 from typing import Any, Callable
 
-from genesis.agents.base import MAX_RESULT_CHARS, ApiError, ApiRetry, Ending, OutputReader, Result
+from genesis.agents.base import MAX_RESULT_CHARS, MODEL_CHARS, ApiError, ApiRetry, Ending, OutputReader, Result
 from genesis.agents.gemini.errors import FATAL_AUTH_EXIT, classify
 from genesis.agents.output import (ERROR_LINES, ERROR_WIDTH, INPUT_WIDTH, MAX_LINE_BYTES, TEXT_WIDTH, integer, number,
                                    one_line, paragraph, parse, text)
@@ -59,6 +59,7 @@ class GeminiStreamReader(OutputReader):
         self.result: Result | None = None
         self.turns = 0
         self.session = ""
+        self.model = ""                # the model its `init` record named
         self._record: dict[str, Any] = {}   # the result record
         self._errors: list[str] = []         # messages of the error records with severity "error"
         self._final = ""                     # the model's text since its last tool call
@@ -81,6 +82,7 @@ class GeminiStreamReader(OutputReader):
         lines = self._flush()
         if kind == "init":
             self.session = text(record.get("session_id"))
+            self.model = text(record.get("model"))[:MODEL_CHARS]
             lines.append(one_line(f"session {self.session}: model {text(record.get('model'))}"))
         elif kind == "tool_use":
             self._turn()
@@ -160,7 +162,7 @@ class GeminiStreamReader(OutputReader):
         self.result = Result(subtype=status, is_error=status != "success", num_turns=self.turns,
                              session_id=self.session, text=(said if status != "success" else self._final)
                              [:MAX_RESULT_CHARS], input_tokens=integer(stats.get("input_tokens")),
-                             output_tokens=integer(stats.get("output_tokens")))
+                             output_tokens=integer(stats.get("output_tokens")), model=self.model)
         r = self.result
         if r.is_error:
             first = next((ln.strip() for ln in said.splitlines() if ln.strip()), "")

@@ -34,6 +34,30 @@
                                                           timeZoneName: "short" });
   }
 
+  // The reader's zone by its short name (CET, GMT+5:30), said beside the times the page writes.
+  function zoneName(epoch) {
+    const part = new Intl.DateTimeFormat([], { timeZoneName: "short" }).formatToParts(new Date(epoch * 1000))
+      .find(function (p) { return p.type === "timeZoneName"; });
+    return part ? part.value : "";
+  }
+
+  // A timeline the server drew has its ticks in the server's zone: each tick carries its epoch,
+  // so its label is said again in the reader's zone, and the zone under the lanes with them.
+  function localTicks(svg) {
+    const seconds = Number(svg.getAttribute("data-tick-step")) < 60;
+    svg.querySelectorAll("g.tick[data-at]").forEach(function (g) {
+      const d = new Date(Number(g.getAttribute("data-at")) * 1000);
+      const label = g.querySelector("text");
+      if (!label) return;
+      label.textContent = d.getHours() === 0 && d.getMinutes() === 0 && d.getSeconds() === 0
+        ? d.toLocaleDateString([], { day: "numeric", month: "short" })
+        : d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: seconds ? "2-digit" : undefined,
+                                     hourCycle: "h23" });
+    });
+    const zone = svg.querySelector("text.zone");
+    if (zone) zone.textContent = zoneName(Number(svg.getAttribute("data-start")) || Date.now() / 1000);
+  }
+
   // As the reports say it: to the cent, or to a hundredth of a cent below ten cents.
   function money(x) {
     if (x === null || x === undefined) return "–";
@@ -146,6 +170,8 @@
     return v;
   }
 
+  const MERGE_SAID = { green: "green, landed", red: "red, not landed", dropped: "dropped lines, not landed" };
+
   function tile(t, generated) {
     const node = el("article", "tile");
     node.dataset.key = t.key;
@@ -156,6 +182,7 @@
     head.appendChild(link);
     head.appendChild(el("span", "tile-state", t.state));
     node.appendChild(head);
+    row(node, "on", t.place, "tile-place");
     row(node, "phase", t.phase || "–", "tile-phase");
     row(node, "health", t.health, "tile-health");
     if (t.heartbeat_age_seconds !== null && t.heartbeat_age_seconds !== undefined) {
@@ -182,6 +209,10 @@
     row(node, "breaker", t.breaker, "tile-breaker breaker-" + String(t.breaker || "").toLowerCase());
     row(node, "attempts", t.attempts ? String(t.attempts) : null, "tile-attempts");
     row(node, "why", t.reason || null, "tile-reason");
+    if (t.merge) {  // the last merge's evidence: its checks on the merged tree green or red, or lines lost
+      const v = row(node, "merge", MERGE_SAID[t.merge.result] || t.merge.result, "tile-merge merge-" + t.merge.result);
+      if (t.merge.said) v.title = t.merge.said;
+    }
     node.appendChild(buttons(t.key, t.actions));
     return node;
   }
@@ -320,7 +351,11 @@
       if (doc.timeline) {
         // Parsed as SVG (XML), never as HTML; the server escaped every string in it.
         const parsed = new DOMParser().parseFromString(doc.timeline, "image/svg+xml").documentElement;
-        if (parsed && parsed.nodeName === "svg") box.replaceChildren(document.importNode(parsed, true));
+        if (parsed && parsed.nodeName === "svg") {
+          const svg = document.importNode(parsed, true);
+          localTicks(svg);
+          box.replaceChildren(svg);
+        }
       } else {
         box.replaceChildren(el("p", "muted", "no run recorded yet"));
       }
@@ -373,6 +408,19 @@
           ", " + end + (a.cost_usd !== null && a.cost_usd !== undefined ? ", " + money(a.cost_usd) : "") +
           (a.why ? ": " + a.why : "")));
       });
+      // Each merge with its evidence: the checks as run on the merged tree, a red one's tail, lost hunks.
+      const merges = document.getElementById("merges");
+      merges.replaceChildren();
+      (task.merges || []).forEach(function (m) {
+        const back = m.to ? " (back to " + (m.to === "task" ? "its task" : "review") + ")" : "";
+        const d = el("details", "merge merge-" + m.result);
+        const what = (m.result === "dropped" ? m.lost : m.checks).join("; ");
+        d.appendChild(el("summary", null, localTime(m.at_epoch) + " " + (MERGE_SAID[m.result] || m.result) + back +
+          (what ? ": " + what : "")));
+        if (m.tail.length) d.appendChild(el("pre", "forensics", m.tail.join("\n")));
+        merges.appendChild(d);
+      });
+      if (!(task.merges || []).length) merges.appendChild(el("p", "muted", "no merge yet"));
     }
     body.dataset.updated = String(doc.generated_at_epoch);
   }
@@ -462,7 +510,8 @@
                    { label: "escalations", data: t.escalations || [], borderColor: css("--info", "#3d7fd6") },
                    { label: "failures", data: t.failures || [], borderColor: css("--bad", "#d64541") }],
       },
-      options: { scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } },
+      options: { scales: { x: { title: { display: true, text: "time (" + zoneName(doc.generated_at_epoch) + ")" } },
+                           y: { beginAtZero: true, ticks: { precision: 0 } } } },
     });
     const h = doc.retry_histogram || { labels: [], counts: [] };
     chart("chart-retries", {
