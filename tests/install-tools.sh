@@ -10,8 +10,8 @@
 # skipped, with the reason shown (its log is .tools/<name>-install.log).
 # The HTML report is checked in a headless Chromium and the live status view in tmux:
 # where either is missing and apt-get can run (as root, or with sudo that asks no
-# password), Debian's chromium-headless-shell and tmux are installed (the log is
-# .tools/apt-install.log); otherwise those tests are skipped, with the reason shown.
+# password), Debian's chromium-headless-shell, tmux, bubblewrap and prometheus are installed
+# (the log is .tools/apt-install.log); otherwise those tests are skipped, with the reason shown.
 #
 #   --quick   bats only: what the unit tests need (./run-tests.sh --quick).
 #
@@ -99,6 +99,7 @@ debs=()
 if [[ -z "${GENESIS_CHROMIUM:-}" ]] && ! have_chromium >/dev/null; then debs+=(chromium-headless-shell); fi
 if ! command -v tmux >/dev/null; then debs+=(tmux); fi
 if ! command -v bwrap >/dev/null; then debs+=(bubblewrap); fi  # the agent's box (GENESIS_SANDBOX=auto)
+if ! command -v prometheus >/dev/null; then debs+=(prometheus); fi  # scrapes `genesis serve`'s /metrics
 if ((${#debs[@]})) && command -v apt-get >/dev/null; then
   sudo=()
   if ((EUID != 0)); then sudo=(sudo -n); fi
