@@ -99,7 +99,6 @@ debs=()
 if [[ -z "${GENESIS_CHROMIUM:-}" ]] && ! have_chromium >/dev/null; then debs+=(chromium-headless-shell); fi
 if ! command -v tmux >/dev/null; then debs+=(tmux); fi
 if ! command -v bwrap >/dev/null; then debs+=(bubblewrap); fi  # the agent's box (GENESIS_SANDBOX=auto)
-if ! command -v prometheus >/dev/null; then debs+=(prometheus); fi  # scrapes `genesis serve`'s /metrics
 if ((${#debs[@]})) && command -v apt-get >/dev/null; then
   sudo=()
   if ((EUID != 0)); then sudo=(sudo -n); fi
@@ -107,5 +106,16 @@ if ((${#debs[@]})) && command -v apt-get >/dev/null; then
     --no-install-recommends "${debs[@]}"; } >.tools/apt-install.log 2>&1; then
     echo "install-tools.sh: could not install ${debs[*]} (see .tools/apt-install.log); the tests that need them" \
       "will be skipped" >&2
+  fi
+fi
+# Prometheus (it scrapes `genesis serve`'s /metrics) on its own: a mirror without it costs
+# that one test, not Chromium's or tmux's.
+if ! command -v prometheus >/dev/null && command -v apt-get >/dev/null; then
+  sudo=()
+  if ((EUID != 0)); then sudo=(sudo -n); fi
+  if ! { "${sudo[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
+    --no-install-recommends prometheus; } >>.tools/apt-install.log 2>&1; then
+    echo "install-tools.sh: could not install prometheus (see .tools/apt-install.log); its scrape test will be" \
+      "skipped" >&2
   fi
 fi
