@@ -17,7 +17,7 @@ from genesis.repo.safety import GIT_BOUND, Tips
 
 __all__ = ["Change", "changes", "describe", "KINDS", "MAX_LISTED"]
 
-KINDS = ("rewritten", "deleted", "switched", "detached")
+KINDS = ("rewritten", "deleted", "switched", "detached", "lost")   # lost: a safety ref and its commit both gone
 MAX_LISTED = 10     # commits named per change (the count says how many in all)
 
 
@@ -112,6 +112,8 @@ def changes(project: Path, run: Tips, phase: Tips, now: Tips, run_ref: str, phas
 
 def describe(change: Change) -> str:
     """One line: what happened, which commits, and the safety ref that keeps them."""
+    if change.kind == "lost":
+        return _what(change)
     if change.kind in ("switched", "detached"):
         return (f"{_what(change)}; the phase's work is kept by {change.ref} (`git switch -c NAME {change.ref}` "
                 f"puts it on a branch)")
@@ -124,9 +126,14 @@ def _what(change: Change) -> str:
     commits = f"{change.lost_count} commit(s) no longer on any branch ({listed})" if change.lost_count else ""
     if change.kind == "deleted":
         return f"branch {change.branch} was deleted" + (f": {commits}" if commits else "")
+    if change.kind == "lost":
+        whose = f"branch {change.branch}'s" if change.branch else "HEAD's"
+        return (f"the safety ref {change.ref} was deleted and git pruned its commit {listed} ({whose} tip it kept), "
+                f"nor does Genesis's own store hold it: that commit is lost")
     if change.kind == "rewritten":
         name = f"branch {change.branch}" if change.branch else "the detached HEAD"
-        return f"{name} was rewritten (now at {change.now}): " + (
+        now = f" (now at {change.now})" if change.now else ""
+        return f"{name} was rewritten{now}: " + (
             commits.replace("on any branch", "on it") if commits else "its earlier history replaced")
     if change.kind == "switched":
         return (f"HEAD was switched from branch {change.branch} to {change.now}: the phase's work is on "
