@@ -68,7 +68,8 @@ def keep_at_start(step: Step) -> None:
         return
     note = f"; {len(copy.skipped)} not copied (see `{hint(cfg.project, 'restore')}`)" if copy.skipped else ""
     say(f"your data: {len(refs)} safety ref(s) under {safety.run_prefix(step.run_id)}{stored}, "
-        f"{len(copy.copied)} untracked or ignored file(s) copied aside ({copy.size >> 10} KiB, cap {cfg.untracked_copy_max / (1 << 20):g} MB){note}",
+        f"{len(copy.copied)} untracked or ignored file(s) copied aside ({copy.size >> 10} KiB, "
+        f"cap {cfg.untracked_copy_max / (1 << 20):g} MB){note}",
         "info")
     step.event("safety_kept", prefix=safety.run_prefix(step.run_id), refs=len(refs), copied=len(copy.copied),
                size=copy.size, skipped=[{"path": p, "why": w} for p, w in copy.skipped[:50]])
