@@ -63,7 +63,8 @@ TOLD = {"fleet_start": "fleet started", "fleet_end": "fleet ended", "launch": "s
         "failed_permanently": "failed permanently", "reopened": "reopened", "cascade_pause": "cascade: restarts paused",
         "cascade_probe": "cascade: one child probes", "cascade_resume": "cascade: restarts resumed",
         "limit_hold": "usage limit: no child starts", "limit_resume": "usage limit over: children start again",
-        "merge_held": "merge held", "merger": "the Merger resolves a conflict"}
+        "merge_held": "merge held", "merger": "the Merger resolves a conflict",
+        "branch_moved": "a child moved the project branch: put back"}
 
 
 def fleet_ledger_of(state_dir: Path) -> Path:
