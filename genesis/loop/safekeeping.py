@@ -18,7 +18,7 @@ from genesis.hints import hint
 from genesis.loop.step import Step, StepFailed
 from genesis.repo import refstore, safety, untracked
 from genesis.repo.gitcmd import GitFailed, run_git
-from genesis.repo.history import Change, changes, describe
+from genesis.repo.history import Change, changes, describe, pushed
 from genesis.repo.ownership import user_files
 from genesis.repo.safety import Tips
 from genesis.store.atomicio import CorruptFile, DiskFull, read_json, write_json
@@ -124,7 +124,7 @@ def keep_at_phase(step: Step, iteration: int, phase: str) -> Tips | None:
         return None
     own = {tips.branch: tips.branches[tips.branch]} if tips.branch in tips.branches else {}
     _copied(step, safety.phase_prefix(step.run_id, iteration, phase), tips, everything=False)
-    return Tips(tips.head, tips.branch, own)
+    return Tips(tips.head, tips.branch, own, tips.remotes)
 
 
 def _started(step: Step) -> Tips:
@@ -172,8 +172,10 @@ def history_of(step: Step, iteration: int, phase: str, at_start: Tips | None = N
         phase_tips, also = _repaired(step, phase, phase_ref, at_start or safety.kept(project, phase_ref))
         pruned = list({(c.branch, c.lost): c for c in lost + also}.values())  # one per commit and branch
         own = phase_tips.branch or run_tips.branch
+        now = safety.read_tips(project)
         found = pruned + changes(project, _fleet_scoped(run_tips, own), _fleet_scoped(phase_tips, own),
-                                 _fleet_scoped(safety.read_tips(project), own), run_ref, phase_ref)
+                                 _fleet_scoped(now, own), run_ref, phase_ref)
+        found += pushed(project, at_start.remotes if at_start else {}, now.remotes, phase_ref)
     except (GitFailed, OSError) as exc:
         step.say(f"{phase}: cannot tell what it did to history ({exc})", "warn")
         return []

@@ -44,6 +44,7 @@ class Tips:
     head: str | None                    # HEAD's full sha (None: no commit yet)
     branch: str | None                  # the branch HEAD is on (None: detached, or not known)
     branches: Mapping[str, str] = field(default_factory=dict)   # local branch -> its tip's full sha
+    remotes: Mapping[str, str] = field(default_factory=dict)    # remote-tracking branch (origin/main) -> its sha
 
     def to_json(self) -> dict:
         return {"head": self.head, "branch": self.branch, "branches": dict(self.branches)}
@@ -92,9 +93,10 @@ def read_tips(project: Path, timeout: float = GIT_BOUND) -> Tips:
     head = _git(project, ["rev-parse", "--verify", "-q", "HEAD"], ok=(0, 1), timeout=timeout)
     on = _git(project, ["symbolic-ref", "-q", "HEAD"], ok=(0, 1), timeout=timeout)
     branch = on.text.strip() if on.returncode == 0 else ""
+    remotes = {name: sha for name, sha in _refs(project, "refs/remotes", timeout).items() if not name.endswith("/HEAD")}
     return Tips(head.text.strip() or None if head.returncode == 0 else None,
                 branch[len("refs/heads/"):] if branch.startswith("refs/heads/") else None,
-                _refs(project, "refs/heads", timeout))
+                _refs(project, "refs/heads", timeout), remotes)
 
 
 def _wanted(tips: Tips, everything: bool) -> dict[str, str]:

@@ -164,3 +164,41 @@ def test_a_prune_that_meets_a_siblings_lock_leaves_the_start_going(project, step
     safekeeping.keep_at_start(step)  # no StepFailed: the run's own refs are written
     assert RUN in safety.runs_kept(project)
     assert any("older runs' safety refs were not pruned this time" in msg for kind, msg in said if kind == "warn")
+
+
+def with_remote(project, tmp_path) -> str:
+    """project with a bare remote `origin` its branch was pushed to; the branch's name."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(project, "remote", "add", "origin", str(remote))
+    commit_file(project, "a.txt")
+    main = branch_of(project)
+    git(project, "push", "-q", "origin", main)
+    return main
+
+
+@pytest.mark.fault(202)
+def test_a_remote_branch_the_agents_force_push_rewrote_is_named(project, step, tmp_path):
+    main = with_remote(project, tmp_path)
+    pushed = git(project, "rev-parse", "--short=7", "HEAD").strip()
+    safekeeping.keep_at_start(step)
+    at_start = safekeeping.keep_at_phase(step, 1, "Builder")
+    git(project, "push", "-q", "--force", "origin", f"HEAD~1:{main}")  # the local branch is left as it was
+    found = safekeeping.history_of(step, 1, "Builder", at_start)
+    assert [(c.kind, c.branch, c.lost) for c in found] == [("forced", f"origin/{main}", (pushed,))]
+    line = history.describe(found[0])
+    assert f"the remote branch origin/{main} was rewritten by a push of the phase" in line and pushed in line
+    assert git(project, "rev-parse", "--short=7", found[0].ref).strip() == pushed  # kept
+    assert safekeeping.stop_for(step, 1, "Builder", found) == exitcodes.HISTORY_REWRITTEN
+
+
+def test_a_rewrite_of_the_remote_by_someone_else_fetched_in_a_phase_is_not_the_agents(project, step, tmp_path):
+    main = with_remote(project, tmp_path)
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), str(other))
+    git(other, "reset", "-q", "--hard", "HEAD~1")
+    git(other, "push", "-q", "--force", "origin", main)
+    safekeeping.keep_at_start(step)
+    at_start = safekeeping.keep_at_phase(step, 1, "Builder")
+    git(project, "fetch", "-q", "origin")
+    assert safekeeping.history_of(step, 1, "Builder", at_start) == []
