@@ -4,6 +4,14 @@ By name: a short list of files that hold credentials by their nature (SECRET_NAM
 By content: Yelp's detect-secrets with its default plugins and filters (an inline
 `pragma: allowlist secret` comment is honoured), in this process, on text up to the caller's
 bound. The finding says which kind of secret and on which line, never its value.
+
+detect-secrets costs milliseconds a file (every plugin on every line, in Python): a tree of
+100k new files would take minutes. So each file is first matched against what could make any
+plugin fire (`_Triggers`, built from the plugins themselves: a regex plugin's own patterns, a
+keyword, a run of an entropy plugin's characters long enough to pass its limit), and only a
+file that matches is scanned. The triggers are a superset of what the plugins find: a file
+that matches none holds nothing detect-secrets would report; a plugin they do not know makes
+every file scanned.
 """
 
 from __future__ import annotations
@@ -79,13 +87,71 @@ def has_credentials(path: str, data: bytes) -> str | None:
 Scan = Callable[[str, bytes], "tuple[Finding, ...]"]
 
 
+# A line configparser reads as a section header: detect-secrets then scans the file as a
+# config file too, its values unquoted (transformers/config.py).
+_SECTION = re.compile(r"^[ \t]*\[.*\]", re.M)
+
+
+@dataclass(frozen=True)
+class _Triggers:
+    """What could make one of the active plugins fire (see the module's docstring)."""
+    patterns: tuple[re.Pattern, ...]       # regex plugins' own patterns, the keywords
+    quoted: tuple[re.Pattern, ...]         # entropy plugins: a long enough quoted run of their characters
+    bare: tuple[re.Pattern, ...]           # the same unquoted (files detect-secrets reads as YAML or config)
+    plain_types: frozenset                 # file types read line by line only (never transformed)
+
+    def could_fire(self, path: str, data: bytes) -> bool:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return True  # as detect-secrets reads it (or skips it): its call
+        if any(p.search(text) for p in self.patterns):
+            return True
+        from detect_secrets.util.filetype import determine_file_type
+
+        plain = determine_file_type(PurePosixPath(path).name or "file") in self.plain_types
+        runs = self.quoted if plain and not _SECTION.search(text) else self.bare
+        return any(p.search(text) for p in runs)
+
+
+def _triggers() -> _Triggers | None:
+    """From the plugins the settings activate; None when one is of a kind not known here."""
+    from detect_secrets.plugins.base import RegexBasedDetector
+    from detect_secrets.plugins.high_entropy_strings import HighEntropyStringsPlugin
+    from detect_secrets.plugins.keyword import DENYLIST, KeywordDetector
+    from detect_secrets.settings import get_plugins
+    from detect_secrets.util.filetype import FileType
+
+    patterns, quoted, bare = [], [], []
+    for plugin in get_plugins():
+        if isinstance(plugin, RegexBasedDetector):
+            patterns += [re.compile(r.pattern, r.flags | re.M) if isinstance(r, re.Pattern) else
+                         re.compile(str(r), re.M) for r in plugin.denylist]
+        elif isinstance(plugin, HighEntropyStringsPlugin):
+            # Shannon entropy of n characters is at most log2(n): above the limit needs n > 2**limit.
+            least = int(2 ** plugin.entropy_limit) + 1
+            chars = f"[{re.escape(plugin.charset)}]{{{least},}}"
+            quoted.append(re.compile(f"(['\"]){chars}\\1"))
+            bare.append(re.compile(chars))
+        elif isinstance(plugin, KeywordDetector):
+            patterns.append(re.compile("|".join(DENYLIST), re.I))
+        else:
+            return None
+    plain = frozenset(t for t in FileType if t not in (FileType.OTHER, FileType.YAML))
+    return _Triggers(tuple(patterns), tuple(quoted), tuple(bare), plain)
+
+
 @contextlib.contextmanager
 def scanner() -> Iterator[Scan]:
     """scan(path, data): what detect-secrets finds in data, a file of that name. Each is
     written to a private folder of its own first (0700, removed at the end): the scanner reads
     files by name, and the file's name chooses its parser (YAML, INI...)."""
     with default_settings(), tempfile.TemporaryDirectory(prefix="genesis-scan-") as folder:
+        triggers = _triggers()
+
         def scan(path: str, data: bytes) -> tuple[Finding, ...]:
+            if triggers is not None and not triggers.could_fire(path, data):
+                return ()
             target = Path(folder) / (PurePosixPath(path).name or "file")
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
             with os.fdopen(fd, "wb") as out:
