@@ -64,10 +64,14 @@ class Finding:
     digest: str      # its hash (detect-secrets' secret_hash): tells a secret already there from a new one
 
 
+# One match for every name first: most files are none of them (a tree of 100k files is asked about each).
+_ANY_SECRET_NAME = re.compile("|".join(f"(?:{fnmatch.translate(pattern)})" for pattern, _ in SECRET_NAMES))
+
+
 def secret_name(path: str) -> str | None:
     """Why a file of this name is a secret, or None."""
     name = PurePosixPath(path).name
-    if name in TEMPLATES:
+    if name in TEMPLATES or not _ANY_SECRET_NAME.match(name):
         return None
     for pattern, what in SECRET_NAMES:
         if fnmatch.fnmatchcase(name, pattern):
