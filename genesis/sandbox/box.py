@@ -88,7 +88,28 @@ class Box:
     def line(self) -> str:
         """The start-up line: the box, and what it protects (or what is lost without one), then
         what of the user's it hides and what it leaves open (`reach`)."""
-        return f"{self._protects()}; {self.reach()}"
+        return f"{self._protects()}{self._code()}; {self.reach()}"
+
+    def code_open(self) -> tuple[str, ...]:
+        """Genesis's code (places.code_paths) the agent can write in this box: what it plants
+        there runs in Genesis's next process, outside the box, with the user's powers."""
+        if self.places is None or self.kind in (NONE, OFF) or self.weak:
+            return ()  # said whole by the line: the agent can edit Genesis's code
+        if self.kind == LANDLOCK:
+            roots = _landlock_writable(self.places, self.places.tmpdir)
+            under = tuple(c for c in self.places.code if any(c == r or c.startswith(r.rstrip("/") + "/")
+                                                            for r in roots))
+            return under + self.places.code_open
+        return self.places.code_open
+
+    def _code(self) -> str:
+        open_ = self.code_open()
+        if not open_:
+            return "; Genesis's code is out of its write reach" if self.kind == LANDLOCK and self.places else ""
+        listed = ", ".join(open_[:4]) + (f" and {len(open_) - 4} more" if len(open_) > 4 else "")
+        return (f"; it CAN write Genesis's code at {listed}, and what it plants there (a sitecustomize.py, a .pth) "
+                f"runs in Genesis's next process with your powers: install Genesis and its Python outside HOME and "
+                f"the temp folders" + ("" if self.kind != LANDLOCK else f", or install bubblewrap ({INSTALL_BWRAP})"))
 
     def _protects(self) -> str:
         if self.kind == BUBBLEWRAP and self.weak:
@@ -141,7 +162,7 @@ class Box:
                 "sockets_hidden": (len(self.places.hidden.sockets) + len(self.places.hidden.folders)
                                    if self.kind == BUBBLEWRAP and self.places else 0),
                 "protected": list(self.places.protected) if self.places and self.kind != LANDLOCK else [],
-                "landlock_abi": self.rules.abi if self.rules else 0}
+                "landlock_abi": self.rules.abi if self.rules else 0, "code_open": list(self.code_open())}
 
 
 def _landlock_writable(places: Places, env_tmpdir: str | None) -> tuple[str, ...]:
