@@ -136,4 +136,5 @@ def test_a_prompt_copy_taken_after_the_snapshot_was_put_back_is_put_back_by_the_
     (step.layout.prompts_dir / "Builder.md").unlink()
     cfg = Context(step.cfg.project, {}).run_config(RUN, started=True)
     assert (step.layout.prompts_dir / "Builder.md").read_text() == "build it\n"
-    assert [str(p.prompt_file) for p in cfg.phases if p.name == "Builder"] == [str(step.layout.prompts_dir / "Builder.md")]
+    builder = [str(p.prompt_file) for p in cfg.phases if p.name == "Builder"]
+    assert builder == [str(step.layout.prompts_dir / "Builder.md")]
