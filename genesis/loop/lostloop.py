@@ -18,16 +18,22 @@ import signal
 import time
 from typing import Iterable
 
+from genesis import exitcodes
 from genesis.loop.finish import finish
 from genesis.loop.step import Step
 from genesis.procs.proctree import ProcId, descendants, kill_all, marked
 from genesis.store.looplock import recorded
 from genesis.watch.companion import Watch, watch_loop
 
-__all__ = ["KILLED_CODE", "LOST_REASON", "loop_of", "ended", "frozen", "thawed", "settle", "keep_company"]
+__all__ = ["KILLED_CODE", "LOST_REASON", "GIT_GONE_REASON", "loop_of", "ended", "frozen", "thawed", "settle", "keep_company"]
 
 KILLED_CODE = 128 + signal.SIGKILL  # what a shell reports for a SIGKILLed loop
 LOST_REASON = "the loop was killed (SIGKILL?) by someone: it ended without recording its end"
+# The repository's git dir gone (`rm -rf .git`): the loop stops by itself at its next git step, and
+# its own record of that end had nowhere to go. Not a kill: said as the state's loss it is.
+GIT_GONE_REASON = ("the loop ended without recording its end while the repository's git directory {git_dir} was "
+                   "gone (deleted during the night, with Genesis's state in it): it stopped on that, by itself as "
+                   "far as can be told (its own exit code could not be recorded)")
 
 
 def loop_of(step: Step) -> ProcId | None:
@@ -66,12 +72,15 @@ def settle(step: Step, leftovers: Iterable[ProcId], seen_by: str) -> bool:
     if ended(step):
         return False
     targets = set(leftovers)
-    step.say(f"{LOST_REASON} (seen by {seen_by}); ending what is left of its run", "error")
+    git_dir = step.layout.state_dir.parent
+    gone = not (git_dir / "HEAD").is_file()  # no repository there (a watcher may have made the state folder again)
+    reason = GIT_GONE_REASON.format(git_dir=git_dir) if gone else LOST_REASON
+    step.say(f"{reason} (seen by {seen_by}); ending what is left of its run", "error")
     report = kill_all(lambda: [i for t in targets for i in descendants(t)] + marked({"GENESIS_RUN_ID": step.run_id}),
                       step.cfg.kill_grace)
     if report.targets:
         step.say(f"ended {report.targets} process(es) of the lost loop's run", "warn")
-    finish(step, f"{LOST_REASON} (seen by {seen_by})", KILLED_CODE)
+    finish(step, f"{reason} (seen by {seen_by})", exitcodes.STATE_LOST if gone else KILLED_CODE)
     return True
 
 
