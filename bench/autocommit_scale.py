@@ -45,7 +45,8 @@ def _genesis(project: Path) -> tuple[float, Counter]:
     result = commit(project, "genesis: bench", [], push=False, timeout=1800)
     took = time.perf_counter() - started
     if not result.committed:
-        raise SystemExit(f"the auto-commit did not commit: {result.error}")
+        left = Counter(item.reason for item in result.left_out).most_common(3)
+        raise SystemExit(f"the auto-commit did not commit: {result.error or 'nothing staged'}; left out: {left}")
     return took, Counter(item.reason for item in result.left_out)
 
 

@@ -28,15 +28,16 @@ NETWORKS = (OPEN_NET, NO_NET)      # GENESIS_NETWORK (an allow-list through a pr
 UNBOXED = "Genesis fails closed instead (see docs/concepts/box.md)"
 # What of the user's each box keeps from the agent, and what it leaves open (docs/concepts/box.md).
 _NET = "the network is the host's (loopback services included)"
+_TMUX = "a tmux or screen server's, which runs any command it is sent outside the box"
 REACH = {
     BUBBLEWRAP: ("HOME is private (its CLI's folder, the language caches and GENESIS_BOX_ALLOW kept), no socket "
                  f"under /run or /run/user, no secret variable; {_NET}"),
     SEATBELT: ("HOME is unreadable (but its CLI's folder, the language caches and GENESIS_BOX_ALLOW), no secret "
                f"variable; it CAN reach sockets outside HOME (/tmp, /var/run) and {_NET}"),
     LANDLOCK: ("no secret variable; it CAN read all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket "
-               f"(ssh-agent, /run/user, docker) and {_NET}"),
+               f"(ssh-agent, /run/user, docker, {_TMUX}: Landlock cannot keep a socket file from it) and {_NET}"),
     NONE: ("no secret variable; it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every "
-           f"socket (ssh-agent, /run/user, docker) and {_NET}"),
+           f"socket (ssh-agent, /run/user, docker, {_TMUX}) and {_NET}"),
     OFF: ("it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket (ssh-agent, "
           f"/run/user, docker), every secret variable and {_NET}"),
 }

@@ -136,3 +136,13 @@ def test_the_start_line_names_genesiss_code_a_box_leaves_writable():
     assert bwrap.code_open() == () and "CAN write Genesis's code" not in bwrap.line()
     held = Places("/h/p", "/h/p", "/h", None, (), (), "/b", code=("/opt/g",), code_open=("/h",))
     assert "it CAN write Genesis's code at /h," in choose("bwrap", ALL, held).line()
+
+
+@pytest.mark.fault(206)
+def test_landlock_says_a_tmux_or_screen_server_stays_reachable_from_its_box():
+    """Landlock scopes signals and abstract sockets (ABI 6) but not a socket file: the user's tmux
+    server (the README runs the loop in tmux) takes commands from the box. Said at the start."""
+    line = choose("landlock", NO_BWRAP, PLACES).line()
+    assert "a tmux or screen server's, which runs any command it is sent outside the box" in line
+    assert "Landlock cannot keep a socket file from it" in line
+    assert "tmux" not in choose("bwrap", ALL, PLACES).line()  # the private /tmp and /run/user: none reachable
