@@ -25,8 +25,7 @@ __all__ = ["STORE", "store_of", "keep", "fetch_back", "holds", "drop", "COPY_BOU
 STORE = "refstore.git"
 COPY_BOUND = 300.0      # seconds for one copy into the store (the first one copies the whole history)
 BOUND = 60.0            # seconds for the store's other git calls
-_PUSH_CONFIG = [("push.gpgSign", "false"), ("push.recurseSubmodules", "no"), ("push.followTags", "false"),
-                ("core.fsmonitor", "false")]
+_FETCH_CONFIG = [("fetch.prune", "false"), ("fetch.writeCommitGraph", "false"), ("core.fsmonitor", "false")]
 
 
 def store_of(project: Path) -> Path:
@@ -51,17 +50,29 @@ def _ensure(store: Path) -> None:
 
 
 def keep(project: Path, refs: Mapping[str, str], store: Path | None = None, timeout: float = COPY_BOUND) -> int:
-    """Copy refs (full name -> sha) with their commits into the store; how many. GitFailed if
-    git cannot (the refs in the project still keep them, as before)."""
+    """Copy refs (full name -> sha; each already written in the project) with their commits into
+    the store; how many. GitFailed if git cannot (the refs in the project still keep them).
+
+    The store fetches them: git runs in the store with Genesis's own configuration, and only
+    git's upload-pack in the project, which runs nothing the project's configuration names. (A
+    push would run the store's receive-pack with the store's own hooks, and the store is not out
+    of the agent's reach in every box.)"""
     if not refs:
         return 0
     store = store or store_of(project)
     _ensure(store)
-    specs = [f"+{sha}:{name}" for name, sha in sorted(refs.items())]
-    done = run_git(project, ["push", "-q", "--no-verify", "--no-signed", "--atomic", str(store), *specs],
-                   timeout=timeout, config=_PUSH_CONFIG, env={"GIT_TERMINAL_PROMPT": "0"})
+    specs = [f"+{name}:{name}" for name in sorted(refs)]
+    done = run_git(store, ["fetch", "-q", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
+                           "--no-auto-gc", str(Path(project).resolve()), *specs],
+                   timeout=timeout, config=_FETCH_CONFIG, env={"GIT_TERMINAL_PROMPT": "0"})
     if done.returncode != 0:
         raise GitFailed(f"cannot copy the safety refs to {store}: {done.stderr or 'no answer'}")
+    for name, sha in refs.items():  # the ref as Genesis wrote it, even if it was moved in between
+        now = run_git(store, ["rev-parse", "--verify", "-q", name], timeout=BOUND).text.strip()
+        if now != sha:
+            fixed = run_git(store, ["update-ref", "--no-deref", name, sha], timeout=BOUND)
+            if fixed.returncode != 0:
+                raise GitFailed(f"cannot keep {name} at {sha[:10]} in {store}: {fixed.stderr or 'no answer'}")
     return len(specs)
 
 
@@ -90,9 +101,8 @@ def fetch_back(project: Path, ref: str, sha: str, store: Path | None = None) -> 
     listed = run_git(store, ["rev-parse", "--verify", "-q", ref], timeout=BOUND)
     if listed.returncode != 0 or listed.text.strip() != sha:
         return False
-    run_git(project, ["fetch", "-q", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules", str(store),
-                      ref], timeout=COPY_BOUND, config=[("core.fsmonitor", "false"), ("fetch.prune", "false")],
-            env={"GIT_TERMINAL_PROMPT": "0"})
+    run_git(project, ["fetch", "-q", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules", "--no-auto-gc",
+                      str(store), ref], timeout=COPY_BOUND, config=_FETCH_CONFIG, env={"GIT_TERMINAL_PROMPT": "0"})
     return run_git(project, ["cat-file", "-e", f"{sha}^{{commit}}"], timeout=BOUND).returncode == 0
 
 

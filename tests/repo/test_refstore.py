@@ -81,3 +81,31 @@ def test_in_the_box_the_agent_deletes_the_refs_in_the_project_but_not_the_store(
     assert codes[0] == "0" and codes[1] != "0" and codes[2] != "0", done.stderr  # only the project's ref went
     assert not git(project, "for-each-ref", "refs/genesis/runs/R1/HEAD").strip()   # the agent's reach
     assert stored(project)["runs/R1/HEAD"] == tips.head                              # not this
+
+
+@pytest.mark.fault(200)
+def test_hooks_planted_in_the_store_never_run_when_genesis_copies_into_it(project, tmp_path):
+    """Where the box does not keep the store from the agent (Landlock, none), a hook it plants
+    there must not run in Genesis's copy, outside the box."""
+    commit_file(project, "a.txt")
+    tips = safety.read_tips(project)
+    safety.keep_run(project, "R1", tips)
+    safety.copy(project, safety.run_prefix("R1"), tips)
+    store = refstore.store_of(project)
+    ran = tmp_path / "ran"
+    planted = tmp_path / "hooks"
+    planted.mkdir()
+    for hooks in (store / "hooks", planted):
+        for name in ("pre-receive", "post-receive", "reference-transaction", "post-update", "update"):
+            hook = hooks / name
+            hook.write_text(f"#!/bin/sh\necho {name} >>{ran}\n")
+            hook.chmod(0o755)
+    git(store, "config", "core.hooksPath", str(planted))
+    second = commit_file(project, "b.txt")
+    later = safety.read_tips(project)
+    safety.keep_phase(project, "R1", 1, "Builder", later)
+    safety.copy(project, safety.phase_prefix("R1", 1, "Builder"), later, everything=False)
+    safety.prune(project, "R2", keep=1)
+    assert not ran.exists()
+    assert stored(project).get("phases/R1/0001-Builder/HEAD") is None  # pruned with its run, still no hook
+    assert subprocess.run(["git", "cat-file", "-e", second], cwd=store).returncode == 0
