@@ -91,6 +91,20 @@ def has_credentials(path: str, data: bytes) -> str | None:
 Scan = Callable[[str, bytes], "tuple[Finding, ...]"]
 
 
+class _Scanner:
+    """scan(path, data), and whether a file needs detect-secrets at all (`needs`)."""
+
+    def __init__(self, scan: Scan, triggers: "_Triggers | None"):
+        self._scan, self._triggers = scan, triggers
+
+    def __call__(self, path: str, data: bytes) -> "tuple[Finding, ...]":
+        return self._scan(path, data) if self.needs(path, data) else ()
+
+    def needs(self, path: str, data: bytes) -> bool:
+        """False when no plugin could fire on data (the prefilter): nothing to scan, at no cost."""
+        return self._triggers is None or self._triggers.could_fire(path, data)
+
+
 # A line configparser reads as a section header: detect-secrets then scans the file as a
 # config file too, its values unquoted (transformers/config.py).
 _SECTION = re.compile(r"^[ \t]*\[.*\]", re.M)
@@ -146,16 +160,12 @@ def _triggers() -> _Triggers | None:
 
 
 @contextlib.contextmanager
-def scanner() -> Iterator[Scan]:
+def scanner() -> Iterator[_Scanner]:
     """scan(path, data): what detect-secrets finds in data, a file of that name. Each is
     written to a private folder of its own first (0700, removed at the end): the scanner reads
     files by name, and the file's name chooses its parser (YAML, INI...)."""
     with default_settings(), tempfile.TemporaryDirectory(prefix="genesis-scan-") as folder:
-        triggers = _triggers()
-
         def scan(path: str, data: bytes) -> tuple[Finding, ...]:
-            if triggers is not None and not triggers.could_fire(path, data):
-                return ()
             target = Path(folder) / (PurePosixPath(path).name or "file")
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
             with os.fdopen(fd, "wb") as out:
@@ -164,4 +174,4 @@ def scanner() -> Iterator[Scan]:
                 return tuple(Finding(s.type, s.line_number, s.secret_hash) for s in scan_file(str(target)))
             finally:
                 target.unlink()
-        yield scan
+        yield _Scanner(scan, _triggers())
