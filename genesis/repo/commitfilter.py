@@ -84,13 +84,14 @@ def by_name_and_size(git: Git, project: Path, rules: Rules, *, tracked_only: boo
     wanted = None if among is None else set(among)
     skipped = set(skip)
     left = []
+    top = os.fspath(project)
     for path, new in _status(git, tracked_only):
         if path in skipped or (wanted is not None and path not in wanted):
             continue
         why = secret_name(path) if new else None
         if why is None:
             try:
-                st = os.lstat(Path(project) / path)
+                st = os.lstat(os.path.join(top, path))
             except OSError:
                 continue  # deleted: a deletion adds nothing
             why = too_big(st.st_size, rules) if stat.S_ISREG(st.st_mode) else None
@@ -194,11 +195,17 @@ def by_content(git: Git, rules: Rules, *, among: Iterable[str] | None = None,
     with scanner() as look:
         for batch in _batches(scan, sizes):
             contents = _contents(git, [s.new for s in batch])
-            for item in batch:
+            needs = look.needing([(item.path, contents.get(item.new)) for item in batch])
+            for item, need in zip(batch, needs):
                 data = contents.get(item.new)
+                if data is not None and not need:  # the prefilter cleared it: a registry file's credentials alone
+                    why = has_credentials(item.path, data)
+                    if why:
+                        left.append(LeftOut(item.path, f"looks like a secret ({why})"))
+                    continue
                 # The budget bounds detect-secrets alone: a file no plugin could fire on (the
                 # prefilter, at the speed of a regex) is never left out for time.
-                if rules.clock() >= deadline and (data is None or look.needs(item.path, data)):
+                if rules.clock() >= deadline:
                     left.append(LeftOut(item.path, f"not checked for secrets within {rules.budget:.0f} s"))
                     continue
                 why = _secret_in(git, look, item, data, rules.scan_bytes)

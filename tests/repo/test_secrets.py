@@ -97,3 +97,7 @@ def test_a_file_the_prefilter_passes_over_is_one_detect_secrets_finds_nothing_in
                 assert triggers.could_fire(path, data), (path, data)
         assert found > 100  # the samples are secrets to detect-secrets, in most of the files
         assert not any(triggers.could_fire(p, d) for p, d in ordinary)  # and plain code is not even scanned
+    with scanner() as look:  # the same asked of a whole batch at once, the ordinary files between the others
+        files = [f for pair in zip(_samples(), ordinary * len(_samples())) for f in pair] + [("bin.dat", b"\xff\xfe")]
+        batch = look.needing(files)
+        assert batch == [look.needs(p, d) for p, d in files]
