@@ -83,20 +83,20 @@ def _samples() -> list[tuple[str, bytes]]:
 def test_a_file_the_prefilter_passes_over_is_one_detect_secrets_finds_nothing_in(tmp_path):
     from detect_secrets.settings import default_settings
 
-    from genesis.repo.secrets import _triggers
+    from genesis.repo.prefilter import triggers
 
     ordinary = [("src/m.py", b'"""Module 7."""\n\nNAME = "item-7"\n\n\ndef value_7(x):\n    return x * 7\n'),
                 ("web/app.js", b"export function add(a, b) {\n  return a + b;\n}\n")]
     with default_settings():
-        triggers = _triggers()
-        assert triggers is not None  # every default plugin is of a kind it knows
+        found_by = triggers()
+        assert found_by is not None  # every default plugin is of a kind it knows
         found = 0
         for path, data in _samples() + ordinary:
             if _full_scan(tmp_path, path, data):
                 found += 1
-                assert triggers.could_fire(path, data), (path, data)
+                assert found_by.could_fire(path, data), (path, data)
         assert found > 100  # the samples are secrets to detect-secrets, in most of the files
-        assert not any(triggers.could_fire(p, d) for p, d in ordinary)  # and plain code is not even scanned
+        assert not any(found_by.could_fire(p, d) for p, d in ordinary)  # and plain code is not even scanned
     with scanner() as look:  # the same asked of a whole batch at once, the ordinary files between the others
         files = [f for pair in zip(_samples(), ordinary * len(_samples())) for f in pair] + [("bin.dat", b"\xff\xfe")]
         batch = look.needing(files)
