@@ -97,6 +97,10 @@ class Context:
         path = state_dir_of(project) / "config.json"
         snap = load_snapshot(path, run_id)
         if snap is not None:
+            if started:  # a prompt copy the state folder's loss took after the snapshot was put back
+                from genesis.loop.relock import prompts_back
+
+                prompts_back(path.parent / "prompts", snap)
             return from_snapshot(project, snap.get("settings"))
         if started:
             raise StepFailed(exitcodes.STATE_LOST,

@@ -36,13 +36,14 @@ def main(pytest_json: str, bats_tap: str) -> int:
             n = int(found.group(1))
             results[n] = max(results.get(n, "passed"), status, key=rank.__getitem__)
     print("fault suite (the reliability list):")
-    for n in range(1, FAULTS + 1):
+    later = sorted(n for n in results if n > FAULTS)  # the catalogue's later sections (200 on) as tests tag them
+    for n in [*range(1, FAULTS + 1), *later]:
         print(f"  fault {n:2d}: {results.get(n, 'NOT TESTED')}")
-    tried = len([n for n in results if 1 <= n <= FAULTS])
-    ok = sum(1 for n, s in results.items() if s == "passed" and 1 <= n <= FAULTS)
+    tried = len([n for n in results if n >= 1])
+    ok = sum(1 for n, s in results.items() if s == "passed" and n >= 1)
     print(f"faults: {tried} tried, {ok} passed")
     print(f"all: {passed} passed, {failed} failed")
-    return 0 if ok == FAULTS else 1
+    return 0 if ok == tried and all(n in results for n in range(1, FAULTS + 1)) else 1
 
 
 if __name__ == "__main__":

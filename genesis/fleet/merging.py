@@ -40,6 +40,7 @@ from genesis.fleet.taskref import TaskRef
 from genesis.fleet.worktrees import Git, listed, rev
 from genesis.loop.taskcheck import TAIL_BYTES, TAIL_LINES
 from genesis.procs.group import kill_group
+from genesis.repo import branchguard
 from genesis.repo.autocommit import user_changes
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.signing import probe
@@ -452,7 +453,7 @@ def _advance(project: Path, target: str, old: str, new: str, hooks: bool) -> str
     holders = [w for w in trees if w.branch == target and not w.prunable]
     if not holders:  # compare-and-swap: moved only if it is still where the replay started
         done = Git(Path(project))("update-ref", "-m", "genesis: fleet merge", f"refs/heads/{target}", new, old)
-        return None if done.returncode == 0 else ""
+        return _known(project, target, new) if done.returncode == 0 else ""
     where = holders[0].path
     user = Git(where, hooks)
     changes = user_changes(where)
@@ -471,11 +472,20 @@ def _advance(project: Path, target: str, old: str, new: str, hooks: bool) -> str
                 f"branch; it comes home at the next try once they are moved away (or committed)")
     done = user("merge", "-q", "--ff-only", "--no-edit", new)
     if done.returncode == 0:
-        return None
+        return _known(project, target, new)
     if rev(user, "HEAD") != old:
         return ""
     return (f"fast-forwarding {target} in {where} failed, so it stays at {old[:10]}: "
             f"{(done.stderr or done.text).strip()[-300:]}")
+
+
+def _known(project: Path, target: str, new: str) -> None:
+    """new is the project branch's known tip: a move by anyone else is put back (repo/branchguard.py)."""
+    try:
+        branchguard.remember(project, target, new)
+    except (GitFailed, OSError):
+        pass  # the next check takes the tip as it finds it
+    return None
 
 
 def _in_the_way(user: Git, old: str, new: str) -> list[str]:

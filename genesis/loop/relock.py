@@ -26,7 +26,7 @@ from genesis.store.atomicio import MAX_STATE_BYTES, write_json, write_text
 from genesis.store.layout import Layout, heal_dir
 from genesis.store.looplock import Locked, acquire, same_file
 
-__all__ = ["LOOP_LOCK_FD", "SNAPSHOT_FD", "held_snapshot", "restore", "take", "LockKeeper"]
+__all__ = ["LOOP_LOCK_FD", "SNAPSHOT_FD", "held_snapshot", "restore", "prompts_back", "take", "LockKeeper"]
 
 LOOP_LOCK_FD = 9   # start-multi-agent-loop.sh holds its lock on this descriptor...
 SNAPSHOT_FD = 8    # ...and the run's settings snapshot open on this one, for its whole life
@@ -55,24 +55,34 @@ def restore(layout: Layout, snap: dict, run_id: str) -> list[str]:
     if not layout.config_snapshot.is_file():
         write_json(layout.config_snapshot, snap)
         found.append("the run's settings snapshot was missing; put back from the copy the loop holds")
+    found += prompts_back(layout.prompts_dir, snap)
+    if not layout.loop_lock.exists():
+        found.append("the lock file was missing")
+    fd = os.open(layout.loop_lock, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    os.close(fd)
+    return found
+
+
+def prompts_back(prompts_dir: Path, snap: dict) -> list[str]:
+    """The run's prompt copies missing from prompts_dir written back from the snapshot (an agent's
+    `rm -rf` of the state folder racing the watcher that made it again can take one after it was
+    put back); what was. StepFailed(STATE_LOST) when the snapshot does not hold one."""
     prompts = snap.get("prompts") if isinstance(snap.get("prompts"), dict) else {}
-    for key, value in snap["settings"].items():
+    settings = snap.get("settings") if isinstance(snap.get("settings"), dict) else {}
+    found = []
+    for key, value in settings.items():
         if not (key.startswith("PHASE_") and key.endswith("_PROMPT") and isinstance(value, list) and value):
             continue
         copy = Path(str(value[0]))
-        if copy.parent != layout.prompts_dir or copy.is_file():
+        if copy.parent != prompts_dir or copy.is_file():
             continue
         text = prompts.get(copy.name)
         if not isinstance(text, str):
             raise StepFailed(exitcodes.STATE_LOST, f"Genesis's state was taken from under the loop and the run's "
                                                    f"prompt copy {copy.name} with it: stopping")
-        layout.prompts_dir.mkdir(mode=0o700, exist_ok=True)
+        prompts_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_text(copy, text)
         found.append(f"the prompt copy {copy.name} was missing; put back")
-    if not layout.loop_lock.exists():
-        found.append("the lock file was missing")
-    fd = os.open(layout.loop_lock, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    os.close(fd)
     return found
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from genesis import exitcodes
 from genesis.hints import hint
 from genesis.loop.step import Step, StepFailed
-from genesis.repo import safety, untracked
+from genesis.repo import refstore, safety, untracked
 from genesis.repo.gitcmd import GitFailed, run_git
-from genesis.repo.history import Change, changes, describe
+from genesis.repo.history import Change, changes, describe, pushed
 from genesis.repo.ownership import user_files
 from genesis.repo.safety import Tips
 from genesis.store.atomicio import CorruptFile, DiskFull, read_json, write_json
@@ -44,6 +44,7 @@ def keep_at_start(step: Step) -> None:
     except (GitFailed, OSError) as exc:
         raise StepFailed(exitcodes.USAGE, f"cannot write the safety refs that keep every branch as the run "
                          f"starts ({exc}); check that `git update-ref` works there") from None
+    stored = _copied(step, safety.run_prefix(step.run_id), tips, everything=True)
     try:  # housekeeping: a loop of another worktree pruning at the same moment holds the refs' locks
         live = _live_runs(cfg.project)
         pruned = safety.prune(cfg.project, step.run_id, live=live) if live is not None else []
@@ -66,11 +67,25 @@ def keep_at_start(step: Step) -> None:
                    error=str(exc)[:300])
         return
     note = f"; {len(copy.skipped)} not copied (see `{hint(cfg.project, 'restore')}`)" if copy.skipped else ""
-    say(f"your data: {len(refs)} safety ref(s) under {safety.run_prefix(step.run_id)}, {len(copy.copied)} untracked "
-        f"or ignored file(s) copied aside ({copy.size >> 10} KiB, cap {cfg.untracked_copy_max / (1 << 20):g} MB){note}",
+    say(f"your data: {len(refs)} safety ref(s) under {safety.run_prefix(step.run_id)}{stored}, "
+        f"{len(copy.copied)} untracked or ignored file(s) copied aside ({copy.size >> 10} KiB, "
+        f"cap {cfg.untracked_copy_max / (1 << 20):g} MB){note}",
         "info")
     step.event("safety_kept", prefix=safety.run_prefix(step.run_id), refs=len(refs), copied=len(copy.copied),
                size=copy.size, skipped=[{"path": p, "why": w} for p, w in copy.skipped[:50]])
+
+
+def _copied(step: Step, prefix: str, tips: Tips, everything: bool) -> str:
+    """The refs under prefix copied into Genesis's store (repo/refstore.py), where a reset, a
+    deletion of the refs and a gc in one phase cannot reach their commits; said when it cannot."""
+    try:
+        safety.copy(step.cfg.project, prefix, tips, everything)
+    except (GitFailed, OSError) as exc:
+        step.say(f"the safety refs under {prefix} are not copied to Genesis's own store ({exc}); the refs in the "
+                 f"repository still keep their commits, unless the agent deletes them", "warn")
+        step.event("safety_store_failed", prefix=prefix, error=str(exc)[:300])
+        return ""
+    return " (and in Genesis's own store)"
 
 
 def _live_runs(project: Path) -> frozenset[str] | None:
@@ -108,7 +123,8 @@ def keep_at_phase(step: Step, iteration: int, phase: str) -> Tips | None:
         step.say(f"{phase}: could not write its safety refs ({exc}); the run's still keep every branch", "warn")
         return None
     own = {tips.branch: tips.branches[tips.branch]} if tips.branch in tips.branches else {}
-    return Tips(tips.head, tips.branch, own)
+    _copied(step, safety.phase_prefix(step.run_id, iteration, phase), tips, everything=False)
+    return Tips(tips.head, tips.branch, own, tips.remotes)
 
 
 def _started(step: Step) -> Tips:
@@ -140,7 +156,7 @@ def _repaired(step: Step, phase: str, prefix: str, tips: Tips) -> tuple[Tips, li
         else:
             branch = name[len("heads/"):]
             sha = branches.pop(branch, None)
-        lost.append(Change("rewritten", branch, ((sha or "?")[:7],), 1, f"{ref} (deleted, and git pruned the commit)"))
+        lost.append(Change("lost", branch, ((sha or "?")[:7],), 1, ref))
     return Tips(head, tips.branch if tips.branch in branches else None, branches), lost
 
 
@@ -156,8 +172,10 @@ def history_of(step: Step, iteration: int, phase: str, at_start: Tips | None = N
         phase_tips, also = _repaired(step, phase, phase_ref, at_start or safety.kept(project, phase_ref))
         pruned = list({(c.branch, c.lost): c for c in lost + also}.values())  # one per commit and branch
         own = phase_tips.branch or run_tips.branch
+        now = safety.read_tips(project)
         found = pruned + changes(project, _fleet_scoped(run_tips, own), _fleet_scoped(phase_tips, own),
-                                 _fleet_scoped(safety.read_tips(project), own), run_ref, phase_ref)
+                                 _fleet_scoped(now, own), run_ref, phase_ref)
+        found += pushed(project, at_start.remotes if at_start else {}, now.remotes, phase_ref)
     except (GitFailed, OSError) as exc:
         step.say(f"{phase}: cannot tell what it did to history ({exc})", "warn")
         return []
@@ -190,7 +208,8 @@ def kept_after(step: Step, iteration: int, phase: str) -> None:
     try:
         head = safety.read_tips(step.cfg.project).head
         if head:
-            safety.keep_after(step.cfg.project, step.run_id, iteration, phase, head)
+            ref = safety.keep_after(step.cfg.project, step.run_id, iteration, phase, head)
+            refstore.keep(step.cfg.project, {ref: head})
     except (GitFailed, OSError) as exc:
         step.say(f"{phase}: could not keep HEAD after its commit ({exc})", "warn")
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Mapping
 
 from genesis.repo.gitcmd import GitFailed, run_git
 from genesis.repo.safety import GIT_BOUND, Tips
 
-__all__ = ["Change", "changes", "describe", "KINDS", "MAX_LISTED"]
+__all__ = ["Change", "changes", "pushed", "describe", "KINDS", "MAX_LISTED"]
 
-KINDS = ("rewritten", "deleted", "switched", "detached")
+# lost: a safety ref and its commit both gone; forced: a remote's branch the phase's push rewrote
+KINDS = ("rewritten", "deleted", "switched", "detached", "lost", "forced")
 MAX_LISTED = 10     # commits named per change (the count says how many in all)
 
 
@@ -110,8 +112,32 @@ def changes(project: Path, run: Tips, phase: Tips, now: Tips, run_ref: str, phas
     return found
 
 
+def pushed(project: Path, before: Mapping[str, str], now: Mapping[str, str], phase_ref: str) -> list[Change]:
+    """The remote branches a push of the phase rewrote (`git push --force`), as its remote-tracking
+    branches say: moved to a commit that does not hold their tip at the phase's start, or deleted,
+    their last update a push (a forced fetch is someone else's rewrite, not the phase's). The lost
+    tip is kept by `<phase_ref>/remotes/<remote>/<branch>`. GitFailed when git cannot say."""
+    found = []
+    for name, old in sorted(before.items()):
+        tip = now.get(name)
+        if tip == old or _git(project, "cat-file", "-e", f"{old}^{{commit}}", ok=(0, 1, 128)).returncode != 0:
+            continue
+        if tip is not None and _contains(project, old, tip):
+            continue
+        why = _git(project, "reflog", "-1", "--format=%gs", f"refs/remotes/{name}", "--", ok=(0, 1, 128)).text.strip()
+        if tip is not None and why and not why.startswith("update by push"):
+            continue
+        ref = f"{phase_ref}/remotes/{name}"
+        _git(project, "update-ref", "--no-deref", ref, old)
+        lost, count = _missing(project, old, tip) if tip else _missing(project, old, *now.values())
+        found.append(Change("forced", name, lost, count, ref, _short(project, tip) if tip else "deleted"))
+    return found
+
+
 def describe(change: Change) -> str:
     """One line: what happened, which commits, and the safety ref that keeps them."""
+    if change.kind == "lost":
+        return _what(change)
     if change.kind in ("switched", "detached"):
         return (f"{_what(change)}; the phase's work is kept by {change.ref} (`git switch -c NAME {change.ref}` "
                 f"puts it on a branch)")
@@ -124,9 +150,19 @@ def _what(change: Change) -> str:
     commits = f"{change.lost_count} commit(s) no longer on any branch ({listed})" if change.lost_count else ""
     if change.kind == "deleted":
         return f"branch {change.branch} was deleted" + (f": {commits}" if commits else "")
+    if change.kind == "forced":
+        what = ("deleted (by a push of the phase, or a fetch that pruned it)" if change.now == "deleted" else
+                f"rewritten by a push of the phase (`git push --force`; now at {change.now})")
+        return (f"the remote branch {change.branch} was {what}"
+                + (f": {change.lost_count} commit(s) no longer on it ({listed})" if change.lost_count else ""))
+    if change.kind == "lost":
+        whose = f"branch {change.branch}'s" if change.branch else "HEAD's"
+        return (f"the safety ref {change.ref} was deleted and git pruned its commit {listed} ({whose} tip it kept), "
+                f"nor does Genesis's own store hold it: that commit is lost")
     if change.kind == "rewritten":
         name = f"branch {change.branch}" if change.branch else "the detached HEAD"
-        return f"{name} was rewritten (now at {change.now}): " + (
+        now = f" (now at {change.now})" if change.now else ""
+        return f"{name} was rewritten{now}: " + (
             commits.replace("on any branch", "on it") if commits else "its earlier history replaced")
     if change.kind == "switched":
         return (f"HEAD was switched from branch {change.branch} to {change.now}: the phase's work is on "

@@ -12,6 +12,10 @@ deletion, `reflog expire` or `gc --prune=now` can lose them.
 Refs are reachable for git, so gc keeps what they point to; they are local: Genesis's own
 push names the branch alone (autocommit.push_refspec), and a plain `git push` never sends
 them. Every git call is bounded; the refs of all but the newest KEEP_RUNS runs are pruned.
+
+The refs live where the agent writes, so each is also copied, with its commits, into
+Genesis's own store (repo/refstore.py): a ref the agent deleted whose commits it then let gc
+prune is fetched back from there (`repair`).
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from genesis.repo import refstore
 from genesis.repo.gitcmd import GitFailed, run_git
 
 __all__ = ["NAMESPACE", "Tips", "read_tips", "keep_run", "keep_phase", "keep_after", "kept", "run_prefix",
-           "phase_prefix", "runs_kept", "prune", "repair", "KEEP_RUNS", "GIT_BOUND"]
+           "phase_prefix", "runs_kept", "prune", "repair", "copy", "KEEP_RUNS", "GIT_BOUND"]
 
 NAMESPACE = "refs/genesis"
 KEEP_RUNS = 10          # runs whose safety refs are kept (older ones are pruned at a start)
@@ -39,6 +44,7 @@ class Tips:
     head: str | None                    # HEAD's full sha (None: no commit yet)
     branch: str | None                  # the branch HEAD is on (None: detached, or not known)
     branches: Mapping[str, str] = field(default_factory=dict)   # local branch -> its tip's full sha
+    remotes: Mapping[str, str] = field(default_factory=dict)    # remote-tracking branch (origin/main) -> its sha
 
     def to_json(self) -> dict:
         return {"head": self.head, "branch": self.branch, "branches": dict(self.branches)}
@@ -87,19 +93,32 @@ def read_tips(project: Path, timeout: float = GIT_BOUND) -> Tips:
     head = _git(project, ["rev-parse", "--verify", "-q", "HEAD"], ok=(0, 1), timeout=timeout)
     on = _git(project, ["symbolic-ref", "-q", "HEAD"], ok=(0, 1), timeout=timeout)
     branch = on.text.strip() if on.returncode == 0 else ""
+    remotes = {name: sha for name, sha in _refs(project, "refs/remotes", timeout).items() if not name.endswith("/HEAD")}
     return Tips(head.text.strip() or None if head.returncode == 0 else None,
                 branch[len("refs/heads/"):] if branch.startswith("refs/heads/") else None,
-                _refs(project, "refs/heads", timeout))
+                _refs(project, "refs/heads", timeout), remotes)
 
 
-def _write(project: Path, prefix: str, tips: Tips, everything: bool) -> list[str]:
-    """HEAD and the branches (all, or HEAD's own) as refs under prefix, in one transaction."""
+def _wanted(tips: Tips, everything: bool) -> dict[str, str]:
     wanted = {}
     if tips.head:
         wanted["HEAD"] = tips.head
     for name, sha in tips.branches.items():
         if everything or name == tips.branch:
             wanted[f"heads/{name}"] = sha
+    return wanted
+
+
+def copy(project: Path, prefix: str, tips: Tips, everything: bool = True, timeout: float = refstore.COPY_BOUND) -> int:
+    """The refs keep_run (everything) or keep_phase wrote under prefix, copied with their commits
+    into Genesis's store; how many. GitFailed when git cannot (the caller says so)."""
+    return refstore.keep(project, {f"{prefix}/{name}": sha for name, sha in _wanted(tips, everything).items()},
+                         timeout=timeout)
+
+
+def _write(project: Path, prefix: str, tips: Tips, everything: bool) -> list[str]:
+    """HEAD and the branches (all, or HEAD's own) as refs under prefix, in one transaction."""
+    wanted = _wanted(tips, everything)
     if not wanted:
         return []
     lines = "".join(f"update {prefix}/{name} {sha}\n" for name, sha in wanted.items())
@@ -133,7 +152,8 @@ def kept(project: Path, prefix: str) -> Tips:
 
 def repair(project: Path, prefix: str, tips: Tips) -> tuple[list[str], list[str]]:
     """Put back the safety refs under prefix that an agent deleted or moved, from the tips
-    Genesis holds itself (`tips`): (the refs put back, those whose commit git already pruned)."""
+    Genesis holds itself (`tips`): (the refs put back, those whose commit is gone). A commit
+    git already pruned is fetched back from Genesis's store first; gone only if it is not there."""
     now = _refs(project, prefix)
     wanted = {f"heads/{name}": sha for name, sha in tips.branches.items()}
     if tips.head:
@@ -143,12 +163,23 @@ def repair(project: Path, prefix: str, tips: Tips) -> tuple[list[str], list[str]
         if now.get(name) == sha:
             continue
         ref = f"{prefix}/{name}"
-        if _git(project, ["cat-file", "-e", f"{sha}^{{commit}}"], ok=(0, 1, 128)).returncode != 0:
+        if not _has(project, sha) and not _fetched(project, ref, sha):
             gone.append(ref)
             continue
         _git(project, ["update-ref", "--no-deref", ref, sha])
         fixed.append(ref)
     return fixed, gone
+
+
+def _has(project: Path, sha: str) -> bool:
+    return _git(project, ["cat-file", "-e", f"{sha}^{{commit}}"], ok=(0, 1, 128)).returncode == 0
+
+
+def _fetched(project: Path, ref: str, sha: str) -> bool:
+    try:
+        return refstore.fetch_back(project, ref, sha)
+    except (GitFailed, OSError):
+        return False
 
 
 def runs_kept(project: Path) -> list[str]:
@@ -169,4 +200,10 @@ def prune(project: Path, current: str, keep: int = KEEP_RUNS, live: frozenset[st
     doomed += [f"{NAMESPACE}/phases/{r}/{name}" for r in gone for name in _refs(project, f"{NAMESPACE}/phases/{r}")]
     lines = "".join(f"delete {ref}\n" for ref in doomed)
     _git(project, ["update-ref", "--no-deref", "--stdin"], stdin=("start\n" + lines + "commit\n").encode())
+    try:  # the store's copies of those runs go too (its own refs are listed: the agent may have deleted ours)
+        stored = [f"{NAMESPACE}/{kind}/{name}" for kind in ("runs", "phases")
+                  for name in refstore.holds(project, f"{NAMESPACE}/{kind}") if name.split("/", 1)[0] in gone]
+        refstore.drop(project, stored)
+    except (GitFailed, OSError):
+        pass  # kept a while longer: the next start prunes them
     return gone

@@ -67,7 +67,8 @@ TOLD = {"fleet_start": "fleet started", "fleet_end": "fleet ended", "launch": "s
         "limit_hold": "usage limit: no child starts", "limit_resume": "usage limit over: children start again",
         "merge_held": "merge held", "merger": "the Merger resolves a conflict",
         "merge_red": "merge red, not landed",
-        "agent_died": "its agent was killed inside its running child (counted toward the cascade)"}
+        "agent_died": "its agent was killed inside its running child (counted toward the cascade)",
+        "branch_moved": "a child moved the project branch: put back"}
 
 
 def fleet_ledger_of(state_dir: Path) -> Path:

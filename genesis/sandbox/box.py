@@ -28,15 +28,16 @@ NETWORKS = (OPEN_NET, NO_NET)      # GENESIS_NETWORK (an allow-list through a pr
 UNBOXED = "Genesis fails closed instead (see docs/concepts/box.md)"
 # What of the user's each box keeps from the agent, and what it leaves open (docs/concepts/box.md).
 _NET = "the network is the host's (loopback services included)"
+_TMUX = "a tmux or screen server's, which runs any command it is sent outside the box"
 REACH = {
     BUBBLEWRAP: ("HOME is private (its CLI's folder, the language caches and GENESIS_BOX_ALLOW kept), no socket "
                  f"under /run or /run/user, no secret variable; {_NET}"),
     SEATBELT: ("HOME is unreadable (but its CLI's folder, the language caches and GENESIS_BOX_ALLOW), no secret "
                f"variable; it CAN reach sockets outside HOME (/tmp, /var/run) and {_NET}"),
     LANDLOCK: ("no secret variable; it CAN read all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket "
-               f"(ssh-agent, /run/user, docker) and {_NET}"),
+               f"(ssh-agent, /run/user, docker, {_TMUX}: Landlock cannot keep a socket file from it) and {_NET}"),
     NONE: ("no secret variable; it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every "
-           f"socket (ssh-agent, /run/user, docker) and {_NET}"),
+           f"socket (ssh-agent, /run/user, docker, {_TMUX}) and {_NET}"),
     OFF: ("it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket (ssh-agent, "
           f"/run/user, docker), every secret variable and {_NET}"),
 }
@@ -88,7 +89,28 @@ class Box:
     def line(self) -> str:
         """The start-up line: the box, and what it protects (or what is lost without one), then
         what of the user's it hides and what it leaves open (`reach`)."""
-        return f"{self._protects()}; {self.reach()}"
+        return f"{self._protects()}{self._code()}; {self.reach()}"
+
+    def code_open(self) -> tuple[str, ...]:
+        """Genesis's code (places.code_paths) the agent can write in this box: what it plants
+        there runs in Genesis's next process, outside the box, with the user's powers."""
+        if self.places is None or self.kind in (NONE, OFF) or self.weak:
+            return ()  # said whole by the line: the agent can edit Genesis's code
+        if self.kind == LANDLOCK:
+            roots = _landlock_writable(self.places, self.places.tmpdir)
+            under = tuple(c for c in self.places.code if any(c == r or c.startswith(r.rstrip("/") + "/")
+                                                            for r in roots))
+            return under + self.places.code_open
+        return self.places.code_open
+
+    def _code(self) -> str:
+        open_ = self.code_open()
+        if not open_:
+            return "; Genesis's code is out of its write reach" if self.kind == LANDLOCK and self.places else ""
+        listed = ", ".join(open_[:4]) + (f" and {len(open_) - 4} more" if len(open_) > 4 else "")
+        return (f"; it CAN write Genesis's code at {listed}, and what it plants there (a sitecustomize.py, a .pth) "
+                f"runs in Genesis's next process with your powers: install Genesis and its Python outside HOME and "
+                f"the temp folders" + ("" if self.kind != LANDLOCK else f", or install bubblewrap ({INSTALL_BWRAP})"))
 
     def _protects(self) -> str:
         if self.kind == BUBBLEWRAP and self.weak:
@@ -141,7 +163,7 @@ class Box:
                 "sockets_hidden": (len(self.places.hidden.sockets) + len(self.places.hidden.folders)
                                    if self.kind == BUBBLEWRAP and self.places else 0),
                 "protected": list(self.places.protected) if self.places and self.kind != LANDLOCK else [],
-                "landlock_abi": self.rules.abi if self.rules else 0}
+                "landlock_abi": self.rules.abi if self.rules else 0, "code_open": list(self.code_open())}
 
 
 def _landlock_writable(places: Places, env_tmpdir: str | None) -> tuple[str, ...]:

@@ -52,6 +52,9 @@ class Places:
     home_hidden: tuple[str, ...] = ()
     hidden: Hidden = Hidden((), ())
     allow: tuple[Allowed, ...] = ()
+    code: tuple[str, ...] = ()        # Genesis's code (code_paths), outermost first, wherever it is
+    code_open: tuple[str, ...] = ()   # of it, what cannot be made read-only: it holds the project, HOME or TMPDIR
+    # (what lies inside such a folder is still protected by its own entry: the package, the venv)
 
 
 def _real(path: str | Path | None) -> str | None:
@@ -113,11 +116,13 @@ def _outermost(paths: list[str]) -> tuple[str, ...]:
 
 
 def code_paths(package: Path) -> list[str]:
-    """Genesis's installed code: the package folder (the hook script is in it), the virtualenv
-    running it, and beside an editable checkout its loop script and `.venv`."""
-    found = [str(package)]
-    if sys.prefix != sys.base_prefix:
-        found.append(sys.prefix)
+    """Every file that becomes code in a Genesis process: the package folder (the hook script is
+    in it), the virtualenv running it, the base interpreter that venv was made from (its stdlib,
+    where a `sitecustomize.py` runs in every process), every folder Python imports from (site
+    dirs with their `.pth` files, a user site with `usercustomize.py`), and beside an editable
+    checkout its loop script and `.venv`."""
+    found = [str(package), sys.prefix, sys.base_prefix]
+    found += [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
     home = package.parent
     for name in ("start-multi-agent-loop.sh", ".venv"):
         if (home / name).exists():
@@ -307,7 +312,11 @@ def places_for(project: Path, state_dir: Path, heartbeat_dir: Path, log_dir: Pat
     protected = [state]
     if conf.is_file():
         protected.append(_real(conf) or str(conf))
-    protected += [p for p in map(_real, code_paths(package)) if p and not _under(p, proj)]
+    found = [p for p in dict.fromkeys(map(_real, code_paths(package))) if p and not _under(p, proj)]
+    needed = [p for p in (proj, home, tmpdir, _real(log_dir), state) if p]
+    code_open = tuple(c for c in found if c == "/" or any(_under(n, c) for n in needed))
+    code = _outermost([c for c in found if c not in code_open])
+    protected += code
     if shared is not None and os.path.isdir(shared) and not os.path.islink(shared):
         protected.append(_real(shared) or str(shared))  # the account store: no agent plants or lifts a limit
     home_kept, home_hidden = ((), ())
@@ -316,4 +325,4 @@ def places_for(project: Path, state_dir: Path, heartbeat_dir: Path, log_dir: Pat
                                       [p for p in runs if p], writable=[p for p in own if p])
     return Places(proj, proj, home, tmpdir, visible, tuple(dict.fromkeys(protected)),
                   _real(heartbeat_dir) or str(heartbeat_dir), layers, git_writable, private, home_kept, home_hidden,
-                  hidden(env, tuple(p for p in (TMP, private, proj) if p)), allow)
+                  hidden(env, tuple(p for p in (TMP, private, proj) if p)), allow, code, code_open)

@@ -125,3 +125,16 @@ def test_a_keeper_whose_descriptor_is_not_the_lock_does_nothing(step, tmp_path):
         assert not keeper.armed and not step.layout.state_dir.exists()
     finally:
         os.close(other)
+
+
+@pytest.mark.fault(204)
+def test_a_prompt_copy_taken_after_the_snapshot_was_put_back_is_put_back_by_the_next_step(step, held):
+    """`rm -rf` of the state folder racing the watcher that made it again: the snapshot is back, a
+    prompt copy is not. The next step reads the run's settings as ever, never 'no prompt file'."""
+    from genesis.cli import Context
+
+    (step.layout.prompts_dir / "Builder.md").unlink()
+    cfg = Context(step.cfg.project, {}).run_config(RUN, started=True)
+    assert (step.layout.prompts_dir / "Builder.md").read_text() == "build it\n"
+    builder = [str(p.prompt_file) for p in cfg.phases if p.name == "Builder"]
+    assert builder == [str(step.layout.prompts_dir / "Builder.md")]

@@ -5,6 +5,8 @@ phase, a rewrite is recorded once with its safety ref and stops the loop unless 
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import subprocess
 
 import pytest
 from helpers.git import commit_file, git
@@ -14,7 +16,7 @@ from helpers.procs import lock_held
 from genesis import exitcodes
 from genesis.loop import safekeeping
 from genesis.loop.step import StepFailed
-from genesis.repo import safety
+from genesis.repo import history, refstore, safety
 from genesis.store.atomicio import write_json
 from genesis.store.layout import Layout
 
@@ -88,18 +90,46 @@ def test_safety_refs_the_agent_deletes_are_put_back_from_what_genesis_holds(proj
     assert any("put back" in msg for _, msg in said)
 
 
-def test_deleted_refs_and_a_prune_are_still_named_as_lost(project, step):
-    commit_file(project, "a.txt")
-    lost = git(project, "rev-parse", "--short=7", "HEAD").strip()
-    safekeeping.keep_at_start(step)
-    at_start = safekeeping.keep_at_phase(step, 1, "Builder")
+def agent_destroys_history(project) -> None:
+    """In one phase: the safety refs deleted, the branch reset, the reflog expired and gc pruning now."""
     delete_safety_refs(project)
     git(project, "reset", "-q", "--hard", "HEAD~1")
     git(project, "reflog", "expire", "--expire=now", "--all")
     git(project, "gc", "-q", "--prune=now")
+
+
+def exists(project, sha: str) -> bool:
+    return subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=project).returncode == 0
+
+
+@pytest.mark.fault(200)
+def test_deleted_refs_a_reset_and_gc_in_one_phase_lose_no_commit(project, step, said):
+    mine = commit_file(project, "a.txt")
+    safekeeping.keep_at_start(step)
+    at_start = safekeeping.keep_at_phase(step, 1, "Builder")
+    assert refstore.store_of(project).parent == step.layout.state_dir  # the store is in Genesis's state
+    agent_destroys_history(project)
+    assert not exists(project, mine)
     found = safekeeping.history_of(step, 1, "Builder", at_start)
-    assert found and all(c.kind == "rewritten" and c.lost == (lost,) for c in found)
-    assert all("git pruned the commit" in c.ref for c in found)
+    assert exists(project, mine)  # fetched back from Genesis's store, and kept by its ref again
+    assert git(project, "rev-parse", f"{safety.run_prefix(RUN)}/HEAD").strip() == mine
+    assert [(c.kind, c.lost) for c in found] == [("rewritten", (mine[:7],))]
+    assert "now at " + git(project, "rev-parse", "--short", "HEAD").strip() in history.describe(found[0])
+    assert any("put back" in msg for _, msg in said)
+
+
+@pytest.mark.fault(200)
+def test_a_commit_gone_from_the_store_too_is_named_as_lost(project, step):
+    commit_file(project, "a.txt")
+    lost = git(project, "rev-parse", "--short=7", "HEAD").strip()
+    safekeeping.keep_at_start(step)
+    at_start = safekeeping.keep_at_phase(step, 1, "Builder")
+    shutil.rmtree(refstore.store_of(project))  # without a box the agent reaches Genesis's state too
+    agent_destroys_history(project)
+    found = safekeeping.history_of(step, 1, "Builder", at_start)
+    assert found and all(c.kind == "lost" and c.lost == (lost,) for c in found)
+    said = [history.describe(c) for c in found]
+    assert all(f"pruned its commit {lost}" in line and "now at" not in line for line in said)
     assert safekeeping.stop_for(step, 1, "Builder", found) == exitcodes.HISTORY_REWRITTEN
 
 
@@ -134,3 +164,41 @@ def test_a_prune_that_meets_a_siblings_lock_leaves_the_start_going(project, step
     safekeeping.keep_at_start(step)  # no StepFailed: the run's own refs are written
     assert RUN in safety.runs_kept(project)
     assert any("older runs' safety refs were not pruned this time" in msg for kind, msg in said if kind == "warn")
+
+
+def with_remote(project, tmp_path) -> str:
+    """project with a bare remote `origin` its branch was pushed to; the branch's name."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(project, "remote", "add", "origin", str(remote))
+    commit_file(project, "a.txt")
+    main = branch_of(project)
+    git(project, "push", "-q", "origin", main)
+    return main
+
+
+@pytest.mark.fault(202)
+def test_a_remote_branch_the_agents_force_push_rewrote_is_named(project, step, tmp_path):
+    main = with_remote(project, tmp_path)
+    pushed = git(project, "rev-parse", "--short=7", "HEAD").strip()
+    safekeeping.keep_at_start(step)
+    at_start = safekeeping.keep_at_phase(step, 1, "Builder")
+    git(project, "push", "-q", "--force", "origin", f"HEAD~1:{main}")  # the local branch is left as it was
+    found = safekeeping.history_of(step, 1, "Builder", at_start)
+    assert [(c.kind, c.branch, c.lost) for c in found] == [("forced", f"origin/{main}", (pushed,))]
+    line = history.describe(found[0])
+    assert f"the remote branch origin/{main} was rewritten by a push of the phase" in line and pushed in line
+    assert git(project, "rev-parse", "--short=7", found[0].ref).strip() == pushed  # kept
+    assert safekeeping.stop_for(step, 1, "Builder", found) == exitcodes.HISTORY_REWRITTEN
+
+
+def test_a_rewrite_of_the_remote_by_someone_else_fetched_in_a_phase_is_not_the_agents(project, step, tmp_path):
+    main = with_remote(project, tmp_path)
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), str(other))
+    git(other, "reset", "-q", "--hard", "HEAD~1")
+    git(other, "push", "-q", "--force", "origin", main)
+    safekeeping.keep_at_start(step)
+    at_start = safekeeping.keep_at_phase(step, 1, "Builder")
+    git(project, "fetch", "-q", "origin")
+    assert safekeeping.history_of(step, 1, "Builder", at_start) == []

@@ -115,8 +115,10 @@ def test_committing_only_some_paths_leaves_out_the_secrets_among_them(project):
     assert git(project, "diff", "--cached", "--name-only").strip() == ""  # nothing left staged
 
 
-def test_a_file_not_scanned_within_the_budget_is_left_out(project):
-    (project / "work.txt").write_text("work\n")
+@pytest.mark.fault(207)
+def test_only_a_file_detect_secrets_must_scan_is_left_out_for_time_and_said(project):
+    (project / "work.txt").write_text("work\n")  # nothing any plugin could fire on: never left out for time
+    (project / "login.py").write_text("def check(password):\n    return bool(password)\n")  # a keyword: scanned
     result = commit(project, "phase", [], push=False, rules=Rules(10 * MB, budget=0))
-    assert not result.committed
-    assert reasons(result) == {"work.txt": "not checked for secrets within 0 s"}
+    assert result.committed and committed(project) == {"README.md", "work.txt"}
+    assert reasons(result) == {"login.py": "not checked for secrets within 0 s"}

@@ -118,3 +118,31 @@ def test_no_network_is_refused_where_the_box_cannot_take_it_away_and_said_where_
     mac = choose("auto", MAC, PLACES, "none")
     assert "(deny network-outbound (remote ip))" in mac.wrap(("a",))[2]
     assert "no network but the loopback" in mac.line()
+
+
+@pytest.mark.fault(203)
+def test_the_start_line_names_genesiss_code_a_box_leaves_writable():
+    code = ("/root/.pyenv/versions/3.11.7", "/opt/genesis/.venv", "/tmp/genesis/genesis")
+    places = Places("/p", "/p", "/root", None, (), ("/p/.git/genesis",), "/p/.git/genesis/heartbeats", code=code)
+    landlock = choose("landlock", NO_BWRAP, places)
+    assert landlock.code_open() == ("/root/.pyenv/versions/3.11.7", "/tmp/genesis/genesis")  # beneath HOME, /tmp
+    line = landlock.line()
+    assert "it CAN write Genesis's code at /root/.pyenv/versions/3.11.7, /tmp/genesis/genesis" in line
+    assert "/opt/genesis/.venv" not in line and "install bubblewrap" in line
+    assert landlock.record()["code_open"] == list(landlock.code_open())
+    safe = choose("landlock", NO_BWRAP, Places("/p", "/p", "/root", None, (), (), "/b", code=("/opt/g/.venv",)))
+    assert safe.code_open() == () and "Genesis's code is out of its write reach" in safe.line()
+    bwrap = choose("bwrap", ALL, places)
+    assert bwrap.code_open() == () and "CAN write Genesis's code" not in bwrap.line()
+    held = Places("/h/p", "/h/p", "/h", None, (), (), "/b", code=("/opt/g",), code_open=("/h",))
+    assert "it CAN write Genesis's code at /h," in choose("bwrap", ALL, held).line()
+
+
+@pytest.mark.fault(206)
+def test_landlock_says_a_tmux_or_screen_server_stays_reachable_from_its_box():
+    """Landlock scopes signals and abstract sockets (ABI 6) but not a socket file: the user's tmux
+    server (the README runs the loop in tmux) takes commands from the box. Said at the start."""
+    line = choose("landlock", NO_BWRAP, PLACES).line()
+    assert "a tmux or screen server's, which runs any command it is sent outside the box" in line
+    assert "Landlock cannot keep a socket file from it" in line
+    assert "tmux" not in choose("bwrap", ALL, PLACES).line()  # the private /tmp and /run/user: none reachable

@@ -3,6 +3,7 @@ the loop out of sight, a private /tmp."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -152,6 +153,11 @@ def test_as_root_a_box_that_kept_its_capabilities_could_unmount_it(project):
     (project / ".git" / "genesis" / "planted").unlink()
 
 
+def _nobody_sees(path: str) -> bool:
+    argv = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", "test", "-e", path)
+    return subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or MACHINE.bwrap is None or shutil.which("setpriv") is None,
                     reason="needs root (to become a normal user with setpriv) and bubblewrap")
 def test_as_a_normal_user_the_box_cannot_unmount_the_state_bind_either():
@@ -162,6 +168,9 @@ def test_as_a_normal_user_the_box_cannot_unmount_the_state_bind_either():
         project.mkdir()
         (base / "home").mkdir()
         places = _places(project)
+        # The code this root process runs from may lie where the normal user cannot go (root's pyenv):
+        # a normal user's Genesis runs from code it can read, so the box binds only such code here.
+        places = dataclasses.replace(places, protected=tuple(p for p in places.protected if _nobody_sees(p)))
         for path in (base / "home", project, *project.rglob("*")):
             os.chown(path, NOBODY, NOBODY)
         argv = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
@@ -175,3 +184,26 @@ def test_as_a_normal_user_the_box_cannot_unmount_the_state_bind_either():
         assert not (project / ".git" / "genesis" / "planted").exists()
     finally:
         shutil.rmtree(base)
+
+
+@pytest.mark.fault(203)
+@needs_bwrap
+def test_in_the_box_the_base_interpreter_and_site_dirs_are_read_only(project):
+    """A sitecustomize.py in the base interpreter's stdlib, a .pth in the venv's site-packages:
+    each would run in every later Genesis process, outside the box."""
+    import site
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    targets = [stdlib / f"sitecustomize-{project.parent.name}.py"]
+    targets += [Path(p).resolve() / f"planted-{project.parent.name}.pth" for p in site.getsitepackages()
+                if Path(p).is_dir()]
+    act = "; ".join(f"echo 'import os' > {t} 2>/dev/null; echo $?" for t in targets)
+    try:
+        done = subprocess.run(bwrap_argv(MACHINE.bwrap, _places(project), ("sh", "-c", act), root=MACHINE.root),
+                              cwd=project, capture_output=True, text=True, timeout=30)
+        assert not any(t.exists() for t in targets)
+    finally:
+        for t in targets:
+            t.unlink(missing_ok=True)
+    assert len(done.stdout.split()) == len(targets) >= 2 and "0" not in done.stdout.split(), done.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import genesis
@@ -19,6 +20,10 @@ def _places(project: Path, env: dict, argv=("sh",), package: Path = PACKAGE):
                       project / "orchestrator" / "genesis.conf", package, argv, env)
 
 
+def _covers(top: str, path: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
 def test_state_conf_and_code_are_protected_and_the_beats_stay_writable(project):
     conf = project / "orchestrator" / "genesis.conf"
     conf.parent.mkdir()
@@ -26,7 +31,8 @@ def test_state_conf_and_code_are_protected_and_the_beats_stay_writable(project):
     places = _places(project, {"PATH": os.environ["PATH"], "HOME": str(project.parent / "home")})
     real = os.path.realpath(project)
     assert places.protected[:2] == (f"{real}/.git/genesis", f"{real}/orchestrator/genesis.conf")
-    assert str(PACKAGE) in places.protected
+    code = (PACKAGE, Path(sys.prefix), Path(sys.base_prefix))  # the package, its venv, the base interpreter
+    assert all(any(_covers(p, str(c.resolve())) for p in places.protected) for c in code)
     assert places.beats == f"{real}/.git/genesis/heartbeats"
 
 
