@@ -20,6 +20,7 @@ from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.claims import (EVIDENCE_EVENT, FAILED, REOPENED_EVENT, CheckRun, Verdict, evidence_of, judge,
                                  unproven)
 from genesis.loop.sandboxing import box_for
+from genesis.sandbox.network import serving
 from genesis.loop.step import Step, StepFailed, agent_env, ledger_of
 from genesis.procs.bounded import run_bounded
 from genesis.procs.markers import markers_for
@@ -94,7 +95,9 @@ def _run(step: Step, kind: str, command: str, env: Mapping[str, str]) -> CheckRu
         signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the watcher's blocked stop signals are not the check's
         box.in_child()
 
-    ran = run_bounded(box.wrap(argv), step.cfg.project, env, step.cfg.check_timeout, OUTPUT_KEEP, preexec=in_child)
+    with serving(box) as (served, _proxy):  # the allow-list's proxy for the check too
+        ran = run_bounded(served.wrap(argv), step.cfg.project, {**env, **served.proxy_env()}, step.cfg.check_timeout,
+                          OUTPUT_KEEP, preexec=in_child)
     tail = tail_of(ran.output.decode("utf-8", "replace"), TAIL_LINES, TAIL_BYTES, env)
     return CheckRun(kind, command, ran.exit_code, ran.seconds, tuple(tail), ran.timed_out, ran.error)
 
