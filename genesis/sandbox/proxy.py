@@ -123,6 +123,7 @@ class Proxy:
         if self.open >= self.bounds.connections:
             await self._close(writer, _reply("503 Service Unavailable", "too many connections through the box's "
                                                                         "proxy at once"))
+            writer.close()
             return
         self.open += 1
         try:
@@ -236,6 +237,7 @@ class Running:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
+        self._loop.set_exception_handler(lambda loop, context: None)  # a box's broken connection is no news
         server = self._loop.run_until_complete(asyncio.start_unix_server(
             self.proxy.handle, sock=self._listener, limit=self.proxy.bounds.head_bytes))
         self._ready.set()
