@@ -42,7 +42,8 @@ from genesis.repo.phasekeys import TRAILER, trailer_value
 from genesis.repo.signing import unsigned_for
 from genesis.sandbox.box import Box
 from genesis.sandbox.network import serving
-from genesis.sandbox.proxy import Refused
+from genesis.sandbox.refused import EVENT as REFUSED_EVENT
+from genesis.sandbox.refused import Refused, refused_line
 from genesis.store.atomicio import DiskFull
 from genesis.watch.evidence import transcript_tail
 from genesis.watch.supervisor import AgentRun, Limits, Outcome, supervise
@@ -222,14 +223,10 @@ def _watch(step: Step, phase: Phase, iteration: int, attempt: Attempt) -> Outcom
 
 def _note_refused(step: Step, phase: str, iteration: int, refused: tuple[Refused, ...]) -> None:
     """What the box's proxy refused in this phase (host, port, count), said and recorded."""
-    if not refused:
-        return
-    total = sum(r.count for r in refused)
-    step.say(f"{phase}: the box's network refused {total} connection(s): "
-             f"{', '.join(r.said() for r in refused[:8])}{' ...' if len(refused) > 8 else ''} "
-             f"(GENESIS_NETWORK_ALLOW adds a host)", "warn")
-    step.event("network_refused", iteration=iteration, phase=phase, total=total,
-               refused=[[r.host, r.port, r.count] for r in refused])
+    if refused:
+        step.say(f"{phase}: {refused_line(refused)}", "warn")
+        step.event(REFUSED_EVENT, iteration=iteration, phase=phase, total=sum(r.count for r in refused),
+                   refused=[[r.host, r.port, r.count] for r in refused])
 
 
 def _supervised(step: Step, phase: Phase, iteration: int, attempt: Attempt) -> Outcome:

@@ -27,6 +27,7 @@ from typing import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from genesis.sandbox.allowlist import Allowlist, is_loopback
+from genesis.sandbox.refused import Refused, Refusals
 
 __all__ = ["Bounds", "Refusals", "Proxy", "Running", "start", "Refused"]
 
@@ -44,41 +45,6 @@ class Bounds:
     connect_seconds: float = 30.0
     idle_seconds: float = 900.0    # a tunnel with no byte either way this long is closed
     kinds: int = 64                # distinct (host, port) refusals kept; the rest counted as one
-
-
-@dataclass(frozen=True)
-class Refused:
-    host: str
-    port: int
-    count: int
-
-    def said(self) -> str:
-        return f"{self.host}:{self.port}" + (f" x{self.count}" if self.count > 1 else "")
-
-
-class Refusals:
-    """What was refused, (host, port) -> count, bounded: past `kinds` distinct ones, a refusal
-    counts under the host `(others)`. Read from another thread."""
-
-    OTHERS = "(others)"
-
-    def __init__(self, kinds: int = 64):
-        self.kinds = kinds
-        self._counts: dict[tuple[str, int], int] = {}
-        self._lock = threading.Lock()
-
-    def add(self, host: str, port: int) -> None:
-        key = (host[:255], port)
-        with self._lock:
-            if key not in self._counts and len(self._counts) >= self.kinds:
-                key = (self.OTHERS, 0)
-            self._counts[key] = self._counts.get(key, 0) + 1
-
-    def items(self) -> tuple[Refused, ...]:
-        """Most refused first."""
-        with self._lock:
-            counts = dict(self._counts)
-        return tuple(Refused(h, p, n) for (h, p), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 async def _resolve(host: str, port: int) -> list[str]:

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from genesis.agents import adapter_named
-from genesis.sandbox import proxy
+from genesis.sandbox import proxy, refused as refused_mod
 from genesis.sandbox.allowlist import Allowlist, AllowlistError, entry_of_url, is_loopback, parse_entries
 from genesis.sandbox.nethosts import default_allowlist, remote_hosts
 
@@ -83,7 +83,7 @@ def test_codex_passes_its_custom_providers_env_key_and_allows_its_base_url(tmp_p
 
 
 def test_refusals_are_counted_per_host_and_port_and_bounded():
-    refusals = proxy.Refusals(kinds=2)
+    refusals = refused_mod.Refusals(kinds=2)
     for host, port in (("a.example", 443), ("a.example", 443), ("b.example", 80), ("c.example", 443),
                        ("d.example", 443)):
         refusals.add(host, port)
