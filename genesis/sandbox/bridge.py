@@ -8,17 +8,17 @@ works unchanged), then forks a server and execs the agent's command in its own p
 
 Why it execs: the agent keeps the process the box started (the same pid, the same place in
 the tree the watcher judges), gets every signal sent to it directly, and its exit code is the
-box's. The server is a grandchild, adopted by the box's init: it takes the session's stop
-signals to no end (it ignores them) and dies with the box when the agent ends. Standalone on
-purpose (the standard library alone, run with `python -I -S`): nothing of Genesis is imported
-into the box, and it starts in a few milliseconds.
+box's. The server is a grandchild, adopted by the box's init: it ignores the session's stop
+signals and dies with the box when the agent ends (and, should it outlive it, goes within a
+second of the agent). Standalone on purpose (the standard library alone, run with
+`python -I -S`, asyncio imported only by the server): nothing of Genesis is imported into the
+box, and the agent is exec'd after little more than the interpreter's start.
 
 Usage: bridge.py SOCKET PROXY_PORT FORWARDED_PORTS(comma separated, or -) -- COMMAND...
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
@@ -47,7 +47,7 @@ def _listen(port: int) -> list[socket.socket]:
     return found
 
 
-async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+async def _pump(src, dst) -> None:
     try:
         while True:
             data = await src.read(65536)
@@ -61,9 +61,10 @@ async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
         dst.close()
 
 
-async def _tunnel(path: str, port: int | None, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _tunnel(path: str, port: int | None, reader, writer) -> None:
     """One connection to the proxy: as it is (the proxy port), or through a CONNECT to the
     host's loopback at the same port (a forwarded port)."""
+    import asyncio
     try:
         up_r, up_w = await asyncio.open_unix_connection(path)
     except OSError:
@@ -83,15 +84,24 @@ async def _tunnel(path: str, port: int | None, reader: asyncio.StreamReader, wri
         writer.close()
 
 
-async def _serve(path: str, listeners: list[tuple[socket.socket, int | None]]) -> None:
+async def _serve(path: str, listeners: list[tuple[socket.socket, int | None]], agent: int) -> None:
+    import asyncio
     for sock, port in listeners:
         await asyncio.start_server(lambda r, w, p=port: _tunnel(path, p, r, w), sock=sock, limit=HEAD_MOST)
-    await asyncio.Event().wait()
+    while True:  # the box ends with the agent; should it not, the bridge goes when the agent is gone
+        await asyncio.sleep(1.0)
+        try:
+            os.kill(agent, 0)
+        except ProcessLookupError:
+            return
+        except OSError:
+            continue
 
 
-def _server(path: str, listeners: list[tuple[socket.socket, int | None]]) -> None:
+def _server(path: str, listeners: list[tuple[socket.socket, int | None]], agent: int) -> None:
     """The grandchild: no stdio of the agent's held open (its watcher reads the agent's output
-    to its end), deaf to the session's signals."""
+    to its end), deaf to the session's signals; asyncio imported here, not before the agent."""
+    import asyncio
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE):
         signal.signal(signum, signal.SIG_IGN)
     null = os.open(os.devnull, os.O_RDWR)
@@ -104,7 +114,7 @@ def _server(path: str, listeners: list[tuple[socket.socket, int | None]]) -> Non
             os.closerange(low, fd)
             low = fd + 1
     os.closerange(low, 4096)
-    asyncio.run(_serve(path, listeners))
+    asyncio.run(_serve(path, listeners, agent))
 
 
 def main(argv: list[str]) -> int:
@@ -119,11 +129,12 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         sys.stderr.write(f"genesis: the box's network bridge cannot listen ({exc})\n")
         return 126
+    agent = os.getpid()  # the agent's, once this process execs it
     child = os.fork()
     if child == 0:
         try:
             if os.fork() == 0:
-                _server(path, listeners)
+                _server(path, listeners, agent)
         finally:
             os._exit(0)
     os.waitpid(child, 0)

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -167,3 +168,21 @@ def test_with_no_proxy_running_the_allowlisted_box_has_no_way_out(tmp_path, host
     box, env, project = allowlisted(tmp_path, f"127.0.0.1:{host_service}")
     done = run_in(box, env, project, f"echo $({CODE} http://127.0.0.1:{host_service}/)")
     assert done.stdout.strip() == "000", done
+
+
+def test_the_bridge_run_outside_a_box_goes_when_its_agent_is_gone():
+    # In the box it dies with the box; should it ever outlive the agent, it does not stay.
+    with socket.socket() as probe_port:
+        probe_port.bind(("127.0.0.1", 0))
+        port = probe_port.getsockname()[1]
+    done = subprocess.run([sys.executable, "-I", "-S", network.BRIDGE, "/nonexistent/proxy.sock", str(port), "-",
+                           "--", "sh", "-c", "exit 3"], timeout=30)
+    assert done.returncode == 3
+
+    def listening() -> bool:
+        with socket.socket() as client:
+            return client.connect_ex(("127.0.0.1", port)) == 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and listening():
+        time.sleep(0.1)
+    assert not listening()
