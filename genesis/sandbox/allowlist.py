@@ -55,6 +55,8 @@ class Entry:
     def matches(self, host: str, port: int) -> bool:
         if port not in self.ports:
             return False
+        if is_loopback(self.host):  # localhost:4010 and 127.0.0.1:4010 are one service (the bridge asks for the latter)
+            return is_loopback(host)
         if self.host.startswith("*."):
             return host.endswith(self.host[1:])
         return host == self.host

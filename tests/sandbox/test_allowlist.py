@@ -30,6 +30,7 @@ def test_a_host_passes_on_its_ports_and_a_domain_covers_the_names_below_it():
     assert allow.allows("127.0.0.1", 5432) and not allow.allows("127.0.0.1", 5433)
     assert allow.allows("api.example.com", 8443) and not allow.allows("api.example.com", 443)
     assert allow.loopback_ports() == (5432,)
+    assert listed("localhost:4010").allows("127.0.0.1", 4010) and listed("127.0.0.1:4010").allows("localhost", 4010)
 
 
 @pytest.mark.parametrize("value", ["localhost", "127.0.0.1", "[::1]", "0.0.0.0"])
