@@ -77,8 +77,9 @@ def registry() -> http.server.ThreadingHTTPServer:
                 body, kind = whl, "application/octet-stream"
             elif self.path == "/tinypkg":
                 dist = {"tarball": f"{base}/tinypkg/-/tinypkg-1.0.0.tgz", "shasum": hashlib.sha1(tgz).hexdigest()}
+                version = {"name": "tinypkg", "version": "1.0.0", "dist": dist}
                 body = json.dumps({"name": "tinypkg", "dist-tags": {"latest": "1.0.0"},
-                                   "versions": {"1.0.0": {"name": "tinypkg", "version": "1.0.0", "dist": dist}}}).encode()
+                                   "versions": {"1.0.0": version}}).encode()
                 kind = "application/json"
             elif self.path == "/tinypkg/-/tinypkg-1.0.0.tgz":
                 body, kind = tgz, "application/octet-stream"
