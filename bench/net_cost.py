@@ -80,7 +80,7 @@ def run(runs: int = 20, requests: int = 100) -> list[Row]:
             closed = choose("bwrap", machine, places, "none")
             listed = choose("bwrap", machine, places, "allowlist", allowed)
             boxed_env = {**env, **listed.proxy_env()}
-            host, none, proxied = [], [], []
+            host, none, proxied, alone = [], [], [], []
             for _ in range(runs):  # interleaved, so machine noise hits every case alike
                 host.append(_timed(opened.wrap(("true",)), project, env))
                 none.append(_timed(closed.wrap(("true",)), project, env))
@@ -89,6 +89,10 @@ def run(runs: int = 20, requests: int = 100) -> list[Row]:
                     subprocess.run(served.wrap(("true",)), cwd=project, env=boxed_env, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, check=True)
                 proxied.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
+                with network.serving(listed):
+                    pass
+                alone.append((time.perf_counter() - start) * 1000)
             timer = (PY, "-c", REQUEST_TIMER, url, str(requests))
             direct = subprocess.run((*timer, "direct"), env=env, capture_output=True, check=True, text=True)
             with network.serving(listed) as (served, _proxy):
@@ -104,7 +108,8 @@ def run(runs: int = 20, requests: int = 100) -> list[Row]:
             Row("net: box launch of true, no network", "ms", tuple(none), baseline=base,
                 ratio=statistics.median(none) / statistics.median(host)),
             Row("net: box launch of true, allow-list (proxy + bridge)", "ms", tuple(proxied), baseline=base,
-                ratio=statistics.median(proxied) / statistics.median(host), note="added to every phase start")]
+                ratio=statistics.median(proxied) / statistics.median(host), note="added to every phase start"),
+            Row("net: of which the proxy started and stopped", "ms", tuple(alone))]
     times = {name: tuple(float(t) for t in done.stdout.split()) for name, done in
              (("direct", direct), ("proxy", through), ("forwarded", forwarded))}
     req = "net: a GET on the host's loopback, directly outside the box"
