@@ -13,8 +13,8 @@ from genesis.agents import Adapter, adapter_of
 from genesis.config import CONFIG_FILE
 from genesis.loop.step import Step, StepFailed
 from genesis.sandbox.box import ALLOW_NET, Box, Unavailable, choose
-from genesis.sandbox.nethosts import default_allowlist
 from genesis.sandbox.detect import probe
+from genesis.sandbox.nethosts import default_allowlist
 from genesis.sandbox.places import places_for
 from genesis.store.accounts import AccountStore, StoreUnusable, root_of
 

@@ -20,7 +20,6 @@ from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.claims import (EVIDENCE_EVENT, FAILED, REOPENED_EVENT, CheckRun, Verdict, evidence_of, judge,
                                  unproven)
 from genesis.loop.sandboxing import box_for
-from genesis.sandbox.network import serving
 from genesis.loop.step import Step, StepFailed, agent_env, ledger_of
 from genesis.procs.bounded import run_bounded
 from genesis.procs.markers import markers_for
@@ -28,6 +27,7 @@ from genesis.repo.autocommit import commit
 from genesis.repo.phasework import Before
 from genesis.repo.signing import unsigned_for
 from genesis.repo.tasks import DONE, OPEN, TASKS_FILE, read_tasks, reopened, same_text
+from genesis.sandbox.network import serving
 from genesis.store.atomicio import write_text
 from genesis.store.layout import Layout
 from genesis.watch.evidence import tail_of
