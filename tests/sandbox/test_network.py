@@ -73,6 +73,7 @@ def test_an_allowed_host_is_reached_and_every_other_one_is_refused_and_counted(t
     box, env, project = allowlisted(tmp_path, f"127.0.0.1:{allowed}")
     script = (f"echo direct=$({CODE} http://127.0.0.1:{allowed}/)\n"            # a forwarded port, as a base URL is
               f"echo proxied=$({CODE} --noproxy '' http://127.0.0.1:{allowed}/)\n"
+              f"echo tunnelled=$({CODE} --noproxy '' --proxytunnel http://127.0.0.1:{allowed}/)\n"  # CONNECT
               f"echo named=$({CODE} http://example.invalid/)\n"
               f"{CODE} https://blocked.invalid/ >/dev/null; echo tunnel=$?\n"
               f"echo host_direct=$({CODE} http://127.0.0.1:{other}/)\n"
@@ -84,9 +85,9 @@ def test_an_allowed_host_is_reached_and_every_other_one_is_refused_and_counted(t
             done = run_in(served, env, project, script)
             refused = {(r.host, r.port): r.count for r in proxy.refused()}
         lines = done.stdout.splitlines()
-        assert lines[:6] == ["direct=200", "proxied=200", "named=403", "tunnel=56", "host_direct=000",
-                             "host_proxied=403"], done
-        assert lines[6] == "urllib HTTP Error 403: Forbidden", done
+        assert lines[:7] == ["direct=200", "proxied=200", "tunnelled=200", "named=403", "tunnel=56",
+                             "host_direct=000", "host_proxied=403"], done
+        assert lines[7] == "urllib HTTP Error 403: Forbidden", done
         assert refused == {("example.invalid", 80): 1, ("blocked.invalid", 443): 1, ("127.0.0.1", other): 1,
                            ("pypi.invalid", 80): 1}
         with pytest.raises(BlockingIOError):
