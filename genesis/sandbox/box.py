@@ -153,7 +153,7 @@ class Box:
 
     def proxy_env(self) -> dict[str, str]:
         """allowlist: the variables naming the box's only way out (its bridge to the proxy)."""
-        return net.proxy_env() if self.network == ALLOW_NET else {}
+        return net.proxy_env(net.proxy_port(self.allowed)) if self.network == ALLOW_NET else {}
 
     def record(self) -> dict:
         """The ledger event's fields."""

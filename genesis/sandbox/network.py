@@ -21,7 +21,7 @@ from typing import Iterator
 from genesis.sandbox import proxy
 from genesis.sandbox.allowlist import Allowlist
 
-__all__ = ["ALLOWLIST", "PROXY_PORT", "BOX_DIR", "proxy_env", "bridge_argv", "serving", "PROXY_VARS"]
+__all__ = ["ALLOWLIST", "PROXY_PORT", "BOX_DIR", "proxy_env", "proxy_port", "bridge_argv", "serving", "PROXY_VARS"]
 
 ALLOWLIST = "allowlist"
 PROXY_PORT = 3128
@@ -29,6 +29,12 @@ BOX_DIR = "/tmp/.genesis-net"
 BRIDGE = str(Path(__file__).resolve().with_name("bridge.py"))
 NO_PROXY = "localhost,127.0.0.1,::1"
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+def proxy_port(allowed: Allowlist | None) -> int:
+    """The box's proxy port: PROXY_PORT, or the next one a forwarded port (a base URL) does not take."""
+    taken = set(allowed.loopback_ports()) if allowed is not None else set()
+    return next(p for p in range(PROXY_PORT, PROXY_PORT + 1 + len(taken)) if p not in taken)
 
 
 def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
@@ -39,9 +45,9 @@ def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
 
 def bridge_argv(allowed: Allowlist, command: tuple[str, ...]) -> tuple[str, ...]:
     """The command the box runs: the bridge, which then execs `command`."""
-    forwards = ",".join(str(p) for p in allowed.loopback_ports() if p != PROXY_PORT) or "-"
-    return (sys.executable, "-I", "-S", BRIDGE, f"{BOX_DIR}/{proxy.SOCKET_NAME}", str(PROXY_PORT), forwards, "--",
-            *command)
+    forwards = ",".join(str(p) for p in allowed.loopback_ports()) or "-"
+    return (sys.executable, "-I", "-S", BRIDGE, f"{BOX_DIR}/{proxy.SOCKET_NAME}", str(proxy_port(allowed)), forwards,
+            "--", *command)
 
 
 @contextlib.contextmanager

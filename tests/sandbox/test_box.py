@@ -136,6 +136,9 @@ def test_the_allow_list_is_bubblewraps_and_a_weaker_box_says_it_leaves_the_hosts
     assert env["HTTPS_PROXY"] == env["https_proxy"] == env["http_proxy"] == "http://127.0.0.1:3128"
     assert env["NO_PROXY"] == "localhost,127.0.0.1,::1"
     assert boxed.record()["allowed"] == ["api.anthropic.com", "127.0.0.1:4010"]
+    # A base URL on the proxy's own port (a local gateway on 3128): the proxy takes the next one.
+    gateway = choose("auto", ALL, PLACES, "allowlist", Allowlist.of(parse_entries("127.0.0.1:3128")))
+    assert gateway.environment({"PATH": "/usr/bin"}, ())[0]["HTTPS_PROXY"] == "http://127.0.0.1:3129"
     for setting, machine in (("auto", NO_BWRAP), ("auto", BARE), ("auto", MAC), ("off", ALL)):
         weaker = choose(setting, machine, PLACES, "allowlist", allowed)
         assert (weaker.network, weaker.network_wanted) == ("open", "allowlist")
