@@ -24,6 +24,7 @@ import killtime  # noqa: E402
 import ledger_cost  # noqa: E402
 import loop_overhead  # noqa: E402
 import morning_cost  # noqa: E402
+import net_cost  # noqa: E402
 import night  # noqa: E402
 import reap_cost  # noqa: E402
 import silences  # noqa: E402
@@ -67,6 +68,7 @@ def main() -> int:
         ("11. the box", lambda: box_cost.run(10 if quick else 30, 60 if quick else 200)),
         ("12. the morning", lambda: morning_cost.run(5 if quick else 10)),
         ("13. the hang classes", lambda: silences.run(((1.0, 5.0, 3.0, 3 if quick else 5),))),
+        ("14. the box's network", lambda: net_cost.run(10 if quick else 30, 100 if quick else 300)),
     ]
     only = next((a.split("=", 1)[1] if "=" in a else sys.argv[sys.argv.index(a) + 1]
                  for a in sys.argv[1:] if a.startswith("--only")), None)

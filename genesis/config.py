@@ -27,6 +27,7 @@ from genesis.phases import BUILTIN_PROMPTS, NAME_RE, DoneRule, Phase, Trigger, p
 from genesis.procs.memory import auto_cap, parse_size
 from genesis.repo.phasekeys import check_key
 from genesis.sandbox.box import CHOICES as SANDBOX_CHOICES
+from genesis.sandbox.allowlist import AllowlistError, Entry, parse_entries
 from genesis.sandbox.box import NETWORKS
 from genesis.sandbox.home import AllowError, Allowed, parse_allow
 from genesis.store.atomicio import CorruptFile, TooLarge, quarantine, read_bytes, read_json
@@ -125,9 +126,14 @@ KNOBS: tuple[Knob, ...] = (
          "tmpfs charged to it). The agent's tree is the OOM killer's first choice either way"),
     Knob("GENESIS_AGENT_PIDS_MAX", "4096", "a cap on the agent tree's processes and threads (pids.max of its "
          "cgroup, where writable): a fork bomb meets it and the phase goes on to its end; 0: no cap"),
-    Knob("GENESIS_NETWORK", "open", "the agent's network: open (the host's, loopback services included) or none "
-         "(bubblewrap: a network namespace of its own, its loopback alone; Seatbelt: the loopback alone; refused "
-         "in a box that cannot, exit 29). An allow-list through a proxy is not built yet"),
+    Knob("GENESIS_NETWORK", "allowlist", "the agent's network: allowlist (bubblewrap: a network namespace of its "
+         "own, its loopback its own, and out only through Genesis's proxy to the agent CLI's API hosts, the package "
+         "registries, the project's git remotes and GENESIS_NETWORK_ALLOW; each refusal recorded; a weaker box leaves "
+         "the host's network, said at start), open (the host's, loopback services included) or none (bubblewrap: "
+         "its loopback alone; Seatbelt: the loopback alone; refused in a box that cannot, exit 29)"),
+    Knob("GENESIS_NETWORK_ALLOW", "", "hosts the box's proxy lets the agent reach beyond the defaults "
+         "(GENESIS_NETWORK=allowlist): host, host:port or *.domain, separated by commas (a host alone: ports 80 "
+         "and 443); a loopback address needs its port (e.g. api.example.com,*.internal.example,127.0.0.1:5432)"),
     Knob("GENESIS_BOX_ALLOW", "", "what the box gives the agent beyond its private HOME: paths separated by "
          "commas, each PATH, PATH:ro or PATH:rw (read-only unless :rw; absolute or ~/...), a socket included "
          "(e.g. ~/.config/mytool:ro,~/.cache/mytool:rw); `~:rw` gives back all of HOME"),
@@ -354,7 +360,8 @@ class Config:
     check_timeout: float                  # seconds; GENESIS_CHECK_TIMEOUT
     settings: Mapping[str, Setting] = field(compare=False)  # what each value was, and where it came from
     box_allow: tuple[Allowed, ...] = ()   # GENESIS_BOX_ALLOW's paths
-    network: str = "open"                 # GENESIS_NETWORK: open or none
+    network: str = "allowlist"            # GENESIS_NETWORK: allowlist, open or none
+    network_allow: tuple[Entry, ...] = ()  # GENESIS_NETWORK_ALLOW's hosts
     agent_pids_max: int | None = None     # GENESIS_AGENT_PIDS_MAX; None: no cap
 
 
@@ -701,6 +708,7 @@ def build(project: Path, s: Mapping[str, Setting]) -> Config:
         check_timeout=span("GENESIS_CHECK_TIMEOUT", 1),
         box_allow=_box_allow(s),
         network=_network(s),
+        network_allow=_network_allow(s),
         agent_pids_max=int(clamped("GENESIS_AGENT_PIDS_MAX", 0, 1 << 22)) or None,
     )
 
@@ -790,13 +798,18 @@ def _shared_state_dir(s: Mapping[str, Setting]) -> str:
 
 def _network(s: Mapping[str, Setting]) -> str:
     value = s["GENESIS_NETWORK"].value.strip().lower()
-    if value == "allowlist":
-        raise ConfigError(f"GENESIS_NETWORK=allowlist ({s['GENESIS_NETWORK'].source}): not built yet; set open (the "
-                          f"host's network) or none (no network but the box's own loopback)")
     if value not in NETWORKS:
         raise ConfigError(f"GENESIS_NETWORK={s['GENESIS_NETWORK'].value!r} ({s['GENESIS_NETWORK'].source}): expected "
-                          f"open or none")
+                          f"allowlist, open or none")
     return value
+
+
+def _network_allow(s: Mapping[str, Setting]) -> tuple[Entry, ...]:
+    setting = s["GENESIS_NETWORK_ALLOW"]
+    try:
+        return parse_entries(setting.value)
+    except AllowlistError as exc:
+        raise ConfigError(f"GENESIS_NETWORK_ALLOW ({setting.source}): {exc}") from None
 
 
 def _box_allow(s: Mapping[str, Setting]) -> tuple[Allowed, ...]:

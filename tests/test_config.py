@@ -80,6 +80,7 @@ READ = {
     "GENESIS_AGENT_PIDS_MAX": (lambda c: c.agent_pids_max, int),
     "GENESIS_BOX_ALLOW": (lambda c: c.box_allow, lambda d: ()),
     "GENESIS_NETWORK": (lambda c: c.network, str),
+    "GENESIS_NETWORK_ALLOW": (lambda c: c.network_allow, lambda d: ()),
     "GENESIS_ALLOW_HISTORY_REWRITE": (lambda c: c.allow_history_rewrite, yes),
     "GENESIS_UNTRACKED_COPY_MAX_MB": (lambda c: c.untracked_copy_max, lambda t: int(t) << 20),
     "GENESIS_COMMIT_MAX_FILE_MB": (lambda c: c.commit_max_file, lambda t: int(t) << 20),
@@ -483,6 +484,13 @@ def test_the_box_and_the_memory_cap(project, env, held):
     assert (cfg.sandbox, cfg.agent_memory_max) == held
 
 
+def test_the_network_allow_list_reads_hosts_ports_and_domains(project):
+    cfg = resolve(project, env={"GENESIS_NETWORK_ALLOW": "API.example.com, *.corp.example 127.0.0.1:5432,[::1]:8080"})
+    assert [(e.host, e.ports) for e in cfg.network_allow] == [
+        ("api.example.com", (80, 443)), ("*.corp.example", (80, 443)), ("127.0.0.1", (5432,)), ("::1", (8080,))]
+    assert resolve(project, env={}).network == "allowlist"
+
+
 def test_the_box_allow_list_reads_modes_and_home(project, monkeypatch):
     monkeypatch.setenv("HOME", "/home/u")
     cfg = resolve(project, env={"GENESIS_BOX_ALLOW": "~/.kube:ro, /var/run/docker.sock:rw,/opt/x:y:rw, ~/.m"})
@@ -496,8 +504,10 @@ def test_the_box_allow_list_reads_modes_and_home(project, monkeypatch):
     ({"GENESIS_BOX_ALLOW": "~/.kube:rx"}, "unknown mode 'rx'; write PATH:ro .read-only. or PATH:rw"),
     ({"GENESIS_BOX_ALLOW": "/opt/a:rw,relative/b"}, "'relative/b': not an absolute path"),
     ({"GENESIS_AGENT_PIDS_MAX": "-1"}, "GENESIS_AGENT_PIDS_MAX"),
-    ({"GENESIS_NETWORK": "allowlist"}, "not built yet; set open .the host's network. or none"),
-    ({"GENESIS_NETWORK": "wifi"}, "expected open or none"),
+    ({"GENESIS_NETWORK": "wifi"}, "expected allowlist, open or none"),
+    ({"GENESIS_NETWORK_ALLOW": "api.example.com,127.0.0.1"}, "'127.0.0.1': a loopback address .* name the one port"),
+    ({"GENESIS_NETWORK_ALLOW": "api.example.com:https"}, "the port after ':' must be a number"),
+    ({"GENESIS_NETWORK_ALLOW": "example.com/api"}, "expected a host name, an address, or ..domain"),
 ])
 def test_a_bad_box_or_memory_cap_is_refused(project, env, message):
     with pytest.raises(ConfigError, match=message):

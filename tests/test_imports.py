@@ -23,6 +23,9 @@ COMMAND_BOUNDARY = f"{PACKAGE}.cli"
 ALLOWED_LAZY: dict[tuple[str, str], str] = {
     ("genesis.agents", "importlib.import_module"):
         "the adapter registry imports only the adapter of the CLI the loop runs (ADAPTERS)",
+    ("genesis.sandbox.bridge", "asyncio"):
+        "the box's bridge runs before the agent: only its server, after the fork, imports asyncio, so the agent's "
+        "exec waits for none of it",
 }
 
 

@@ -249,6 +249,10 @@ class Aider(Adapter):
     hook_required = False
     # No folder of its own: its keys come from the environment (or a .env aider reads itself).
     key_vars = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY", "DEEPSEEK_API_KEY")
+    api_hosts = ("api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com", "openrouter.ai",
+                 "api.deepseek.com")
+    base_url_vars = ("OPENAI_API_BASE", "AIDER_OPENAI_API_BASE", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
+                     "AIDER_ANTHROPIC_API_BASE", "OPENROUTER_API_BASE")
     install = "pipx install aider-chat"
 
     def box_paths(self, env: Mapping[str, str]) -> tuple[Path, ...]:

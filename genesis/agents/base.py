@@ -176,6 +176,16 @@ def _filled(path: "Path") -> bool:
         return False
 
 
+def read_config(path: "Path", most: int = 1 << 20) -> str | None:
+    """A CLI's own config file's text, at most `most` bytes (a larger one is not read), or None."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(most + 1)
+    except (OSError, ValueError):
+        return None
+    return data.decode("utf-8", "replace") if len(data) <= most else None
+
+
 def last_line(text: str) -> str:
     return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
 
@@ -197,6 +207,8 @@ class Adapter:
     install = ""                 # the command that installs the CLI
     login_command = ""           # the command that logs it in
     login_files: tuple[str, ...] = ()  # files in its own folder (home) that hold a login
+    api_hosts: tuple[str, ...] = ()  # where its API and login are reached: the box's allow-list (allowlist.py)
+    base_url_vars: tuple[str, ...] = ()  # variables that point it at another API endpoint, allowed too
 
     @property
     def hooks(self) -> "HookSpec | None":
@@ -218,6 +230,15 @@ class Adapter:
         config and login) and any other file it keeps there. Its key variables pass too."""
         home = self.home(env)
         return (home,) if home is not None else ()
+
+    def network_hosts(self, env: "Mapping[str, str]") -> "tuple[str, ...]":
+        """What the box's allow-list lets the CLI reach: its API hosts, and the URL each of its
+        base-URL variables names (a stub or a gateway it is configured with)."""
+        return self.api_hosts + tuple(env[name] for name in self.base_url_vars if env.get(name))
+
+    def box_keys(self, env: "Mapping[str, str]") -> "tuple[str, ...]":
+        """The variables holding its key that pass into the box: its key variables."""
+        return self.key_vars
 
     def account(self, env: "Mapping[str, str]") -> Account:
         """The account a run with this environment uses: a usage limit belongs to it."""

@@ -212,6 +212,8 @@ class QwenCode(Adapter):
     hooks = QWEN_HOOKS
     home_var = "QWEN_HOME"
     key_vars = ("OPENAI_API_KEY", "DASHSCOPE_API_KEY")
+    api_hosts = ("dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com", "chat.qwen.ai", "portal.qwen.ai")
+    base_url_vars = ("OPENAI_BASE_URL",)
     install = "npm install -g @qwen-code/qwen-code"
     login_command = "qwen"
     login_files = ("oauth_creds.json",)

@@ -30,8 +30,9 @@ from genesis.repo.gitcmd import GitFailed, NotARepository, NotOwned, run_git
 from genesis.repo.ownership import leftovers_in, recall
 from genesis.repo.progress import check_work_tree
 from genesis.repo.state import OPERATION_NAMES, repo_state, way_out
-from genesis.sandbox.box import NONE, OFF, Unavailable, choose
+from genesis.sandbox.box import ALLOW_NET, NONE, OFF, Unavailable, choose
 from genesis.sandbox.detect import INSTALL_BWRAP, probe
+from genesis.sandbox.nethosts import default_allowlist
 from genesis.sandbox.places import Places
 from genesis.store.layout import UnsafeDir
 
@@ -252,8 +253,11 @@ def box_check(cfg: Config, where: Path, env: Mapping[str, str]) -> Check:
     places = Places(project=str(where), cwd=str(where), home=env.get("HOME"), tmpdir=env.get("TMPDIR"), visible=(),
                     protected=(), beats="")
     machine = probe()
+    agent = adapter_of(cfg)
+    allowed = (default_allowlist(agent.name, agent.network_hosts(env), cfg.project, cfg.network_allow)
+               if cfg.network == ALLOW_NET else None)
     try:
-        box = choose(cfg.sandbox, machine, places, cfg.network)
+        box = choose(cfg.sandbox, machine, places, cfg.network, allowed)
     except Unavailable as exc:
         if cfg.network != "open" and "GENESIS_NETWORK" in str(exc):
             return Check("box", FAIL, str(exc), "export GENESIS_NETWORK=open")

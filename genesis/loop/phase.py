@@ -41,6 +41,9 @@ from genesis.repo.ownership import remember, user_files
 from genesis.repo.phasekeys import TRAILER, trailer_value
 from genesis.repo.signing import unsigned_for
 from genesis.sandbox.box import Box
+from genesis.sandbox.network import serving
+from genesis.sandbox.refused import EVENT as REFUSED_EVENT
+from genesis.sandbox.refused import Refused, refused_line
 from genesis.store.atomicio import DiskFull
 from genesis.watch.evidence import transcript_tail
 from genesis.watch.supervisor import AgentRun, Limits, Outcome, supervise
@@ -182,7 +185,7 @@ def _prepare(step: Step, phase: Phase, iteration: int) -> Attempt:
     env = agent_env(step, phase.name, iteration)
     box = box_for(step, argv, env, adapter)  # a named box gone: exit 29 before the start
     compare_with_start(step, box)
-    env, _dropped = box.environment(env, adapter.key_vars)  # no secret but the CLI's own key in the box
+    env, _dropped = box.environment(env, adapter.box_keys(env))  # no secret but the CLI's own key in the box
     nth = _ordinal(step, iteration, phase.name)
     return Attempt(base, recovery.retries_so_far(step, iteration, phase.name), nth, adapter, argv,
                    lay.agent_log(step.run_id, iteration, phase.name, attempt=nth),
@@ -209,7 +212,24 @@ def _ordinal(step: Step, iteration: int, phase: str) -> int:
 
 
 def _watch(step: Step, phase: Phase, iteration: int, attempt: Attempt) -> Outcome:
-    """The agent run under watch, to its end."""
+    """The agent run under watch, to its end; the allow-list's proxy serves its box meanwhile."""
+    with serving(attempt.box) as (box, proxy):
+        try:
+            return _supervised(step, phase, iteration, replace(attempt, box=box))
+        finally:
+            if proxy is not None:
+                _note_refused(step, phase.name, iteration, proxy.refused())
+
+
+def _note_refused(step: Step, phase: str, iteration: int, refused: tuple[Refused, ...]) -> None:
+    """What the box's proxy refused in this phase (host, port, count), said and recorded."""
+    if refused:
+        step.say(f"{phase}: {refused_line(refused)}", "warn")
+        step.event(REFUSED_EVENT, iteration=iteration, phase=phase, total=sum(r.count for r in refused),
+                   refused=[[r.host, r.port, r.count] for r in refused])
+
+
+def _supervised(step: Step, phase: Phase, iteration: int, attempt: Attempt) -> Outcome:
     cfg, hb = step.cfg, attempt.heartbeat
     keeper = LockKeeper(step, os.getppid())  # this step's parent is the loop, whose lock it keeps
 

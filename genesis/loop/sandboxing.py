@@ -12,8 +12,9 @@ from genesis import exitcodes
 from genesis.agents import Adapter, adapter_of
 from genesis.config import CONFIG_FILE
 from genesis.loop.step import Step, StepFailed
-from genesis.sandbox.box import Box, Unavailable, choose
+from genesis.sandbox.box import ALLOW_NET, Box, Unavailable, choose
 from genesis.sandbox.detect import probe
+from genesis.sandbox.nethosts import default_allowlist
 from genesis.sandbox.places import places_for
 from genesis.store.accounts import AccountStore, StoreUnusable, root_of
 
@@ -28,8 +29,10 @@ def box_for(step: Step, argv: tuple[str, ...], env: Mapping[str, str], adapter: 
     places = places_for(cfg.project, lay.state_dir, lay.heartbeat_dir, lay.log_dir, cfg.project / CONFIG_FILE,
                         Path(genesis.__file__).resolve().parent, argv, env, shared=_account_store(step),
                         agent_paths=adapter.box_paths(env), allow=cfg.box_allow)
+    allowed = (default_allowlist(adapter.name, adapter.network_hosts(env), cfg.project, cfg.network_allow)
+               if cfg.network == ALLOW_NET else None)
     try:
-        return choose(cfg.sandbox, probe(), places, cfg.network)
+        return choose(cfg.sandbox, probe(), places, cfg.network, allowed)
     except Unavailable as exc:
         raise StepFailed(exitcodes.SANDBOX_UNAVAILABLE, str(exc)) from None
 

@@ -27,6 +27,7 @@ from genesis.repo.autocommit import commit
 from genesis.repo.phasework import Before
 from genesis.repo.signing import unsigned_for
 from genesis.repo.tasks import DONE, OPEN, TASKS_FILE, read_tasks, reopened, same_text
+from genesis.sandbox.network import serving
 from genesis.store.atomicio import write_text
 from genesis.store.layout import Layout
 from genesis.watch.evidence import tail_of
@@ -94,7 +95,9 @@ def _run(step: Step, kind: str, command: str, env: Mapping[str, str]) -> CheckRu
         signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the watcher's blocked stop signals are not the check's
         box.in_child()
 
-    ran = run_bounded(box.wrap(argv), step.cfg.project, env, step.cfg.check_timeout, OUTPUT_KEEP, preexec=in_child)
+    with serving(box) as (served, _proxy):  # the allow-list's proxy for the check too
+        ran = run_bounded(served.wrap(argv), step.cfg.project, {**env, **served.proxy_env()}, step.cfg.check_timeout,
+                          OUTPUT_KEEP, preexec=in_child)
     tail = tail_of(ran.output.decode("utf-8", "replace"), TAIL_LINES, TAIL_BYTES, env)
     return CheckRun(kind, command, ran.exit_code, ran.seconds, tuple(tail), ran.timed_out, ran.error)
 

@@ -16,6 +16,7 @@ from genesis.reporting.model import TROUBLE_LABELS, Night, PhaseRow
 from genesis.reporting.tasks import Step, TaskRow
 from genesis.reporting.text import (between, clock, ending_line, iteration_cells, kpi_rows, label, lasted, outcome,
                                     phase_name, phase_names, span, stamp, summary_line, wait_span, where)
+from genesis.sandbox.refused import refused_line
 from genesis.when import day, zone
 from genesis.words import WAIT_LABELS, duration, ending_label, money, one_line, sanitize
 
@@ -513,7 +514,8 @@ def _body(night: Night, now: float, tasks: tuple[TaskRow, ...], prefix: str = ""
     if night.reason and not night.running:
         parts.append(f'<p class="reason">{_line(night.reason)}</p>')
     parts += [f'<p class="summary">{_e(summary_line(night))}</p>',
-              f'<p class="muted box">{_line(night.box)}</p>' if night.box else "", "</header>",
+              f'<p class="muted box">{_line(night.box)}</p>' if night.box else "",
+              f'<p class="muted box">{_line(refused_line(night.refused))}</p>' if night.refused else "", "</header>",
               section("timeline", "Timeline", f'<div class="timeline-box">{_timeline(night, now, prefix)}</div>'
                       + _legend())]
     if night.abnormal:

@@ -17,6 +17,8 @@ from genesis.reporting import kpis
 from genesis.repo.history import Change, describe
 from genesis.reporting.model import (ActionRow, AlertRow, BreakerChange, CommitRow, CommitTrouble, EvidenceRow,
                                      HistoryRow, IncidentRow, IterationRow, LeftOutRow, Night, PhaseRow, WaitRow)
+from genesis.sandbox.refused import EVENT as REFUSED_EVENT
+from genesis.sandbox.refused import summed
 from genesis.store.atomicio import CorruptFile
 from genesis.store.layout import Layout
 from genesis.watch.agentlog import tail
@@ -151,7 +153,8 @@ def night(led: Ledger, run_id: str, *, running: bool = False, incidents_dir: Pat
         refuted=frozenset((e.get("iteration"), e.get("phase"), " ".join(str(e.get("task")).split()))
                           for e in proofs if e["event"] == REOPENED_EVENT), read_at=now,
         box=next((str(e["protects"]).replace("sandbox: ", "the agent's box: ", 1)
-                  for e in led.events(run_id, kinds=("sandbox",)) if e.get("protects")), ""))
+                  for e in led.events(run_id, kinds=("sandbox",)) if e.get("protects")), ""),
+        refused=summed(led.events(run_id, kinds=(REFUSED_EVENT,))))
 
 
 def final_alert_recorded(led: Ledger, run_id: str) -> bool:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from genesis.sandbox.refused import Refused
+
 __all__ = ["PhaseRow", "IterationRow", "WaitRow", "IncidentRow", "BreakerChange", "AlertRow", "CommitRow",
            "HistoryRow", "CommitTrouble", "TROUBLE_LABELS", "LeftOutRow", "EvidenceRow", "Kpis", "Night", "ActionRow"]
 
@@ -235,6 +237,7 @@ class Night:
     read_at: float | None = field(default=None, compare=False)  # when read: a running night's elapsed time to it
     box: str = ""                  # the box the run started with and what it leaves open (its start line)
     actions: tuple[ActionRow, ...] = ()  # taken from the terminal, the dashboard or an alert
+    refused: tuple[Refused, ...] = ()  # what the box's network refused (sandbox/refused.py)
 
     @property
     def final_alert(self) -> AlertRow | None:

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from genesis.hints import hint
 from genesis.reporting.model import TROUBLE_LABELS, AlertRow, IterationRow, Kpis, Night, PhaseRow, WaitRow
+from genesis.sandbox.refused import refused_line
 from genesis.when import clock, stamp, zone
 from genesis.words import LABELS, WAIT_LABELS, duration, ending_label, money, one_line, plural, sanitize
 
@@ -288,6 +289,8 @@ def render_text(night: Night, width: int = 100, sending: tuple[str, ...] | None 
     console.print(summary_line(night))
     if night.box:
         console.print(one_line(night.box), soft_wrap=True)  # what the agent could reach of the user's
+    if night.refused:
+        console.print(one_line(refused_line(night.refused)), soft_wrap=True)  # what it was kept from
     final = final_alert_line(night, sending)
     if final:
         console.print(final, soft_wrap=True)

@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from genesis.sandbox import landlock
+from genesis.sandbox import landlock, network as net
+from genesis.sandbox.allowlist import Allowlist
 from genesis.sandbox.boxenv import boxed_env, git_identity
 from genesis.sandbox.bwrap import bwrap_argv
 from genesis.sandbox.detect import INSTALL_BWRAP, Machine
@@ -23,8 +24,8 @@ __all__ = ["Box", "Unavailable", "choose", "CHOICES", "BUBBLEWRAP", "LANDLOCK", 
 
 BUBBLEWRAP, LANDLOCK, SEATBELT, NONE, OFF = "bubblewrap", "landlock", "seatbelt", "none", "off"
 CHOICES = ("auto", "bwrap", LANDLOCK, SEATBELT, OFF)
-OPEN_NET, NO_NET = "open", "none"
-NETWORKS = (OPEN_NET, NO_NET)      # GENESIS_NETWORK (an allow-list through a proxy is still to come)
+OPEN_NET, NO_NET, ALLOW_NET = "open", "none", net.ALLOWLIST
+NETWORKS = (ALLOW_NET, OPEN_NET, NO_NET)   # GENESIS_NETWORK
 UNBOXED = "Genesis fails closed instead (see docs/concepts/box.md)"
 # What of the user's each box keeps from the agent, and what it leaves open (docs/concepts/box.md).
 _NET = "the network is the host's (loopback services included)"
@@ -41,6 +42,8 @@ REACH = {
     OFF: ("it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket (ssh-agent, "
           f"/run/user, docker), every secret variable and {_NET}"),
 }
+ALLOW_NET_SAID = ("a network of its own: its own loopback, and out only through Genesis's proxy to the allowed "
+                  "hosts (the host's loopback services and every other host refused, each refusal recorded)")
 NO_NET_SAID = {BUBBLEWRAP: "no network (GENESIS_NETWORK=none): a loopback of its own, no abstract socket outside",
                SEATBELT: "no network but the loopback (GENESIS_NETWORK=none; the host's: its services stay "
                          "reachable)"}
@@ -59,7 +62,10 @@ class Box:
     why_none: str = ""             # kind none: why no box could run
     root: bool = False             # bubblewrap as root: its own user namespace, no capability (bwrap.py)
     weak: str = ""                 # bubblewrap as root that cannot drop root's capabilities: why
-    network: str = OPEN_NET        # GENESIS_NETWORK: open (the host's) or none (its own loopback alone)
+    network: str = OPEN_NET        # GENESIS_NETWORK: open (the host's), none (its own loopback alone), allowlist
+    allowed: Allowlist | None = None  # allowlist: where its proxy lets the agent go (nethosts.py)
+    proxy_dir: str = ""            # allowlist: the running proxy's folder (network.serving); "": no way out
+    network_wanted: str = ""       # allowlist asked for in a box that cannot: the network stays the host's
 
     @property
     def pid_namespace(self) -> bool:
@@ -75,6 +81,10 @@ class Box:
         return self.kind in (BUBBLEWRAP, SEATBELT)
 
     def wrap(self, argv: tuple[str, ...]) -> tuple[str, ...]:
+        if (self.kind == BUBBLEWRAP and self.network == ALLOW_NET and self.allowed is not None
+                and net.folder_ok(self.proxy_dir)):  # else (no proxy running, a folder not ours): no way out
+            return bwrap_argv(self.program, self.places, net.bridge_argv(self.allowed, argv), root=self.root,
+                              network=False, net_dir=(self.proxy_dir, net.BOX_DIR))
         if self.kind == BUBBLEWRAP:
             return bwrap_argv(self.program, self.places, argv, root=self.root, network=self.network == OPEN_NET)
         if self.kind == SEATBELT:
@@ -141,7 +151,15 @@ class Box:
         """What of the user's the agent can reach from this box, in the words the start line,
         the report and `genesis doctor` share."""
         said = REACH.get(self.kind, REACH[NONE])
-        return said.replace(_NET, NO_NET_SAID[self.kind]) if self.network == NO_NET else said
+        if self.network == NO_NET:
+            return said.replace(_NET, NO_NET_SAID[self.kind])
+        if self.network == ALLOW_NET:
+            hosts = self.allowed.said() if self.allowed else "none"
+            return said.replace(_NET, f"{ALLOW_NET_SAID} (allowed: {hosts}; GENESIS_NETWORK_ALLOW adds hosts)")
+        if self.network_wanted == ALLOW_NET:
+            return said.replace(_NET, f"{_NET}: GENESIS_NETWORK=allowlist needs bubblewrap, this box cannot filter "
+                                      f"it")
+        return said
 
     def environment(self, env: Mapping[str, str], keys: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
         """The agent's environment in this box, and the names left out: the secrets and socket
@@ -150,9 +168,14 @@ class Box:
             return dict(env), ()
         passes = set(keys) | (allowed_env(env, self.places.allow) if self.places else set())
         kept, dropped = boxed_env(env, passes)
+        kept.update(self.proxy_env())
         if self.places is not None and self.places.private_home and self.kind in (BUBBLEWRAP, SEATBELT):
             kept.update(git_identity(env))
         return kept, dropped
+
+    def proxy_env(self) -> dict[str, str]:
+        """allowlist: the variables naming the box's only way out (its bridge to the proxy)."""
+        return net.proxy_env(net.proxy_port(self.allowed)) if self.network == ALLOW_NET else {}
 
     def record(self) -> dict:
         """The ledger event's fields."""
@@ -163,7 +186,9 @@ class Box:
                 "sockets_hidden": (len(self.places.hidden.sockets) + len(self.places.hidden.folders)
                                    if self.kind == BUBBLEWRAP and self.places else 0),
                 "protected": list(self.places.protected) if self.places and self.kind != LANDLOCK else [],
-                "landlock_abi": self.rules.abi if self.rules else 0, "code_open": list(self.code_open())}
+                "landlock_abi": self.rules.abi if self.rules else 0, "code_open": list(self.code_open()),
+                "network": self.network, "network_wanted": self.network_wanted,
+                "allowed": [e.said() for e in self.allowed.entries] if self.allowed else []}
 
 
 def _landlock_writable(places: Places, env_tmpdir: str | None) -> tuple[str, ...]:
@@ -188,14 +213,18 @@ def _bubblewrap(machine: Machine, places: Places) -> Box:
     return Box(BUBBLEWRAP, places, program=machine.bwrap, root=machine.root)
 
 
-def choose(setting: str, machine: Machine, places: Places, network: str = OPEN_NET) -> Box:
+def choose(setting: str, machine: Machine, places: Places, network: str = OPEN_NET,
+           allowed: Allowlist | None = None) -> Box:
     """The box for GENESIS_SANDBOX on this machine; Unavailable for a named box that cannot run,
-    or for GENESIS_NETWORK=none in a box that cannot take the network away."""
+    or for GENESIS_NETWORK=none in a box that cannot take the network away. GENESIS_NETWORK=allowlist
+    (the default) where the box cannot filter (all but bubblewrap) leaves the host's network, said."""
     box = _choose(setting, machine, places)
     if network == NO_NET and box.kind not in (BUBBLEWRAP, SEATBELT):
         raise Unavailable(f"GENESIS_NETWORK=none needs bubblewrap (Linux: {INSTALL_BWRAP}) or Seatbelt (macOS), and "
                           f"the agent's box here is {box.kind}: install bubblewrap, or set GENESIS_NETWORK=open")
-    return replace(box, network=network)
+    if network == ALLOW_NET and box.kind != BUBBLEWRAP:
+        return replace(box, network=OPEN_NET, network_wanted=ALLOW_NET)
+    return replace(box, network=network, allowed=allowed if network == ALLOW_NET else None)
 
 
 def _choose(setting: str, machine: Machine, places: Places) -> Box:

@@ -54,9 +54,10 @@ def allowed_argv(places: Places) -> list[str]:
 
 
 def bwrap_argv(bwrap: str, places: Places, command: tuple[str, ...], root: bool = False,
-               network: bool = True) -> tuple[str, ...]:
+               network: bool = True, net_dir: tuple[str, str] | None = None) -> tuple[str, ...]:
     """`root`: as root, the box's own user namespace and no capability (ROOT_FLAGS). `network` False
-    (GENESIS_NETWORK=none): a network namespace of the box's own, its loopback alone."""
+    (GENESIS_NETWORK=none or allowlist): a network namespace of the box's own, its loopback alone;
+    `net_dir` (outside, inside): the allow-list proxy's folder, bound read-only (network.py)."""
     argv = [bwrap, "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", TMP]
     for path in places.visible:
         argv += ["--bind", path, path]
@@ -67,6 +68,8 @@ def bwrap_argv(bwrap: str, places: Places, command: tuple[str, ...], root: bool 
         argv += ["--bind" if writable else "--ro-bind", path, path]
     for path in places.protected:
         argv += ["--ro-bind", path, path]
+    if net_dir is not None:
+        argv += ["--ro-bind", *net_dir]
     argv += ["--bind", places.beats, places.beats,
              "--unshare-pid", "--unshare-ipc", *(ROOT_FLAGS if root else ()), *(() if network else ("--unshare-net",)),
              "--die-with-parent", "--new-session",

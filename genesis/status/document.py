@@ -183,6 +183,7 @@ def _totals(st: Status) -> dict[str, Any]:
         "output_tokens": t.output_tokens,
         "waits": t.waits,
         "waited_seconds": _seconds(t.waited),
+        "network_refused": [{"host": _text(r.host, 255), "port": r.port, "count": r.count} for r in t.refused],
     }
 
 

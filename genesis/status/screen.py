@@ -32,6 +32,7 @@ from genesis.hints import hint
 from genesis.redact import redact
 from genesis.repo.gitcmd import NotARepository
 from genesis.fleet import status as fleet_status  # the module: it imports this package's view
+from genesis.sandbox.refused import refused_line
 from genesis.status.document import document
 from genesis.status.lately import lately
 from genesis.status.loops import ENDED_WITHIN, Ended, Loop, Scanner, ended_loops
@@ -396,6 +397,9 @@ def _detail(st: Status, now: float) -> list[RenderableType]:
         grid.add_row("Tasks", Text(f"{st.tasks} (TASKS.md)"))
     if st.totals is not None:
         grid.add_row("Totals", _totals(st.totals, st.last_run, now))
+        if st.totals.refused:  # what the box's allow-list kept the agent from
+            grid.add_row("Network", Text(_safe(refused_line(st.totals.refused).removeprefix("network: ")),
+                                         style="yellow"))
     if st.note and (st.running or st.last_run is not None):  # else "Last run" says it
         grid.add_row("Note", Text(_safe(st.note), style="yellow"))
     parts: list[RenderableType] = [Rule(title, align="left"), grid]

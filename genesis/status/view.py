@@ -25,6 +25,8 @@ from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.breaker import BreakerState, retry_time
 from genesis.loop.claims import ACCEPTED, AGENT_WORD, EVIDENCE_EVENT, evidence_of
 from genesis.repo.tasks import DONE, OPEN, REVIEW, read_tasks
+from genesis.sandbox.refused import EVENT as REFUSED_EVENT
+from genesis.sandbox.refused import Refused, refused_line, summed
 from genesis.store.atomicio import CorruptFile, read_json
 from genesis.store.layout import Layout
 from genesis.procs.proctree import ProcId
@@ -116,6 +118,7 @@ class Totals:
     waited: float                # seconds
     tasks_done: int              # TASKS.md items the run's phases ticked (but those Genesis reopened)
     on_word: int = 0             # of those, done on the agent's word: no check ran (loop/claims.py)
+    refused: tuple[Refused, ...] = ()  # what the box's network refused in the run (sandbox/refused.py)
 
 
 @dataclass(frozen=True)
@@ -358,7 +361,7 @@ def totals(led: Ledger, run_id: str, current: bool, since: float, until: float |
     on_word = sum(1 for task in done if latest.get(task, {}).get("outcome") == AGENT_WORD)
     return Totals(run_id, current, since, until, count["iterations"], p[0], p[1] or 0, p[2] or 0, endings, p[3], p[4],
                   p[5], count["commits"], count["incidents"], count["retries"], w[0], float(w[1] or 0.0), len(done),
-                  on_word)
+                  on_word, summed(led.events(run_id, kinds=(REFUSED_EVENT,))))
 
 
 def _read(path: Path) -> Any:
@@ -468,6 +471,8 @@ def describe(e: dict[str, Any], project: Path | None = None) -> str:
         return f"{where}: {ending_label(str(ending or status), code)}{took}" + (f": {detail}" if detail else "")
     if kind == "phase_skip":
         return f"{where} skipped" + (f": {e['why']}" if e.get("why") else "")
+    if kind == REFUSED_EVENT:
+        return f"{where} {refused_line(summed([e]), most=3)}"
     if kind == "health":
         score = e.get("stall_score")
         shown = f" (stall score {min(score, 1.0):.2f})" if _number(score) else ""

@@ -23,6 +23,7 @@ from genesis.ledger.store import Ledger, LedgerError
 from genesis.redact import redact, redact_all
 from genesis.reporting.html import timeline_svg
 from genesis.reporting.load import night
+from genesis.sandbox.refused import refused_line
 from genesis.status.document import document as status_document
 from genesis.status.view import build
 from genesis.store.layout import Layout
@@ -119,7 +120,7 @@ def _read(layout: Layout, now: float) -> tuple[dict[str, Any], Path | None]:
     """What the loop's files say (its status, timeline and incidents), and its running phase's
     transcript when it lies in the loop's log folder."""
     out: dict[str, Any] = {"status": None, "timeline": None, "incidents": [], "evidence": [], "tail": [],
-                           "tail_file": None, "run_id": None, "error": None}
+                           "tail_file": None, "run_id": None, "error": None, "network": None}
     transcript = None
     try:
         st = build(layout, now=now)
@@ -144,6 +145,7 @@ def _read(layout: Layout, now: float) -> tuple[dict[str, Any], Path | None]:
                                         "seconds": r.seconds, "at_epoch": round(r.at, 3), "iteration": r.iteration,
                                         "phase": r.phase, "reopened": r.reopened,
                                         "tail": [one_line(line, 300) for line in r.tail]} for r in n.evidence]
+                    out["network"] = one_line(redact(refused_line(n.refused)), 1000) or None
                     starts = led.events(run_id, kinds=("phase_start",))
                     log = starts[-1].get("log") if starts else None
                     if isinstance(log, str) and log:

@@ -50,6 +50,7 @@ def loop(key: str) -> str:
             '<pre id="transcript" class="transcript"></pre></section>'
             '<section class="panel"><h2>Incidents</h2><div id="incidents"></div></section>'
             '<section class="panel"><h2>Task evidence</h2><div id="evidence"></div></section>'
+            '<section class="panel"><h2>Network refused</h2><p id="network" class="muted"></p></section>'
             '<section class="panel" id="attempts-panel" hidden><h2>Attempts</h2>'
             '<p id="task-reason" class="reason"></p><ol id="attempts" class="attempts"></ol>'
             '<h3>Merges</h3><div id="merges"></div></section>')

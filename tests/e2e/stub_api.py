@@ -79,6 +79,17 @@ SCENARIOS: dict[str, list[dict]] = {
         bash("sleep 1; python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/')\""),
         {"text": "Started the dev server on {port} and checked it answers."},
     ],
+    "network": [  # what an agent reaches from the box: a host not allowed, the host's loopback, its own loopback
+        bash("{ curl -s -o /dev/null -w 'named=%{http_code}\\n' --max-time 10 http://not-allowed.example/; "
+             "curl -s -o /dev/null -w 'host=%{http_code}\\n' --max-time 10 http://127.0.0.1:{hostport}/; "
+             "curl -s -o /dev/null -w 'via_proxy=%{http_code}\\n' --max-time 10 --noproxy '' "
+             "http://127.0.0.1:{hostport}/; "
+             "(python3 -m http.server {devport} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > dev.pid); "
+             "for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:{devport}/ && break; sleep 0.1; done; "
+             "curl -s -o /dev/null -w 'dev=%{http_code}\\n' http://127.0.0.1:{devport}/; kill $(cat dev.pid); "
+             "} > network.txt"),
+        {"text": "Looked outside."},
+    ],
     "idle": [
         bash("git status --short"),
         {"text": "Nothing to do."},

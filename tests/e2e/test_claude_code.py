@@ -205,3 +205,29 @@ def test_in_the_box_claude_works_with_a_private_home_and_finds_none_of_the_users
     assert state["numStartups"] == 41 and "firstStartTime" in state, state
     started = [e for e in events_of(e2e.project) if e["event"] == "sandbox"]
     assert started[0]["box"] == "bubblewrap" and started[0]["private_home"] == str(hermetic.resolve())
+
+
+@pytest.mark.skipif(probe().bwrap is None, reason="no bubblewrap here: the allow-listed network is bubblewrap's")
+def test_in_the_box_claude_reaches_its_api_through_the_proxy_and_nothing_else(e2e, procs):
+    # The stub API on the host's loopback is allowed by being the configured base URL; a host not
+    # allowed and another service on the host's loopback are refused and recorded; a dev server
+    # on the box's own loopback answers.
+    hostport, devport = free_port(), free_port()
+    host = procs([sys.executable, "-m", "http.server", str(hostport), "--bind", "127.0.0.1"], cwd=str(e2e.tmp))
+    wait_for(lambda: listening(hostport), what="the host's service")
+    e2e.phase("Builder", "network", hostport=hostport, devport=devport)
+    done, _ = e2e.run("--max-iterations", "1")
+    assert done.returncode == 0, done.stdout
+    assert "Builder: finished" in done.stdout and "out only through Genesis's proxy" in done.stdout
+    seen = (e2e.project / "network.txt").read_text().split()
+    assert seen == ["named=403", "host=000", "via_proxy=403", "dev=200"], seen
+    refused = [e for e in events_of(e2e.project) if e["event"] == "network_refused"]
+    assert [(e["phase"], e["refused"]) for e in refused] == [
+        ("Builder", [["127.0.0.1", hostport, 1], ["not-allowed.example", 80, 1]])]
+    assert "network: 2 connections refused" in done.stdout
+    started = [e for e in events_of(e2e.project) if e["event"] == "sandbox"]
+    assert started[0]["network"] == "allowlist" and f"127.0.0.1:{e2e.env['ANTHROPIC_BASE_URL'].rsplit(':', 1)[1]}" \
+        in started[0]["allowed"]
+    status = genesis("--project", str(e2e.project), "status", env=e2e.env, check=False)  # not running: exit 5
+    assert "2 connections refused (127.0.0.1:" in status.stdout, status.stdout
+    assert host.poll() is None

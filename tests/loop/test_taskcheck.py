@@ -5,14 +5,19 @@ monitor count a tick only with its evidence."""
 
 from __future__ import annotations
 
+import http.server
+import threading
 from dataclasses import replace
 
 import pytest
 from helpers.git import commit_file, git
 
+from genesis.config import resolve
 from genesis.loop.taskcheck import after_phase, done_gate, notes_for_prompt, proven
 from genesis.repo.phasework import before
 from genesis.repo.tasks import DONE, OPEN, REVIEW, parse
+from genesis.sandbox.allowlist import parse_entries
+from genesis.sandbox.detect import probe
 
 RUN = "run-taskcheck"
 TASKS = "# Tasks\n\n- [ ] add /health\n  check: echo 'no /health route'; exit 4\n- [ ] add the cache\n"
@@ -135,3 +140,24 @@ def test_a_builders_tick_goes_back_for_review_and_a_fleets_monitor_finds_it_unpr
     assert proven(step.layout, "add /health") == (True, "its evidence bears it out")
     assert proven(step.layout, "add the cache") == (False, "no phase of its loop ticked it done")
     assert proven(None, "add /health") == (False, "its loop's ledger is unknown")
+
+
+@pytest.mark.skipif(probe().bwrap is None, reason="no bubblewrap here: the allow-listed network is bubblewrap's")
+def test_a_check_runs_behind_the_boxs_proxy_an_allowed_host_reached_another_refused(step, project, said):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        checks = (f"# Tasks\n\n- [ ] add /health\n  check: curl -sf -o /dev/null --noproxy '' http://127.0.0.1:{port}/"
+                  f"\n- [ ] add the cache\n  check: curl -sf -o /dev/null http://not-allowed.example/\n")
+        commit_file(project, "TASKS.md", checks, "tasks")
+        start = before(project)
+        tick(project, "add /health", "add the cache")
+        step.event("phase_work", iteration=1, phase="Criticizer", tasks_done=["add /health", "add the cache"])
+        cfg = replace(resolve(project, env={}), network_allow=parse_entries(f"127.0.0.1:{port}"))
+        after_phase(replace(step, cfg=cfg), "Criticizer", 1, start)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [(e["task"], e["outcome"], e["checks"][0]["exit_code"]) for e in evidence(step)] == [
+        ("add /health", "passed", 0), ("add the cache", "failed", 22)]  # curl -f: the proxy's 403

@@ -402,3 +402,16 @@ def test_an_alert_carries_the_iteration_and_phase_its_ticket_names(tmp_path):
                    why="odd", by="rules", delivered=[])
         n = night(led, RUN)
     assert [(a.iteration, a.phase) for a in n.alerts] == [(2, "Builder"), (None, None)]
+
+
+def test_what_the_boxs_network_refused_is_summed_over_the_run_and_said_in_the_report(recorded):
+    led, incidents, _ = recorded
+    led.record(RUN, "network_refused", at=at(20), iteration=1, phase="Builder", total=3,
+               refused=[["example.com", 443, 2], ["127.0.0.1", 8233, 1]])
+    led.record(RUN, "network_refused", at=at(60), iteration=2, phase="Builder", total=2,
+               refused=[["example.com", 443, 1], ["evil.example", 80, 1], ["bad row"]])
+    n = night(led, RUN, incidents_dir=incidents)
+    assert [(r.host, r.port, r.count) for r in n.refused] == [
+        ("example.com", 443, 3), ("127.0.0.1", 8233, 1), ("evil.example", 80, 1)]
+    assert ("network: 5 connections refused (example.com:443 x3, 127.0.0.1:8233, evil.example:80); "
+            "GENESIS_NETWORK_ALLOW adds a host") in render_text(n)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from genesis.sandbox.allowlist import Allowlist, parse_entries
 from genesis.sandbox.box import Unavailable, choose
 from genesis.sandbox.detect import Machine
 from genesis.sandbox.places import Places
@@ -146,3 +147,29 @@ def test_landlock_says_a_tmux_or_screen_server_stays_reachable_from_its_box():
     assert "a tmux or screen server's, which runs any command it is sent outside the box" in line
     assert "Landlock cannot keep a socket file from it" in line
     assert "tmux" not in choose("bwrap", ALL, PLACES).line()  # the private /tmp and /run/user: none reachable
+
+
+def test_the_allow_list_is_bubblewraps_and_a_weaker_box_says_it_leaves_the_hosts_network():
+    allowed = Allowlist.of(parse_entries("api.anthropic.com, 127.0.0.1:4010"))
+    boxed = choose("auto", ALL, PLACES, "allowlist", allowed)
+    assert (boxed.network, boxed.allowed) == ("allowlist", allowed)
+    assert boxed.line().endswith("a network of its own: its own loopback, and out only through Genesis's proxy to the "
+                                 "allowed hosts (the host's loopback services and every other host refused, each "
+                                 "refusal recorded) (allowed: api.anthropic.com, 127.0.0.1:4010; GENESIS_NETWORK_ALLOW "
+                                 "adds hosts)")
+    # Without its proxy running (a probe, a doctor's look), the box has no way out at all.
+    argv = boxed.wrap(("claude",))
+    assert "--unshare-net" in argv and "bridge.py" not in " ".join(argv)
+    env, _ = boxed.environment({"PATH": "/usr/bin", "HTTPS_PROXY": "http://corp:3128"}, ())
+    assert env["HTTPS_PROXY"] == env["https_proxy"] == env["http_proxy"] == "http://127.0.0.1:3128"
+    assert env["NO_PROXY"] == "localhost,127.0.0.1,::1"
+    assert boxed.record()["allowed"] == ["api.anthropic.com", "127.0.0.1:4010"]
+    # A base URL on the proxy's own port (a local gateway on 3128): the proxy takes the next one.
+    gateway = choose("auto", ALL, PLACES, "allowlist", Allowlist.of(parse_entries("127.0.0.1:3128")))
+    assert gateway.environment({"PATH": "/usr/bin"}, ())[0]["HTTPS_PROXY"] == "http://127.0.0.1:3129"
+    for setting, machine in (("auto", NO_BWRAP), ("auto", BARE), ("auto", MAC), ("off", ALL)):
+        weaker = choose(setting, machine, PLACES, "allowlist", allowed)
+        assert (weaker.network, weaker.network_wanted) == ("open", "allowlist")
+        assert weaker.line().endswith("the network is the host's (loopback services included): "
+                                      "GENESIS_NETWORK=allowlist needs bubblewrap, this box cannot filter it")
+        assert "HTTPS_PROXY" not in weaker.environment({"PATH": "/usr/bin"}, ())[0]

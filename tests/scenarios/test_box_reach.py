@@ -1,5 +1,6 @@
 """What of the user's an agent reaches from the default box (bubblewrap), through the real loop
-script: a single loop whose Builder probes HOME, the environment and a service socket under /run,
+script: a single loop whose Builder probes HOME, the environment, a service socket under /run and
+the network (a service on the host's loopback, a host not allowed: refused and recorded),
 then fork-bombs (bounded) into its pids cap, and the night goes on; and a fleet's child that
 probes the same from its linked worktree while its task still comes home."""
 
@@ -38,6 +39,15 @@ try:
     s.connect(sys.argv[1]); print("REACHED")
 except OSError as e:
     print("refused")' "$SERVICE"
+  "$PY" -c 'import socket, sys, urllib.request
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=3); print("HOST REACHED")
+except OSError:
+    print("host refused")
+try:
+    urllib.request.urlopen("http://not-allowed.example/", timeout=10); print("OUT REACHED")
+except Exception as e:
+    print("out", getattr(e, "code", e))' "$HOSTPORT"
 }
 """
 BOMB = r"""
@@ -102,24 +112,39 @@ def service():
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture
+def host_port():
+    """A service on the host's loopback (as the dashboard or a database is): never reached."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0)
+    yield server.getsockname()[1]
+    with pytest.raises(BlockingIOError):
+        server.accept()  # no connection ever came
+    server.close()
+
+
 def secrets() -> dict[str, str]:
     return {"AWS_SECRET_ACCESS_KEY": "aws-secret-value", "GITHUB_TOKEN": "ghp_abcdefgh12345678",
             "SSH_AUTH_SOCK": "/run/nothing/agent.sock"}
 
 
 def found(text: str) -> None:
-    """The probe saw none of the user's: no .ssh, .aws or other project, no secret, no socket."""
-    entries, values, key, sock = text.splitlines()[:4]
+    """The probe saw none of the user's: no .ssh, .aws or other project, no secret, no socket, no
+    service on the host's loopback, no host not allowed."""
+    entries, values, key, sock, host, out = text.splitlines()[:6]
     assert not {".ssh", ".aws", "other-project"} & set(entries.split()), text
     assert values == "aws= gh= sock=" and key == "no key" and sock == "refused", text
+    assert (host, out) == ("host refused", "out 403"), text
 
 
 def test_a_single_loops_agent_reaches_nothing_of_the_users_and_its_fork_bomb_ends_its_phase_alone(
-        project, tmp_path, service):
+        project, tmp_path, service, host_port):
     user_home()
     agent = script(tmp_path / "agent.sh", SINGLE)
     env = loop_env(GENESIS_PHASES="Builder", GENESIS_AGENT_PIDS_MAX="40", PY=os.environ.get("PY", "python3"),
-                   SERVICE=str(service), **secrets())
+                   SERVICE=str(service), HOSTPORT=str(host_port), **secrets())
     done = run_loop(project, "--agent-cmd", str(agent), "--max-iterations", "2", env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "HOME is private" in done.stderr and "no secret variable" in done.stderr
@@ -133,6 +158,9 @@ def test_a_single_loops_agent_reaches_nothing_of_the_users_and_its_fork_bomb_end
                             env=env, timeout=60)
     assert "the agent's box: bubblewrap" in report.stdout and "HOME is private" in report.stdout, report.stdout
     assert ended[0]["detail"].startswith("finished; the agent's tree met its process cap"), ended[0]
+    refused = [(e["iteration"], e["refused"]) for e in events_of(project) if e["event"] == "network_refused"]
+    assert refused == [(1, [["not-allowed.example", 80, 1]])]  # the host's loopback: not even a way to ask
+    assert "network: 1 connection refused (not-allowed.example:80)" in report.stdout, report.stdout
 
 
 FLEET_AGENT = "#!/usr/bin/env bash\nset -uo pipefail\n" + PROBE + r"""
@@ -148,12 +176,13 @@ PY
 """
 
 
-def test_a_fleets_child_reaches_nothing_of_the_users_and_its_task_comes_home(project, tmp_path, service):
+def test_a_fleets_child_reaches_nothing_of_the_users_and_its_task_comes_home(project, tmp_path, service,
+                                                                            host_port):
     user_home()
     fleet_project(project, ["add the parser"])
     agent = task_agent(tmp_path / "agent.sh", FLEET_AGENT)
     proc = start_fleet(project, "1", agent, log=tmp_path / "fleet.log",
-                       env=fleet_env(SERVICE=str(service), **secrets()))
+                       env=fleet_env(SERVICE=str(service), HOSTPORT=str(host_port), **secrets()))
     assert proc.wait(timeout=240) == exitcodes.OK, (tmp_path / "fleet.log").read_text()[-3000:]
     tid = task_id("add the parser")
     found(git(project, "show", f"HEAD:probe-{tid}.txt"))

@@ -171,3 +171,24 @@ def test_a_run_longer_than_a_day_is_said_with_its_dates(project, zone):
     out = io.StringIO()
     run_status(project, out=out, clock=lambda: START + 31 * 3600)
     assert "last run, 2025-11-20 21:41 UTC to 2025-11-22 03:41 UTC, ended: killed by hand" in out.getvalue()
+
+
+def test_what_the_boxs_network_refused_in_the_run_is_a_line_of_status_and_its_json(project, zone):
+    def refused(led: Ledger) -> None:
+        led.record(RUN, "network_refused", at=minutes(10), iteration=1, phase="Builder", total=4,
+                   refused=[["example.com", 443, 3], ["127.0.0.1", 8233, 1]])
+    ledger_of(project, earlier_run, night, refused)
+    t, _, doc = running_totals(project, zone, CET)
+    assert [(r.host, r.port, r.count) for r in t.refused] == [("example.com", 443, 3), ("127.0.0.1", 8233, 1)]
+    assert doc["network_refused"] == [{"host": "example.com", "port": 443, "count": 3},
+                                      {"host": "127.0.0.1", "port": 8233, "count": 1}]
+    lay = layout_of(project)
+    fd = hold(lay.loop_lock, lay.loop_record, RUN)
+    out = io.StringIO()
+    try:
+        run_status(project, out=out, clock=lambda: NOW)
+    finally:
+        os.close(fd)
+    (line,) = [ln for ln in out.getvalue().splitlines() if ln.startswith("Network")]
+    assert line.split(None, 1)[1] == ("4 connections refused (example.com:443 x3, 127.0.0.1:8233); "
+                                      "GENESIS_NETWORK_ALLOW adds a host")

@@ -57,7 +57,7 @@ def test_the_pages_are_shells_with_the_dom_contract(project):
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert '<script src="/static/app.js" defer></script>' in page.text and 'data-live="no"' in page.text
     assert all(f in overview.text for f in ('id="machine-score"', 'id="alerts"', 'data-page="overview"'))
-    assert all(f'id="{i}"' in loop.text for i in ("timeline", "transcript", "incidents", "evidence"))
+    assert all(f'id="{i}"' in loop.text for i in ("timeline", "transcript", "incidents", "evidence", "network"))
     assert f'data-key="{key_of(project)}"' in loop.text and '<pre id="transcript"' in loop.text
     for chart in ("by-agent", "by-model", "by-task", "by-project", "over-time", "retries", "retry-cost"):
         assert f'<canvas id="chart-{chart}">' in metrics.text
@@ -85,7 +85,7 @@ def test_a_loops_page_has_its_timeline_transcript_tail_and_incidents(project):
     assert [(i["id"], i["kind"], i["phase"]) for i in doc["incidents"]] == [("inc-1", "stuck", "Criticizer")]
 
 
-def test_a_loops_page_has_each_tasks_evidence(project):
+def test_a_loops_page_has_each_tasks_evidence_and_what_the_network_refused(project):
     fd = loop_mid_phase(project, RUN, T0)
     try:
         with Ledger.open(default_layout(project).ledger_file) as led:
@@ -94,6 +94,8 @@ def test_a_loops_page_has_each_tasks_evidence(project):
                        checks=[{"kind": "task", "command": "make test", "exit_code": 2, "seconds": 1.2}],
                        tail=["\x1b[31mFAILED\x1b[0m test_health"])
             led.record(RUN, "task_reopened", at=T0 - 59, iteration=1, phase="Builder", task="add /health", to="open")
+            led.record(RUN, "network_refused", at=T0 - 58, iteration=1, phase="Builder", total=2,
+                       refused=[["example.com", 443, 2]])
         with client(project) as c:
             doc = c.get(f"/api/loop/{key_of(project)}").json()
     finally:
@@ -101,6 +103,8 @@ def test_a_loops_page_has_each_tasks_evidence(project):
     assert doc["evidence"] == [{"task": "add /health", "outcome": "check failed", "command": "make test",
                                 "exit_code": 2, "seconds": 1.2, "at_epoch": T0 - 60, "iteration": 1,
                                 "phase": "Builder", "reopened": 1, "tail": ["FAILED test_health"]}]
+    # and what the box's network refused the agent, one line
+    assert doc["network"] == "network: 2 connections refused (example.com:443 x2); GENESIS_NETWORK_ALLOW adds a host"
 
 
 def test_a_fleet_tasks_page_is_its_child_loops(project):

@@ -63,6 +63,9 @@ class ClaudeCode(Adapter):
     hook_required = True         # without the hook a healthy Claude Code looks stuck
     home_var = "CLAUDE_CONFIG_DIR"
     key_vars = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+    api_hosts = ("api.anthropic.com", "console.anthropic.com", "claude.ai", "platform.claude.com",
+                 "statsig.anthropic.com", "sentry.io")
+    base_url_vars = ("ANTHROPIC_BASE_URL", "ANTHROPIC_BEDROCK_BASE_URL", "ANTHROPIC_VERTEX_BASE_URL")
     install = "npm install -g @anthropic-ai/claude-code"
     login_command = "claude auth login"
     login_files = (".credentials.json",)

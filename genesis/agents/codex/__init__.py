@@ -12,11 +12,12 @@ The hook goes into `$CODEX_HOME/hooks.json` and its trust into `$CODEX_HOME/conf
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from genesis.agents.base import Adapter, OutputReader, TextReader
+from genesis.agents.base import Adapter, OutputReader, TextReader, read_config
 from genesis.agents.codex.hooks import CODEX_HOOKS, config_dir
 from genesis.agents.codex.stream import CodexReader
 from genesis.agents.hook.selftest import BROKEN, spec_self_test
@@ -36,6 +37,19 @@ PERMISSION_FLAGS = ("--dangerously-bypass-approvals-and-sandbox", "--yolo", "--f
 BYPASS_HOOK_TRUST = "--dangerously-bypass-hook-trust"
 
 
+def provider_of(config: Path) -> dict:
+    """The custom model provider config.toml chooses (`model_provider` in `[model_providers]`), or {}."""
+    text = read_config(config)
+    try:
+        parsed = tomllib.loads(text) if text else {}
+    except tomllib.TOMLDecodeError:
+        return {}
+    chosen = parsed.get("model_provider")
+    providers = parsed.get("model_providers")
+    found = providers.get(chosen) if isinstance(providers, dict) and isinstance(chosen, str) else None
+    return found if isinstance(found, dict) else {}
+
+
 def exec_index(argv: tuple[str, ...]) -> int | None:
     """Where the `exec` subcommand is in argv, or None."""
     return next((i for i, arg in enumerate(argv) if i > 0 and arg in SUBCOMMANDS), None)
@@ -50,12 +64,24 @@ class Codex(Adapter):
     hooks = CODEX_HOOKS
     home_var = "CODEX_HOME"
     key_vars = ("CODEX_API_KEY", "OPENAI_API_KEY")
+    api_hosts = ("api.openai.com", "chatgpt.com", "auth.openai.com", "ab.chatgpt.com")
+    base_url_vars = ("OPENAI_BASE_URL",)
     install = "npm install -g @openai/codex"
     login_command = "codex login"
     login_files = ("auth.json",)
 
     def home(self, env: Mapping[str, str]) -> Path:
         return config_dir(env)
+
+    def network_hosts(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        """Its API hosts, and the base_url of the model provider its config.toml chooses."""
+        url = provider_of(self.home(env) / "config.toml").get("base_url")
+        return super().network_hosts(env) + ((url,) if isinstance(url, str) else ())
+
+    def box_keys(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        """Its key variables, and the `env_key` its chosen custom provider reads its key from."""
+        name = provider_of(self.home(env) / "config.toml").get("env_key")
+        return self.key_vars + ((name,) if isinstance(name, str) and name.isidentifier() else ())
 
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
         argv = tuple(argv)

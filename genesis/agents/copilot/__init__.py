@@ -103,6 +103,9 @@ class CopilotCli(Adapter):
     hooks = COPILOT_HOOKS
     home_var = "COPILOT_HOME"
     key_vars = ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_PROVIDER_API_KEY")
+    api_hosts = ("api.githubcopilot.com", "*.githubcopilot.com", "api.github.com", "github.com",
+                 "copilot-proxy.githubusercontent.com")
+    base_url_vars = ("COPILOT_PROVIDER_BASE_URL",)
     install = "npm install -g @github/copilot"
     login_command = "copilot login"
 

@@ -75,6 +75,9 @@ class GeminiCli(Adapter):
     hooks = GEMINI_HOOKS
     home_var = "GEMINI_CLI_HOME"
     key_vars = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    api_hosts = ("generativelanguage.googleapis.com", "cloudcode-pa.googleapis.com", "oauth2.googleapis.com",
+                 "accounts.google.com", "play.googleapis.com")
+    base_url_vars = ("GOOGLE_GEMINI_BASE_URL", "GOOGLE_VERTEX_BASE_URL")
     install = "npm install -g @google/gemini-cli"
     login_command = "gemini"
     login_files = ("oauth_creds.json",)

@@ -9,10 +9,11 @@ and its provider are the user's (opencode.json, or `-m provider/model`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from genesis.agents.base import Adapter, OutputReader, TextReader
+from genesis.agents.base import Adapter, OutputReader, TextReader, read_config
 from genesis.agents.hook.spec import home_dir
 from genesis.agents.opencode.plugin import OPENCODE_HOOKS, config_dir
 from genesis.agents.opencode.stream import OpenCodeReader
@@ -35,6 +36,18 @@ def output_format(argv: tuple[str, ...]) -> str | None:
     return None
 
 
+def base_urls(config: Path, most: int = 64) -> tuple[str, ...]:
+    """Each provider's `options.baseURL` in an opencode.json (plain JSON; a file it cannot read: none)."""
+    text = read_config(config)
+    try:
+        parsed = json.loads(text) if text else {}
+    except ValueError:
+        return ()
+    providers = parsed.get("provider") if isinstance(parsed, dict) else None
+    found = [p.get("options", {}).get("baseURL") for p in (providers or {}).values()
+             if isinstance(p, dict) and isinstance(p.get("options"), dict)] if isinstance(providers, dict) else []
+    return tuple(u for u in found[:most] if isinstance(u, str))
+
 class OpenCode(Adapter):
     name = "opencode"
     program = "opencode"
@@ -44,6 +57,9 @@ class OpenCode(Adapter):
     hooks = OPENCODE_HOOKS
     home_var = "XDG_DATA_HOME"   # its logins are in $XDG_DATA_HOME/opencode/auth.json
     key_vars = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY")
+    api_hosts = ("api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com", "openrouter.ai",
+                 "opencode.ai", "models.dev")
+    base_url_vars = ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL")
     install = "npm install -g opencode-ai"
     login_command = "opencode auth login"
     login_files = ("auth.json",)
@@ -56,6 +72,10 @@ class OpenCode(Adapter):
         """Its data (logins), its config (the heartbeat plugin) and its cache folders."""
         cache = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else home_dir(env) / ".cache"
         return (self.home(env), config_dir(env), cache / "opencode")
+
+    def network_hosts(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        """Its API hosts, and each provider's `baseURL` in its global opencode.json."""
+        return super().network_hosts(env) + base_urls(config_dir(env) / "opencode.json")
 
     def command(self, argv: tuple[str, ...], phase: "Phase | None" = None) -> tuple[str, ...]:
         """`run`, JSON events and every permission approved unless the user chose otherwise;

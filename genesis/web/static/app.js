@@ -395,6 +395,8 @@
       ev.appendChild(d);
     });
     if (!(doc.evidence || []).length) ev.appendChild(el("p", "muted", "no task ticked done in this run"));
+    // What the box's allow-list refused the agent (host:port and count), one line.
+    document.getElementById("network").textContent = doc.network || "no connection refused in this run";
     const task = doc.task;
     document.getElementById("attempts-panel").hidden = !task;
     if (task) {
