@@ -64,7 +64,7 @@ from genesis.store.atomicio import write_json
 from genesis.store import accounts
 from genesis.store.accounts import AccountStore, StoreUnusable
 from genesis.store.layout import private_dir
-from genesis.temporal import adoption, holds
+from genesis.temporal import adoption, cleanup, holds
 from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, INFRA, PAUSED, USAGE_LIMIT,
                                       AlertInput, AttemptInput, AttemptResult, MarkInput, MergeInput, MergeOutcome,
                                       TaskSpec, commit_key)
@@ -244,8 +244,15 @@ class MachineActivities:
         if not (base / ".git").is_dir():
             worktrees.Git(folder).out("clone", "-q", "--origin", REMOTE_NAME, inp.remote_url, str(base))
         git = worktrees.Git(base)
+        before = cleanup.remote_tips(git, REMOTE_NAME)
         git.out("fetch", "-q", "--prune", REMOTE_NAME)
         branch = inp.task.branch
+        vanished = cleanup.gone(before, cleanup.remote_tips(git, REMOTE_NAME))
+        vanished.pop(branch, None)
+        removed = cleanup.clean_machine(base, vanished, _loop_at)   # merged tasks' leftovers here
+        if removed:
+            print(f"genesis worker {self.host}: merged and gone from the remote, removed here: {', '.join(removed)}",
+                  file=sys.stderr, flush=True)
         pushed = worktrees.rev(git, f"refs/remotes/{REMOTE_NAME}/{branch}")
         existing = [w for w in worktrees.listed(base)[1:] if w.branch == branch and not w.prunable]
         fresh = not existing
@@ -473,6 +480,12 @@ def _infra(host: str, what: str, tries: int) -> ApplicationError:
     machine, never the task's ladder nor Temporal's quick retry here."""
     return ApplicationError(f"{host}: {what}", {"host": host, "activity_attempt": tries}, type=INFRA,
                             non_retryable=True)
+
+
+def _loop_at(wt: Path) -> bool:
+    """A loop runs in the worktree (a task's worktree is named after its task id)."""
+    holder = kids.holder_of(kids.Child(wt.name, wt, 0, 0.0, time.time(), 0))
+    return holder is not None and bool(holder.pid) and holder.alive()
 
 
 def _loop_in(inp: AttemptInput, wt: Path) -> bool:
@@ -760,9 +773,15 @@ class HomeActivities:
                                     self.cfg, resolve=None)
         if result.outcome == merging.HELD:
             raise ApplicationError(f"the merge is held: {result.detail}", type=HELD)
+        detail = result.detail
         if result.outcome == "merged":
             self._push_target(inp.target)
-        return MergeOutcome(result.outcome, result.sha, result.detail, tuple(result.commits))
+            try:   # by default: the merged task's branch on the remote, its worktree and branch here
+                tidy = cleanup.clean_home(self.project, self.remote, wt, branch, inp.target, fetched)
+            except (GitFailed, OSError, worktrees.WorktreeError) as exc:
+                tidy = f"its branch and worktree kept: {exc}"
+            detail = f"{detail}; {tidy}" if detail else tidy
+        return MergeOutcome(result.outcome, result.sha, detail, tuple(result.commits))
 
     def _fresh_merge_tree(self, path: Path, task_id: str) -> None:
         """The merge worktree an earlier try left (its home killed mid-replay or mid-test) removed,
