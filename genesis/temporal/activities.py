@@ -249,7 +249,11 @@ class MachineActivities:
         branch = inp.task.branch
         vanished = cleanup.gone(before, cleanup.remote_tips(git, REMOTE_NAME))
         vanished.pop(branch, None)
-        removed = cleanup.clean_machine(base, vanished, _loop_at)   # merged tasks' leftovers here
+        try:
+            removed = cleanup.clean_machine(base, vanished, _loop_at)   # merged tasks' leftovers here
+        except (GitFailed, OSError) as exc:   # a clean-up is never this attempt's failure
+            removed = []
+            print(f"genesis worker {self.host}: merged tasks' worktrees kept: {exc}", file=sys.stderr, flush=True)
         if removed:
             print(f"genesis worker {self.host}: merged and gone from the remote, removed here: {', '.join(removed)}",
                   file=sys.stderr, flush=True)
@@ -358,13 +362,12 @@ class MachineActivities:
         store = AccountStore(accounts.root_of(cfg.shared_state_dir, self.env))
         now = time.time()
         entry = holds.entry_for(account, until, cfg.limit_margin, account_workflow, clone, now)
+        self.relayed.add(key)   # tried once: a store that cannot take it is said once
         try:
             holds.relay(store, entry, cfg.limit_margin, now)
         except (StoreUnusable, LedgerError, OSError) as exc:
             print(f"genesis worker {self.host}: the hold of {account_workflow} does not reach this machine's "
                   f"loops: {exc}", file=sys.stderr, flush=True)
-            return
-        self.relayed.add(key)
 
     def _prepare(self, inp: AttemptInput, wt: Path, cfg: Config, tries: int) -> None:
         """A worktree no loop runs in made ready for a new one: what a killed attempt left
