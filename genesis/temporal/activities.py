@@ -187,9 +187,12 @@ class MachineActivities:
         log = fleet_dir / "children" / f"{inp.task.task_id}.attempt-{inp.number}.{info.attempt}.log"
 
         async def hold() -> None:   # the account's hold, told between two of the loop's phases
-            until = await self.accounts.until(inp.account_workflow)
-            if until > time.time():
-                await asyncio.to_thread(self._relay, wt, settings, inp.account_workflow, until, folder / "repo")
+            try:
+                until = await self.accounts.until(inp.account_workflow)
+                if until > time.time():
+                    await asyncio.to_thread(self._relay, wt, settings, inp.account_workflow, until, folder / "repo")
+            except Exception as exc:  # noqa: BLE001 - the next look tries again; the loop is watched meanwhile
+                activity.logger.warning(f"the account's hold was not looked at: {exc}")
 
         try:
             ending = await self._follow(child, fleet_dir, watch, bound, log, hold)
@@ -430,24 +433,30 @@ class MachineActivities:
     async def _follow(self, child: kids.Child, fleet_dir: Path, watch: _Watch, bound: float,
                       log: Path, hold=None) -> kids.Ending:
         """Watch the child to its end, telling it its monitor lives (monitor.json) while it does,
-        and the account's hold (`hold()`); _Frozen once it left no trace for `bound` seconds."""
+        and the account's hold (`hold()`, beside: a slow query never delays the liveness file);
+        _Frozen once it left no trace for `bound` seconds."""
         began = time.time()
-        while True:
-            now = time.time()
-            ending = await asyncio.to_thread(kids.ended, child, now)
-            if ending is not None:
-                return ending
-            last = max(child.launched, began, await asyncio.to_thread(_last_trace, child, log))
-            if now - last > bound:
-                raise _Frozen(f"{self.host}: the loop (pid {child.pid}) left no trace for {now - last:.0f}s "
-                              f"(its bound: {bound:g}s): frozen, stopped")
-            await asyncio.to_thread(write_json, fleet_dir / MONITOR_FILE,
-                                    {"pid": os.getpid(), "run_id": "temporal", "started": began, "at": now,
-                                     "host": self.host})
-            watch.details.update(run_id=child.run_id, last_trace=last)
-            if hold is not None:
-                await hold()
-            await asyncio.sleep(BEAT_EVERY)
+        looking: asyncio.Task | None = None
+        try:
+            while True:
+                now = time.time()
+                ending = await asyncio.to_thread(kids.ended, child, now)
+                if ending is not None:
+                    return ending
+                last = max(child.launched, began, await asyncio.to_thread(_last_trace, child, log))
+                if now - last > bound:
+                    raise _Frozen(f"{self.host}: the loop (pid {child.pid}) left no trace for {now - last:.0f}s "
+                                  f"(its bound: {bound:g}s): frozen, stopped")
+                await asyncio.to_thread(write_json, fleet_dir / MONITOR_FILE,
+                                        {"pid": os.getpid(), "run_id": "temporal", "started": began, "at": now,
+                                         "host": self.host})
+                watch.details.update(run_id=child.run_id, last_trace=last)
+                if hold is not None and (looking is None or looking.done()):
+                    looking = asyncio.create_task(hold())
+                await asyncio.sleep(BEAT_EVERY)
+        finally:
+            if looking is not None:
+                looking.cancel()
 
 
 class _Beating:
