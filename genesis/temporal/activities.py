@@ -60,9 +60,9 @@ from genesis.loop.limits import REMEMBERED
 from genesis.repo.autocommit import push_rejected
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.tasks import parse
-from genesis.store.atomicio import write_json
 from genesis.store import accounts
 from genesis.store.accounts import AccountStore, StoreUnusable
+from genesis.store.atomicio import write_json
 from genesis.store.layout import private_dir
 from genesis.temporal import adoption, cleanup, holds
 from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, INFRA, PAUSED, USAGE_LIMIT,
@@ -353,19 +353,19 @@ class MachineActivities:
         """The account's hold in this machine's account store, where the loops running here read it
         before their next phase (genesis/temporal/holds.py); a store that cannot take it is said.
         The loop's configuration as the loop sees it (this worker's environment): its store, its CLI."""
+        key = (account_workflow, until, str(wt))
+        if key in self.relayed:
+            return
+        self.relayed.add(key)   # tried once per attempt and hold: a store that cannot take it is said once
         try:
             cfg = resolve(wt, env=self.env, flags=settings)
             adapter = adapter_of(cfg)
             account = adapter.account({**adapter.environment(), **self.env})
         except Exception:  # noqa: BLE001 - no adapter to speak of: the loop's preflight says what is wrong
             return
-        key = (account_workflow, until, account)
-        if key in self.relayed:
-            return
         store = AccountStore(accounts.root_of(cfg.shared_state_dir, self.env))
         now = time.time()
         entry = holds.entry_for(account, until, cfg.limit_margin, account_workflow, clone, now)
-        self.relayed.add(key)   # tried once: a store that cannot take it is said once
         try:
             holds.relay(store, entry, cfg.limit_margin, now)
         except (StoreUnusable, LedgerError, OSError) as exc:
