@@ -249,6 +249,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GENESIS_TEMPORAL_AGENT_COMMANDS", "", "the temporal engine, on a worker: |-separated agent command "
          "lines it may run besides its own GENESIS_AGENT_CMD and GENESIS_FALLBACK_AGENT_CMD; a workflow asking "
          "for any other is refused"),
+    Knob("GENESIS_TEMPORAL_METRICS", "", "the temporal engine: HOST:PORT where this process (a worker, the home) "
+         "serves the Temporal SDK's metrics for Prometheus at /metrics (schedule-to-start latencies, failed "
+         "activities, polls); empty: none"),
 )
 KNOB_NAMES = {k.name for k in KNOBS}
 KNOB_BY_NAME = {k.name: k for k in KNOBS}

@@ -144,6 +144,7 @@ READ = {
     "GENESIS_TEMPORAL_TLS_KEY": (lambda c: temporal_settings(c.settings).tls_key, str),
     "GENESIS_TEMPORAL_API_KEY_FILE": (lambda c: temporal_settings(c.settings).api_key_file, str),
     "GENESIS_TEMPORAL_AGENT_COMMANDS": (lambda c: "|".join(temporal_settings(c.settings).agent_commands), str),
+    "GENESIS_TEMPORAL_METRICS": (lambda c: temporal_settings(c.settings).metrics, str),
 }
 
 

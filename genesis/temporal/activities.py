@@ -54,8 +54,11 @@ from genesis.loop.limits import REMEMBERED
 from genesis.repo.autocommit import push_rejected
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.tasks import parse
+from genesis.store import accounts
+from genesis.store.accounts import AccountStore, StoreUnusable
 from genesis.store.atomicio import write_json
 from genesis.store.layout import private_dir
+from genesis.temporal import adoption, cleanup, holds
 from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, INFRA, PAUSED, USAGE_LIMIT,
                                       AlertInput, AttemptInput, AttemptResult, MarkInput, MergeInput, MergeOutcome,
                                       TaskSpec, commit_key)
@@ -115,6 +118,12 @@ class MachineActivities:
     stop_wait: float = STOP_WAIT
     fleet: FleetSettings | None = None  # the machine's fleet knobs (ports, memory floor), from its environment
     running: asyncio.Semaphore | None = None   # one count for both queues: at most --parallel loops here
+    accounts: holds.AccountWatch | None = None   # the accounts' holds, asked once per account for every attempt
+    relayed: set[tuple] = field(default_factory=set)   # holds already put in this machine's account store
+
+    def __post_init__(self) -> None:
+        if self.accounts is None:
+            self.accounts = holds.AccountWatch(lambda workflow_id: self._ask(workflow_id))
 
     @activity.defn(name="run_attempt")
     async def run_attempt(self, inp: AttemptInput) -> AttemptResult:
@@ -156,7 +165,7 @@ class MachineActivities:
                                                                         "exit_code": exitcodes.UNTRUSTED_COMMAND},
                                    type=FLEET_STOPPING, non_retryable=True)
         fleet_dir = private_dir(folder / "fleet")
-        child, slot = await asyncio.to_thread(self._adopted, inp, wt), -1
+        child, slot = await asyncio.to_thread(self._adopted, inp, wt, fleet_dir), -1
         adopted = child is not None
         if child is None:
             try:
@@ -170,13 +179,22 @@ class MachineActivities:
         watch.details.update(stage="running", pid=child.pid, adopted=adopted)
         bound = self._bound(cfg, inp.window_factor)
         log = fleet_dir / "children" / f"{inp.task.task_id}.attempt-{inp.number}.{info.attempt}.log"
+
+        async def hold() -> None:   # the account's hold, told between two of the loop's phases
+            try:
+                until = await self.accounts.until(inp.account_workflow)
+                if until > time.time():
+                    await asyncio.to_thread(self._relay, wt, settings, inp.account_workflow, until, folder / "repo")
+            except Exception as exc:  # noqa: BLE001 - the next look tries again; the loop is watched meanwhile
+                activity.logger.warning(f"the account's hold was not looked at: {exc}")
+
         try:
-            ending = await self._follow(child, fleet_dir, watch, bound, log)
+            ending = await self._follow(child, fleet_dir, watch, bound, log, hold)
         except asyncio.CancelledError:   # cancelled or timed out: the loop goes with its attempt
-            await asyncio.to_thread(_stop_child, child, self.stop_wait)
+            await asyncio.to_thread(_stopping, child, fleet_dir, self.stop_wait)
             raise
         except _Frozen as exc:
-            await asyncio.to_thread(_stop_child, child, self.stop_wait)
+            await asyncio.to_thread(_stopping, child, fleet_dir, self.stop_wait)
             raise ApplicationError(str(exc), {"host": self.host, "run_id": child.run_id,
                                               "activity_attempt": info.attempt}, type=FROZEN) from exc
         finally:
@@ -223,8 +241,19 @@ class MachineActivities:
         if not (base / ".git").is_dir():
             worktrees.Git(folder).out("clone", "-q", "--origin", REMOTE_NAME, inp.remote_url, str(base))
         git = worktrees.Git(base)
+        before = cleanup.remote_tips(git, REMOTE_NAME)
         git.out("fetch", "-q", "--prune", REMOTE_NAME)
         branch = inp.task.branch
+        vanished = cleanup.gone(before, cleanup.remote_tips(git, REMOTE_NAME))
+        vanished.pop(branch, None)
+        try:
+            removed = cleanup.clean_machine(base, vanished, _loop_at)   # merged tasks' leftovers here
+        except (GitFailed, OSError) as exc:   # a clean-up is never this attempt's failure
+            removed = []
+            print(f"genesis worker {self.host}: merged tasks' worktrees kept: {exc}", file=sys.stderr, flush=True)
+        if removed:
+            print(f"genesis worker {self.host}: merged and gone from the remote, removed here: {', '.join(removed)}",
+                  file=sys.stderr, flush=True)
         pushed = worktrees.rev(git, f"refs/remotes/{REMOTE_NAME}/{branch}")
         existing = [w for w in worktrees.listed(base)[1:] if w.branch == branch and not w.prunable]
         fresh = not existing
@@ -287,21 +316,55 @@ class MachineActivities:
             return {}
         return answer if isinstance(answer, dict) else {}
 
-    def _adopted(self, inp: AttemptInput, wt: Path) -> kids.Child | None:
-        """The loop still running in the worktree (this machine's previous worker died; never two
-        loops on one task), adopted as it is: no start gate, it is already running."""
+    def _adopted(self, inp: AttemptInput, wt: Path, fleet_dir: Path) -> kids.Child | None:
+        """The loop still running in the worktree, adopted as it is when it is this attempt's (this
+        machine's previous worker died; never two loops on one task): no start gate, it is already
+        running. Any other loop there (one its attempt is stopping, an earlier attempt's) is
+        stopped first, and None returned: a fresh loop starts."""
         now = time.time()
         probe = kids.Child(inp.task.task_id, wt, 0, 0.0, now, inp.number)
         deadline = now + STEPS_WAIT
-        holder = kids.holder_of(probe)
-        while holder is not None and (not holder.pid or not holder.alive()) and time.time() < deadline:
-            time.sleep(0.5)   # an ended loop's last steps still hold its lock
+        for _ in range(3):
             holder = kids.holder_of(probe)
-        if holder is not None and holder.pid and holder.alive():
+            while holder is not None and (not holder.pid or not holder.alive()) and time.time() < deadline:
+                time.sleep(0.5)   # an ended loop's last steps still hold its lock
+                holder = kids.holder_of(probe)
+            if holder is None or not holder.pid or not holder.alive():
+                return None
             child = kids.adopt(inp.task.task_id, wt, holder, inp.number, now)
             child.layout = probe.layout
-            return child
+            why = adoption.refusal(adoption.read_launch(fleet_dir, inp.task.task_id), adoption.session_of(holder.pid),
+                                   inp.task_workflow, inp.number)
+            if not why:
+                return child
+            print(f"genesis worker {self.host}: the loop (pid {holder.pid}) in {wt} is not adopted ({why}): "
+                  f"stopped first", file=sys.stderr, flush=True)
+            _stop_child(child, self.stop_wait)
         return None
+
+    def _relay(self, wt: Path, settings: Mapping[str, str], account_workflow: str, until: float,
+               clone: Path) -> None:
+        """The account's hold in this machine's account store, where the loops running here read it
+        before their next phase (genesis/temporal/holds.py); a store that cannot take it is said.
+        The loop's configuration as the loop sees it (this worker's environment): its store, its CLI."""
+        key = (account_workflow, until, str(wt))
+        if key in self.relayed:
+            return
+        self.relayed.add(key)   # tried once per attempt and hold: a store that cannot take it is said once
+        try:
+            cfg = resolve(wt, env=self.env, flags=settings)
+            adapter = adapter_of(cfg)
+            account = adapter.account({**adapter.environment(), **self.env})
+        except Exception:  # noqa: BLE001 - no adapter to speak of: the loop's preflight says what is wrong
+            return
+        store = AccountStore(accounts.root_of(cfg.shared_state_dir, self.env))
+        now = time.time()
+        entry = holds.entry_for(account, until, cfg.limit_margin, account_workflow, clone, now)
+        try:
+            holds.relay(store, entry, cfg.limit_margin, now)
+        except (StoreUnusable, LedgerError, OSError) as exc:
+            print(f"genesis worker {self.host}: the hold of {account_workflow} does not reach this machine's "
+                  f"loops: {exc}", file=sys.stderr, flush=True)
 
     def _prepare(self, inp: AttemptInput, wt: Path, cfg: Config, tries: int) -> None:
         """A worktree no loop runs in made ready for a new one: what a killed attempt left
@@ -333,6 +396,7 @@ class MachineActivities:
                 self.slots.discard(slot)
             raise
         child.layout = kids.layout_of(wt)
+        adoption.record_launch(fleet_dir, inp.task.task_id, child.pid, inp.task_workflow, inp.number)
         return child, slot
 
     def _ports(self, slot: int) -> tuple[int, int]:
@@ -361,24 +425,32 @@ class MachineActivities:
         return self.host_wait
 
     async def _follow(self, child: kids.Child, fleet_dir: Path, watch: _Watch, bound: float,
-                      log: Path) -> kids.Ending:
-        """Watch the child to its end, telling it its monitor lives (monitor.json) while it does;
+                      log: Path, hold=None) -> kids.Ending:
+        """Watch the child to its end, telling it its monitor lives (monitor.json) while it does,
+        and the account's hold (`hold()`, beside: a slow query never delays the liveness file);
         _Frozen once it left no trace for `bound` seconds."""
         began = time.time()
-        while True:
-            now = time.time()
-            ending = await asyncio.to_thread(kids.ended, child, now)
-            if ending is not None:
-                return ending
-            last = max(child.launched, began, await asyncio.to_thread(_last_trace, child, log))
-            if now - last > bound:
-                raise _Frozen(f"{self.host}: the loop (pid {child.pid}) left no trace for {now - last:.0f}s "
-                              f"(its bound: {bound:g}s): frozen, stopped")
-            await asyncio.to_thread(write_json, fleet_dir / MONITOR_FILE,
-                                    {"pid": os.getpid(), "run_id": "temporal", "started": began, "at": now,
-                                     "host": self.host})
-            watch.details.update(run_id=child.run_id, last_trace=last)
-            await asyncio.sleep(BEAT_EVERY)
+        looking: asyncio.Task | None = None
+        try:
+            while True:
+                now = time.time()
+                ending = await asyncio.to_thread(kids.ended, child, now)
+                if ending is not None:
+                    return ending
+                last = max(child.launched, began, await asyncio.to_thread(_last_trace, child, log))
+                if now - last > bound:
+                    raise _Frozen(f"{self.host}: the loop (pid {child.pid}) left no trace for {now - last:.0f}s "
+                                  f"(its bound: {bound:g}s): frozen, stopped")
+                await asyncio.to_thread(write_json, fleet_dir / MONITOR_FILE,
+                                        {"pid": os.getpid(), "run_id": "temporal", "started": began, "at": now,
+                                         "host": self.host})
+                watch.details.update(run_id=child.run_id, last_trace=last)
+                if hold is not None and (looking is None or looking.done()):
+                    looking = asyncio.create_task(hold())
+                await asyncio.sleep(BEAT_EVERY)
+        finally:
+            if looking is not None:
+                looking.cancel()
 
 
 class _Beating:
@@ -414,6 +486,12 @@ def _infra(host: str, what: str, tries: int) -> ApplicationError:
     machine, never the task's ladder nor Temporal's quick retry here."""
     return ApplicationError(f"{host}: {what}", {"host": host, "activity_attempt": tries}, type=INFRA,
                             non_retryable=True)
+
+
+def _loop_at(wt: Path) -> bool:
+    """A loop runs in the worktree (a task's worktree is named after its task id)."""
+    holder = kids.holder_of(kids.Child(wt.name, wt, 0, 0.0, time.time(), 0))
+    return holder is not None and bool(holder.pid) and holder.alive()
 
 
 def _loop_in(inp: AttemptInput, wt: Path) -> bool:
@@ -605,6 +683,12 @@ def _stop_child(child: kids.Child, wait: float = STOP_WAIT) -> None:
     kids.signal_child(child, signal.SIGKILL)
 
 
+def _stopping(child: kids.Child, fleet_dir: Path, wait: float) -> None:
+    """The attempt stops its loop: recorded first, so that no retry adopts a loop being stopped."""
+    adoption.mark_stopping(fleet_dir, child.task_id, adoption.session_of(child.pid) or child.pid)
+    _stop_child(child, wait)
+
+
 def _replayed_from(git: worktrees.Git, branch: str) -> str:
     """Where the branch was before our merge replayed it onto the project branch ("" when its tip
     is not such a replay): a merge held after its replay leaves the branch there, and that tip is
@@ -674,9 +758,15 @@ class HomeActivities:
                                     self.cfg, resolve=None)
         if result.outcome == merging.HELD:
             raise ApplicationError(f"the merge is held: {result.detail}", type=HELD)
+        detail = result.detail
         if result.outcome == "merged":
             self._push_target(inp.target)
-        return MergeOutcome(result.outcome, result.sha, result.detail, tuple(result.commits))
+            try:   # by default: the merged task's branch on the remote, its worktree and branch here
+                tidy = cleanup.clean_home(self.project, self.remote, wt, branch, inp.target, fetched)
+            except (GitFailed, OSError, worktrees.WorktreeError) as exc:
+                tidy = f"its branch and worktree kept: {exc}"
+            detail = f"{detail}; {tidy}" if detail else tidy
+        return MergeOutcome(result.outcome, result.sha, detail, tuple(result.commits))
 
     def _fresh_merge_tree(self, path: Path, task_id: str) -> None:
         """The merge worktree an earlier try left (its home killed mid-replay or mid-test) removed,

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Awaitable, Callable, Mapping, TypeVar
 
 from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from genesis.clock import iso
 from genesis.config import ConfigError
 from genesis.temporal.settings import TemporalSettings
 
-__all__ = ["client_options", "connect", "unreachable", "backoff", "Outage", "API_KEY_ENV"]
+__all__ = ["client_options", "connect", "unreachable", "backoff", "Outage", "API_KEY_ENV", "runtime_for"]
 
 API_KEY_ENV = "GENESIS_TEMPORAL_API_KEY"   # the key itself, in the environment only (never a setting shown)
 RETRY_FIRST = 1.0      # seconds before the first new try of a call Temporal did not answer
@@ -35,6 +36,7 @@ MAX_FILE = 1 << 20     # bytes of a certificate, key or API-key file: far more t
 UNREACHABLE = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED})
 CUT = ("transport error", "tcp connect error", "connection reset", "broken pipe")
 T = TypeVar("T")
+_RUNTIMES: dict[tuple[str, str], Runtime] = {}   # one per endpoint in a process: its port is bound once
 
 
 def _read(key: str, path: str) -> bytes:
@@ -68,6 +70,24 @@ def client_options(settings: TemporalSettings, env: Mapping[str, str]) -> dict:
     if key:
         options["api_key"] = key
     return options
+
+
+def runtime_for(settings: TemporalSettings) -> Runtime | None:
+    """The SDK's runtime serving its metrics for Prometheus at GENESIS_TEMPORAL_METRICS (None: the
+    default runtime, no endpoint), tagged with this machine's name; ConfigError when the address
+    cannot be bound (another process has it: give each its own port)."""
+    if not settings.metrics:
+        return None
+    key = (settings.metrics, settings.host)
+    if key not in _RUNTIMES:
+        try:
+            _RUNTIMES[key] = Runtime(telemetry=TelemetryConfig(
+                metrics=PrometheusConfig(bind_address=settings.metrics, durations_as_seconds=True),
+                global_tags={"genesis_host": settings.host}))
+        except Exception as exc:  # noqa: BLE001 - the SDK's core says it as a plain error
+            raise ConfigError(f"GENESIS_TEMPORAL_METRICS={settings.metrics!r}: cannot serve the metrics there "
+                              f"({exc}); give this process a free HOST:PORT of its own") from None
+    return _RUNTIMES[key]
 
 
 def unreachable(exc: BaseException) -> bool:
@@ -139,6 +159,9 @@ async def connect(settings: TemporalSettings, identity: str, env: Mapping[str, s
     """A client of the settings' server; with an Outage, connecting waits out an unreachable server
     for `patience` seconds (a server restarting; a wrong address is said well before a night is lost)."""
     options = client_options(settings, os.environ if env is None else env)
+    runtime = runtime_for(settings)
+    if runtime is not None:
+        options["runtime"] = runtime
 
     def make() -> Awaitable[Client]:
         return Client.connect(settings.address, identity=identity, **options)

@@ -14,7 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from genesis.temporal.records import task_workflow_id
+from genesis.temporal.records import task_workflow_id, tasks_of_memo
 from genesis.temporal.workflows import MEMO_KEY
 
 __all__ = ["Try", "tries_of", "task_memos", "fleet_memo", "account_memo", "task_ids", "fleet_state",
@@ -91,8 +91,10 @@ def _chain(failure) -> str:
 async def fleet_memo(client: Client, fleet_id: str) -> dict:
     """The fleet workflow's memo: its tasks' states, pause and stop (no worker needed)."""
     described = await client.get_workflow_handle(fleet_id).describe()
-    memo = await described.memo_value(MEMO_KEY, default={})
-    return {**memo, "status": described.status.name if described.status else ""}
+    whole = await described.memo()
+    memo = whole.get(MEMO_KEY) or {}
+    memo = memo if isinstance(memo, dict) else {}
+    return {**memo, "tasks": tasks_of_memo(memo, whole), "status": described.status.name if described.status else ""}
 
 
 async def account_memo(client: Client, account_id: str) -> dict:

@@ -14,7 +14,7 @@ __all__ = ["fleet_queue", "any_queue", "host_queue", "home_host", "fingerprint",
            "task_workflow_id", "account_workflow_id", "commit_key", "AGENT_FAILED", "USAGE_LIMIT", "PERMANENT",
            "PAUSED", "FLEET_STOPPING", "HELD", "INFRA", "LadderSpec", "FleetSpec", "TaskSpec", "AttemptInput",
            "AttemptResult", "TaskInput", "MergeInput", "MergeOutcome", "MarkInput", "TaskOutcome", "ENGINE_FILE",
-           "TaskFailed", "AlertInput"]
+           "TaskFailed", "AlertInput", "TASK_MEMO", "task_memo_key", "tasks_of_memo"]
 
 ENGINE_FILE = "engine.json"   # <fleet dir>/engine.json at home: which engine runs the fleet, and where
 
@@ -58,6 +58,22 @@ def fleet_workflow_id(project_fingerprint: str) -> str:
 
 def task_workflow_id(fleet_id: str, task_id: str) -> str:
     return f"{fleet_id}/{task_id}"
+
+
+TASK_MEMO = "task:"   # the fleet's memo: each task's row under "task:<task id>", beside the fleet's header
+
+
+def task_memo_key(task_id: str) -> str:
+    return f"{TASK_MEMO}{task_id}"
+
+
+def tasks_of_memo(header: dict, memo: dict) -> dict:
+    """The fleet's tasks from its whole memo: the rows under their own keys, over those an older
+    fleet kept in its header's `tasks`."""
+    rows = dict(header.get("tasks") or {}) if isinstance(header, dict) else {}
+    rows.update({key[len(TASK_MEMO):]: row for key, row in memo.items()
+                 if key.startswith(TASK_MEMO) and isinstance(row, dict)})
+    return rows
 
 
 def account_workflow_id(prefix: str, cli: str, account: str) -> str:

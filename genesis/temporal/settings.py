@@ -27,7 +27,7 @@ KEYS = ("GENESIS_FLEET_ENGINE", "GENESIS_TEMPORAL_ADDRESS", "GENESIS_TEMPORAL_NA
         "GENESIS_TEMPORAL_TASK_QUEUE", "GENESIS_TEMPORAL_HOST", "GENESIS_TEMPORAL_HEARTBEAT_SECONDS",
         "GENESIS_TEMPORAL_HOST_WAIT_SECONDS", "GENESIS_TEMPORAL_REMOTE", "GENESIS_TEMPORAL_ACCOUNT",
         "GENESIS_TEMPORAL_TLS_CA", "GENESIS_TEMPORAL_TLS_CERT", "GENESIS_TEMPORAL_TLS_KEY",
-        "GENESIS_TEMPORAL_API_KEY_FILE", "GENESIS_TEMPORAL_AGENT_COMMANDS")
+        "GENESIS_TEMPORAL_API_KEY_FILE", "GENESIS_TEMPORAL_AGENT_COMMANDS", "GENESIS_TEMPORAL_METRICS")
 DEFAULTS = {key: default_of(key) for key in KEYS}   # from the knob table, the one place defaults live
 
 
@@ -47,6 +47,7 @@ class TemporalSettings:
     tls_key: str = ""
     api_key_file: str = ""   # a file holding the API key (GENESIS_TEMPORAL_API_KEY in the environment wins)
     agent_commands: tuple[str, ...] = ()   # a worker's: agent command lines it trusts beyond its own
+    metrics: str = ""        # HOST:PORT of this process's Prometheus endpoint of the SDK's metrics ("": none)
 
 
 def _plain_host(name: str) -> str:
@@ -90,6 +91,10 @@ def temporal_settings(settings: Mapping[str, Setting], hostname: str | None = No
     host, source = raw("GENESIS_TEMPORAL_HOST")
     host = name("GENESIS_TEMPORAL_HOST", host, source) if host else _plain_host(hostname or socket.gethostname())
     remote, source = raw("GENESIS_TEMPORAL_REMOTE")
+    metrics, source_metrics = raw("GENESIS_TEMPORAL_METRICS")
+    if metrics and (not ADDRESS_RE.match(metrics) or not 0 < int(metrics.rpartition(":")[2]) < 65536):
+        raise ConfigError(f"GENESIS_TEMPORAL_METRICS={metrics!r} ({source_metrics}): expected HOST:PORT (e.g. "
+                          f"127.0.0.1:9464), or empty for none")
     account, source_account = raw("GENESIS_TEMPORAL_ACCOUNT")
     return TemporalSettings(
         engine=engine.lower(),
@@ -106,6 +111,7 @@ def temporal_settings(settings: Mapping[str, Setting], hostname: str | None = No
         tls_key=raw("GENESIS_TEMPORAL_TLS_KEY")[0],
         api_key_file=raw("GENESIS_TEMPORAL_API_KEY_FILE")[0],
         agent_commands=tuple(c.strip() for c in raw("GENESIS_TEMPORAL_AGENT_COMMANDS")[0].split("|") if c.strip()),
+        metrics=metrics,
     )
 
 

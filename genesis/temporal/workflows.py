@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, INFRA, PAUSED, PERMANENT,
                                           USAGE_LIMIT, AlertInput, AttemptInput, AttemptResult, FleetSpec, MarkInput,
                                           MergeInput, MergeOutcome, TaskFailed, TaskInput, TaskOutcome, TaskSpec,
+                                          task_memo_key,
                                           any_queue, fleet_queue, host_queue, task_workflow_id)
 
 __all__ = ["FleetWorkflow", "TaskWorkflow", "AccountWorkflow", "WORKFLOWS", "MEMO_KEY"]
@@ -66,6 +67,7 @@ ALERT_TRIES = 2                       # an alert is best effort: never worth hol
 PAUSE_REASON = "the cascade pause: no new attempt until a probe task succeeds"
 HOME_BEAT = "home-heartbeat"          # the patch: merge and mark have a heartbeat timeout
 INFRA_PATCH = "infra-off-ladder"      # the patch: a machine's git failure waits and moves, never the ladder
+MEMO_PER_TASK = "memo-per-task"       # the patch: each task's row under a memo key of its own (records.task_memo_key)
 INFRA_MOST = 300.0                    # seconds: at most this between two tries
 INFRA_MAX = 15                        # such failures in a row (about an hour of them) before the task needs a person
 
@@ -550,7 +552,18 @@ class FleetWorkflow:
 
     def _note(self, task_id: str, **changes) -> None:
         self.tasks[task_id] = {**self.tasks.get(task_id, {}), **changes, "updated": workflow.now().timestamp()}
-        workflow.upsert_memo({MEMO_KEY: self._memo()})
+        self._upsert(task_id)
+
+    def _upsert(self, *task_ids: str) -> None:
+        """The memo brought up to date. Each task's row under a key of its own (patch MEMO_PER_TASK):
+        an upsert carries the fleet's header and the rows that changed, not every task's again
+        (its history grows with the tasks, not with their square)."""
+        if not workflow.patched(MEMO_PER_TASK):
+            workflow.upsert_memo({MEMO_KEY: self._memo()})
+            return
+        header = {k: v for k, v in self._memo().items() if k != "tasks"}
+        workflow.upsert_memo({MEMO_KEY: header, **{task_memo_key(t): self.tasks[t] for t in task_ids
+                                                   if t in self.tasks}})
 
     @workflow.run
     async def run(self, spec: FleetSpec) -> dict:
@@ -783,14 +796,14 @@ class FleetWorkflow:
 
     def _moved(self, event: str, reason: str, task_id: str | None = None) -> None:
         self.moves = (self.moves + [[self._now(), event, reason, task_id]])[-MOVES_KEPT:]
-        workflow.upsert_memo({MEMO_KEY: self._memo()})
+        self._upsert()
 
     async def _move(self, spec: FleetSpec, step: cascade.GateStep, task_id: str | None = None) -> None:
         """What the gate decided, told to the task workflows and the memo (a probe is recorded when
         it launches)."""
         if step.event is None or step.action == "probe":
             if step.action == "probe":
-                workflow.upsert_memo({MEMO_KEY: self._memo()})
+                self._upsert()
             return
         self._moved(step.event, step.reason, task_id if step.action == "probe_failed" else None)
         live = [t for t, row in self.tasks.items() if row.get("state") == Task.RUNNING.value]
@@ -803,7 +816,7 @@ class FleetWorkflow:
             for t in live:
                 self.tasks[t] = {**self.tasks[t], "paused": False}
             await self._tell("resume", self._next_seq())
-        workflow.upsert_memo({MEMO_KEY: self._memo()})
+        self._upsert(*live)
 
     async def _review_alert(self, spec: FleetSpec, task: TaskSpec, why: str) -> None:
         """As the local fleet: a task left for review is one high alert (runs before it sent none)."""

@@ -78,7 +78,7 @@ def test_a_running_loop_is_adopted_whatever_the_gate_says(world, tmp_path, monke
     plain._ask = lambda workflow_id: asyncio.sleep(0, {})
 
     async def lose_the_worker():   # the first try's worker dies: its loop runs on, unwatched
-        monkeypatch.setattr(activities, "_stop_child", lambda child, wait=0.0: None)
+        monkeypatch.setattr(activities, "_stopping", lambda child, fleet_dir, wait=0.0: None)
         first = ActivityEnvironment()
         running = asyncio.create_task(first.run(plain.run_attempt, inp))
         deadline = time.monotonic() + 120
@@ -104,4 +104,44 @@ def test_a_running_loop_is_adopted_whatever_the_gate_says(world, tmp_path, monke
 
     result = asyncio.run(adopt())
     assert result.adopted and result.outcome == "verified", result
-    assert gated.calls == []
+    # The gate was not asked before adopting (only the account's hold, while the loop ran).
+    assert "prepared" not in gated.calls and set(gated.calls) <= {"ask tacct"}, gated.calls
+
+
+def test_a_loop_its_cancelled_attempt_is_stopping_is_never_adopted(world, tmp_path, monkeypatch):
+    inp, env, root = world
+    (tmp_path / "hold").touch()
+    plain = activities.MachineActivities(None, root, "A", env, stop_wait=5.0)
+    plain._ask = lambda workflow_id: asyncio.sleep(0, {})
+
+    async def cancel_slowly():   # cancelled (a server outage timed it out): its loop is still being stopped
+        monkeypatch.setattr(activities, "_stop_child", lambda child, wait=0.0: None)
+        first = ActivityEnvironment()
+        running = asyncio.create_task(first.run(plain.run_attempt, inp))
+        deadline = time.monotonic() + 120
+        while not ((tmp_path / "agents").exists() and loops_under(root)):
+            assert time.monotonic() < deadline, "no agent started"
+            await asyncio.sleep(0.1)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        monkeypatch.undo()
+
+    asyncio.run(cancel_slowly())
+    stopping = {p.pid for p in loops_under(root)}
+    assert stopping
+    retry = ActivityEnvironment()
+    retry.info = dataclasses.replace(retry.info, attempt=2)
+
+    async def retry_it():
+        going = asyncio.create_task(retry.run(plain.run_attempt, inp))
+        deadline = time.monotonic() + 120
+        while stopping & {p.pid for p in loops_under(root)}:
+            assert time.monotonic() < deadline, "the loop being stopped still runs"
+            await asyncio.sleep(0.2)
+        (tmp_path / "hold").unlink()
+        return await going
+
+    result = asyncio.run(retry_it())
+    assert not result.adopted and result.outcome == "verified", result
+    assert len((tmp_path / "agents").read_text().split()) == 2   # a fresh loop's agent, not the stopped one's

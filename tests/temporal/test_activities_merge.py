@@ -99,6 +99,11 @@ def test_a_clean_branch_behind_the_pushed_tip_is_merged_and_the_fetched_ref_goes
     assert done.outcome == "merged", done
     assert (project / "work.txt").read_text() == "the agent's work\n"
     assert fetched_refs(project) == ""
+    # Cleaned by default, and said: the remote's task branch, the merge worktree and the home's branch.
+    branch = branch_for(TID)
+    assert "deleted from" in done.detail and "removed here" in done.detail, done.detail
+    assert git(remote, "for-each-ref", f"refs/heads/{branch}") == ""
+    assert git(project, "branch", "--list", branch) == ""
 
 
 @pytest.mark.fault(112)

@@ -113,6 +113,9 @@ def test_four_tasks_on_two_machines_are_all_merged_once(machines, project, tmp_p
     ticks = git(remote, "log", "--format=%s", target).splitlines()
     for text in TEXTS:  # each task came home once: one tick commit each
         assert sum(1 for s in ticks if text in s) == 1, ticks
+    # Cleaned by default: no merged task's branch is left on the remote, nor at home.
+    assert git(remote, "for-each-ref", "refs/heads/genesis/task/") == ""
+    assert git(project, "for-each-ref", "refs/heads/genesis/task/") == ""
     for host in ("A", "B"):  # both machines ran tasks, each in a clone of its own
         ran = list(machines.roots[host].glob("*/fleet/children/*.log"))
         assert ran, f"machine {host} ran no attempt\n{machines.log(f'worker-{host}')[-2000:]}"

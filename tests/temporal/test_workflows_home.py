@@ -262,3 +262,27 @@ def test_a_status_reads_only_the_current_fleet_runs_tasks(dev_server, home, tmp_
         return await reading.task_ids(await Client.connect(dev_server.address), spec.fleet_id)
 
     assert asyncio.run(ids()) == [task_workflow_id(spec.fleet_id, task_id(BETA))]
+
+
+def test_each_memo_upsert_carries_the_header_and_the_one_row_that_changed(dev_server, home, tmp_path):
+    from temporalio.api.enums.v1 import EventType
+
+    from genesis.temporal.records import TASK_MEMO
+
+    project, origin, target = home
+    spec = spec_for(project, origin, target, f"w{uuid.uuid4().hex[:8]}")
+    result = asyncio.run(run_fleet(dev_server.address, spec, Agent(origin, tmp_path, {})))
+    assert states(result) == {task_id(ALPHA): "merged", task_id(BETA): "merged"}, result
+
+    async def read():
+        client = await Client.connect(dev_server.address)
+        rows = []
+        async for event in client.get_workflow_handle(spec.fleet_id).fetch_history_events():
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+                rows.append(sorted(event.workflow_properties_modified_event_attributes.upserted_memo.fields))
+        return rows, await reading.fleet_memo(client, spec.fleet_id)
+
+    upserts, memo = asyncio.run(read())
+    assert len(upserts) >= 6, upserts   # each task queued, running, merging, merged
+    assert all(len([k for k in keys if k.startswith(TASK_MEMO)]) <= 1 for keys in upserts), upserts
+    assert {row["state"] for row in memo["tasks"].values()} == {"merged"} and len(memo["tasks"]) == 2, memo
