@@ -78,6 +78,7 @@ class Ending:
     at: float
     reason: str
     cost: float = 0.0
+    model: str | None = None          # the model its newest phase that named one said it used
 
 
 def child_argv(spec: ChildSpec, script: Path = LOOP_SCRIPT) -> list[str]:
@@ -196,8 +197,10 @@ def ended(child: Child, now: float) -> Ending | None:
         recorded = ending_of_run(child, now)
         at = recorded.at if recorded else now
         if code < 0:
-            return Ending(128 - code, at, f"killed by signal {-code}", recorded.cost if recorded else 0.0)
-        return Ending(code, at, recorded.reason if recorded else "", recorded.cost if recorded else 0.0)
+            return Ending(128 - code, at, f"killed by signal {-code}", recorded.cost if recorded else 0.0,
+                          recorded.model if recorded else None)
+        return Ending(code, at, recorded.reason if recorded else "", recorded.cost if recorded else 0.0,
+                      recorded.model if recorded else None)
     holder = holder_of(child)
     if holder is not None and holder.pid in (0, child.pid):
         # Still its loop; pid 0: its record is already let go, its end being recorded (finish
@@ -212,7 +215,9 @@ def ended(child: Child, now: float) -> Ending | None:
 
 
 def ending_of_run(child: Child, now: float) -> Ending | None:
-    """The child's `loop_end` from its own ledger (bounded: one run's few events), if recorded."""
+    """The child's `loop_end` from its own ledger (bounded: one run's few events), if recorded,
+    with what its phases cost and the model they used (kept in the fleet's ledger: the child's
+    goes with its worktree after the merge)."""
     if child.layout is None or not child.run_id:
         return None
     path = child.layout.ledger_file
@@ -229,12 +234,13 @@ def ending_of_run(child: Child, now: float) -> Ending | None:
         value = ev.get("cost_usd")
         if isinstance(value, (int, float)):
             cost += float(value)
+    model = next((m for ev in reversed(costs) if isinstance(m := ev.get("model_used"), str) and m), None)
     if not ends:
         return None
     last = ends[-1]
     code = last.get("exit_code")
     return Ending(code if isinstance(code, int) else None, float(last.get("epoch", now)), str(last.get("reason", "")),
-                  cost)
+                  cost, model)
 
 
 def install_hook(worktree: Path, cfg: Config, timeout: float) -> None:

@@ -588,7 +588,7 @@ class Monitor:
         self.ledger.end_attempt(task_id, child.attempt or row.attempts, ending.exit_code, verdict.outcome, now)
         self.ledger.record("child_end", task_id, run_id=child.run_id, attempt=child.attempt or row.attempts,
                            exit_code=ending.exit_code, outcome=verdict.outcome, cost_usd=ending.cost,
-                           ended_at=ending.at, reason=verdict.reason)
+                           ended_at=ending.at, reason=verdict.reason, model_used=ending.model)
         log = self.fleet_dir / "children" / f"{task_id}.attempt-{child.attempt or row.attempts}.log"
         say(ended_line(row.text, ending.exit_code, verdict.outcome, verdict.reason)
             + ("" if verdict.outcome == "verified" else f"; its output: {log}"))
@@ -606,7 +606,7 @@ class Monitor:
         self.ledger.end_attempt(row.id, child.attempt or row.attempts, ending.exit_code, outcome, now)
         self.ledger.record("child_end", row.id, run_id=child.run_id, attempt=child.attempt or row.attempts,
                            exit_code=ending.exit_code, outcome=outcome, cost_usd=ending.cost, ended_at=ending.at,
-                           reason=ending.reason)
+                           reason=ending.reason, model_used=ending.model)
         if outcome == "verified":
             self.ledger.set_state(row.id, "merging", "the Planner's tasks, queued for the merge queue", pid=None)
             self.ledger.record("merge_queued", row.id)

@@ -215,7 +215,9 @@ def _fleet_runs(source: ProjectSource, name: str, since: float | None, out: _Rea
             agent, model = info.get("cli"), info.get("model")
             if not isinstance(agent, str):  # launched before launches named their CLI: the child's own record
                 agent, model = children.agent(worktree.get(task_id, ""), run_id)
-            model = children.model_used(worktree.get(task_id, ""), run_id) or model
+            used = last.get("model_used")  # kept by the monitor: the child's ledger goes with its worktree
+            model = (used if isinstance(used, str) and used else None) or \
+                children.model_used(worktree.get(task_id, ""), run_id) or model
             cost = last.get("cost_usd") if _is_num(last.get("cost_usd")) else None
             if cost is None and ended is None:  # running: what its phases cost so far
                 cost = children.cost(worktree.get(task_id, ""), run_id)

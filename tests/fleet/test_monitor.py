@@ -131,6 +131,42 @@ def test_a_child_that_ended_while_no_monitor_watched_is_taken_over(project, tmp_
         assert [m.task_id for m in monitor.merges] == [ident]
 
 
+def test_a_childs_end_keeps_the_model_its_phases_used_and_their_cost(project, tmp_path):
+    """The child's ledger goes with its worktree after the merge: its `child_end` keeps the model
+    (the newest phase that named one) and the cost."""
+    wt = ended_child(project, tmp_path, "agent's word")
+    with Ledger.open(default_layout(wt).ledger_file) as child_ledger:
+        child_ledger.record("child-run", "phase_end", iteration=1, phase="Builder", cost_usd=0.25,
+                            model_used="claude-opus-4-5")
+        child_ledger.record("child-run", "phase_end", iteration=1, phase="Criticizer", cost_usd=0.5)
+        child_ledger.record("other-run", "phase_end", iteration=1, phase="Builder", model_used="claude-haiku-4-5")
+    ident = task_id(TASK)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        led.upsert_task(TaskRow(ident, TASK, "running", attempts=1, branch=branch_for(ident), worktree=str(wt),
+                                run_id="child-run", pid=999_999))
+        led.begin_attempt(ident, "start", "", "configured", "child-run", time.time())
+        monitor = monitor_of(project, led)
+        monitor.reconcile()
+        monitor.check_children()
+        (end,) = led.events("child_end")
+        assert (end.detail["model_used"], end.detail["cost_usd"]) == ("claude-opus-4-5", 0.75)
+
+
+def test_a_childs_end_with_a_corrupt_ledger_names_no_model(project, tmp_path):
+    wt = ended_child(project, tmp_path, "agent's word")
+    default_layout(wt).ledger_file.write_bytes(b"not a database" * 100)
+    ident = task_id(TASK)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        led.upsert_task(TaskRow(ident, TASK, "running", attempts=1, branch=branch_for(ident), worktree=str(wt),
+                                run_id="child-run", pid=999_999))
+        led.begin_attempt(ident, "start", "", "configured", "child-run", time.time())
+        monitor = monitor_of(project, led)
+        monitor.reconcile()
+        monitor.check_children()
+        (end,) = led.events("child_end")
+        assert end.detail["model_used"] is None and "vanished" in end.detail["reason"]
+
+
 def test_a_child_whose_task_is_ticked_on_its_branch_but_refuted_by_its_evidence_is_not_verified(project, tmp_path):
     """Its loop ended 0 with `[x]` on its branch (its reopening was never committed): its own
     ledger's evidence refutes the tick, so nothing of its branch is queued to come home."""

@@ -353,3 +353,24 @@ def test_runs_are_counted_by_the_model_the_agent_said_it_used_not_default(tmp_pa
     assert row(doc, "model", "claude-sonnet-4-5-20250929")[:3] == (1, 1, 0)
     assert row(doc, "model", "default")[:3] == (1, 0, 1)
     assert row(doc, "model", "claude-opus-4-5")[:3] == (1, 0, 0)  # the fleet child's run, still going
+
+
+def test_a_merged_fleet_tasks_run_keeps_its_model_after_its_worktree_is_removed(tmp_path):
+    """The monitor kept the child's `model_used` in its `child_end`: the child's own ledger went
+    with its worktree, and its launch named no model."""
+    project = new_repo(tmp_path / "p")
+    with FleetLedger.open(default_layout(project).state_dir / "fleet" / "ledger.sqlite3") as led:
+        for ident, used in (("a", "claude-opus-4-5"), ("b", None)):
+            led.upsert_task(TaskRow(ident, f"Add {ident}", "queued", created=T0 - HOUR))
+            a = led.begin_attempt(ident, "start", "", "configured", f"child-{ident}", T0 - 550)
+            led.record("launch", ident, now=T0 - 550, attempt=a.attempt, how="start", agent="configured",
+                       cli="claude", model=None)
+            led.end_attempt(ident, a.attempt, 0, "verified", T0 - 100)
+            led.record("child_end", ident, now=T0 - 100, run_id=f"child-{ident}", attempt=a.attempt, exit_code=0,
+                       outcome="verified", cost_usd=0.01, ended_at=T0 - 100, reason="done", model_used=used)
+            led.set_state(ident, "merged", worktree=str(tmp_path / f"gone-{ident}"), run_id=f"child-{ident}")
+    doc = metrics([source(project, "p")], T0)
+    check(doc)
+    assert sorted(keys(doc, "model")) == ["claude-opus-4-5", "default"]
+    assert row(doc, "model", "claude-opus-4-5")[:3] == (1, 1, 0)
+    assert row(doc, "model", "default")[:3] == (1, 1, 0)  # an end that named none: the launch's
