@@ -115,7 +115,7 @@ def _reopened(text: str, task: str, note: str) -> str | None:
                 return None
             indent = line[:len(line) - len(line.lstrip())] + "  "
             lines[item.line - 1] = new if new.endswith("\n") else new + "\n"
-            lines.insert(item.line, f"{indent}{NOTE} {note}\n")
+            lines.insert(item.line, f"{indent}{NOTE} {' '.join(note.split())}\n")  # one line: it stays the task's
             return "".join(lines)
     return None
 

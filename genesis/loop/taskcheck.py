@@ -7,7 +7,8 @@ started) and in output (only its tail is kept, made safe and redacted). A task's
 `check:` line it had when the phase started: an agent that rewrites or removes it has not
 changed what its claim is checked against. A reopening is Genesis's own edit of TASKS.md (the
 box set back, a `Genesis:` note under it), committed alone; the next attempt's prompt gives
-the failed check's tail (notes_for_prompt).
+the failed check's tail (notes_for_prompt), as it gives the note of a task sent back for more
+work (`genesis send-back`: a `note:` line under it).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from genesis.procs.markers import markers_for
 from genesis.repo.autocommit import commit
 from genesis.repo.phasework import Before
 from genesis.repo.signing import unsigned_for
-from genesis.repo.tasks import DONE, OPEN, TASKS_FILE, read_tasks, reopened, same_text
+from genesis.repo.tasks import DONE, OPEN, TASKS_FILE, Tasks, read_tasks, reopened, same_text
 from genesis.sandbox.network import serving
 from genesis.store.atomicio import write_text
 from genesis.store.layout import Layout
@@ -185,10 +186,14 @@ def _claims(step: Step) -> list[dict] | None:
 
 def notes_for_prompt(step: Step) -> str:
     """What the next attempt is told: each open task whose last claim a check refuted, with the
-    check and the last lines of its output ("" for none)."""
+    check and the last lines of its output, and each open task sent back with a note ("" for none)."""
     tasks = read_tasks(step.cfg.project)
     if tasks is None:
         return ""
+    return _refuted(step, tasks) + _sent_back(tasks)
+
+
+def _refuted(step: Step, tasks: Tasks) -> str:
     latest = evidence_of(step.events(kinds=(EVIDENCE_EVENT,)))
     notes = []
     for t in tasks.items:
@@ -205,6 +210,15 @@ def notes_for_prompt(step: Step) -> str:
     return (f"Genesis ran the checks of these {TASKS_FILE} tasks after they were ticked done, and reopened "
             f"them because a check failed. A task is done only when its checks pass:\n\n" + "\n".join(notes)
             + "\n\n---\n\n")
+
+
+def _sent_back(tasks: Tasks) -> str:
+    notes = [f"- {t.text}\n  The note: {one_line(t.note, None)}" for t in tasks.items if t.state == OPEN and t.note]
+    if not notes:
+        return ""
+    return (f"These {TASKS_FILE} tasks were reviewed and sent back for more work, each with a note (the "
+            f"`note:` line under it) saying what to do differently. Do what the note says:\n\n"
+            + "\n".join(notes[:PROMPT_TASKS]) + "\n\n---\n\n")
 
 
 def proven(layout: Layout | None, task: str) -> tuple[bool, str]:

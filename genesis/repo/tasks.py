@@ -9,8 +9,10 @@ work to do).
 
 A task may carry its check: a line under it, indented further than its marker, reading
 `check: COMMAND` (the command may be wrapped in backticks). Genesis runs it when an agent
-ticks the task `[x]` (loop/taskcheck.py). The task's lines end at the next task, at a line
-that is not indented further, or at a fence; the first `check:` among them counts.
+ticks the task `[x]` (loop/taskcheck.py). A task sent back for more work (`genesis send-back`)
+carries its note the same way, `note: TEXT`, which the next attempt's prompt gives. The task's
+lines end at the next task, at a line that is not indented further, or at a fence; the first
+`check:` and the first `note:` among them count.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ ITEM_RE = re.compile(r"^[ \t]*(?:[-*+]|[0-9]{1,9}[.)])[ \t]+\[([ xX?!])\](?=[ \t
 FENCE_RE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
 CHECK_RE = re.compile(r"^([ \t]+)check:[ \t]*(.*?)[ \t]*$")
 MAX_CHECK_CHARS = 1000
+NOTE_RE = re.compile(r"^[ \t]+note:[ \t]*(.*?)[ \t]*$")
+MAX_NOTE_CHARS = 1000
 NOTE_PREFIX = "Genesis:"   # the note Genesis writes under a task it reopened (one, replaced each time)
 _SPACE_RE = re.compile(r"[ \t]+")
 
@@ -49,6 +53,7 @@ class Task:
     text: str       # what follows the box, cut to MAX_ITEM_CHARS
     line: int       # its line in the file, from 1
     check: str = ""  # its `check:` command ("": none)
+    note: str = ""   # the `note:` it was sent back with ("": none)
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,7 @@ def _command(text: str) -> str:
 
 
 def parse(text: str) -> Tasks:
-    """Every task of a TASKS.md text, in order, each with its check."""
+    """Every task of a TASKS.md text, in order, each with its check and note."""
     items: list[Task] = []
     fence, owner = "", None   # owner: the index of the task whose lines these are, with its indent
     for n, line in enumerate(text.splitlines(), 1):
@@ -113,6 +118,9 @@ def parse(text: str) -> Tasks:
         found = CHECK_RE.match(line)
         if found and not items[owner[0]].check and _command(found.group(2)):
             items[owner[0]] = replace(items[owner[0]], check=_command(found.group(2)))
+        note = NOTE_RE.match(line)
+        if note and not items[owner[0]].note and note.group(1):
+            items[owner[0]] = replace(items[owner[0]], note=note.group(1)[:MAX_NOTE_CHARS])
     return Tasks(tuple(items))
 
 

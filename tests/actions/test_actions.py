@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers.agent import script
 from helpers.dashboard import fleet_running, loop_mid_phase, task
 from helpers.git import commit_file, git, new_repo
+from helpers.loop import loop_env, run_loop
 
 from genesis import exitcodes
 from genesis.actions import inbox
@@ -82,6 +84,30 @@ def test_send_back_reopens_the_task_on_its_branch_with_the_note_and_relaunches_i
     row = rows(project)[tid]
     assert (row.state, row.not_before, row.reason) == ("restarting", 0.0, "sent back: use the stdlib tokenizer")
     assert actions_recorded(project)[-1]["note"] == "use the stdlib tokenizer"
+
+
+# The next attempt's agent: it keeps its prompt (ignored by git: nothing of it is committed).
+KEEPS_PROMPT = """#!/usr/bin/env bash
+set -eu
+printf '%s' "${*: -1}" >"$PROMPT_OUT"
+"""
+
+
+def test_the_next_attempt_of_a_task_sent_back_is_told_its_note(tmp_path):
+    """A real loop on the task's branch, as its next child runs it: the note is in its prompt."""
+    project, tid, where = fleet_project(tmp_path, "needs-review")
+    perform(project, "send-back", ME, task=tid, note="use the stdlib tokenizer,\nnot a regex")
+    agent = script(tmp_path / "agent.sh", KEEPS_PROMPT)
+    told = where / "prompt.txt"  # in the worktree: the agent's box binds it
+    (where / ".gitignore").write_text("prompt.txt\n")
+    git(where, "add", ".gitignore")
+    git(where, "commit", "-qm", "ignore the prompt")
+    done = run_loop(where, "--agent-cmd", str(agent), "--max-iterations", "1",
+                    env=loop_env(GENESIS_PHASES="Builder", GENESIS_TASK=TEXT, GENESIS_TASK_ID=tid,
+                                 PROMPT_OUT=str(told), HEARTBEAT_COUNT_OUTPUT="false"))
+    prompt = told.read_text()
+    assert f"- {TEXT}\n  The note: use the stdlib tokenizer, not a regex\n" in prompt, (done.stderr, prompt)
+    assert prompt.count("The note:") == 1  # only the task sent back has one
 
 
 def test_send_back_without_a_note_and_approve_of_a_running_task_do_not_apply(tmp_path):

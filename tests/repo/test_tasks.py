@@ -136,6 +136,18 @@ def test_a_task_carries_the_check_on_an_indented_line_under_it():
         ("numbered", "./run.sh 'a b'")]
 
 
+def test_a_task_sent_back_carries_its_note_the_newest_first():
+    tasks = parse("- [ ] parse the input\n"
+                  "  note:   use the stdlib tokenizer  \n"
+                  "  note: the older note\n"
+                  "  check: make test\n"
+                  "- [ ] print it\n"
+                  "note: not under the task\n"
+                  "- [ ] in words\n  a note: not one\n")
+    assert [(t.text, t.note, t.check) for t in tasks.items] == [
+        ("parse the input", "use the stdlib tokenizer", "make test"), ("print it", "", ""), ("in words", "", "")]
+
+
 @pytest.mark.parametrize("text", [
     "- [ ] no indent\ncheck: make test\n",                       # not under the task: a line of its own
     "- [ ] ended by a line\nsome paragraph\n  check: make test\n",  # the paragraph ended the task's lines
