@@ -215,7 +215,9 @@ def _watch(step: Step, phase: Phase, iteration: int, attempt: Attempt) -> Outcom
     """The agent run under watch, to its end; the allow-list's proxy serves its box meanwhile."""
     with serving(attempt.box) as (box, proxy):
         try:
-            return _supervised(step, phase, iteration, replace(attempt, box=box))
+            # Seatbelt's proxy has its port only now: the variables naming it join the agent's environment.
+            env = {**attempt.env, **box.proxy_env()}
+            return _supervised(step, phase, iteration, replace(attempt, box=box, env=env))
         finally:
             if proxy is not None:
                 _note_refused(step, phase.name, iteration, proxy.refused())

@@ -44,6 +44,10 @@ REACH = {
 }
 ALLOW_NET_SAID = ("a network of its own: its own loopback, and out only through Genesis's proxy to the allowed "
                   "hosts (the host's loopback services and every other host refused, each refusal recorded)")
+SEATBELT_ALLOW_SAID = ("out only through Genesis's proxy to the allowed hosts (every other host refused and recorded "
+                       "by the proxy; a direct connection refused by Seatbelt, unrecorded); the host's loopback "
+                       "shared: the box can listen there but reach only the proxy's port and the allowed ports, "
+                       "and any local process can reach the proxy's port")
 NO_NET_SAID = {BUBBLEWRAP: "no network (GENESIS_NETWORK=none): a loopback of its own, no abstract socket outside",
                SEATBELT: "no network but the loopback (GENESIS_NETWORK=none; the host's: its services stay "
                          "reachable)"}
@@ -65,6 +69,7 @@ class Box:
     network: str = OPEN_NET        # GENESIS_NETWORK: open (the host's), none (its own loopback alone), allowlist
     allowed: Allowlist | None = None  # allowlist: where its proxy lets the agent go (nethosts.py)
     proxy_dir: str = ""            # allowlist: the running proxy's folder (network.serving); "": no way out
+    proxy_port: int = 0            # allowlist in Seatbelt: the running proxy's port on 127.0.0.1; 0: no way out
     network_wanted: str = ""       # allowlist asked for in a box that cannot: the network stays the host's
 
     @property
@@ -87,6 +92,10 @@ class Box:
                               network=False, net_dir=(self.proxy_dir, net.BOX_DIR))
         if self.kind == BUBBLEWRAP:
             return bwrap_argv(self.program, self.places, argv, root=self.root, network=self.network == OPEN_NET)
+        if self.kind == SEATBELT and self.network == ALLOW_NET:  # no proxy running: no IP way out at all
+            ports = ((self.proxy_port,) if self.proxy_port else ()) + (
+                self.allowed.loopback_ports() if self.allowed and self.proxy_port else ())
+            return seatbelt_argv(self.program, self.places, argv, network=False, out_ports=ports)
         if self.kind == SEATBELT:
             return seatbelt_argv(self.program, self.places, argv, network=self.network == OPEN_NET)
         return argv
@@ -155,10 +164,11 @@ class Box:
             return said.replace(_NET, NO_NET_SAID[self.kind])
         if self.network == ALLOW_NET:
             hosts = self.allowed.said() if self.allowed else "none"
-            return said.replace(_NET, f"{ALLOW_NET_SAID} (allowed: {hosts}; GENESIS_NETWORK_ALLOW adds hosts)")
+            way = SEATBELT_ALLOW_SAID if self.kind == SEATBELT else ALLOW_NET_SAID
+            return said.replace(_NET, f"{way} (allowed: {hosts}; GENESIS_NETWORK_ALLOW adds hosts)")
         if self.network_wanted == ALLOW_NET:
-            return said.replace(_NET, f"{_NET}: GENESIS_NETWORK=allowlist needs bubblewrap, this box cannot filter "
-                                      f"it")
+            return said.replace(_NET, f"{_NET}: GENESIS_NETWORK=allowlist needs bubblewrap or Seatbelt, this box "
+                                      f"cannot filter it")
         return said
 
     def environment(self, env: Mapping[str, str], keys: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -168,14 +178,21 @@ class Box:
             return dict(env), ()
         passes = set(keys) | (allowed_env(env, self.places.allow) if self.places else set())
         kept, dropped = boxed_env(env, passes)
+        if self.network == ALLOW_NET:  # the user's own proxy is no way out of an allow-listed box
+            kept = {k: v for k, v in kept.items() if k.upper() not in net.PROXY_VARS}
         kept.update(self.proxy_env())
         if self.places is not None and self.places.private_home and self.kind in (BUBBLEWRAP, SEATBELT):
             kept.update(git_identity(env))
         return kept, dropped
 
     def proxy_env(self) -> dict[str, str]:
-        """allowlist: the variables naming the box's only way out (its bridge to the proxy)."""
-        return net.proxy_env(net.proxy_port(self.allowed)) if self.network == ALLOW_NET else {}
+        """allowlist: the variables naming the box's only way out (its bridge to the proxy; in
+        Seatbelt the proxy itself, known once it runs: none before)."""
+        if self.network != ALLOW_NET:
+            return {}
+        if self.kind == SEATBELT:
+            return net.proxy_env(self.proxy_port) if self.proxy_port else {}
+        return net.proxy_env(net.proxy_port(self.allowed))
 
     def record(self) -> dict:
         """The ledger event's fields."""
@@ -217,12 +234,12 @@ def choose(setting: str, machine: Machine, places: Places, network: str = OPEN_N
            allowed: Allowlist | None = None) -> Box:
     """The box for GENESIS_SANDBOX on this machine; Unavailable for a named box that cannot run,
     or for GENESIS_NETWORK=none in a box that cannot take the network away. GENESIS_NETWORK=allowlist
-    (the default) where the box cannot filter (all but bubblewrap) leaves the host's network, said."""
+    (the default) where the box cannot filter (Landlock, none, off) leaves the host's network, said."""
     box = _choose(setting, machine, places)
     if network == NO_NET and box.kind not in (BUBBLEWRAP, SEATBELT):
         raise Unavailable(f"GENESIS_NETWORK=none needs bubblewrap (Linux: {INSTALL_BWRAP}) or Seatbelt (macOS), and "
                           f"the agent's box here is {box.kind}: install bubblewrap, or set GENESIS_NETWORK=open")
-    if network == ALLOW_NET and box.kind != BUBBLEWRAP:
+    if network == ALLOW_NET and box.kind not in (BUBBLEWRAP, SEATBELT):
         return replace(box, network=OPEN_NET, network_wanted=ALLOW_NET)
     return replace(box, network=network, allowed=allowed if network == ALLOW_NET else None)
 

@@ -1,6 +1,8 @@
 """The allow-listed network of one agent run: its proxy started before the agent and stopped
 after it (`serving`), the bridge that runs first in the box (bridge.py), and the variables
-that point the agent's tools at it.
+that point the agent's tools at it. Seatbelt (macOS) shares the host's network: no bridge, the
+proxy listens on a free port of 127.0.0.1 and the profile lets the box connect there alone
+(seatbelt.py); the variables name that port.
 
 The box (bubblewrap's own network namespace) has its own loopback and nothing else; the
 proxy's folder is bound read-only at BOX_DIR in the box's private /tmp; the bridge listens
@@ -57,13 +59,14 @@ def serving(box) -> Iterator[tuple[object, proxy.Running | None]]:
     if getattr(box, "allowed", None) is None or box.network != ALLOWLIST:
         yield box, None
         return
+    seatbelt = box.kind == "seatbelt"  # shares the host's network: the proxy on a TCP port of 127.0.0.1
     try:
-        running = proxy.start(box.allowed)
+        running = proxy.start_tcp(box.allowed) if seatbelt else proxy.start(box.allowed)
     except OSError:  # no folder or socket for it: the box keeps its own loopback alone, no way out
         yield box, None
         return
     try:
-        yield replace(box, proxy_dir=running.folder), running
+        yield (replace(box, proxy_port=running.port) if seatbelt else replace(box, proxy_dir=running.folder)), running
     finally:
         running.stop()
 

@@ -1,6 +1,8 @@
-"""The box's way out (GENESIS_NETWORK=allowlist): an HTTP proxy outside the box, on a unix
-socket the box gets bound in, that lets a connection through only to a host the allow-list
-names (allowlist.py) and counts every one it refuses.
+"""The box's way out (GENESIS_NETWORK=allowlist): an HTTP proxy outside the box that lets a
+connection through only to a host the allow-list names (allowlist.py) and counts every one it
+refuses. It listens on a unix socket the box gets bound in (bubblewrap, `start`), or on a free
+TCP port of 127.0.0.1 (Seatbelt, `start_tcp`: its profile lets the box connect to that port
+alone; any local process can reach it too, and gets no further than the allow-list).
 
 It speaks the two forms HTTP clients use through a proxy: `CONNECT host:port` (a tunnel,
 for HTTPS and anything else) and a plain-HTTP request with an absolute URL (forwarded with
@@ -29,7 +31,7 @@ from urllib.parse import urlsplit
 from genesis.sandbox.allowlist import Allowlist, is_loopback
 from genesis.sandbox.refused import Refused, Refusals
 
-__all__ = ["Bounds", "Refusals", "Proxy", "Running", "start", "Refused"]
+__all__ = ["Bounds", "Refusals", "Proxy", "Running", "start", "start_tcp", "Refused"]
 
 SOCKET_NAME = "proxy.sock"
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
@@ -192,11 +194,13 @@ class Proxy:
 
 
 class Running:
-    """A proxy serving on its socket in a thread of its own; `stop` ends it and removes its folder."""
+    """A proxy serving on its socket in a thread of its own; `stop` ends it and removes its folder.
+    `path`: its unix socket (bubblewrap); `port`: its TCP port on 127.0.0.1 (Seatbelt), else 0."""
 
     def __init__(self, proxy: Proxy, folder: str, listener: socket.socket):
         self.proxy, self.folder, self._listener = proxy, folder, listener
-        self.path = os.path.join(folder, SOCKET_NAME)
+        self.path = os.path.join(folder, SOCKET_NAME) if folder else ""
+        self.port = listener.getsockname()[1] if listener.family == socket.AF_INET else 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="genesis-box-proxy", daemon=True)
@@ -204,8 +208,9 @@ class Running:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._loop.set_exception_handler(lambda loop, context: None)  # a box's broken connection is no news
-        server = self._loop.run_until_complete(asyncio.start_unix_server(
-            self.proxy.handle, sock=self._listener, limit=self.proxy.bounds.head_bytes))
+        serve = asyncio.start_server if self.port else asyncio.start_unix_server
+        server = self._loop.run_until_complete(serve(self.proxy.handle, sock=self._listener,
+                                                     limit=self.proxy.bounds.head_bytes))
         self._ready.set()
         try:
             self._loop.run_forever()
@@ -235,7 +240,8 @@ class Running:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
         self._listener.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def start(allow: Allowlist, bounds: Bounds = Bounds(), resolve: Resolver = _resolve, top: str = "/tmp") -> Running:
@@ -251,3 +257,16 @@ def start(allow: Allowlist, bounds: Bounds = Bounds(), resolve: Resolver = _reso
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return Running(Proxy(allow, bounds, resolve), folder, listener).begin()
+
+
+def start_tcp(allow: Allowlist, bounds: Bounds = Bounds(), resolve: Resolver = _resolve) -> Running:
+    """A proxy for one Seatbelt box, on a free port of 127.0.0.1 (the box shares the host's
+    network: its profile allows that port out, and the loopback ports the list names, alone)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+    except OSError:
+        listener.close()
+        raise
+    return Running(Proxy(allow, bounds, resolve), "", listener).begin()

@@ -7,6 +7,11 @@ HOME is denied (read and write) but what bubblewrap's private HOME keeps (home.p
 agent's own places in it, its CLI's folder and the caches, its install folders read-only,
 and GENESIS_BOX_ALLOW's paths; HOME's entries can be stat'ed, not listed or read. The
 ssh-agent launchd starts (its socket under /private/tmp/com.apple.launchd.*) is refused.
+
+GENESIS_NETWORK=allowlist (`out_ports`): no IP connection out but to the loopback ports named,
+Genesis's proxy (proxy.py, TCP on 127.0.0.1) and a base URL's port; the box shares the host's
+loopback, so it can still listen there, but connect only to those ports (as sandbox-runtime's
+macOS profile does).
 """
 
 from __future__ import annotations
@@ -48,12 +53,21 @@ def home_rules(places: Places) -> list[str]:
     return lines
 
 
-def profile(places: Places, network: bool = True) -> str:
-    """The SBPL text; a later rule wins over an earlier one it overlaps. `network` False
-    (GENESIS_NETWORK=none): no connection out but to the loopback."""
-    lines = ["(version 1)", "(allow default)", *home_rules(places)]
+def network_rules(network: bool, out_ports: tuple[int, ...] | None) -> list[str]:
+    """`out_ports` (allowlist): IP out only to these loopback ports; `network` False (none): to the loopback."""
+    if out_ports is not None:
+        return ["(deny network-outbound (remote ip))",
+                *(f'(allow network-outbound (remote ip "localhost:{port}"))' for port in sorted(set(out_ports)))]
     if not network:
-        lines += ["(deny network-outbound (remote ip))", '(allow network-outbound (remote ip "localhost:*"))']
+        return ["(deny network-outbound (remote ip))", '(allow network-outbound (remote ip "localhost:*"))']
+    return []
+
+
+def profile(places: Places, network: bool = True, out_ports: tuple[int, ...] | None = None) -> str:
+    """The SBPL text; a later rule wins over an earlier one it overlaps. `network` False
+    (GENESIS_NETWORK=none): no connection out but to the loopback; `out_ports` (allowlist): no
+    connection out but to those ports of the loopback (the proxy's, a base URL's)."""
+    lines = ["(version 1)", "(allow default)", *home_rules(places), *network_rules(network, out_ports)]
     for path, writable in places.layers:  # linked worktrees, parents first: the later rule wins
         lines.append(f"({'allow' if writable else 'deny'} file-write* {_filter(path)})")
     if places.protected:
@@ -63,5 +77,6 @@ def profile(places: Places, network: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def seatbelt_argv(sandbox_exec: str, places: Places, command: tuple[str, ...], network: bool = True) -> tuple[str, ...]:
-    return (sandbox_exec, "-p", profile(places, network), *command)
+def seatbelt_argv(sandbox_exec: str, places: Places, command: tuple[str, ...], network: bool = True,
+                  out_ports: tuple[int, ...] | None = None) -> tuple[str, ...]:
+    return (sandbox_exec, "-p", profile(places, network, out_ports), *command)

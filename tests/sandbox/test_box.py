@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from genesis.sandbox.allowlist import Allowlist, parse_entries
@@ -167,9 +169,38 @@ def test_the_allow_list_is_bubblewraps_and_a_weaker_box_says_it_leaves_the_hosts
     # A base URL on the proxy's own port (a local gateway on 3128): the proxy takes the next one.
     gateway = choose("auto", ALL, PLACES, "allowlist", Allowlist.of(parse_entries("127.0.0.1:3128")))
     assert gateway.environment({"PATH": "/usr/bin"}, ())[0]["HTTPS_PROXY"] == "http://127.0.0.1:3129"
-    for setting, machine in (("auto", NO_BWRAP), ("auto", BARE), ("auto", MAC), ("off", ALL)):
+    for setting, machine in (("auto", NO_BWRAP), ("auto", BARE), ("off", ALL)):
         weaker = choose(setting, machine, PLACES, "allowlist", allowed)
         assert (weaker.network, weaker.network_wanted) == ("open", "allowlist")
         assert weaker.line().endswith("the network is the host's (loopback services included): "
-                                      "GENESIS_NETWORK=allowlist needs bubblewrap, this box cannot filter it")
+                                      "GENESIS_NETWORK=allowlist needs bubblewrap or Seatbelt, this box cannot "
+                                      "filter it")
         assert "HTTPS_PROXY" not in weaker.environment({"PATH": "/usr/bin"}, ())[0]
+
+
+def test_seatbelts_allow_list_lets_the_box_out_only_to_its_proxys_port_and_the_allowed_loopback_ports():
+    allowed = Allowlist.of(parse_entries("api.anthropic.com, 127.0.0.1:4010"))
+    mac = choose("auto", MAC, PLACES, "allowlist", allowed)
+    assert (mac.kind, mac.network, mac.network_wanted, mac.allowed) == ("seatbelt", "allowlist", "", allowed)
+    assert mac.line().endswith("no secret variable; it CAN reach sockets outside HOME (/tmp, /var/run) and out only "
+                               "through Genesis's proxy to the allowed hosts (every other host refused and recorded by "
+                               "the proxy; a direct connection refused by Seatbelt, unrecorded); the host's loopback "
+                               "shared: the box can listen there but reach only the proxy's port and the allowed "
+                               "ports, and any local process can reach the proxy's port (allowed: api.anthropic.com, "
+                               "127.0.0.1:4010; GENESIS_NETWORK_ALLOW adds hosts)")
+    assert mac.record()["network"] == "allowlist" and mac.record()["reach"] == mac.reach()
+    # Without its proxy running (a probe, a doctor's look): no IP way out, and no variable naming one.
+    shut = mac.wrap(("claude",))
+    assert shut[:2] == ("/usr/bin/sandbox-exec", "-p") and shut[3:] == ("claude",)
+    assert "(deny network-outbound (remote ip))" in shut[2] and "localhost:" not in shut[2]
+    env, _ = mac.environment({"PATH": "/usr/bin", "HTTPS_PROXY": "http://corp:3128"}, ())
+    assert not any(name.lower().endswith("_proxy") for name in env)
+    # Its proxy running on a port of 127.0.0.1: that port and the base URL's, nothing else of the loopback.
+    served = replace(mac, proxy_port=50123)
+    text = served.wrap(("claude",))[2]
+    assert ('(allow network-outbound (remote ip "localhost:4010"))\n'
+            '(allow network-outbound (remote ip "localhost:50123"))') in text
+    assert text.count("(remote ip \"localhost:") == 2
+    env, _ = served.environment({"PATH": "/usr/bin"}, ())
+    assert env["HTTPS_PROXY"] == env["http_proxy"] == env["ALL_PROXY"] == "http://127.0.0.1:50123"
+    assert env["NO_PROXY"] == "localhost,127.0.0.1,::1"  # the base URL on the loopback goes direct, allowed by port

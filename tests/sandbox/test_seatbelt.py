@@ -57,3 +57,17 @@ def test_the_profile_denies_home_but_what_the_agent_keeps_and_the_user_allows(tm
 def test_without_a_private_home_the_profile_leaves_home_as_it_was(tmp_path):
     places = Places(str(tmp_path), str(tmp_path), str(tmp_path / "home"), None, (), (), str(tmp_path / "hb"))
     assert "(subpath \"" + str(tmp_path / "home") not in profile(places)
+
+
+def test_the_allow_list_lets_ip_out_only_to_the_named_loopback_ports(tmp_path):
+    places = Places(str(tmp_path), str(tmp_path), None, None, (), (), str(tmp_path / "beats"))
+    lines = profile(places, network=False, out_ports=(4010, 50123, 4010)).splitlines()
+    deny = lines.index("(deny network-outbound (remote ip))")
+    assert lines[deny + 1:deny + 3] == ['(allow network-outbound (remote ip "localhost:4010"))',
+                                       '(allow network-outbound (remote ip "localhost:50123"))']
+    assert '"localhost:*"' not in "\n".join(lines)  # the host's other loopback services stay out of reach
+    # The user's launchd sockets stay refused, and Genesis's files unwritable, as in every Seatbelt box.
+    assert any("com\\.apple\\.launchd" in line for line in lines) and "(deny signal)" in lines
+    shut = profile(places, network=False, out_ports=()).splitlines()  # no proxy running: no IP way out at all
+    assert "(deny network-outbound (remote ip))" in shut and not any("remote ip \"" in line for line in shut)
+    assert "remote ip" not in profile(places)  # open: the host's network, as before
