@@ -128,8 +128,9 @@ KNOBS: tuple[Knob, ...] = (
          "cgroup, where writable): a fork bomb meets it and the phase goes on to its end; 0: no cap"),
     Knob("GENESIS_NETWORK", "allowlist", "the agent's network: allowlist (bubblewrap: a network namespace of its "
          "own, its loopback its own, and out only through Genesis's proxy to the agent CLI's API hosts, the package "
-         "registries, the project's git remotes and GENESIS_NETWORK_ALLOW; each refusal recorded; a weaker box leaves "
-         "the host's network, said at start), open (the host's, loopback services included) or none (bubblewrap: "
+         "registries, the project's git remotes and GENESIS_NETWORK_ALLOW; each refusal recorded; Seatbelt: the proxy "
+         "on a port of 127.0.0.1 and no IP out but to it and the allowed loopback ports; Landlock and none leave the "
+         "host's network, said at start), open (the host's, loopback services included) or none (bubblewrap: "
          "its loopback alone; Seatbelt: the loopback alone; refused in a box that cannot, exit 29)"),
     Knob("GENESIS_NETWORK_ALLOW", "", "hosts the box's proxy lets the agent reach beyond the defaults "
          "(GENESIS_NETWORK=allowlist): host, host:port or *.domain, separated by commas (a host alone: ports 80 "
