@@ -93,8 +93,7 @@ class Box:
         if self.kind == BUBBLEWRAP:
             return bwrap_argv(self.program, self.places, argv, root=self.root, network=self.network == OPEN_NET)
         if self.kind == SEATBELT and self.network == ALLOW_NET:  # no proxy running: no IP way out at all
-            ports = ((self.proxy_port,) if self.proxy_port else ()) + (
-                self.allowed.loopback_ports() if self.allowed and self.proxy_port else ())
+            ports = (self.proxy_port, *self.allowed.loopback_ports()) if self.proxy_port and self.allowed else ()
             return seatbelt_argv(self.program, self.places, argv, network=False, out_ports=ports)
         if self.kind == SEATBELT:
             return seatbelt_argv(self.program, self.places, argv, network=self.network == OPEN_NET)
