@@ -62,17 +62,23 @@ trap 'kill -- "-${bats_pid}" 2>/dev/null || true; rm -f "${tally}" "${tap}" "${t
 # worker, one after the other, and no two files mark their agents with the same run id,
 # so no watcher's sweep or reaper of one worker can take the other's processes for its own.
 # (--dist loadfile is in pyproject.toml's pytest options.)
-# In a whole run the tests marked heavy (the 50-child fleet, which loads both cores on its own)
-# run after all the others, alone: no test that waits on a window runs beside them.
+# In a whole run the tests marked heavy (the multi-machine Temporal scenarios, and the 50-child
+# fleet, which loads both cores on its own) run after all the others: no test that waits on a
+# window of its own runs beside them.
 split=()
 if [[ ${quick} == false ]] && (($# == 0)); then
   split=(-m "not heavy")
 fi
-GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-3}" \
+# The slowest tests are named at the end (--durations): where the suite's time goes.
+GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-3}" --durations=25 \
   ${lane[@]+"${lane[@]}"} ${split[@]+"${split[@]}"} "$@" || status=$?
 wait "${bats_pid}" || status=$?
 if ((${#split[@]} > 0)); then
-  GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 0 -m heavy || status=$?
+  # The heavy Temporal scenarios (a dev server and two machines each, mostly waiting on them)
+  # two at a time, then the 50-child fleet alone.
+  GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 2 -m "heavy and temporal" --durations=10 ||
+    status=$?
+  GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 0 -m "heavy and not temporal" || status=$?
 fi
 cat "${tap}"
 cat "${tap_err}" >&2

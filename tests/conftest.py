@@ -108,7 +108,7 @@ def pytest_terminal_summary(terminalreporter):
     path = os.environ.get("GENESIS_FAULT_TALLY")
     if not path:
         return
-    # run-tests.sh runs pytest twice in a whole run (the heavy tests last): the second adds to the first.
+    # run-tests.sh runs pytest more than once in a whole run (the heavy tests last): each adds to the tally.
     faults, counts = dict(FAULT_RESULTS), dict(COUNTS)
     try:
         with open(path) as fh:

@@ -631,6 +631,14 @@ class Monitor:
     def rules(self) -> decide.Rules:
         return decide.Rules(self.policy, self.gate.policy, self.budget.every)
 
+    def climb(self, row: TaskRow, reason: str) -> None:
+        """The ladder after a red merge refuted the task's verified attempt: restart, escalate or
+        fail for good, by the same rung a failed attempt climbs."""
+        history, _ = self.history(row.id)
+        _rung, effect = decide.climb(self.ledger.task(row.id) or row, history, self.policy, self.clock(), reason)
+        if effect is not None:
+            self.apply([effect])
+
     def decided(self, event: decide.Event) -> list[decide.Effect]:
         """decide() over this monitor's fleet; the gate (shared with a fleet file's other
         projects), the budget and the failure window take its answer in place."""

@@ -81,7 +81,7 @@ def test_events_a_full_disk_keeps_out_of_the_ledger_are_said_in_words(tmp_path):
     assert (tmp_path / "status").read_text().strip() == "6", done.stderr
     said = done.stderr
     assert re.search(r"not recorded in the ledger: phase end \(iteration 1, phase Builder, pid \d+, "
-                     r"(box pid \d+, )?status exited, returncode \d+, duration \d+s, .*, started \d\d:\d\d:\d\d"
+                     r"(box pid \d+, )?status exited, returncode \d+, duration \d+s, .*, started \d\d:\d\d:\d\d \S+"
                      r"(, log \S+, tail \d+)?\): "
                      r"no room to write "
                      r"\S+/ledger.sqlite3", said), said

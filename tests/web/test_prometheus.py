@@ -123,7 +123,7 @@ PROMETHEUS = shutil.which("prometheus")
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="Prometheus is not installed (Debian: apt-get install prometheus)")
 def test_a_real_prometheus_scrapes_genesis_serve(tmp_path):
-    solo = new_repo(tmp_path / "solo")
+    solo = new_repo(tmp_path / "scraped-solo")  # a name no other test's loop has
     loop_night(solo)
     server = subprocess.Popen([*GENESIS, "serve", "--port", "0", "--project", str(solo)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, cwd=tmp_path)
@@ -139,7 +139,7 @@ def test_a_real_prometheus_scrapes_genesis_serve(tmp_path):
             prom = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
                                      f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                      f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log)
-        query = "genesis_loop_stalls_total"
+        query = 'genesis_loop_stalls_total{project="scraped-solo"}'  # serve shows every loop on the machine
         result, deadline = [], time.monotonic() + 90
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
             while not result and time.monotonic() < deadline:
@@ -151,7 +151,7 @@ def test_a_real_prometheus_scrapes_genesis_serve(tmp_path):
                     time.sleep(1)
             targets = http.get("/api/v1/targets").json()["data"]["activeTargets"]
         assert result, (json.dumps(targets), (tmp_path / "prometheus.log").read_text()[-2000:])
-        assert [(r["metric"]["project"], r["value"][1]) for r in result] == [("solo", "1")]
+        assert [(r["metric"]["project"], r["value"][1]) for r in result] == [("scraped-solo", "1")]
         assert [t["health"] for t in targets] == ["up"]
     finally:
         for proc in (prom, server):
