@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from genesis.fleet.decide import Alert
+
 __all__ = ["fleet_queue", "any_queue", "host_queue", "home_host", "fingerprint", "fleet_workflow_id",
            "task_workflow_id", "account_workflow_id", "commit_key", "AGENT_FAILED", "USAGE_LIMIT", "PERMANENT",
            "PAUSED", "FLEET_STOPPING", "HELD", "INFRA", "LadderSpec", "FleetSpec", "TaskSpec", "AttemptInput",
@@ -162,14 +164,9 @@ class TaskFailed:
     not_before: float = 0.0           # the ladder's backoff: no relaunch before this
 
 
-@dataclass(frozen=True)
-class AlertInput:
-    """One alert ticket of the fleet, sent by the home's alert channels (as the local monitor's)."""
-    about: str                        # a task id, or "cascade"
-    severity: str                     # critical | high
-    cause: str
-    what: str
-    action: str
+# One alert ticket of the fleet, sent by the home's alert channels: the fleet core's own Alert
+# (the same fields a recorded history holds), so the two drivers build it once.
+AlertInput = Alert
 
 
 @dataclass(frozen=True)

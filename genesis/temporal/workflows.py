@@ -717,8 +717,7 @@ class FleetWorkflow:
         if isinstance(effect, decide.GateMoved):
             await self._move(spec, effect.step, task_id)
         elif isinstance(effect, decide.Alert):
-            await self._alert(spec, AlertInput(effect.about, effect.severity, effect.cause, effect.what,
-                                               effect.action))
+            await self._alert(spec, effect)   # the core's Alert is the activity's input (AlertInput)
 
     async def _told(self, note: TaskFailed, now: float) -> None:
         if note.action != "held":
