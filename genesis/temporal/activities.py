@@ -25,6 +25,7 @@ import os
 import re
 import shlex
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,11 +41,13 @@ from temporalio.service import RPCError
 
 from genesis import exitcodes
 from genesis.alerts import handoff
+from genesis.agents import adapter_of
 from genesis.config import Config, ConfigError, default_of, layout_for, resolve
 from genesis.fleet import children as kids
 from genesis.fleet import merging, telling, worktrees
 from genesis.fleet.beats import newest_beat
 from genesis.fleet.leftovers import SNAPSHOTS, keep_aside, make_startable
+from genesis.fleet.lines import clean
 from genesis.fleet.planning import Verdict, outcome_of
 from genesis.fleet.resources import MB, FleetSettings, available_memory, port_range
 from genesis.fleet.queue import done_at, tasks_at
@@ -99,6 +102,15 @@ class _Watch:
         while True:
             activity.heartbeat(self.details)
             await asyncio.sleep(BEAT_EVERY)
+
+
+def _say(host: str, text: str) -> None:
+    """A worker's own line: it may quote git or a loop (a path, a failure), so it is cleaned as the
+    fleet's console lines are."""
+    try:
+        print(f"genesis worker {host}: {clean(text)}", file=sys.stderr, flush=True)
+    except OSError:
+        pass  # the terminal went away
 
 
 @dataclass
@@ -250,10 +262,9 @@ class MachineActivities:
             removed = cleanup.clean_machine(base, vanished, _loop_at)   # merged tasks' leftovers here
         except (GitFailed, OSError) as exc:   # a clean-up is never this attempt's failure
             removed = []
-            print(f"genesis worker {self.host}: merged tasks' worktrees kept: {exc}", file=sys.stderr, flush=True)
+            _say(self.host, f"merged tasks' worktrees kept: {exc}")
         if removed:
-            print(f"genesis worker {self.host}: merged and gone from the remote, removed here: {', '.join(removed)}",
-                  file=sys.stderr, flush=True)
+            _say(self.host, f"merged and gone from the remote, removed here: {', '.join(removed)}")
         pushed = worktrees.rev(git, f"refs/remotes/{REMOTE_NAME}/{branch}")
         existing = [w for w in worktrees.listed(base)[1:] if w.branch == branch and not w.prunable]
         fresh = not existing
@@ -337,8 +348,7 @@ class MachineActivities:
                                    inp.task_workflow, inp.number)
             if not why:
                 return child
-            print(f"genesis worker {self.host}: the loop (pid {holder.pid}) in {wt} is not adopted ({why}): "
-                  f"stopped first", file=sys.stderr, flush=True)
+            _say(self.host, f"the loop (pid {holder.pid}) in {wt} is not adopted ({why}): stopped first")
             _stop_child(child, self.stop_wait)
         return None
 
@@ -363,8 +373,7 @@ class MachineActivities:
         try:
             holds.relay(store, entry, cfg.limit_margin, now)
         except (StoreUnusable, LedgerError, OSError) as exc:
-            print(f"genesis worker {self.host}: the hold of {account_workflow} does not reach this machine's "
-                  f"loops: {exc}", file=sys.stderr, flush=True)
+            _say(self.host, f"the hold of {account_workflow} does not reach this machine's loops: {exc}")
 
     def _prepare(self, inp: AttemptInput, wt: Path, cfg: Config, tries: int) -> None:
         """A worktree no loop runs in made ready for a new one: what a killed attempt left

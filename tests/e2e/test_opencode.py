@@ -111,7 +111,11 @@ def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
     session = session_of(e2e.project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log")
     assert f"session {session}" in transcript and "tool bash: $ echo hello from the agent > hello.txt" in transcript
     assert "assistant: Done: wrote hello.txt and committed it." in transcript
-    assert calls(beats, "tool.execute.before", "bash") == 2 and calls(beats, "tool.execute.after", "bash") == 2, beats
+    # Two bash calls, each beating before and after. The beats are read by polling the one heartbeat
+    # file, so a beat the next one overwrote within a poll (opencode's after and before can come
+    # milliseconds apart) may go unseen: each event is seen, never more often than it fired.
+    assert 1 <= calls(beats, "tool.execute.before", "bash") <= 2, beats
+    assert 1 <= calls(beats, "tool.execute.after", "bash") <= 2, beats
     assert {tool_event(b["event"]) for b in beats} == {"PreToolUse", "PostToolUse"}
     assert all(b["session_id"] == session and b["agent"] == "Builder" for b in beats)
     assert {b["run_id"] for b in beats} == {run_id}
