@@ -9,7 +9,8 @@
 # skipped, with the reason shown). Extra arguments go to pytest.
 #
 #   --quick   the unit tests only, in about a minute: no tests/e2e (the real agent CLIs),
-#             no tests/scenarios (whole loops) and, of the bats suites, only the hook's
+#             no tests/scenarios (whole loops), no test marked whole (a loop, a fleet, a
+#             browser elsewhere) or temporal (the dev server) and, of the bats suites, only the hook's
 #             (tests/bats/hook.bats). Installs bats but no agent CLI, Chromium or tmux:
 #             the unit tests that need one are skipped with the reason where it is missing.
 set -euo pipefail
@@ -33,7 +34,7 @@ fi
 .venv/bin/python -m compileall -q genesis >/dev/null || true
 if [[ ${quick} == true ]]; then
   tests/install-tools.sh --quick
-  lane=(--ignore=tests/e2e --ignore=tests/scenarios)
+  lane=(--ignore=tests/e2e --ignore=tests/scenarios -m "not whole and not temporal and not heavy")
   bats_suites=(tests/bats/hook.bats)
 else
   tests/install-tools.sh

@@ -40,6 +40,7 @@ def written(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.parent != root)
 
 
+@pytest.mark.whole
 def test_the_hook_tests_write_nothing_where_the_callers_cli_settings_point(tmp_path):
     caught = tmp_path / "trap"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, **trap(caught)}

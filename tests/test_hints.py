@@ -84,6 +84,7 @@ def run_in(cwd: Path, command: str, env: dict | None = None) -> subprocess.Compl
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.whole
 @pytest.mark.parametrize("how", ["console script", "python -m", "PYTHONPATH"])
 def test_the_program_in_a_hint_is_the_genesis_that_runs(tmp_path, project, how):
     """The console script's path; `python -m genesis` where this Python finds the package from
@@ -133,6 +134,7 @@ exit 0
 """
 
 
+@pytest.mark.whole
 @pytest.mark.fault(65)
 def test_the_loop_s_hints_act_on_its_project_when_run_from_another_repository(project, tmp_path):
     checkout = tmp_path / "checkout"  # where the README has users stand: a repository of its own
@@ -162,6 +164,7 @@ def test_the_loop_s_hints_act_on_its_project_when_run_from_another_repository(pr
     assert not (checkout / ".git" / "genesis").exists() and not (checkout / "orchestrator").exists()
 
 
+@pytest.mark.whole
 @pytest.mark.fault(65)
 def test_a_missing_hook_is_refused_with_commands_that_install_and_check_it_in_the_project(project, tmp_path):
     checkout = tmp_path / "checkout"

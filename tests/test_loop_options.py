@@ -77,6 +77,7 @@ def test_a_project_given_without_project_is_named_with_the_way_to_give_it(refuse
                                     f"use --project {str(folder).replace(' ', chr(92) + ' ')}")
 
 
+@pytest.mark.whole
 def test_option_equals_value_runs_the_loop(project, tmp_path):
     git(project, "config", "user.name", "Agent")
     git(project, "config", "user.email", "agent@example.invalid")

@@ -8,11 +8,14 @@ import sys
 import sysconfig
 import zipfile
 
+import pytest
+
 from helpers import paths
 
 ROOT = paths.ROOT
 
 
+@pytest.mark.whole
 def test_the_wheel_carries_an_executable_hook_and_the_prompts(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
                     "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
@@ -26,6 +29,7 @@ def test_the_wheel_carries_an_executable_hook_and_the_prompts(tmp_path):
     assert "genesis/demo/simagent.py" in names
 
 
+@pytest.mark.whole
 def test_hook_install_from_a_plain_pip_install_points_at_the_packaged_hook(tmp_path, hermetic):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path), str(ROOT)],
                    check=True, capture_output=True)

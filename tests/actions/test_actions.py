@@ -93,6 +93,7 @@ printf '%s' "${*: -1}" >"$PROMPT_OUT"
 """
 
 
+@pytest.mark.whole
 def test_the_next_attempt_of_a_task_sent_back_is_told_its_note(tmp_path):
     """A real loop on the task's branch, as its next child runs it: the note is in its prompt."""
     project, tid, where = fleet_project(tmp_path, "needs-review")

@@ -14,6 +14,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 import httpx
 from helpers.dashboard import first_line
 from helpers.git import git
@@ -52,6 +54,7 @@ def serve(project: Path) -> tuple[subprocess.Popen, str]:
     return proc, found.group(1)
 
 
+@pytest.mark.whole
 def test_ntfy_buttons_and_webhook_links_act_once_on_exactly_their_task(tmp_path):
     project, ids, _ = reviewed_fleet(tmp_path, {READY: "ready", OTHER: "ready"})
     proc, base = serve(project)

@@ -105,6 +105,7 @@ def ticket(**change) -> Ticket:
     return replace(base, **change)
 
 
+@pytest.mark.whole
 @pytest.mark.parametrize("output", ["text", "json"])
 def test_claude_p_decides_from_the_ticket_on_its_stdin(queen, output):
     env = {**os.environ, "ANTHROPIC_BASE_URL": queen.url, "ANTHROPIC_API_KEY": "sk-ant-stub",

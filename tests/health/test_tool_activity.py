@@ -37,6 +37,7 @@ def run_tool(tmp_path: Path, tool: str, *, before: str = PRE, stale: float = 1.0
     return out, notes
 
 
+@pytest.mark.whole
 @pytest.mark.fault(45)
 def test_a_cpu_busy_silent_tool_for_three_windows_is_not_killed(tmp_path):
     # Three stale windows of busy silence; only a rest of 2.5 s would end the work (a loaded
@@ -46,6 +47,7 @@ def test_a_cpu_busy_silent_tool_for_three_windows_is_not_killed(tmp_path):
     assert any("silent but busy" in n and "CPU" in n and "busy_cpu.py" in n for n in notes), notes
 
 
+@pytest.mark.whole
 @pytest.mark.fault(45)
 def test_an_io_busy_tool_writing_steadily_is_not_killed(tmp_path):
     out, notes = run_tool(tmp_path, '"$PY" busy_io.py 3.5', silent=2.5)
@@ -74,6 +76,7 @@ def test_outside_a_tool_a_busy_tree_does_not_keep_the_agent_alive(tmp_path):
     assert out.status == "stuck" and "no heartbeat" in out.detail and out.window == "stale", out
 
 
+@pytest.mark.whole
 @pytest.mark.fault(45)
 def test_without_hooks_a_busy_tree_keeps_the_agent_alive_and_an_idle_one_gets_stuck(tmp_path):
     # aider's way: no hook ever says a tool is in flight; its test command works silently.

@@ -69,6 +69,7 @@ def on_remote(bare: Path) -> bool:
     return bool(git(bare, "for-each-ref", f"refs/heads/{BRANCH}").strip())
 
 
+@pytest.mark.whole
 @pytest.mark.parametrize("keyed", [False, True], ids=["local-fleet", "keyed"])
 def test_only_a_keyed_child_gives_its_task_branch_an_upstream(child, keyed):
     done = loop(child, 1, **({"GENESIS_COMMIT_KEY": KEY} if keyed else {}))
@@ -83,6 +84,7 @@ def test_only_a_keyed_child_gives_its_task_branch_an_upstream(child, keyed):
         assert f"branch.{BRANCH}.remote" not in git(child["tree"], "config", "--list")
 
 
+@pytest.mark.whole
 def test_a_keyed_child_started_again_skips_the_phases_its_key_committed(child):
     first = loop(child, 1, GENESIS_COMMIT_KEY=KEY)
     assert first.returncode == 0, first.stderr
@@ -105,6 +107,7 @@ def test_a_keyed_child_started_again_skips_the_phases_its_key_committed(child):
     assert ends[-2]["no_progress"] == 0
 
 
+@pytest.mark.whole
 def test_another_attempts_key_runs_every_phase(child):
     assert loop(child, 1, GENESIS_COMMIT_KEY=KEY).returncode == 0
     done = loop(child, 1, GENESIS_COMMIT_KEY=KEY.replace("#1", "#2"))
@@ -125,6 +128,7 @@ def rival_push(child: dict[str, Path], tmp_path: Path) -> str:
     return git(child["bare"], "rev-parse", f"refs/heads/{BRANCH}").strip()
 
 
+@pytest.mark.whole
 def test_a_keyed_child_whose_push_is_refused_steps_aside_with_35(child, tmp_path):
     theirs = rival_push(child, tmp_path)
     done = loop(child, 3, GENESIS_COMMIT_KEY=KEY)
@@ -152,6 +156,7 @@ echo "run" >>"$GENESIS_AGENT.txt"
 """
 
 
+@pytest.mark.whole
 def test_a_keyed_childs_own_retry_of_a_stuck_phase_runs_and_commits_under_the_same_key(child, tmp_path):
     agent = script(tmp_path / "stalling.sh", STALLING)
     done = run_loop(child["tree"], "--trust", "--agent-cmd", f"bash {agent}", "--max-iterations", "1",

@@ -33,6 +33,7 @@ def _night(project, tmp_path, outside: Path | None = None, **extra):
                     env=loop_env(GENESIS_PHASES="Builder", OUTSIDE=str(outside), **extra), timeout=90)
 
 
+@pytest.mark.whole
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="no bubblewrap here")
 def test_the_default_box_is_said_once_and_recorded(project, tmp_path):
     done = _night(project, tmp_path)
@@ -58,6 +59,7 @@ def test_a_named_box_that_cannot_run_refuses_the_start_with_how_to_install_it(pr
     assert not (project / "ran.txt").exists()
 
 
+@pytest.mark.whole
 def test_off_says_what_the_user_loses(project, tmp_path):
     done = _night(project, tmp_path, GENESIS_SANDBOX="off")
     assert done.returncode == 0, done.stderr
@@ -77,6 +79,7 @@ def _beyond_landlock() -> Path:
     pytest.skip("no folder of ours outside Landlock's writable places")
 
 
+@pytest.mark.whole
 @pytest.mark.skipif(abi() < 1, reason="no Landlock in this kernel")
 def test_where_bubblewrap_cannot_run_landlock_boxes_the_agent(project, tmp_path):
     fake = tmp_path / "bin"
@@ -95,6 +98,7 @@ def test_where_bubblewrap_cannot_run_landlock_boxes_the_agent(project, tmp_path)
         shutil.rmtree(outside)
 
 
+@pytest.mark.whole
 @pytest.mark.skipif(shutil.which("bwrap") is None or abi() < 1, reason="needs bubblewrap and Landlock")
 def test_a_box_that_breaks_mid_night_is_said_never_a_silent_downgrade(project, tmp_path):
     fake = tmp_path / "bin"

@@ -73,6 +73,7 @@ def events(state: Path, kind: str | None = None) -> list[dict]:
         return []
 
 
+@pytest.mark.whole
 def test_a_loop_in_a_linked_worktree_works_its_one_task_to_done(child):
     main, tree = child["main"], child["tree"]
     head = git(main, "rev-parse", "HEAD")
@@ -124,6 +125,7 @@ if [ "$n" -ge 4 ]; then sed -i "s/^- \[ \] $GENESIS_TASK\$/- [x] $GENESIS_TASK/"
 """
 
 
+@pytest.mark.whole
 @pytest.mark.fault(96)
 def test_a_child_whose_monitor_is_killed_raises_one_monitor_down_and_goes_on_to_its_end(child, tmp_path, procs):
     main, tree = child["main"], child["tree"]
@@ -175,6 +177,7 @@ echo "run $n"
 """
 
 
+@pytest.mark.whole
 def test_a_child_whose_monitor_stays_gone_past_the_stop_bound_stops_cleanly(child, tmp_path, procs):
     main, tree = child["main"], child["tree"]
     fleet = main / ".git" / "genesis" / "fleet"
@@ -220,6 +223,7 @@ def test_a_child_whose_monitor_stays_gone_past_the_stop_bound_stops_cleanly(chil
 KEY = "genesis-fleet-0a1b2c/serve-it-over-http-5d41e2#3"
 
 
+@pytest.mark.whole
 def test_a_child_given_a_commit_key_puts_it_on_each_phases_commit(child):
     main, tree = child["main"], child["tree"]
     head = git(main, "rev-parse", "HEAD").strip()
@@ -263,6 +267,7 @@ def shared_remote(child: dict[str, Path], tmp_path: Path) -> Path:
 BRANCH = "genesis/task/serve-it-over-http-5d41e2"
 
 
+@pytest.mark.whole
 def test_a_child_with_auto_push_pushes_its_task_branch_after_each_phase(child, tmp_path):
     bare, tree = shared_remote(child, tmp_path), child["tree"]
     assert SELF_COMMITTING != AGENT
@@ -285,6 +290,7 @@ def test_a_child_with_auto_push_pushes_its_task_branch_after_each_phase(child, t
     assert [(k.iteration, k.phase) for k in keys_on(bare, f"refs/heads/{BRANCH}")] == [(1, "Builder")]
 
 
+@pytest.mark.whole
 def test_a_child_whose_push_is_rejected_says_so_goes_on_and_never_forces(child, tmp_path):
     bare, tree = shared_remote(child, tmp_path), child["tree"]
     other = tmp_path / "machine-b"  # another machine pushed the task's branch meanwhile

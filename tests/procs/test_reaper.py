@@ -102,6 +102,7 @@ def test_never_signals_itself_or_its_ancestors():
     assert report.targets == 0  # and we are still here to say so
 
 
+@pytest.mark.whole
 @pytest.mark.fault(14)
 def test_a_forking_tree_with_setsid_and_stubborn_members_converges(project, procs):
     root = procs([sys.executable, SPAWN, "tree", "3", "3"], env=markers_for(project, "r"))

@@ -221,6 +221,7 @@ def test_a_filter_named_with_dots_and_equals_signs_is_neutralised_too(project, t
     assert not (tmp_path / "ran").exists() and sleepers("sleep 1014") == []
 
 
+@pytest.mark.whole
 @pytest.mark.fault(28)
 def test_a_git_that_hangs_is_killed_and_named(project):
     (project / ".git" / "config").rename(project / ".git" / "config.real")

@@ -56,6 +56,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.whole
 @needs_chromium
 def test_the_page_fits_a_phone_and_a_desktop_and_its_timeline_stays_readable(tmp_path):
     page = page_of(tmp_path)
@@ -76,6 +77,7 @@ def test_the_page_fits_a_phone_and_a_desktop_and_its_timeline_stays_readable(tmp
         assert png_size(shot) == (width, 1600) and shot.stat().st_size > 40_000   # a blank page is a few KB
 
 
+@pytest.mark.whole
 @needs_chromium
 def test_a_dark_system_theme_gets_a_dark_page(tmp_path):
     page = page_of(tmp_path)
@@ -88,6 +90,7 @@ def test_a_dark_system_theme_gets_a_dark_page(tmp_path):
         assert render(page, binary=CHROMIUM, window=f"{width},900", dark=True).console == []
 
 
+@pytest.mark.whole
 @needs_chromium
 def test_several_runs_on_one_page_keep_every_id_unique(tmp_path):
     page = tmp_path / "runs.html"

@@ -110,6 +110,7 @@ def registries():
         server.server_close()
 
 
+@pytest.mark.whole
 @pytest.mark.skipif(ADDRESS is None, reason="no network address on this machine for a local registry")
 @pytest.mark.skipif(shutil.which("npm") is None, reason="no npm here")
 def test_pip_and_npm_install_from_an_allowed_registry_and_not_from_another(tmp_path, registries):

@@ -22,6 +22,7 @@ def status_in(cwd: Path, env: dict) -> subprocess.CompletedProcess:
                           text=True, timeout=60)
 
 
+@pytest.mark.whole
 @pytest.mark.fault(66)
 def test_status_where_no_loop_runs_lists_the_running_loop_with_the_command_that_shows_it(project, tmp_path,
                                                                                           procs):

@@ -77,6 +77,7 @@ def tmux():
         subprocess.run(["tmux", "-L", term.socket, "kill-server"], capture_output=True, timeout=10)
 
 
+@pytest.mark.whole
 def test_watch_follows_the_loop_in_a_terminal_and_ends_with_0_on_ctrl_c(project, tmux, tmp_path):
     lay = layout_of(project)
     lay.state_dir.mkdir(parents=True)

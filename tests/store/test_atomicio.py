@@ -214,6 +214,7 @@ def test_a_fifo_or_a_symlink_at_the_ledgers_path_is_refused_at_once(tmp_path):
     assert not elsewhere.exists()
 
 
+@pytest.mark.whole
 @pytest.mark.fault(32)
 def test_the_loop_stops_cleanly_with_disk_full_when_an_agent_fills_the_disk(tmp_path):
     """The project and Genesis's state on a 4 MiB disk; in iteration 1 the Builder fills it."""

@@ -38,6 +38,7 @@ def run_agent(tmp_path, delays_ms: list[int], pause: float):
                       raw_log=tmp_path / "agent.jsonl", reader=StreamReader(), count_output=False)
 
 
+@pytest.mark.whole
 @pytest.mark.fault(41)
 def test_an_agent_retrying_the_api_for_longer_than_the_window_is_not_killed(tmp_path):
     # Three retries announced 2.5 s apart, each with a 2.5 s delay: 7.5 s of silence, the window 1 s.

@@ -77,6 +77,7 @@ def companion_of(loop: subprocess.Popen) -> int:
     raise AssertionError("the loop started no companion")
 
 
+@pytest.mark.whole
 @pytest.mark.fault(78)
 def test_a_loop_sigkilled_mid_phase_is_recorded_reaped_alerted_and_shown_stopped(project, tmp_path, procs):
     loop, marks = start(project, tmp_path, procs)
@@ -101,6 +102,7 @@ def test_a_loop_sigkilled_mid_phase_is_recorded_reaped_alerted_and_shown_stopped
     wait_for(lambda: not alive(companion), 60, "the companion to exit")
 
 
+@pytest.mark.whole
 @pytest.mark.fault(78)
 def test_a_loop_sigkilled_between_phases_is_settled_by_its_companion(project, tmp_path, procs):
     # A short phase, then the long pause between iterations.
@@ -124,6 +126,7 @@ def test_a_loop_sigkilled_between_phases_is_settled_by_its_companion(project, tm
     assert shown.returncode == exitcodes.NOT_RUNNING and "STOPPED" in shown.stdout
 
 
+@pytest.mark.whole
 @pytest.mark.fault(78)
 def test_a_frozen_loop_is_recorded_alerted_once_and_shown_frozen_until_it_runs_again(project, tmp_path, procs):
     loop, marks = start(project, tmp_path, procs)
@@ -158,6 +161,7 @@ sleep 300
 '''
 
 
+@pytest.mark.whole
 @pytest.mark.fault(78)
 def test_sigterm_the_agent_sends_the_loop_is_recorded_as_the_agents_not_the_users_stop(project, tmp_path, procs):
     loop, marks = start(project, tmp_path, procs, KILLER, GENESIS_HOOK_SCRIPT=str(hook_script()))

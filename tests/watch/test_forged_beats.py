@@ -18,6 +18,7 @@ FORGER = ('"$HOOK" --event PreToolUse Bash </dev/null\n'
           'echo $! > "$PWD/loop.pid"; exec sleep 300\'\n')
 
 
+@pytest.mark.whole
 @pytest.mark.fault(79)
 def test_a_forged_heartbeat_loop_is_caught_within_the_stale_window(tmp_path):
     out, notes, _run = supervised(tmp_path, FORGER, run_id=RUN_ID, stale_after=3.0, check_interval=0.2,
@@ -30,6 +31,7 @@ def test_a_forged_heartbeat_loop_is_caught_within_the_stale_window(tmp_path):
     assert out.duration < 20.0 - 5  # well before the runtime cap
 
 
+@pytest.mark.whole
 @pytest.mark.fault(79)
 def test_the_clis_own_beats_from_a_shell_it_starts_per_call_keep_a_long_phase_alive(tmp_path):
     # As Claude Code runs its hooks: `sh -c "bash genesis-heartbeat.sh"`, CLAUDE_PID set, every call.

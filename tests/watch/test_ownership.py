@@ -72,6 +72,7 @@ def test_stop_signals_from_the_agents_own_tree_are_ignored_and_named(tmp_path, p
     assert marked({"GENESIS_RUN_ID": "run-o"}) == []
 
 
+@pytest.mark.whole
 @LINUX_ONLY
 @pytest.mark.fault(29)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
@@ -124,6 +125,7 @@ def test_a_daemon_with_a_cleared_environment_is_ended_with_the_phase_and_a_bysta
 
 # --- a pause of the watcher is not charged to the agent ---------------------------------------
 
+@pytest.mark.whole
 @pytest.mark.fault(35)
 def test_a_watcher_stopped_longer_than_the_window_does_not_kill_a_healthy_agent_on_resume(tmp_path, procs):
     # The agent beats and prints 200 kB every 0.1 s: while its watcher is stopped nobody reads
@@ -168,6 +170,7 @@ def _unshare() -> list[str] | None:
     return [tool, "--user", "--map-root-user", "--mount"] if probe.returncode == 0 else None
 
 
+@pytest.mark.whole
 @pytest.mark.fault(32)
 def test_a_full_disk_under_the_heartbeat_is_not_taken_for_a_stuck_agent(tmp_path, procs):
     prefix = _unshare()

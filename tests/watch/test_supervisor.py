@@ -64,6 +64,7 @@ def test_heartbeats_keep_an_agent_alive_until_the_runtime_cap(tmp_path):
     assert marked({"GENESIS_RUN_ID": "run-1"}) == []
 
 
+@pytest.mark.whole
 def test_output_counts_as_life_for_agents_without_hooks(tmp_path):
     script = 'for i in $(seq 1 15); do echo "step $i"; sleep 0.2; done\n'
     out, _, _ = agent(tmp_path, script, stale_after=2.0)
@@ -351,6 +352,7 @@ PLANT = {
 }
 
 
+@pytest.mark.whole
 @pytest.mark.fault(30)
 @pytest.mark.parametrize("kind", PLANT)
 def test_something_planted_at_the_heartbeat_path_is_removed_and_named_at_the_kill(tmp_path, kind):

@@ -15,6 +15,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
+
 from helpers.browser import needs_browser, open_browser
 from helpers.dashboard import first_line, loop_mid_phase
 from helpers.git import git
@@ -73,6 +75,7 @@ def button(key: str, action: str) -> str:
     return f'article.tile[data-key="{key}"] button[data-action="{action}"]'
 
 
+@pytest.mark.whole
 @needs_browser
 def test_the_buttons_act_with_the_key_confirm_what_cannot_be_undone_and_a_foreign_form_is_refused(tmp_path):
     project, ids, fd = reviewed_fleet(tmp_path, {HOME: "ready", BACK: "needs-review", SKIP: "queued", KEEP: "queued"},
@@ -156,6 +159,7 @@ def test_the_buttons_act_with_the_key_confirm_what_cannot_be_undone_and_a_foreig
         os.close(fd)
 
 
+@pytest.mark.whole
 @needs_browser
 def test_a_loops_page_stops_it_and_ends_its_wait(project, tmp_path):
     fd = loop_mid_phase(project, "run-1", time.time())

@@ -206,6 +206,7 @@ def fleets(tmp_path):
         stop(monitor, signal.SIGINT)
 
 
+@pytest.mark.whole
 @needs_browser
 def test_the_dashboard_shows_two_projects_fleets_live_in_a_real_browser(fleets, tmp_path):
     alpha, beta, fleet, gates = fleets

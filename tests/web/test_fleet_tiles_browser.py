@@ -13,6 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 import httpx
 from helpers.browser import needs_browser, open_browser
 from helpers.dashboard import alert, first_line
@@ -63,6 +65,7 @@ def ended_fleet(project: Path, now: float) -> None:
     alert(project, "fleet-1", now - 590, "fleet ended: every task is finished", severity="high")
 
 
+@pytest.mark.whole
 @needs_browser
 def test_a_failed_task_is_red_with_its_reason_and_every_attempt_and_the_fleet_has_its_cost(project, tmp_path):
     now = time.time()

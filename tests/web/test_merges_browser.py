@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import httpx
 from helpers.browser import needs_browser, open_browser
 from helpers.dashboard import first_line
@@ -44,6 +46,7 @@ def merged_fleet(project: Path, now: float) -> None:
         led.record("fleet_end", now=now - 200, exit_code=31, reason="every task is finished")
 
 
+@pytest.mark.whole
 @needs_browser
 def test_each_merge_shows_its_evidence_on_the_tiles_and_the_tasks_page(project, tmp_path):
     now = time.time()

@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers.docs import linked_from
 from helpers.fleet import TASK_AGENT, fleet_dir, fleet_env, fleet_project, task_agent
 from helpers.gate import simagent
@@ -97,6 +99,7 @@ def keys(doc: dict, dim: str) -> list[str]:
 
 # --- real runs ---------------------------------------------------------------------------------
 
+@pytest.mark.whole
 def test_a_real_loop_counts_its_phases_by_the_agent_and_model_each_start_recorded(project):
     """Iteration 1's Builder hangs (stuck after the 5 s window) and is retried with the fallback
     command, which names another model; iteration 2's Builder exits 1."""
@@ -126,6 +129,7 @@ NEVER = TASK_AGENT.replace(': "${GENESIS_TASK:?no task given}"\n', ': "${GENESIS
                            'if [[ ${GENESIS_TASK} == *never* ]]; then exit 1; fi\n')
 
 
+@pytest.mark.whole
 def test_a_real_fleet_counts_each_childs_run_by_task_and_model_with_its_escalation(project, tmp_path):
     """alpha works at once; never's agent always fails: escalated at once to the fallback (another
     model), which fails too: it fails for good."""

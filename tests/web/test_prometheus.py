@@ -121,6 +121,7 @@ def _free_port() -> int:
 PROMETHEUS = shutil.which("prometheus")
 
 
+@pytest.mark.whole
 @pytest.mark.skipif(PROMETHEUS is None, reason="Prometheus is not installed (Debian: apt-get install prometheus)")
 def test_a_real_prometheus_scrapes_genesis_serve(tmp_path):
     solo = new_repo(tmp_path / "scraped-solo")  # a name no other test's loop has

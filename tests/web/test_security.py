@@ -77,6 +77,7 @@ def test_a_port_that_is_taken_is_exit_33_with_what_to_do():
     assert f"127.0.0.1:{port}" in result.output and "--port" in result.output
 
 
+@pytest.mark.whole
 @pytest.mark.fault(101)
 def test_serve_with_token_prints_it_once_in_its_address_and_asks_it_of_every_request(project, tmp_path):
     server = subprocess.Popen([*GENESIS, "serve", "--port", "0", "--token", "--project", str(project)],

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from serve_load import run_serve_load  # noqa: E402
@@ -17,6 +19,7 @@ from serve_load import run_serve_load  # noqa: E402
 CHILDREN, SECONDS = 10, 10.0
 
 
+@pytest.mark.whole
 def test_ten_children_streamed_every_child_shown_events_keep_coming(tmp_path):
     load = run_serve_load(tmp_path, children=CHILDREN, seconds=SECONDS, every=2.0, timeout=240)
     assert load.tasks_shown == CHILDREN, (tmp_path / "serve.log").read_text()[-3000:]

@@ -13,6 +13,8 @@ import sys
 import time
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from helpers.browser import needs_browser, open_browser
 from helpers.dashboard import alert, first_line, loop_mid_phase
 
@@ -31,6 +33,7 @@ def label(epoch: float, seconds: bool) -> str:
     return at.strftime("%H:%M:%S" if seconds else "%H:%M")
 
 
+@pytest.mark.whole
 @needs_browser
 def test_the_pages_say_times_in_the_browsers_zone_not_the_servers(project, tmp_path):
     now = time.time()
