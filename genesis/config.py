@@ -187,8 +187,8 @@ KNOBS: tuple[Knob, ...] = (
          "with its stale and runtime windows doubled) or an agent command line"),
     Knob("GENESIS_FLEET_RESTART_BACKOFF_SECONDS", "10", "a fleet: a task's restart n waits this times 2^(n-1) "
          "seconds, at most 300", unit="s"),
-    Knob("GENESIS_FLEET_RESTART_EVERY_SECONDS", "60", "a fleet: at most one restart or escalation per this many "
-         "seconds across the whole fleet (0: no bound)", unit="s"),
+    Knob("GENESIS_FLEET_RESTART_EVERY_SECONDS", "60", "a fleet: at most one restart or escalation (or agent "
+         "started again inside its child after it died) per this many seconds across the whole fleet (0: no bound)", unit="s"),
     Knob("GENESIS_FLEET_CASCADE_PERCENT", "30", "a fleet: when more than this percent of its children (at least "
          "two) end abnormally within GENESIS_FLEET_CASCADE_WINDOW_SECONDS, it stops restarting and probes with "
          "one child (0: off)"),

@@ -26,7 +26,7 @@ LABELS = {"finished": "finished", "running": "running", "exited": "exited", "fai
 FORMER = {"stale": "stuck", "stalled": "stuck"}
 
 WAIT_LABELS = {"limit": "usage limit", "outage": "API outage", "cooldown": "breaker cooldown",
-               "retry": "retry of a stuck phase"}
+               "retry": "retry of a stuck phase", "budget": "the fleet's restart budget"}
 
 # The window that ended a phase, as its phase_end event and incident record it (`window`).
 WINDOW_LABELS = {"stale": "the stale window (no heartbeat)", "tool_silent": "the tool-silent window",

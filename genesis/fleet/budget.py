@@ -2,14 +2,16 @@
 across every task, whatever the ladder and the cascade gate allow.
 
 It bounds the damage of what no other rule catches (a shared cause the cascade rule
-misses: failures spread just wide enough apart). Pure: the time is passed in; the
-monitor spends it when it relaunches, records a `restart` or `escalate` event, and a
-monitor started again rebuilds the budget from those events.
+misses: failures spread just wide enough apart). An agent started again inside its running
+child after it died is a restart too (fleet/decide.AgentRestartDue). Pure: the time is passed
+in; the monitor spends it when it relaunches or gives a child's loop its go, records a
+`restart`, `escalate` or `agent_restart` event, and a monitor started again rebuilds the
+budget from those events.
 
 Workflow code: the fleet on Temporal runs this module inside its workflows
 (`temporal/workflows.py`), replayed from their histories. A change to what it decides is a
-change to those workflows: guard it there with `workflow.patched(...)`, and keep
-`tests/temporal/test_replay.py` passing.
+change to those workflows: from the first release on, it follows their patch cycle
+(docs/maintainers/temporal.md), and `tests/temporal/test_replay.py` keeps passing.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from genesis.fleet.ledger import FleetEvent
 
 __all__ = ["RestartBudget", "SPENDING", "budget_of"]
 
-SPENDING = ("restart", "escalate")  # the fleet ledger events that spent the budget
+SPENDING = ("restart", "escalate", "agent_restart")  # the fleet ledger events that spent the budget
 
 
 class RestartBudget:

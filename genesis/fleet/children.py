@@ -28,6 +28,7 @@ from genesis.agents import adapter_of
 from genesis.config import Config, default_layout
 from genesis.fleet.ledger import TERMINAL, FleetLedger
 from genesis.ledger.store import Ledger, LedgerError
+from genesis.loop.agentgo import agent_died
 from genesis.procs.proctree import identify
 from genesis.repo.gitcmd import GitFailed, NotARepository
 from genesis.store.layout import Layout, UnsafeDir
@@ -262,23 +263,21 @@ def install_hook(worktree: Path, cfg: Config, timeout: float) -> None:
         pass
 
 
-def agent_deaths(child: Child, after: int) -> tuple[list[float], int]:
+def agent_deaths(child: Child, after: int) -> tuple[list[float], int, float | None]:
     """When the child's agents died by a signal Genesis did not send (the OOM killer, a kill -9)
-    since its ledger's event `after`, and the newest event read: the loop restarts such an agent
-    on its own, so the fleet hears of it only here. ([], after) when nothing is known."""
+    since its ledger's event `after`, the newest event read, and when the newest of those events'
+    agents started (None: none started): the loop starts an agent again only on the fleet's go
+    (loop/agentgo.py), so the fleet hears of it only here. ([], after, None) when nothing is known."""
     if child.layout is None or not child.run_id or not child.layout.ledger_file.is_file():
-        return [], after
+        return [], after, None
     try:
         with Ledger.open(child.layout.ledger_file, readonly=True) as led:
-            ends = led.events(child.run_id, kinds=["phase_end"], after_id=after, limit=1000)
+            seen = led.events(child.run_id, kinds=["phase_start", "phase_end"], after_id=after, limit=1000)
     except (LedgerError, OSError, Exception):  # a damaged child ledger: nothing known, not a crash
-        return [], after
-    died = [float(e.get("epoch") or 0.0) for e in ends if not e.get("killed") and
-            isinstance(e.get("returncode"), int) and (e["returncode"] < 0 or e["returncode"] in _SIGNAL_DEATHS)]
-    return died, max((int(e.get("seq") or 0) for e in ends), default=after)
-
-
-_SIGNAL_DEATHS = frozenset({128 + signal.SIGKILL, 128 + signal.SIGSEGV, 128 + signal.SIGBUS, 128 + signal.SIGABRT})
+        return [], after, None
+    died = [float(e.get("epoch") or 0.0) for e in seen if e.get("event") == "phase_end" and agent_died(e)]
+    started = [float(e.get("epoch") or 0.0) for e in seen if e.get("event") == "phase_start"]
+    return died, max((int(e.get("seq") or 0) for e in seen), default=after), max(started, default=None)
 
 
 def signal_child(child: Child, sig: int) -> bool:

@@ -18,6 +18,7 @@ So one scripted history replays through both in milliseconds (tests/fleet/test_d
     TimePassed (a check, a timer)       ->  GateMoved (a cascade pause, a probe, a resume)
     RelaunchDue (a rung's wait is over) ->  Launch | Hold (with its reason)
     Relaunched (the driver launched it) ->  the budget spent, the probe counted
+    AgentRestartDue (a child's loop asks) -> Launch (the budget spent) | Hold (with its reason)
     MergeEnded (the merge queue)        ->  SetState, Alert (a task left for review)
     Stop (the user's stop)              ->  no launch from now on
 
@@ -49,9 +50,9 @@ from genesis.fleet.planning import Verdict
 from genesis.ledger.store import iso
 
 __all__ = ["Rules", "Fleet", "ChildEnded", "Failure", "ProbeEnded", "TimePassed", "RelaunchDue", "Relaunched",
-           "MergeEnded", "Stop", "Event", "SetState", "Merge", "Fail", "Alert", "GateMoved", "StopLaunching", "Launch",
-           "Hold", "Effect", "decide", "climb", "cause_of", "gate_effects", "merge_ended", "failed_alert",
-           "review_alert", "cascade_alert", "CAPABILITIES", "PAUSE_HOLD"]
+           "AgentRestartDue", "MergeEnded", "Stop", "Event", "SetState", "Merge", "Fail", "Alert", "GateMoved",
+           "StopLaunching", "Launch", "Hold", "Effect", "decide", "climb", "cause_of", "gate_effects", "merge_ended",
+           "failed_alert", "review_alert", "cascade_alert", "CAPABILITIES", "PAUSE_HOLD"]
 
 PAUSE_HOLD = "the cascade pause: no restart until a probe child succeeds"
 # An end's reason that says no more than that it ended: a cause said earlier says more.
@@ -64,7 +65,8 @@ CAPABILITIES = {
         "memory_floor",     # launches held below GENESIS_FLEET_MEMORY_FLOOR_MB (one machine's memory)
         "planner",          # the Planner runs once when nothing is open
         "fleet_file",       # several projects share one gate, budget, stagger and port slots
-        "agent_deaths",     # agents killed inside running children are read from their ledgers (Failure)
+        "agent_deaths",     # agents killed inside running children are read from their ledgers (Failure),
+                            # and their loops start an agent again only on the budget's go (AgentRestartDue)
     }),
     "temporal": frozenset({
         "placement",        # an attempt runs on any worker; pinned to its worktree's machine, moved when gone
@@ -154,6 +156,15 @@ class Relaunched:
 
 
 @dataclass(frozen=True)
+class AgentRestartDue:
+    """A running child's loop, whose agent died (a Failure), asks to start an agent again: that is
+    a restart as much as a relaunch is, so the restart budget allows it, or holds it. The go is
+    the restart: it spends the budget at once (the loop starts its agent when told)."""
+    task_id: str
+    now: float
+
+
+@dataclass(frozen=True)
 class MergeEnded:
     row: TaskRow
     outcome: str                   # merged | ready | held | conflict | ... (merging.MergeResult.outcome)
@@ -166,7 +177,8 @@ class Stop:
     pass
 
 
-Event = Union[ChildEnded, Failure, ProbeEnded, TimePassed, RelaunchDue, Relaunched, MergeEnded, Stop]
+Event = Union[ChildEnded, Failure, ProbeEnded, TimePassed, RelaunchDue, Relaunched, AgentRestartDue, MergeEnded,
+              Stop]
 
 
 # -- effects --------------------------------------------------------------------------------
@@ -214,7 +226,7 @@ class StopLaunching:
 @dataclass(frozen=True)
 class Launch:
     task_id: str
-    kind: str                      # restart | escalate
+    kind: str                      # restart | escalate | agent (an agent started again inside its running child)
     probe: bool
 
 
@@ -298,11 +310,17 @@ def decide(fleet: Fleet, event: Event, rules: Rules, status_cmd: str = "genesis 
         elif not gate.allows_restart and not probe:
             effects.append(Hold(event.task_id, PAUSE_HOLD, ""))
         elif not budget.may_restart(event.now):
-            effects.append(Hold(event.task_id, f"the restart budget: next restart at "
-                                               f"{_iso(budget.next_at(event.now))}", "budget_held"))
+            effects.append(_budget_hold(event.task_id, budget, event.now))
         else:
             effects.append(Launch(event.task_id, event.kind, probe))
         return fleet, effects
+    if isinstance(event, AgentRestartDue):
+        # Neither the cascade's pause nor a stop holds it: the child runs on, and a pause whose
+        # probe is a relaunch must not hold the children that never ended.
+        if not budget.may_restart(event.now):
+            return fleet, [_budget_hold(event.task_id, budget, event.now)]
+        budget.spend(event.now)
+        return replace(fleet, budget=budget), [Launch(event.task_id, "agent", False)]
     if isinstance(event, Failure):
         return replace(fleet, failures=fleet.failures + ((event.at, event.who),)), effects
     if isinstance(event, ProbeEnded):
@@ -368,6 +386,10 @@ def gate_effects(step: GateStep, status_cmd: str) -> list[Effect]:
 
 def _moved(step: GateStep, effects: list[Effect], status_cmd: str) -> None:
     effects += gate_effects(step, status_cmd)
+
+
+def _budget_hold(task_id: str, budget: RestartBudget, now: float) -> Hold:
+    return Hold(task_id, f"the restart budget: next restart at {_iso(budget.next_at(now))}", "budget_held")
 
 
 def _iso(at: float) -> str:

@@ -14,8 +14,8 @@ whose agent command differs from the refused one (its restarts would be refused 
 
 Workflow code: the fleet on Temporal runs this module inside its workflows
 (`temporal/workflows.py`), replayed from their histories. A change to what it decides is a
-change to those workflows: guard it there with `workflow.patched(...)`, and keep
-`tests/temporal/test_replay.py` passing.
+change to those workflows: from the first release on, it follows their patch cycle
+(docs/maintainers/temporal.md), and `tests/temporal/test_replay.py` keeps passing.
 """
 
 from __future__ import annotations

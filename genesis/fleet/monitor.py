@@ -67,7 +67,7 @@ from genesis.fleet.resources import FleetSettings, available_memory, fleet_setti
 from genesis.fleet.taskref import PLANNER, TaskRef, branch_for, open_refs
 from genesis.hints import hint
 from genesis.ledger.store import LedgerError
-from genesis.loop import limits
+from genesis.loop import agentgo, limits
 from genesis.loop.finish import FINAL_ALERT_WAIT
 from genesis.loop.preflight import read_flag
 from genesis.loop.taskcheck import proven
@@ -185,6 +185,8 @@ class Monitor:
     paused: bool = False                                     # `genesis pause`: no child starts until resume
     deaths_read: float = -1e18                               # the running children's agent deaths last read
     deaths_seen: dict[str, int] = field(default_factory=dict)  # per task: its child ledger's newest event read
+    agent_waits: dict[str, float] = field(default_factory=dict)  # per task: the agent death its loop waits after
+    agent_answers: dict[str, dict] = field(default_factory=dict)  # per task: the budget's answer (monitor.json)
 
     def __post_init__(self) -> None:
         self.layout = layout_for(self.cfg)
@@ -224,7 +226,8 @@ class Monitor:
     def _beat(self) -> None:
         write_json(self.fleet_dir / MONITOR_FILE, {"pid": os.getpid(), "run_id": self.run_id,
                                                    "started": self.started, "at": self.clock(),
-                                                   "parallel": self.parallel, "host": socket.gethostname()})
+                                                   "parallel": self.parallel, "host": socket.gethostname(),
+                                                   agentgo.ANSWERS: self.agent_answers})
 
     # -- the queue -------------------------------------------------------------------
 
@@ -545,22 +548,52 @@ class Monitor:
             self.beats.forget(task_id)
             self._let_slot_go(task_id)
             self.deaths_seen.pop(task_id, None)
+            self.agent_waits.pop(task_id, None)
+            self.agent_answers.pop(task_id, None)
             self.ended(task_id, child, ending)
         self.ledger.note_beats(sightings)
         self.agent_deaths(now)
+        self.agent_restarts(now)
 
     def agent_deaths(self, now: float) -> None:
         """An agent killed inside a running child (the OOM killer takes agents first) is a failure
-        the cascade counts, as a child loop's death is: its loop restarts the agent on its own."""
+        the cascade counts, as a child loop's death is; its loop then waits for the restart
+        budget's go before it starts an agent again (agent_restarts)."""
         if now - self.deaths_read < DEATHS_CHECK:
             return
         self.deaths_read = now
         for task_id, child in list(self.children.items()):
-            died, seen = kids.agent_deaths(child, self.deaths_seen.get(task_id, 0))
+            died, seen, started = kids.agent_deaths(child, self.deaths_seen.get(task_id, 0))
             self.deaths_seen[task_id] = seen
             for at in died:
                 self.ledger.record("agent_died", task_id, run_id=child.run_id, attempt=child.attempt, at=at)
                 self.decided(decide.Failure(at, self.who(task_id)))
+            if died and (started is None or started < died[-1]):
+                self.agent_waits[task_id] = died[-1]   # no agent started since: its loop asks
+            elif started is not None and self.agent_waits.get(task_id, started) < started:
+                del self.agent_waits[task_id]          # it started one without the go (the monitor was down)
+
+    def agent_restarts(self, now: float) -> None:
+        """The restart budget's answer to each loop waiting to start an agent again after its
+        agent died, the oldest death first: the go (spent, recorded `agent_restart`) or a hold
+        until the budget's next restart. The loops read it in monitor.json (loop/agentgo.py)."""
+        if not self.agent_waits:
+            return
+        for task_id, died in sorted(self.agent_waits.items(), key=lambda wait: wait[1]):
+            (go,) = self.decided(decide.AgentRestartDue(task_id, now))
+            if isinstance(go, decide.Launch):
+                del self.agent_waits[task_id]
+                self.gate_notes.pop(task_id, None)
+                self.agent_answers[task_id] = {"died": died}
+                self.ledger.record("agent_restart", task_id, died=died)
+                row = self.ledger.task(task_id)
+                say(f"{row.text if row else task_id!r}: its agent may start again (the restart budget's go)")
+                continue
+            self.agent_answers[task_id] = {"died": died, "held": self.budget.next_at(now)}
+            row = self.ledger.task(task_id)
+            if row is not None:
+                self._hold(row, go.reason, go.kind)
+        self._beat()
 
     def _cap_log(self, task_id: str, child: kids.Child) -> None:
         log = self.fleet_dir / "children" / f"{task_id}.attempt-{child.attempt}.log"

@@ -19,7 +19,7 @@ from genesis.agents.models import model_of
 from genesis.config import read_prompt
 from genesis.health.toollog import tool_log_path
 from genesis.ledger.store import WATCH_TIMEOUT, LedgerError
-from genesis.loop import ceilings, keyedtries, lostloop, recovery, refusal, startfail, taskcheck, waiting
+from genesis.loop import agentgo, ceilings, keyedtries, lostloop, recovery, refusal, startfail, taskcheck, waiting
 from genesis.loop.ending import commit_message, describe, how_it_ended, reported, said_done
 from genesis.loop.commitfail import commit_failed, lock_removed
 from genesis.loop.guard import HookRemoved, heal
@@ -84,6 +84,8 @@ def run_phase(step: Step, phase: Phase, iteration: int) -> int:
     if code is not None:
         return code
     code = _not_now(step, phase, iteration)
+    if code is None:  # a fleet's child whose agent died: the fleet's restart budget says when another starts
+        code = agentgo.wait_for_go(step, phase.name, iteration, os.environ)
     if code is not None:
         return code
     try:

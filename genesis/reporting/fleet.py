@@ -68,6 +68,7 @@ TOLD = {"fleet_start": "fleet started", "fleet_end": "fleet ended", "launch": "s
         "merge_held": "merge held", "merger": "the Merger resolves a conflict",
         "merge_red": "merge red, not landed",
         "agent_died": "its agent was killed inside its running child (counted toward the cascade)",
+        "agent_restart": "its agent may start again inside its running child (the restart budget's go)",
         "branch_moved": "a child moved the project branch: put back"}
 
 

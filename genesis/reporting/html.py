@@ -98,7 +98,7 @@ line.now { stroke: var(--ink); stroke-dasharray: 2 3; }
 .ending-limit { --c: #8e6cc9; } .ending-outage { --c: #3d7fd6; } .ending-interrupted { --c: #9aa0a6; }
 .ending-not_started { --c: #5f6368; } .ending-watcher_lost { --c: #a0522d; } .ending-running { --c: #9fd8b0; }
 .wait-limit { --w: #8e6cc9; } .wait-outage { --w: #3d7fd6; } .wait-cooldown { --w: #6e7781; }
-.wait-retry { --w: #ef8f24; }
+.wait-retry { --w: #ef8f24; } .wait-budget { --w: #b08a2e; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 16px; margin: 6px 0 0 0; padding: 0; list-style: none;
   font-size: 12.5px; color: var(--muted); }
 .swatch { display: inline-block; width: 12px; height: 12px; border-radius: 2px; margin-right: 5px;

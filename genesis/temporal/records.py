@@ -148,8 +148,7 @@ class FleetSpec:
 class TaskInput:
     fleet: FleetSpec
     task: TaskSpec
-    fleet_workflow: str
-    gated: bool = False               # its parent decides its restarts (the cascade gate, the restart budget)
+    fleet_workflow: str               # its parent, which decides its restarts (the cascade gate, the restart budget)
 
 
 @dataclass(frozen=True)

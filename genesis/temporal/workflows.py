@@ -11,9 +11,12 @@
   on that account by ONE durable timer to its reset.
 
 Genesis's pure modules are imported passed through the sandbox: re-importing them per run
-would be slow, and some of what they import reads files at import time. Every change to
-this code that adds, removes or reorders a command must go behind `workflow.patched()`:
-fleets running across an upgrade replay their history against it (tests/temporal's replay).
+would be slow, and some of what they import reads files at import time. Not released yet:
+the code has one path, and tests/temporal/histories/ are recorded from it (tests/temporal/
+record_histories.sh). From the first release on, a change that adds, removes or reorders a
+command follows Temporal's patch cycle (`workflow.patched()`, then `workflow.deprecate_patch()`,
+then removal): fleets running across an upgrade replay their history against it, and the
+replay test (tests/temporal/test_replay.py) is the guard (docs/maintainers/temporal.md).
 
 The fleet's rules are the local monitor's, written once in fleet/decide.py (the ladder, the
 cascade gate, the restart budget, the alerts' words; fleet/lifecycle.py's states): these
@@ -60,14 +63,10 @@ ASIDES_MAX = 10                       # attempts in a row whose loop stepped asi
 # has stopped for another machine's loop just the same.
 ASIDE_CODES = frozenset({exitcodes.STEPPED_ASIDE, exitcodes.MONITOR_LOST})
 QUEUE_PERIOD = 60.0                   # seconds between two reads of the queue while tasks run (history size)
-GATED = "fleet-gate"                  # the patch: the fleet decides restarts (cascade, budget), staggers, alerts
 MOVES_KEPT = 50                       # the cascade gate's last moves in the fleet's memo
 SPINS = 20                            # turns of the gate in a row without a wait (one relaunch each)
 ALERT_TRIES = 2                       # an alert is best effort: never worth holding the fleet
 PAUSE_REASON = "the cascade pause: no new attempt until a probe task succeeds"
-HOME_BEAT = "home-heartbeat"          # the patch: merge and mark have a heartbeat timeout
-INFRA_PATCH = "infra-off-ladder"      # the patch: a machine's git failure waits and moves, never the ladder
-MEMO_PER_TASK = "memo-per-task"       # the patch: each task's row under a memo key of its own (records.task_memo_key)
 INFRA_MOST = 300.0                    # seconds: at most this between two tries
 INFRA_MAX = 15                        # such failures in a row (about an hour of them) before the task needs a person
 
@@ -172,7 +171,7 @@ class TaskWorkflow:
         self.details: list[dict] = []   # per attempt: host, Temporal's tries, fresh clone, adopted, lost
         self.running: workflow.ActivityHandle | None = None
         self.fleet_workflow = ""
-        self.gated = False          # the fleet decides when a restart may start (TaskInput.gated)
+        self.gated = True           # the fleet decides when a restart may start (until it is gone)
         self.granted = 0            # the newest attempt whose relaunch the fleet allowed
         self.held_told = 0          # the pause (its seq) already told to the fleet
         self.infra = 0              # failures in a row of a machine's git before any agent ran
@@ -251,7 +250,7 @@ class TaskWorkflow:
     async def run(self, inp: TaskInput) -> TaskOutcome:
         fleet, task = inp.fleet, inp.task
         me = workflow.info().workflow_id
-        self.fleet_workflow, self.gated = inp.fleet_workflow, inp.gated
+        self.fleet_workflow = inp.fleet_workflow
         account = workflow.get_external_workflow_handle(fleet.account_workflow)
         await account.signal("subscribe", me)
         try:
@@ -269,9 +268,6 @@ class TaskWorkflow:
             await workflow.wait_condition(lambda: self.stopping or not self.paused)
             if self.stopping or self.held_until <= 0.0:
                 return
-            if not workflow.patched("held-fallback"):   # a run held before the fallback was known
-                await workflow.wait_condition(lambda: self.stopping or self.held_until <= 0.0)
-                continue
             left = self.held_until - self._now()
             if left > 0:
                 try:
@@ -364,7 +360,7 @@ class TaskWorkflow:
                     return TaskOutcome(task.task_id, "stopped", result.reason, tuple(hosts), fleet_code=code)
                 if result.exit_code in ASIDE_CODES:   # it stepped aside: a new attempt, nothing spent
                     asides += 1
-                    if asides >= ASIDES_MAX and workflow.patched("asides-bounded"):
+                    if asides >= ASIDES_MAX:
                         why = (f"its loop stepped aside {asides} times in a row: another loop keeps pushing "
                                f"{task.branch} (another fleet on this task?); see to it, then start the fleet again")
                         self._set(state=Task.FAILED.value, reason=why)
@@ -403,7 +399,7 @@ class TaskWorkflow:
             self.host = ""
             self._publish()
             return "resume", f"machine {gone} gone"
-        if kind_of == INFRA and workflow.patched(INFRA_PATCH):
+        if kind_of == INFRA:
             return await self._infra_failed(cause.message, fleet, task)
         self.infra = 0
         if kind_of == PAUSED:   # found paused before its agent started: nothing ran, nothing recorded
@@ -555,12 +551,9 @@ class FleetWorkflow:
         self._upsert(task_id)
 
     def _upsert(self, *task_ids: str) -> None:
-        """The memo brought up to date. Each task's row under a key of its own (patch MEMO_PER_TASK):
-        an upsert carries the fleet's header and the rows that changed, not every task's again
-        (its history grows with the tasks, not with their square)."""
-        if not workflow.patched(MEMO_PER_TASK):
-            workflow.upsert_memo({MEMO_KEY: self._memo()})
-            return
+        """The memo brought up to date. Each task's row under a key of its own: an upsert carries
+        the fleet's header and the rows that changed, not every task's again (its history grows
+        with the tasks, not with their square)."""
         header = {k: v for k, v in self._memo().items() if k != "tasks"}
         workflow.upsert_memo({MEMO_KEY: header, **{task_memo_key(t): self.tasks[t] for t in task_ids
                                                    if t in self.tasks}})
@@ -572,29 +565,26 @@ class FleetWorkflow:
         slots = asyncio.Semaphore(spec.parallel)
         running: set[asyncio.Task] = set()
         me = workflow.info().workflow_id
-        gated = workflow.patched(GATED)
-        if gated:
-            self.gate = cascade.CascadeGate(cascade.CascadePolicy(
-                spec.cascade_percent, spec.cascade_window, probe_after=spec.probe_after,
-                probe_healthy=spec.probe_healthy))
-            self.budget = RestartBudget(spec.restart_every)
-            self.rules = decide.Rules(ladder.LadderPolicy(spec.ladder.max_task_restarts, spec.ladder.max_failed_tasks,
-                                                          spec.ladder.backoff_first, len(spec.ladder.strategies)),
-                                      self.gate.policy, spec.restart_every)
-            keeper = asyncio.create_task(self._gatekeeper(spec))
+        self.gate = cascade.CascadeGate(cascade.CascadePolicy(
+            spec.cascade_percent, spec.cascade_window, probe_after=spec.probe_after,
+            probe_healthy=spec.probe_healthy))
+        self.budget = RestartBudget(spec.restart_every)
+        self.rules = decide.Rules(ladder.LadderPolicy(spec.ladder.max_task_restarts, spec.ladder.max_failed_tasks,
+                                                      spec.ladder.backoff_first, len(spec.ladder.strategies)),
+                                  self.gate.policy, spec.restart_every)
+        keeper = asyncio.create_task(self._gatekeeper(spec))
         workflow.upsert_memo({MEMO_KEY: {**self._memo(), "project": spec.project, "target": spec.target}})
 
         async def one(task: TaskSpec) -> None:
             async with slots:
-                if gated:
-                    await self._space(spec)
+                await self._space(spec)
                 if self.stopping or self.fatal is not None:
                     self._note(task.task_id, state=Task.QUEUED.value, reason="the fleet stopped" if self.stopping else
                                f"the fleet launches nothing more (exit {self.fatal})")
                     return
                 self._note(task.task_id, state=Task.RUNNING.value)
                 self.lived[task.task_id] = [workflow.now().timestamp(), None]
-                outcome = await self._task(spec, task, me, gated)
+                outcome = await self._task(spec, task, me)
                 self.lived[task.task_id][1] = workflow.now().timestamp()
                 self.ended.append((task.task_id, outcome.state == "verified"))
                 self.wakes += 1
@@ -620,9 +610,8 @@ class FleetWorkflow:
                                           120.0)
                 self._note(task.task_id, state=Task.FAILED.value,
                            reason=outcome.reason + (f" (its [!] mark was not written: {why})" if why else ""))
-                if gated:
-                    await self._effect(spec, decide.failed_alert(task.task_id, task.text, outcome.reason,
-                                                                 task.branch, "genesis fleet status"))
+                await self._effect(spec, decide.failed_alert(task.task_id, task.text, outcome.reason,
+                                                             task.branch, "genesis fleet status"))
             elif outcome.state == "config":
                 self.fatal = self.fatal or outcome.fleet_code
                 self._note(task.task_id, state=Task.FAILED.value, reason=outcome.reason)
@@ -651,8 +640,7 @@ class FleetWorkflow:
                                               timeout=timedelta(seconds=max(spec.check, QUEUE_PERIOD)))
             except asyncio.TimeoutError:
                 pass
-        if gated:
-            keeper.cancel()
+        keeper.cancel()
         code = fleet_exit([t["state"] for t in self.tasks.values()], fatal=self.fatal)
         return {"exit_code": code, "tasks": self.tasks}
 
@@ -818,9 +806,8 @@ class FleetWorkflow:
         self._upsert(*live)
 
     async def _review_alert(self, spec: FleetSpec, task: TaskSpec, why: str) -> None:
-        """As the local fleet: a task left for review is one high alert (runs before it sent none)."""
-        if workflow.patched("review-alert"):
-            await self._effect(spec, decide.review_alert(task.task_id, task.text, why, task.branch, spec.target))
+        """As the local fleet: a task left for review is one high alert."""
+        await self._effect(spec, decide.review_alert(task.task_id, task.text, why, task.branch, spec.target))
 
     async def _alert(self, spec: FleetSpec, alert: AlertInput) -> None:
         """The home's alert channels, best effort: an alert never fails nor holds the fleet for long."""
@@ -838,9 +825,8 @@ class FleetWorkflow:
         failure is retried HOME_TRIES times by Temporal, then given back with its reason."""
         while True:
             try:
-                # A merge or mark heartbeats: a home that died mid-way is known within a heartbeat
-                # (runs before it waited out the whole start-to-close).
-                beat = timedelta(seconds=spec.home_heartbeat) if workflow.patched(HOME_BEAT) else None
+                # A merge or mark heartbeats: a home that died mid-way is known within a heartbeat.
+                beat = timedelta(seconds=spec.home_heartbeat)
                 done = await workflow.execute_activity(
                     name, arg, result_type=result_type, task_queue=host_queue(spec.queue_prefix, spec.home),
                     start_to_close_timeout=timedelta(seconds=timeout), heartbeat_timeout=beat,
@@ -860,12 +846,12 @@ class FleetWorkflow:
                     continue
                 return None, f"{name} held when the fleet stopped: {cause.message}"
 
-    async def _task(self, spec: FleetSpec, task: TaskSpec, me: str, gated: bool) -> TaskOutcome:
+    async def _task(self, spec: FleetSpec, task: TaskSpec, me: str) -> TaskOutcome:
         child_id = task_workflow_id(spec.fleet_id, task.task_id)
         self.children.append(child_id)
         try:
             return await workflow.execute_child_workflow(
-                TaskWorkflow.run, TaskInput(spec, task, me, gated), id=child_id,
+                TaskWorkflow.run, TaskInput(spec, task, me), id=child_id,
                 task_queue=fleet_queue(spec.queue_prefix))
         except ChildWorkflowError as err:
             cause = err.cause

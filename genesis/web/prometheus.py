@@ -231,7 +231,7 @@ def _counters(counted: dict[str, Figures]) -> Iterator[Metric]:
     incidents = _counter("genesis_incidents", "Incidents recorded in the project's ledger, by kind.",
                          ["project", "kind"])
     waits = _counter("genesis_loop_limit_holds", "Waits the project's loops sat out (usage limit, outage, cooldown, "
-                     "retry), by kind.", ["project", "kind"])
+                     "retry, a fleet's restart budget), by kind.", ["project", "kind"])
     waited = _counter("genesis_loop_waited_seconds", "Seconds the project's loops waited (ended waits), by kind.",
                       ["project", "kind"])
     alerts = _counter("genesis_alerts", "Alerts recorded in the project's ledger, by severity.",

@@ -114,13 +114,16 @@ def test_agents_killed_inside_a_running_child_are_read_from_its_ledger_once_each
     layout = default_layout(wt)
     child = kids.Child("t", wt, 0, 0.0, time.time(), 1, run_id="run-5")
     child.layout = layout
-    assert kids.agent_deaths(child, 0) == ([], 0)   # no ledger yet
+    assert kids.agent_deaths(child, 0) == ([], 0, None)   # no ledger yet
     with Ledger.open(layout.ledger_file) as led:
+        led.record("run-5", "phase_start", at=99.0)
         led.record("run-5", "phase_end", at=100.0, returncode=-9, killed=0, status="exited")   # the OOM killer
+        led.record("run-5", "phase_start", at=100.5)
         led.record("run-5", "phase_end", at=101.0, returncode=137, killed=0, status="exited")  # 128 + SIGKILL
         led.record("run-5", "phase_end", at=102.0, returncode=-9, killed=3, status="stuck")   # Genesis killed it
         led.record("run-5", "phase_end", at=103.0, returncode=1, killed=0, status="exited")   # it failed, alive
         led.record("run-4", "phase_end", at=104.0, returncode=-9, killed=0, status="exited")  # another run's
-    died, seen = kids.agent_deaths(child, 0)
-    assert died == [100.0, 101.0] and seen > 0
-    assert kids.agent_deaths(child, seen) == ([], seen)
+        led.record("run-4", "phase_start", at=105.0)
+    died, seen, started = kids.agent_deaths(child, 0)
+    assert died == [100.0, 101.0] and seen > 0 and started == 100.5   # its newest agent started: this run's
+    assert kids.agent_deaths(child, seen) == ([], seen, None)

@@ -16,6 +16,7 @@ from genesis.fleet.ladder import LadderPolicy
 from genesis.fleet.ledger import Attempt, TaskRow
 from genesis.fleet.lifecycle import Move, Task
 from genesis.fleet.planning import outcome_of
+from genesis.ledger.store import iso
 
 T0 = 1_000_000.0
 RULES = d.Rules(LadderPolicy(max_task_restarts=2, max_failed_tasks=1, backoff_first=10.0, strategies=2),
@@ -260,3 +261,45 @@ def test_after_the_users_stop_nothing_is_relaunched():
     fleet.fleet, effects = d.decide(fleet.fleet, d.Stop(), RULES)
     assert effects == [] and fleet.fleet.stopping
     assert fleet.relaunch("t0", T0 + 100) == d.Hold("t0", "", "")
+
+
+def test_an_agent_started_again_inside_its_child_spends_the_restart_budget_a_relaunch_then_waits_for():
+    """Ten agents killed at once: their loops live on, and each starts an agent again only on the
+    budget's go, one a period, the oldest death first; a relaunch in between waits its turn too.
+    Neither the cascade's pause nor a stop holds them: the children never ended."""
+    rules = d.Rules(RULES.ladder, RULES.cascade, restart_every=60.0)
+    fleet = Replay(20, rules)
+    for n in range(20):
+        fleet.launch(f"t{n}", T0)
+    for n in range(10):
+        fleet.fleet, _ = d.decide(fleet.fleet, d.Failure(T0 + 100, f"t{n}"), rules)
+    fleet.tick(T0 + 101)
+    assert fleet.fleet.gate.state == "paused"
+
+    def ask(task: str, now: float) -> d.Effect:
+        fleet.fleet, effects = d.decide(fleet.fleet, d.AgentRestartDue(task, now), rules)
+        (effect,) = effects
+        return effect
+
+    assert ask("t0", T0 + 102) == d.Launch("t0", "agent", False)          # paused, yet the budget allows one
+    held = ask("t1", T0 + 103)
+    assert held == d.Hold("t1", f"the restart budget: next restart at {iso(T0 + 162)}", "budget_held")
+    # A child that ended meanwhile waits for the same budget, and for the pause besides.
+    fleet.end("t19", T0 + 110, 1)
+    fleet.tick(T0 + 161)
+    assert fleet.fleet.gate.state == "probing"
+    assert fleet.relaunch("t19", T0 + 161).kind == "budget_held"
+    # One a period: t1 at the next, then the relaunch (the probe) has to wait for the one after.
+    assert ask("t1", T0 + 162) == d.Launch("t1", "agent", False)
+    assert fleet.relaunch("t19", T0 + 170).kind == "budget_held"
+    assert ask("t2", T0 + 200).kind == "budget_held"
+    probe = fleet.relaunch("t19", T0 + 222)
+    assert isinstance(probe, d.Launch) and probe.probe
+    fleet.fleet, _ = d.decide(fleet.fleet, d.Stop(), rules)
+    assert ask("t2", T0 + 282) == d.Launch("t2", "agent", False)           # a stop holds no running child
+    # Without a budget (0 s), every loop starts its agent again at once.
+    free = d.Rules(RULES.ladder, RULES.cascade, restart_every=0.0)
+    unbound = d.Fleet.start(free)
+    for n in range(3):
+        unbound, effects = d.decide(unbound, d.AgentRestartDue(f"t{n}", T0), free)
+        assert effects == [d.Launch(f"t{n}", "agent", False)]

@@ -22,6 +22,8 @@ from genesis.fleet.ledger import FleetLedger, TaskRow
 from genesis.fleet.resources import fleet_settings
 from genesis.fleet.taskref import branch_for, task_id
 from genesis.ledger.store import Ledger
+from genesis.loop import agentgo
+from genesis.loop.step import Step
 from genesis.reporting.fleet import timeline
 from genesis.store.atomicio import write_json
 from genesis.store.layout import private_dir, state_dir_of
@@ -615,3 +617,54 @@ def test_agents_killed_inside_running_children_pause_the_restarts_as_child_death
         # A monitor started again counts the deaths it did not see itself.
         again = monitor_of(project, led)
         assert sorted(again.failures) == [(now - 1, "t0"), (now - 1, "t1")]
+
+
+def test_an_agent_killed_inside_its_child_starts_again_only_on_the_restart_budgets_go(project, tmp_path):
+    """The monitor reads the deaths, asks the restart budget (one restart a minute) and answers
+    in monitor.json; each child's loop reads its answer before it starts an agent again
+    (loop/agentgo.py): the oldest death goes, the next is held to the budget's next restart,
+    one whose loop already started an agent again is not asked about, and a monitor started
+    again counts the go as a spent restart."""
+    with_tasks(project, TASK)
+    now = time.time()
+    steps = {}
+    with FleetLedger.open(tmp_path / "a.sqlite3") as led:
+        monitor = monitor_of(project, led)
+        assert monitor.budget.every == 60
+        for n in range(3):
+            wt = new_repo(tmp_path / f"wt{n}")
+            child = mon.kids.Child(f"t{n}", wt, 0, 0.0, now, 1, run_id=f"run-{n}")
+            child.layout = default_layout(wt)
+            private_dir(child.layout.state_dir)
+            with Ledger.open(child.layout.ledger_file) as own:
+                own.record(f"run-{n}", "phase_end", at=now - 5 + n, returncode=137, killed=0)
+                if n == 2:   # this loop started its agent again already (the monitor was down meanwhile)
+                    own.record(f"run-{n}", "phase_start", at=now - 1)
+            monitor.children[f"t{n}"] = child
+            led.upsert_task(TaskRow(f"t{n}", f"task {n}", "running", attempts=1, updated=now, created=now))
+            steps[f"t{n}"] = Step(resolve(wt, env={}), child.layout, f"run-{n}", lambda *_: None)
+        env = {"GENESIS_FLEET_DIR": str(monitor.fleet_dir)}
+        monitor.beat()
+        for task in ("t0", "t1"):   # not read yet: they ask again soon
+            assert agentgo.wait_for_go(steps[task], "Builder", 1, {**env, "GENESIS_TASK_ID": task}, now) == \
+                exitcodes.WAIT
+        monitor.agent_deaths(now)
+        monitor.agent_restarts(now)
+        answers = json.loads((monitor.fleet_dir / "monitor.json").read_text())["agent_restarts"]
+        assert answers == {"t0": {"died": now - 5}, "t1": {"died": now - 4, "held": now + 60}}
+        assert [e.task_id for e in led.events("agent_restart")] == ["t0"]
+        (held,) = led.events("budget_held")
+        assert held.task_id == "t1" and held.detail["reason"].startswith("the restart budget: next restart at")
+        assert agentgo.wait_for_go(steps["t0"], "Builder", 1, {**env, "GENESIS_TASK_ID": "t0"}, now) is None
+        assert agentgo.wait_for_go(steps["t1"], "Builder", 1, {**env, "GENESIS_TASK_ID": "t1"}, now) == \
+            exitcodes.WAIT
+        wait = json.loads(steps["t1"].layout.wait_file.read_text())
+        assert (wait["kind"], wait["until"], wait["phase"]) == ("budget", now + 60, "Builder")
+        monitor.agent_restarts(now + 30)   # still held: said once
+        assert len(led.events("budget_held")) == 1 and len(led.events("agent_restart")) == 1
+        # A monitor started again rebuilds the budget from the go it gave.
+        assert now + 60 <= monitor_of(project, led).budget.next_at(now) <= time.time() + 60
+        monitor.agent_restarts(now + 60)
+        assert json.loads((monitor.fleet_dir / "monitor.json").read_text())["agent_restarts"]["t1"] == \
+            {"died": now - 4}
+        assert agentgo.wait_for_go(steps["t1"], "Builder", 1, {**env, "GENESIS_TASK_ID": "t1"}, now + 60) is None

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -218,6 +219,64 @@ def test_a_child_whose_monitor_stays_gone_past_the_stop_bound_stops_cleanly(chil
     status = subprocess.run([*GENESIS, "--project", str(tree), "status"], capture_output=True, text=True,
                             timeout=60, env=loop_env())
     assert status.returncode == exitcodes.NOT_RUNNING, status.stderr
+
+
+# A monitor stand-in that answers as the fleet's monitor does (loop/agentgo.py): while the file
+# HOLD exists, the restart budget holds any agent death's next start a second ahead; then the go.
+ANSWERING = r"""import json, os, sys, time
+folder, task, hold = sys.argv[1:4]
+while True:
+    answer = {"died": 1e12, "held": time.time() + 1} if os.path.exists(hold) else {"died": 1e12}
+    tmp = os.path.join(folder, ".monitor.json.tmp")
+    with open(tmp, "w") as fh:
+        json.dump({"pid": os.getpid(), "run_id": "fleet-run", "started": 0, "at": time.time(),
+                   "agent_restarts": {task: answer}}, fh)
+    os.replace(tmp, os.path.join(folder, "monitor.json"))
+    time.sleep(0.1)
+"""
+
+# Builder only: its first agent is killed by SIGKILL (as the OOM killer would); the next ticks the task.
+KILLED_FIRST = r"""#!/usr/bin/env bash
+set -euo pipefail
+n=$(( $(cat runs 2>/dev/null || echo 0) + 1 )); echo "$n" > runs
+if [ "$n" -eq 1 ]; then kill -9 $$; fi
+sed -i "s/^- \[ \] $GENESIS_TASK\$/- [x] $GENESIS_TASK/" TASKS.md
+"""
+
+
+def test_a_child_whose_agent_was_killed_starts_the_next_only_on_its_monitors_go(child, tmp_path, procs):
+    main, tree = child["main"], child["tree"]
+    fleet = main / ".git" / "genesis" / "fleet"
+    fleet.mkdir(parents=True, mode=0o700)
+    hold = tmp_path / "hold"
+    hold.touch()
+    procs([sys.executable, "-c", ANSWERING, str(fleet), CHILD["GENESIS_TASK_ID"], str(hold)])
+    wait_for(lambda: (fleet / "monitor.json").exists(), what="the monitor's first beat")
+    agent = script(tmp_path / "killed.sh", KILLED_FIRST)
+    loop = subprocess.Popen(["bash", str(LOOP), "--project", str(tree), "--trust", "--agent-cmd", f"bash {agent}",
+                             "--max-iterations", "3", "--set", "GENESIS_PHASES=Builder"],
+                            env=loop_env(**CHILD, GENESIS_FLEET_DIR=str(fleet)), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len([e for e in events(child["state"], "wait_start") if e["kind"] == "budget"]) >= 2,
+                 timeout=90, what="the child asking twice for its next agent")
+        assert len(events(child["state"], "phase_start")) == 1   # held: no agent started again
+        went = time.time()
+        hold.unlink()
+        out, err = loop.communicate(timeout=120)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()
+    assert loop.returncode == 0, err
+    first, second = events(child["state"], "phase_end")
+    assert first["returncode"] == 128 + signal.SIGKILL and not first["killed"]
+    starts = events(child["state"], "phase_start")
+    assert len(starts) == 2 and starts[1]["epoch"] >= went   # the next agent started after the go
+    waits = [e for e in events(child["state"], "wait_start") if e["kind"] == "budget"]
+    assert all(first["epoch"] <= e["epoch"] <= starts[1]["epoch"] for e in waits)
+    assert "restart budget holds the next start" in waits[0]["reason"]
+    assert events(child["state"], "loop_end")[-1]["reason"].startswith("done")
 
 
 KEY = "genesis-fleet-0a1b2c/serve-it-over-http-5d41e2#3"

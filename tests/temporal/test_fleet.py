@@ -72,8 +72,8 @@ HISTORIES = Path(__file__).with_name("histories")
 
 
 async def keep_histories(address: str, fleet: str, name: str) -> None:
-    """With TEMPORAL_RECORD_HISTORIES=1 (on purpose, after a change made with `workflow.patched()`),
-    the fleet's and its tasks' histories become the golden set test_replay.py replays."""
+    """With TEMPORAL_RECORD_HISTORIES=1 (tests/temporal/record_histories.sh), the fleet's and its
+    tasks' histories become the golden set test_replay.py replays."""
     from temporalio.client import Client
 
     client = await Client.connect(address)

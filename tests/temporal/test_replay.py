@@ -1,6 +1,8 @@
 """The workflow code replays every history the scenario tests recorded (tests/temporal/histories/,
-refreshed on purpose with TEMPORAL_RECORD_HISTORIES=1): a change that would wedge the fleets
-running across an upgrade (a command added, removed or moved without `workflow.patched()`) fails here."""
+recorded by tests/temporal/record_histories.sh): a change that would wedge the fleets running
+across an upgrade (a command added, removed or moved without `workflow.patched()`) fails here.
+Before the first release the histories are recorded again after such a change; from it on,
+they are kept and the change follows the patch cycle (docs/maintainers/temporal.md)."""
 
 from __future__ import annotations
 
