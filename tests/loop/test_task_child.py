@@ -244,6 +244,7 @@ sed -i "s/^- \[ \] $GENESIS_TASK\$/- [x] $GENESIS_TASK/" TASKS.md
 """
 
 
+@pytest.mark.whole
 def test_a_child_whose_agent_was_killed_starts_the_next_only_on_its_monitors_go(child, tmp_path, procs):
     main, tree = child["main"], child["tree"]
     fleet = main / ".git" / "genesis" / "fleet"
