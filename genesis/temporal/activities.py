@@ -204,13 +204,20 @@ class MachineActivities:
         bound = self._bound(cfg, inp.window_factor)
         log = fleet_dir / "children" / f"{inp.task.task_id}.attempt-{inp.number}.{info.attempt}.log"
 
-        async def hold() -> None:   # the account's hold, told between two of the loop's phases
+        async def hold(request: float) -> None:   # the account's hold, told between two of the loop's phases
+            until = 0.0
             try:
-                until = await self.accounts.until(inp.account_workflow)
+                until = await self.accounts.until(inp.account_workflow, request)
                 if until > time.time():
                     await asyncio.to_thread(self._relay, wt, settings, inp.account_workflow, until, folder / "repo")
             except Exception as exc:  # noqa: BLE001 - the next look tries again; the loop is watched meanwhile
                 activity.logger.warning(f"the account's hold was not looked at: {exc}")
+            finally:
+                if request:   # the loop asked before a phase: answered once the store holds what was told
+                    try:
+                        holds.tell(fleet_dir, inp.task.task_id, request, until, time.time())
+                    except OSError as exc:
+                        activity.logger.warning(f"the loop's ask was not answered: {exc}")
 
         try:
             ending = await self._follow(child, fleet_dir, watch, bound, log, hold)
@@ -479,6 +486,7 @@ class MachineActivities:
         _Frozen once it left no trace for `bound` seconds."""
         began = time.time()
         looking: asyncio.Task | None = None
+        answered = 0.0   # the loop's last request (before a phase) this attempt answers
         try:
             while True:
                 now = time.time()
@@ -494,7 +502,9 @@ class MachineActivities:
                                          "host": self.host})
                 watch.details.update(run_id=child.run_id, last_trace=last)
                 if hold is not None and (looking is None or looking.done()):
-                    looking = asyncio.create_task(hold())
+                    request = holds.request_of(fleet_dir, child.task_id)   # a small file, read here
+                    request, answered = (request, request) if request > answered else (0.0, answered)
+                    looking = asyncio.create_task(hold(request))
                 await asyncio.sleep(BEAT_EVERY)
         finally:
             if looking is not None:
