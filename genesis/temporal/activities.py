@@ -54,6 +54,7 @@ from genesis.fleet.queue import done_at, tasks_at
 from genesis.fleet.taskref import TaskRef, branch_for, open_refs
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.limits import REMEMBERED
+from genesis.procs.proctree import ProcId, identify
 from genesis.repo.autocommit import push_rejected
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.tasks import parse
@@ -61,7 +62,6 @@ from genesis.store import accounts
 from genesis.store.accounts import AccountStore, StoreUnusable
 from genesis.store.atomicio import write_json
 from genesis.store.layout import private_dir
-from genesis.procs.proctree import ProcId, identify
 from genesis.temporal import adoption, cleanup, holds, tether
 from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, INFRA, PAUSED, USAGE_LIMIT,
                                       AlertInput, AttemptInput, AttemptResult, MarkInput, MergeInput, MergeOutcome,
@@ -448,6 +448,8 @@ class MachineActivities:
         renew()   # the lease before its tether reads it
         watch.renew = renew
         self.tethers = [t for t in self.tethers if t.poll() is None]
+        # A pinned retry waits S on this machine's queue: the worker's own S, the home's as long as
+        # both read GENESIS_TEMPORAL_HOST_WAIT_SECONDS alike (as GENESIS_FLEET_MONITOR_STOP_SECONDS does).
         limit = tether.grace(beat, self.host_wait, pinned="@" in info.task_queue)
         try:
             self.tethers.append(tether.start(loop, fleet_dir, child.task_id, limit, child.launched))

@@ -16,9 +16,9 @@ time, whose retry adopts the loop, renews the lease in its own name: the loop go
 
 The grace, derived from the heartbeat timeout so that the loop is gone before a retry can start
 elsewhere (`retry_after`, `grace`): the SDK sends heartbeats at most every T = min(0.8 H,
-THROTTLE_MAX) (worker.py pins THROTTLE_MAX), so the server's last heartbeat may be T older than
-the worker's last heartbeat call, itself at most RENEW_EVERY older than the lease's last
-renewal. Temporal times the attempt out H after its last heartbeat and retries it no sooner:
+THROTTLE_MAX) (worker.py pins THROTTLE_MAX): a call within T of the last one sent waits for the
+end of that window, so the server's last heartbeat may be T older than the worker's last call,
+which renews the lease too (RENEW_EVERY more is kept as a margin). Temporal times the attempt out H after its last heartbeat and retries it no sooner:
 anywhere for an unplaced attempt (`<prefix>-any`), after S (the host wait, the retry's
 schedule-to-start timeout) more for one pinned to its machine (`<prefix>@<host>`). So a retry
 starts elsewhere no sooner than H - T - RENEW_EVERY (+ S pinned) after the lease's last renewal,
@@ -49,7 +49,7 @@ from genesis.temporal import adoption
 __all__ = ["RENEW_EVERY", "THROTTLE_MAX", "LOOK_EVERY", "STOP_GRACE", "LIVE_FLOOR", "Lease", "lease_file",
            "record_file", "renew", "read_lease", "retry_after", "grace", "verdict", "start", "watch", "main"]
 
-RENEW_EVERY = 1.0     # seconds: the activity renews the lease (and calls activity.heartbeat) this often
+RENEW_EVERY = 1.0     # seconds: the activity calls activity.heartbeat, and renews the lease with it, this often
 THROTTLE_MAX = 60.0   # seconds: the SDK's longest heartbeat throttle (Worker's max_heartbeat_throttle_interval)
 LOOK_EVERY = 0.25     # seconds between two looks of the tether at the lease
 STOP_GRACE = 2.0      # seconds between SIGTERM and SIGKILL to the loop's tree
