@@ -8,7 +8,9 @@ the workflows' own histories:
      works; the retry waits for it on its queue for the host wait S, then the task resumes on
      the other on a fresh clone (when the task's workflow was cached on the dead machine's
      worker, its next decision waits, too, for Temporal's sticky queue timeout: 10 s);
-   - adopted: B's worker alone is SIGKILLed and started again; its retry takes the running loop up.
+   - adopted: B's worker alone is SIGKILLed during a restart pinned to B, and started again; its
+     retry takes the running loop up (its tether waits about the host wait for it: at least
+     ADOPT_HOST_WAIT here; an unplaced attempt's loop is stopped before any retry instead).
    Each figure is the next try's start in the task's history minus the kill, with its parts.
 2. The engine's own latency per attempt (one attempt runs one phase here), from the fleet's and
    the task's histories: the child workflow started -> its run_attempt scheduled, scheduled ->
@@ -54,6 +56,7 @@ from genesis.temporal.reading import Try  # noqa: E402
 from genesis.temporal.records import fingerprint, fleet_workflow_id  # noqa: E402
 
 WAIT = 600.0
+ADOPT_HOST_WAIT = 30   # seconds: a pinned loop's tether outlives its killed worker about this long
 
 # The first run fails (its restart is pinned to its machine); the second waits while $SLOW_FILE
 # exists (the phase the bench interrupts); later runs do the task. $RUNS gets each run's machine.
@@ -211,12 +214,13 @@ def adopted(address: str, tmp: Path, heartbeat: str, host_wait: str) -> float:
     remote = origin_for(project, tmp)
     slow = tmp / "slow"
     slow.write_text("held\n")
-    world = machines(tmp, address, heartbeat, host_wait, SLOW_FILE=str(slow))
+    world = machines(tmp, address, heartbeat, str(max(int(host_wait), ADOPT_HOST_WAIT)), SLOW_FILE=str(slow),
+                     RUNS=str(tmp / "runs"))
     try:
         worker = world.worker("B", parallel=1)
-        home = world.home(project, 1, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp / 'agent.sh')}",
-                          "--set", "GENESIS_PHASES=Builder")
-        wait("the agent on B", lambda: len(world.agents("B")) == 1)
+        home = world.home(project, 1, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp / 'agent.sh', PINNED)}",
+                          "--set", "GENESIS_PHASES=Builder", "--set", "GENESIS_FLEET_CHILD_ITERATIONS=1")
+        wait("the restart's agent on B", lambda: len(world.agents("B")) == 2)
         wait("its running stage told Temporal", lambda: asyncio.run(pending(address, project, remote))[1] == "running")
         os.killpg(worker.pid, signal.SIGKILL)   # the worker alone: its loop runs in a session of its own
         killed = time.time()
@@ -229,8 +233,8 @@ def adopted(address: str, tmp: Path, heartbeat: str, host_wait: str) -> float:
         found = asyncio.run(history(address, project, remote))
     finally:
         world.stop_all()
-    ((task, (run,)),) = found.tries.items()
-    if run.attempt != 2 or len(world.agents("B")) != 1:
+    ((task, (_failed, run)),) = found.tries.items()
+    if run.attempt != 2 or len(world.agents("B")) != 2:
         raise SystemExit(f"bench: the restarted worker did not adopt the loop: {run}, {world.agents('B')}")
     return run.started_at - killed
 

@@ -160,6 +160,7 @@ def _not_now(step: Step, phase: Phase, iteration: int) -> int | None:
         return exitcodes.PHASE_SKIPPED
     base = recovery.retry_command(step, iteration, phase.name) or step.cfg.agent_cmd
     who = waiting.whose(step, base, agent_env(step, phase.name, iteration))
+    _ask_worker(step)
     known = waiting.known_limit(step, time.time(), who)
     if known is not None:
         return waiting.plan_limit(step, known.limit, phase.name, iteration, time.time(), known=known, who=who)
@@ -167,6 +168,19 @@ def _not_now(step: Step, phase: Phase, iteration: int) -> int | None:
     if outage is not None:
         return waiting.plan_shared_outage(step, outage, phase.name, iteration, time.time())
     return None
+
+
+def _ask_worker(step: Step) -> None:
+    """A fleet's child on Temporal: the fleet's account asked through its worker, whose answer
+    puts any hold in the account store read next (genesis/temporal/holds.py)."""
+    folder, task = os.environ.get("GENESIS_FLEET_DIR", "").strip(), task_id_of(os.environ)
+    if not folder or not task:
+        return
+    from genesis.temporal import holds   # a fleet's child only; nothing of temporalio
+
+    why = holds.through_worker(Path(folder), task)
+    if why:
+        step.say(why, "warn")
 
 
 def _prepare(step: Step, phase: Phase, iteration: int) -> Attempt:

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 from temporalio import activity
@@ -54,6 +54,7 @@ from genesis.fleet.queue import done_at, tasks_at
 from genesis.fleet.taskref import TaskRef, branch_for, open_refs
 from genesis.ledger.store import Ledger, LedgerError
 from genesis.loop.limits import REMEMBERED
+from genesis.procs.proctree import ProcId, identify
 from genesis.repo.autocommit import push_rejected
 from genesis.repo.gitcmd import GitFailed
 from genesis.repo.tasks import parse
@@ -61,7 +62,7 @@ from genesis.store import accounts
 from genesis.store.accounts import AccountStore, StoreUnusable
 from genesis.store.atomicio import write_json
 from genesis.store.layout import private_dir
-from genesis.temporal import adoption, cleanup, holds
+from genesis.temporal import adoption, cleanup, holds, tether
 from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, INFRA, PAUSED, USAGE_LIMIT,
                                       AlertInput, AttemptInput, AttemptResult, MarkInput, MergeInput, MergeOutcome,
                                       TaskSpec, commit_key)
@@ -69,7 +70,7 @@ from genesis.temporal.records import (AGENT_FAILED, FLEET_STOPPING, HELD, INFRA,
 __all__ = ["MachineActivities", "HomeActivities", "MONITOR_FILE", "BEAT_EVERY", "untrusted"]
 
 MONITOR_FILE = "monitor.json"     # the child's liveness signal of its monitor (here: this activity)
-BEAT_EVERY = 1.0                  # seconds between two heartbeats to Temporal, and two looks at the child
+BEAT_EVERY = tether.RENEW_EVERY   # seconds between two heartbeats to Temporal, and two looks at the child
 STUCK_MARGIN = 120.0              # seconds past the loop's own windows before it counts as frozen
 FROZEN = "LoopFrozen"             # a try whose loop left no trace within its bound (retryable)
 TRACES_MAX = 200                  # files of a run's log folder looked at for the loop's last trace
@@ -97,10 +98,16 @@ class _Watch:
 
     def __init__(self, host: str) -> None:
         self.details: dict = {"host": host, "stage": "preparing the worktree"}
+        self.renew: Callable[[], None] | None = None   # the loop's tether's lease, renewed with each heartbeat
 
     async def tick(self) -> None:
         while True:
             activity.heartbeat(self.details)
+            if self.renew is not None:
+                try:   # a small file, written here: renewed exactly when the heartbeat is
+                    self.renew()
+                except OSError as exc:
+                    activity.logger.warning(f"the loop's lease was not renewed: {exc}")
             await asyncio.sleep(BEAT_EVERY)
 
 
@@ -132,10 +139,14 @@ class MachineActivities:
     running: asyncio.Semaphore | None = None   # one count for both queues: at most --parallel loops here
     accounts: holds.AccountWatch | None = None   # the accounts' holds, asked once per account for every attempt
     relayed: set[tuple] = field(default_factory=set)   # holds already put in this machine's account store
+    me: ProcId | None = None   # this worker's process, as the tethers of its loops know it
+    tethers: list = field(default_factory=list)   # the tethers this worker started (collected once ended)
 
     def __post_init__(self) -> None:
         if self.accounts is None:
             self.accounts = holds.AccountWatch(lambda workflow_id: self._ask(workflow_id))
+        if self.me is None:
+            self.me = identify(os.getpid())
 
     @activity.defn(name="run_attempt")
     async def run_attempt(self, inp: AttemptInput) -> AttemptResult:
@@ -188,24 +199,34 @@ class MachineActivities:
             watch.details.update(stage="checking the account and the fleet")
             await self._may_start(inp, info.attempt)   # last: nothing slow between its word and the start
             child, slot = await asyncio.to_thread(self._launch, inp, wt, fleet_dir, settings, info.attempt)
+        await asyncio.to_thread(self._tether, child, fleet_dir, watch)
         watch.details.update(stage="running", pid=child.pid, adopted=adopted)
         bound = self._bound(cfg, inp.window_factor)
         log = fleet_dir / "children" / f"{inp.task.task_id}.attempt-{inp.number}.{info.attempt}.log"
 
-        async def hold() -> None:   # the account's hold, told between two of the loop's phases
+        async def hold(request: float) -> None:   # the account's hold, told between two of the loop's phases
+            until = 0.0
             try:
-                until = await self.accounts.until(inp.account_workflow)
+                until = await self.accounts.until(inp.account_workflow, request)
                 if until > time.time():
                     await asyncio.to_thread(self._relay, wt, settings, inp.account_workflow, until, folder / "repo")
             except Exception as exc:  # noqa: BLE001 - the next look tries again; the loop is watched meanwhile
                 activity.logger.warning(f"the account's hold was not looked at: {exc}")
+            finally:
+                if request:   # the loop asked before a phase: answered once the store holds what was told
+                    try:
+                        holds.tell(fleet_dir, inp.task.task_id, request, until, time.time())
+                    except OSError as exc:
+                        activity.logger.warning(f"the loop's ask was not answered: {exc}")
 
         try:
             ending = await self._follow(child, fleet_dir, watch, bound, log, hold)
         except asyncio.CancelledError:   # cancelled or timed out: the loop goes with its attempt
+            watch.renew = None   # its tether may end it first: a retry may be on its way elsewhere
             await asyncio.to_thread(_stopping, child, fleet_dir, self.stop_wait)
             raise
         except _Frozen as exc:
+            watch.renew = None
             await asyncio.to_thread(_stopping, child, fleet_dir, self.stop_wait)
             raise ApplicationError(str(exc), {"host": self.host, "run_id": child.run_id,
                                               "activity_attempt": info.attempt}, type=FROZEN) from exc
@@ -408,6 +429,33 @@ class MachineActivities:
         adoption.record_launch(fleet_dir, inp.task.task_id, child.pid, inp.task_workflow, inp.number)
         return child, slot
 
+    def _tether(self, child: kids.Child, fleet_dir: Path, watch: _Watch) -> None:
+        """The loop tethered to this worker (genesis/temporal/tether.py), launched or adopted (an
+        adopted loop's first tether may be gone: a second one reads the same lease). Its lease is
+        renewed with each heartbeat call from now on; its grace is derived from this attempt's
+        heartbeat timeout and where a retry may go."""
+        info = activity.info()
+        beat = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else 0.0
+        loop = identify(child.pid)
+        if not beat or self.me is None or loop is None or \
+                (child.create_time and abs(loop.create_time - child.create_time) >= 0.01):
+            return   # no heartbeat timeout: Temporal never retries a silent attempt; or the loop is gone
+        me = self.me
+
+        def renew() -> None:
+            tether.renew(fleet_dir, child.task_id, loop.pid, me, time.time())
+
+        renew()   # the lease before its tether reads it
+        watch.renew = renew
+        self.tethers = [t for t in self.tethers if t.poll() is None]
+        # A pinned retry waits S on this machine's queue: the worker's own S, the home's as long as
+        # both read GENESIS_TEMPORAL_HOST_WAIT_SECONDS alike (as GENESIS_FLEET_MONITOR_STOP_SECONDS does).
+        limit = tether.grace(beat, self.host_wait, pinned="@" in info.task_queue)
+        try:
+            self.tethers.append(tether.start(loop, fleet_dir, child.task_id, limit, child.launched))
+        except OSError as exc:
+            _say(self.host, f"the loop (pid {child.pid}) has no tether: {exc}")
+
     def _ports(self, slot: int) -> tuple[int, int]:
         if self.fleet is not None:
             return port_range(slot, self.fleet)
@@ -440,6 +488,7 @@ class MachineActivities:
         _Frozen once it left no trace for `bound` seconds."""
         began = time.time()
         looking: asyncio.Task | None = None
+        answered = 0.0   # the loop's last request (before a phase) this attempt answers
         try:
             while True:
                 now = time.time()
@@ -455,7 +504,9 @@ class MachineActivities:
                                          "host": self.host})
                 watch.details.update(run_id=child.run_id, last_trace=last)
                 if hold is not None and (looking is None or looking.done()):
-                    looking = asyncio.create_task(hold())
+                    request = holds.request_of(fleet_dir, child.task_id)   # a small file, read here
+                    request, answered = (request, request) if request > answered else (0.0, answered)
+                    looking = asyncio.create_task(hold(request))
                 await asyncio.sleep(BEAT_EVERY)
         finally:
             if looking is not None:

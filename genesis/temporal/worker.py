@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 from genesis.fleet.lines import clean
 from genesis.fleet.resources import FleetSettings
 from genesis.config import ConfigError
+from genesis.temporal import tether
 from genesis.temporal.activities import MachineActivities
 from genesis.temporal.connection import Outage, connect
 from genesis.temporal.records import any_queue, fleet_queue, host_queue
@@ -32,6 +33,9 @@ __all__ = ["serve", "main", "GRACEFUL", "exit_now"]
 # Running attempts get this long to stop their loops when the worker stops (the SDK's default,
 # 0, cancels them at once); the loop's own stop may take longer: it is bounded by the activity.
 GRACEFUL = timedelta(seconds=30)
+# The SDK sends an attempt's heartbeats at most every min(0.8 H, THROTTLE): pinned here, since a
+# loop's tether derives its grace from it (genesis/temporal/tether.py).
+THROTTLE = timedelta(seconds=tether.THROTTLE_MAX)
 
 
 async def serve(settings: TemporalSettings, root: Path, parallel: int, env: Mapping[str, str],
@@ -47,9 +51,11 @@ async def serve(settings: TemporalSettings, root: Path, parallel: int, env: Mapp
     workers = [
         Worker(client, task_queue=fleet_queue(prefix), workflows=WORKFLOWS, graceful_shutdown_timeout=GRACEFUL),
         Worker(client, task_queue=host_queue(prefix, settings.host), activities=[machine.run_attempt],
-               max_concurrent_activities=parallel, graceful_shutdown_timeout=GRACEFUL),
+               max_concurrent_activities=parallel, graceful_shutdown_timeout=GRACEFUL,
+               max_heartbeat_throttle_interval=THROTTLE),
         Worker(client, task_queue=any_queue(prefix), activities=[machine.run_attempt],
-               max_concurrent_activities=parallel, graceful_shutdown_timeout=GRACEFUL),
+               max_concurrent_activities=parallel, graceful_shutdown_timeout=GRACEFUL,
+               max_heartbeat_throttle_interval=THROTTLE),
     ]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

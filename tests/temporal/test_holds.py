@@ -15,8 +15,9 @@ from helpers.git import git  # noqa: E402
 from genesis.agents.base import Account, Limit  # noqa: E402
 from genesis.loop import limits  # noqa: E402
 from genesis.loop.limits import Remembered  # noqa: E402
+from genesis.procs.proctree import ProcId  # noqa: E402
 from genesis.store.accounts import AccountStore  # noqa: E402
-from genesis.temporal import holds  # noqa: E402
+from genesis.temporal import holds, tether  # noqa: E402
 
 NOW = 1_800_000_000.0
 ACCOUNT = Account("claude", "/home/u/.claude", "")
@@ -104,3 +105,76 @@ def test_no_answer_is_no_hold():
         return {}
 
     assert asyncio.run(holds.AccountWatch(ask).until("a")) == 0.0
+
+
+def test_a_loops_request_is_answered_by_an_ask_begun_after_it_never_by_an_older_one():
+    asked: list[float] = []
+    clock = [NOW]
+    held = [0.0]
+
+    async def ask(workflow_id: str) -> dict:
+        asked.append(clock[0])
+        return {"until": held[0]}
+
+    watch = holds.AccountWatch(ask, clock=lambda: clock[0], every=3.0)
+
+    async def play():
+        seen = [await watch.until("a")]          # the periodic ask: not held
+        clock[0] += 0.5
+        held[0] = NOW + 600                        # the account is held now
+        seen.append(await watch.until("a"))       # within ASK_EVERY: the old word
+        seen.append(await watch.until("a", after=NOW + 0.4))   # a loop asked at +0.4: asked anew
+        clock[0] += 0.5
+        seen.append(await watch.until("a", after=NOW + 0.4))   # that request is answered already
+        return seen
+
+    assert asyncio.run(play()) == [0.0, 0.0, NOW + 600, NOW + 600]
+    assert asked == [NOW, NOW + 0.5]
+
+
+def test_a_request_counts_as_answered_only_by_its_own_or_a_later_answer():
+    assert holds.answered(NOW, NOW) and holds.answered(NOW + 1, NOW)
+    assert not holds.answered(NOW - 1, NOW) and not holds.answered(0.0, 0.0)
+
+
+class Clock:
+    def __init__(self, at: float):
+        self.at = at
+
+    def __call__(self) -> float:
+        return self.at
+
+    def sleep(self, seconds: float) -> None:
+        self.at += seconds
+
+
+def test_a_loop_its_worker_follows_waits_for_the_answer_to_its_own_request(tmp_path):
+    (tmp_path / "children").mkdir()
+    clock = Clock(NOW)
+    tether.renew(tmp_path, "t-abc123", 4242, ProcId(7, 1.0), NOW - 0.5)
+    holds.tell(tmp_path, "t-abc123", NOW - 30, 0.0, NOW - 29)   # an answer to an earlier request
+
+    def sleep(seconds: float) -> None:   # the worker answers 1.2 s after the request
+        clock.sleep(seconds)
+        if clock.at >= NOW + 1.2 and holds.request_of(tmp_path, "t-abc123") == NOW:
+            holds.tell(tmp_path, "t-abc123", NOW, NOW + 600, clock.at)
+
+    assert holds.through_worker(tmp_path, "t-abc123", clock, sleep) == ""
+    assert NOW + 1.2 <= clock.at < NOW + 1.3
+
+
+def test_an_unanswered_request_lets_the_phase_go_on_after_the_wait_saying_so(tmp_path):
+    (tmp_path / "children").mkdir()
+    clock = Clock(NOW)
+    tether.renew(tmp_path, "t-abc123", 4242, ProcId(7, 1.0), NOW)
+    why = holds.through_worker(tmp_path, "t-abc123", clock, clock.sleep)
+    assert "did not answer within 15s" in why and clock.at >= NOW + holds.ASK_WAIT
+
+
+def test_a_loop_no_worker_follows_asks_nobody(tmp_path):
+    (tmp_path / "children").mkdir()
+    clock = Clock(NOW)
+    assert holds.through_worker(tmp_path, "t-abc123", clock, clock.sleep) == ""   # no lease (a local fleet)
+    tether.renew(tmp_path, "t-abc123", 4242, ProcId(7, 1.0), NOW - 10)           # a lease gone stale
+    assert holds.through_worker(tmp_path, "t-abc123", clock, clock.sleep) == ""
+    assert clock.at == NOW and not holds.ask_file(tmp_path, "t-abc123").exists()

@@ -8,6 +8,7 @@ Each is said by the attempt's record (memo, report) and by the workflow's histor
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import signal
@@ -28,7 +29,7 @@ from temporalio.api.enums.v1 import PendingActivityState  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
 from genesis.fleet.taskref import task_id  # noqa: E402
-from genesis.temporal import reading  # noqa: E402
+from genesis.temporal import adoption, reading, tether  # noqa: E402
 from genesis.temporal.records import fingerprint, fleet_workflow_id, task_workflow_id  # noqa: E402
 
 pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
@@ -60,6 +61,31 @@ if (( runs == 0 )); then printf 'from the first attempt, on %s\n' "${MACHINE}" >
 if (( runs == 1 )); then exit 1; fi
 if (( runs == 2 )); then while [[ -e ${SLOW_FILE} ]]; do sleep 0.1; done; fi
 """ + "\n".join(TASK_AGENT.splitlines()[6:]) + "\n"
+
+# The first run fails (the ladder restarts the task, pinned to its machine); the next waits while
+# $SLOW_FILE exists, then does the task.
+FAILS_ONCE = PLACED.replace("if (( runs == 1 )); then exit 1; fi\nif (( runs == 2 ))", "if (( runs == 1 ))")
+
+# Each run says when it started ($PY's clock, the machines' one clock). On $SLOW_ON it holds a
+# lock on $ALIVE for as long as it or any process of its tree lives (a pid says nothing across
+# boxes of their own pids) and waits while $SLOW_FILE exists; elsewhere it first tries that lock,
+# and says so in $OVERLAPS if an agent of $SLOW_ON still holds it.
+STAMPED = r"""#!/usr/bin/env bash
+set -euo pipefail
+: "${GENESIS_TASK:?no task given}"
+started="$("${PY}" -c 'import time; print(repr(time.time()))')"
+if [[ ${MACHINE} == "${SLOW_ON}" ]]; then
+  exec 7>>"${ALIVE}"
+  "${PY}" -c 'import fcntl; fcntl.flock(7, fcntl.LOCK_EX)'
+elif ! "${PY}" -c 'import fcntl, sys; fcntl.flock(open(sys.argv[1], "a"), fcntl.LOCK_EX | fcntl.LOCK_NB)' \
+    "${ALIVE}" 2>/dev/null; then
+  echo "an agent of ${SLOW_ON} alive as ${MACHINE} started" >>"${OVERLAPS}"
+fi
+echo "$$ ${GENESIS_TASK_ID} ${started}" >>"${AGENT_PIDS}"
+while [[ ${MACHINE} == "${SLOW_ON}" && -e ${SLOW_FILE} ]]; do sleep 0.1; done
+""" + "\n".join(TASK_AGENT.splitlines()[6:]) + "\n"
+# A heartbeat timeout whose tether grace is above zero for an unplaced attempt: stopped by construction.
+TETHER_HEARTBEAT = 20
 
 
 @pytest.fixture
@@ -128,6 +154,17 @@ def leaders(root: Path) -> set[int]:
     return found
 
 
+def held(path: Path) -> bool:
+    """Whether a process holds the lock on path (flock: it goes with the last process of its holder)."""
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
 def report_of(project: Path, world: Machines) -> str:
     done = subprocess.run([*GENESIS, "--project", str(project), "report"], env=world.env, capture_output=True,
                           text=True, timeout=60)
@@ -188,32 +225,34 @@ def test_a_restart_is_pinned_to_its_machine_and_moves_to_a_fresh_clone_when_that
     assert f"on {y} (a fresh clone of its branch)" in report, report
 
 
-def test_a_worker_killed_and_restarted_while_its_loop_runs_adopts_that_loop(machines, project, tmp_path):
-    """Only the worker process of machine A is SIGKILLed while its task's agent works (its loop,
-    in a session of its own, lives on); A's worker is started again. Temporal's retry of the
-    attempt, after its heartbeat times out, finds the loop still holding its worktree's lock and
-    follows it to its end: one loop, one agent, the attempt's work merged once."""
+def test_a_worker_killed_and_restarted_while_its_pinned_loop_runs_adopts_that_loop(machines, project, tmp_path):
+    """The task's first attempt fails on A, so its restart is pinned to A; while that restart's
+    agent works, only A's worker process is SIGKILLed (its loop, in a session of its own, lives
+    on, tethered to a lease nobody renews) and started again. Temporal's retry can only start on
+    A's queue for HOST_WAIT seconds, and the loop's tether waits that long (less its margins) for
+    a worker: the retry finds the loop still holding its worktree's lock and follows it to its
+    end, renewing the lease in its own name: one loop, one agent, the attempt's work merged once."""
     fleet_project(project, [TEXT])
     remote = origin_for(project, tmp_path)
     target = git(project, "symbolic-ref", "--short", "HEAD").strip()
-    slow = tmp_path / "slow"
+    runs_file, slow = tmp_path / "runs", tmp_path / "slow"
     slow.write_text("held\n")
-    machines.env["SLOW_FILE"] = str(slow)
-    machines.env["GENESIS_TEMPORAL_HOST_WAIT_SECONDS"] = "60"   # the loop outlives its silent monitor a while
+    machines.env.update(RUNS=str(runs_file), SLOW_FILE=str(slow))
+    machines.env["GENESIS_TEMPORAL_HOST_WAIT_SECONDS"] = "60"   # the pinned loop's tether waits about that long
     worker = machines.worker("A", parallel=1)
-    home = machines.home(project, 1, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'a.sh')}",
-                         "--set", "GENESIS_PHASES=Builder")
-    wait_for("the agent working on A", lambda: len(machines.agents("A")) == 1, machines)
+    home = machines.home(project, 1, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'a.sh', FAILS_ONCE)}",
+                         "--set", "GENESIS_PHASES=Builder", "--set", "GENESIS_FLEET_CHILD_ITERATIONS=1")
+    wait_for("the restart's agent working on A", lambda: len(machines.agents("A")) == 2, machines)
 
-    def stage() -> str:   # what the try last told Temporal by its heartbeat
+    def stage() -> tuple[int, str]:   # the try's attempt and what it last told Temporal by its heartbeat
         found = asyncio.run(pending_runs(machines.address, project, remote, task_id(TEXT)))
         beats = found[0].heartbeat_details.payloads if found else []
-        return json.loads(beats[0].data).get("stage", "") if beats else ""
+        return (found[0].attempt if found else 0), (json.loads(beats[0].data).get("stage", "") if beats else "")
 
-    wait_for("Temporal told the attempt runs", lambda: stage() == "running", machines)
+    wait_for("Temporal told the restart runs", lambda: stage() == (1, "running"), machines)
     before = leaders(machines.roots["A"])
     assert len(before) == 1, before
-    os.killpg(worker.pid, signal.SIGKILL)   # the worker alone: the loop runs in a session of its own
+    os.killpg(worker.pid, signal.SIGKILL)   # the worker alone: the loop and its tether run in sessions of their own
     worker.wait()
     assert leaders(machines.roots["A"]) == before
     machines.worker("A", parallel=1)
@@ -223,19 +262,70 @@ def test_a_worker_killed_and_restarted_while_its_loop_runs_adopts_that_loop(mach
         return pending is not None and pending.attempt == 2 and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
 
     wait_for("Temporal's retry started on the new worker", retried, machines, timeout=60)
+    time.sleep(3)   # past LIVE_FLOOR: a tether ignoring the new worker's lease would have acted by now
     assert leaders(machines.roots["A"]) == before   # the same loop, no second one
     slow.unlink()
     assert wait_end(home, "the fleet", machines) == 0, logs(machines)
 
-    assert len(machines.agents("A")) == 1, machines.agents("A")   # one agent ever started
+    assert len(machines.agents("A")) == 2, machines.agents("A")   # one agent per attempt, never a third
     memo, runs, payloads = asyncio.run(read_task(machines.address, project, remote, task_id(TEXT)))
-    (attempt,) = memo["attempts"]
-    assert (attempt["outcome"], attempt["host"], attempt["tries"], attempt["adopted"], attempt["fresh_clone"]) == \
-        ("verified", "A", 2, True, False), attempt
-    assert attempt["lost"].startswith("A: running"), attempt
-    (run,) = runs
-    assert run.attempt == 2 and "heartbeat" in run.last_failure.lower() and run.closed == "completed", run
-    assert payloads[0]["adopted"] is True
+    first, restart = memo["attempts"]
+    assert (first["kind"], first["outcome"], first["host"]) == ("start", "failed", "A"), first
+    assert (restart["kind"], restart["outcome"], restart["host"], restart["tries"], restart["adopted"]) == \
+        ("restart", "verified", "A", 2, True), restart
+    assert restart["queue"].endswith("@A") and restart["lost"].startswith("A: running"), restart
+    assert [r.closed for r in runs] == ["failed", "completed"], runs
+    assert runs[1].attempt == 2 and "heartbeat" in runs[1].last_failure.lower(), runs[1]
+    assert payloads[1]["adopted"] is True
+    fleet_dir = next(machines.roots["A"].glob("*/fleet"))
+    assert not tether.record_file(fleet_dir, task_id(TEXT)).exists()   # the tether never stopped it
     ticks = git(remote, "log", "--format=%s", target).splitlines()
     assert sum(1 for s in ticks if TEXT in s) == 1, ticks
     assert "(adopted its running loop)" in report_of(project, machines)
+
+
+def test_a_worker_killed_alone_has_its_loops_agent_gone_before_the_retry_starts_one_elsewhere(
+        machines, project, tmp_path):
+    """The task's first attempt (unplaced: its retry may run on any machine) works on A when
+    only A's worker is SIGKILLed; B's worker polls. The loop's tether, its grace derived from the
+    heartbeat timeout, ends the loop's whole tree before Temporal can time the attempt out: by
+    the records, A's agent was gone (the tether's end, and no live pid of it seen by B's agent
+    as it started) before B's agent for the task started."""
+    fleet_project(project, [TEXT])
+    remote = origin_for(project, tmp_path)
+    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+    slow = tmp_path / "slow"
+    slow.write_text("held\n")
+    alive = tmp_path / "alive"
+    machines.env.update(SLOW_FILE=str(slow), SLOW_ON="A", OVERLAPS=str(tmp_path / "overlaps"), ALIVE=str(alive),
+                        GENESIS_TEMPORAL_HEARTBEAT_SECONDS=str(TETHER_HEARTBEAT))
+    worker = machines.worker("A", parallel=1)
+    home = machines.home(project, 1, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'a.sh', STAMPED)}",
+                         "--set", "GENESIS_PHASES=Builder")
+    wait_for("the agent working on A", lambda: len(machines.agents("A")) == 1, machines)
+    machines.worker("B", parallel=1)
+    loop_a = leaders(machines.roots["A"])
+    assert len(loop_a) == 1, loop_a
+    assert held(alive)   # the record works: A's agent holds its lock while it lives
+    os.killpg(worker.pid, signal.SIGKILL)   # the worker alone: the loop and its tether run in sessions of their own
+    worker.wait()
+    wait_for("the task's agent on B", lambda: len(machines.agents("B")) == 1, machines, timeout=90)
+    slow.unlink()
+    assert wait_end(home, "the fleet", machines) == 0, logs(machines)
+
+    fleet_dir = next(machines.roots["A"].glob("*/fleet"))
+    stopped = json.loads(tether.record_file(fleet_dir, task_id(TEXT)).read_text())
+    (_b_agent, b_task, b_started), = [line.split() for line in machines.agents("B")]
+    assert b_task == task_id(TEXT)
+    assert "is gone" in stopped["why"] and stopped["processes"] >= 2, stopped
+    assert stopped["ended"] < float(b_started), (stopped, b_started)   # A's tree was gone before B's agent began
+    assert not (tmp_path / "overlaps").exists(), (tmp_path / "overlaps").read_text()   # B saw no live agent of A's
+    assert not leaders(machines.roots["A"]) and not held(alive)
+    assert adoption.read_launch(fleet_dir, task_id(TEXT))["stopping"] is True
+    memo, runs, _payloads = asyncio.run(read_task(machines.address, project, remote, task_id(TEXT)))
+    (attempt,) = memo["attempts"]
+    assert (attempt["outcome"], attempt["host"], attempt["tries"], attempt["adopted"]) == ("verified", "B", 2, False)
+    (run,) = runs
+    assert run.attempt == 2 and "heartbeat" in run.last_failure.lower(), run
+    ticks = git(remote, "log", "--format=%s", target).splitlines()
+    assert sum(1 for s in ticks if TEXT in s) == 1, ticks
