@@ -19,7 +19,7 @@ from genesis.agents.models import model_of
 from genesis.config import read_prompt
 from genesis.health.toollog import tool_log_path
 from genesis.ledger.store import WATCH_TIMEOUT, LedgerError
-from genesis.loop import agentgo, ceilings, keyedtries, lostloop, recovery, refusal, startfail, taskcheck, waiting
+from genesis.loop import agentgo, ceilings, keyedtries, lostloop, recovery, refusal, startfail, taskcheck, waiting, workerlink
 from genesis.loop.ending import commit_message, describe, how_it_ended, reported, said_done
 from genesis.loop.commitfail import commit_failed, lock_removed
 from genesis.loop.guard import HookRemoved, heal
@@ -172,13 +172,11 @@ def _not_now(step: Step, phase: Phase, iteration: int) -> int | None:
 
 def _ask_worker(step: Step) -> None:
     """A fleet's child on Temporal: the fleet's account asked through its worker, whose answer
-    puts any hold in the account store read next (genesis/temporal/holds.py)."""
+    puts any hold in the account store read next (genesis/loop/workerlink.py)."""
     folder, task = os.environ.get("GENESIS_FLEET_DIR", "").strip(), task_id_of(os.environ)
     if not folder or not task:
         return
-    from genesis.temporal import holds   # a fleet's child only; nothing of temporalio
-
-    why = holds.through_worker(Path(folder), task)
+    why = workerlink.through_worker(Path(folder), task)
     if why:
         step.say(why, "warn")
 

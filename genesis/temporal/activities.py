@@ -53,6 +53,7 @@ from genesis.fleet.resources import MB, FleetSettings, available_memory, port_ra
 from genesis.fleet.queue import done_at, tasks_at
 from genesis.fleet.taskref import TaskRef, branch_for, open_refs
 from genesis.ledger.store import Ledger, LedgerError
+from genesis.loop import workerlink
 from genesis.loop.limits import REMEMBERED
 from genesis.procs.proctree import ProcId, identify
 from genesis.repo.autocommit import push_rejected
@@ -215,7 +216,7 @@ class MachineActivities:
             finally:
                 if request:   # the loop asked before a phase: answered once the store holds what was told
                     try:
-                        holds.tell(fleet_dir, inp.task.task_id, request, until, time.time())
+                        workerlink.tell(fleet_dir, inp.task.task_id, request, until, time.time())
                     except OSError as exc:
                         activity.logger.warning(f"the loop's ask was not answered: {exc}")
 
@@ -504,7 +505,7 @@ class MachineActivities:
                                          "host": self.host})
                 watch.details.update(run_id=child.run_id, last_trace=last)
                 if hold is not None and (looking is None or looking.done()):
-                    request = holds.request_of(fleet_dir, child.task_id)   # a small file, read here
+                    request = workerlink.request_of(fleet_dir, child.task_id)   # a small file, read here
                     request, answered = (request, request) if request > answered else (0.0, answered)
                     looking = asyncio.create_task(hold(request))
                 await asyncio.sleep(BEAT_EVERY)

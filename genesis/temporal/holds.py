@@ -21,7 +21,7 @@ RUN_ID of its own clone of the remote, and names that run in the entry.
 
 The periodic ask alone left a window: a phase could start within ASK_EVERY of the account being
 held. So a loop its worker follows (its tether's lease is fresh) also asks through the worker
-just before each phase (`through_worker`): it writes `children/<task id>.ask.json`; the worker,
+just before each phase (genesis/loop/workerlink.py): it writes `children/<task id>.ask.json`; the worker,
 which looks at it every second, asks the account anew (an ask begun before the request does not
 answer it), puts a hold in the store, and only then answers in `children/<task id>.told.json`;
 the loop reads the store after that answer. A phase then starts inside a hold only if the
@@ -43,17 +43,12 @@ from genesis.ledger.store import Ledger
 from genesis.loop import limits
 from genesis.loop.limits import Remembered
 from genesis.store.accounts import AccountStore
-from genesis.store.atomicio import CorruptFile, finite, read_json, write_json
-from genesis.temporal import tether
 
-__all__ = ["ASK_EVERY", "ASK_WAIT", "RUN_ID", "KIND", "entry_for", "covered", "relay", "AccountWatch", "ask_file",
-           "told_file", "request_of", "tell", "answered", "through_worker"]
+__all__ = ["ASK_EVERY", "RUN_ID", "KIND", "entry_for", "covered", "relay", "AccountWatch"]
 
 ASK_EVERY = 3.0            # seconds between two asks of one account by one worker
 RUN_ID = "temporal-account"   # the worker's run, in its clone's ledger, that records the holds it was told
 KIND = "fleet account"     # the entry's kind: a hold the fleet's account told, not a limit met here
-ASK_WAIT = 15.0            # seconds a loop waits for its worker's answer before a phase (a query: 10 s at most)
-ASK_POLL = 0.05            # seconds between two looks of the loop for that answer
 
 
 def entry_for(account: Account, until: float, margin: float, name: str, clone: Path, now: float) -> Remembered:
@@ -105,53 +100,3 @@ class AccountWatch:
             until = float(answer.get("until") or 0.0) if isinstance(answer, dict) else 0.0
             self.seen[workflow_id] = (now, until)
         return until
-
-
-def ask_file(fleet_dir: Path, task_id: str) -> Path:
-    return fleet_dir / "children" / f"{task_id}.ask.json"
-
-
-def told_file(fleet_dir: Path, task_id: str) -> Path:
-    return fleet_dir / "children" / f"{task_id}.told.json"
-
-
-def _time_in(path: Path, key: str) -> float:
-    try:
-        found = read_json(path, 4096)
-    except (OSError, CorruptFile, ValueError):
-        return 0.0
-    return (finite(found.get(key)) or 0.0) if isinstance(found, dict) else 0.0
-
-
-def request_of(fleet_dir: Path, task_id: str) -> float:
-    """When the task's loop last asked for the account's word (0.0: never)."""
-    return _time_in(ask_file(fleet_dir, task_id), "at")
-
-
-def tell(fleet_dir: Path, task_id: str, request: float, until: float, now: float) -> None:
-    """The worker's answer to the request made at `request`: the account asked since, any hold
-    already in the store."""
-    write_json(told_file(fleet_dir, task_id), {"request": request, "until": until, "at": now})
-
-
-def answered(told_request: float, asked: float) -> bool:
-    """Whether the worker's last answer is to this request or a later one."""
-    return told_request >= asked > 0.0
-
-
-def through_worker(fleet_dir: Path, task_id: str, clock: Callable[[], float] = time.time,
-                   sleep: Callable[[float], None] = time.sleep, wait: float = ASK_WAIT) -> str:
-    """Before a phase, in a loop a worker follows: the account asked through the worker, its hold
-    in the store when this returns. "" when answered or when no worker follows the loop (no
-    fresh lease: its tether sees to it); else why the phase goes on unanswered."""
-    lease = tether.read_lease(fleet_dir, task_id)
-    if lease is None or clock() - lease.at > tether.LIVE_FLOOR:
-        return ""
-    asked = clock()
-    write_json(ask_file(fleet_dir, task_id), {"at": asked})
-    while clock() - asked < wait:
-        if answered(_time_in(told_file(fleet_dir, task_id), "request"), asked):
-            return ""
-        sleep(ASK_POLL)
-    return (f"its worker did not answer within {wait:g}s whether the fleet's account is held: the account "
-            f"store's word as its last ask left it")

@@ -38,33 +38,21 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from genesis.loop.workerlink import LIVE_FLOOR, Lease, lease_file, read_lease
 from genesis.procs.proctree import ProcId, alive, command_line, descendants, identify, kill_all
-from genesis.store.atomicio import CorruptFile, finite, read_json, write_json
+from genesis.store.atomicio import write_json
 from genesis.temporal import adoption
 
-__all__ = ["RENEW_EVERY", "THROTTLE_MAX", "LOOK_EVERY", "STOP_GRACE", "LIVE_FLOOR", "Lease", "lease_file",
-           "record_file", "renew", "read_lease", "retry_after", "grace", "verdict", "start", "watch", "main"]
+__all__ = ["RENEW_EVERY", "THROTTLE_MAX", "LOOK_EVERY", "STOP_GRACE",
+           "record_file", "renew", "retry_after", "grace", "verdict", "start", "watch", "main"]
 
 RENEW_EVERY = 1.0     # seconds: the activity calls activity.heartbeat, and renews the lease with it, this often
 THROTTLE_MAX = 60.0   # seconds: the SDK's longest heartbeat throttle (Worker's max_heartbeat_throttle_interval)
 LOOK_EVERY = 0.25     # seconds between two looks of the tether at the lease
 STOP_GRACE = 2.0      # seconds between SIGTERM and SIGKILL to the loop's tree
-LIVE_FLOOR = 3.0      # seconds: a live worker's lease this old is a silent worker's
-
-
-@dataclass(frozen=True)
-class Lease:
-    loop: int            # the loop's pid (it leads its session)
-    worker: ProcId       # the worker renewing it
-    at: float            # its last renewal
-
-
-def lease_file(fleet_dir: Path, task_id: str) -> Path:
-    return fleet_dir / "children" / f"{task_id}.lease.json"
 
 
 def record_file(fleet_dir: Path, task_id: str) -> Path:
@@ -74,19 +62,6 @@ def record_file(fleet_dir: Path, task_id: str) -> Path:
 def renew(fleet_dir: Path, task_id: str, loop: int, worker: ProcId, now: float) -> None:
     write_json(lease_file(fleet_dir, task_id), {"loop": loop, "pid": worker.pid, "created": worker.create_time,
                                                 "at": now})
-
-
-def read_lease(fleet_dir: Path, task_id: str) -> Lease | None:
-    try:
-        found = read_json(lease_file(fleet_dir, task_id), 4096)
-    except (OSError, CorruptFile, ValueError):
-        return None
-    if not isinstance(found, dict):
-        return None
-    loop, pid, created, at = found.get("loop"), found.get("pid"), finite(found.get("created")), finite(found.get("at"))
-    if not isinstance(loop, int) or not isinstance(pid, int) or created is None or at is None:
-        return None
-    return Lease(loop, ProcId(pid, created), at)
 
 
 def retry_after(heartbeat: float, host_wait: float, pinned: bool) -> float:

@@ -13,7 +13,7 @@ pytest.importorskip("temporalio", reason="temporalio is not installed: pip insta
 from helpers.git import git  # noqa: E402
 
 from genesis.agents.base import Account, Limit  # noqa: E402
-from genesis.loop import limits  # noqa: E402
+from genesis.loop import limits, workerlink  # noqa: E402
 from genesis.loop.limits import Remembered  # noqa: E402
 from genesis.procs.proctree import ProcId  # noqa: E402
 from genesis.store.accounts import AccountStore  # noqa: E402
@@ -133,8 +133,8 @@ def test_a_loops_request_is_answered_by_an_ask_begun_after_it_never_by_an_older_
 
 
 def test_a_request_counts_as_answered_only_by_its_own_or_a_later_answer():
-    assert holds.answered(NOW, NOW) and holds.answered(NOW + 1, NOW)
-    assert not holds.answered(NOW - 1, NOW) and not holds.answered(0.0, 0.0)
+    assert workerlink.answered(NOW, NOW) and workerlink.answered(NOW + 1, NOW)
+    assert not workerlink.answered(NOW - 1, NOW) and not workerlink.answered(0.0, 0.0)
 
 
 class Clock:
@@ -152,14 +152,14 @@ def test_a_loop_its_worker_follows_waits_for_the_answer_to_its_own_request(tmp_p
     (tmp_path / "children").mkdir()
     clock = Clock(NOW)
     tether.renew(tmp_path, "t-abc123", 4242, ProcId(7, 1.0), NOW - 0.5)
-    holds.tell(tmp_path, "t-abc123", NOW - 30, 0.0, NOW - 29)   # an answer to an earlier request
+    workerlink.tell(tmp_path, "t-abc123", NOW - 30, 0.0, NOW - 29)   # an answer to an earlier request
 
     def sleep(seconds: float) -> None:   # the worker answers 1.2 s after the request
         clock.sleep(seconds)
-        if clock.at >= NOW + 1.2 and holds.request_of(tmp_path, "t-abc123") == NOW:
-            holds.tell(tmp_path, "t-abc123", NOW, NOW + 600, clock.at)
+        if clock.at >= NOW + 1.2 and workerlink.request_of(tmp_path, "t-abc123") == NOW:
+            workerlink.tell(tmp_path, "t-abc123", NOW, NOW + 600, clock.at)
 
-    assert holds.through_worker(tmp_path, "t-abc123", clock, sleep) == ""
+    assert workerlink.through_worker(tmp_path, "t-abc123", clock, sleep) == ""
     assert NOW + 1.2 <= clock.at < NOW + 1.3
 
 
@@ -167,14 +167,14 @@ def test_an_unanswered_request_lets_the_phase_go_on_after_the_wait_saying_so(tmp
     (tmp_path / "children").mkdir()
     clock = Clock(NOW)
     tether.renew(tmp_path, "t-abc123", 4242, ProcId(7, 1.0), NOW)
-    why = holds.through_worker(tmp_path, "t-abc123", clock, clock.sleep)
-    assert "did not answer within 15s" in why and clock.at >= NOW + holds.ASK_WAIT
+    why = workerlink.through_worker(tmp_path, "t-abc123", clock, clock.sleep)
+    assert "did not answer within 15s" in why and clock.at >= NOW + workerlink.ASK_WAIT
 
 
 def test_a_loop_no_worker_follows_asks_nobody(tmp_path):
     (tmp_path / "children").mkdir()
     clock = Clock(NOW)
-    assert holds.through_worker(tmp_path, "t-abc123", clock, clock.sleep) == ""   # no lease (a local fleet)
+    assert workerlink.through_worker(tmp_path, "t-abc123", clock, clock.sleep) == ""   # no lease (a local fleet)
     tether.renew(tmp_path, "t-abc123", 4242, ProcId(7, 1.0), NOW - 10)           # a lease gone stale
-    assert holds.through_worker(tmp_path, "t-abc123", clock, clock.sleep) == ""
-    assert clock.at == NOW and not holds.ask_file(tmp_path, "t-abc123").exists()
+    assert workerlink.through_worker(tmp_path, "t-abc123", clock, clock.sleep) == ""
+    assert clock.at == NOW and not workerlink.ask_file(tmp_path, "t-abc123").exists()

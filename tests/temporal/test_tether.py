@@ -16,7 +16,8 @@ import pytest
 
 from genesis.procs.proctree import ProcId, identify
 from genesis.temporal import adoption, tether
-from genesis.temporal.tether import LIVE_FLOOR, Lease
+from genesis.loop import workerlink
+from genesis.loop.workerlink import LIVE_FLOOR, Lease
 
 LOOP, WORKER = 4242, ProcId(77, 1000.0)
 
@@ -86,10 +87,10 @@ def test_a_lease_of_another_loop_counts_as_none_from_the_launch():
 def test_a_lease_is_read_back_as_written_and_a_bad_one_as_none(tmp_path):
     (tmp_path / "children").mkdir()
     tether.renew(tmp_path, "t-abc123", LOOP, WORKER, 12.5)
-    assert tether.read_lease(tmp_path, "t-abc123") == Lease(LOOP, WORKER, 12.5)
-    tether.lease_file(tmp_path, "t-abc123").write_text('{"loop": "x"}')
-    assert tether.read_lease(tmp_path, "t-abc123") is None
-    assert tether.read_lease(tmp_path, "t-none00") is None
+    assert workerlink.read_lease(tmp_path, "t-abc123") == Lease(LOOP, WORKER, 12.5)
+    workerlink.lease_file(tmp_path, "t-abc123").write_text('{"loop": "x"}')
+    assert workerlink.read_lease(tmp_path, "t-abc123") is None
+    assert workerlink.read_lease(tmp_path, "t-none00") is None
 
 
 TREE = """
@@ -116,7 +117,7 @@ def test_the_tether_ends_the_loops_whole_tree_once_its_worker_is_killed(tmp_path
         loop_id, worker_id = identify(loop.pid), identify(worker.pid)
         adoption.record_launch(fleet_dir, "t-abc123", loop.pid, "f/t", 1)
         deadline = time.monotonic() + 20
-        while tether.read_lease(fleet_dir, "t-abc123") is None:
+        while workerlink.read_lease(fleet_dir, "t-abc123") is None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         held = tether.start(loop_id, fleet_dir, "t-abc123", 1.0, time.time())
@@ -124,7 +125,7 @@ def test_the_tether_ends_the_loops_whole_tree_once_its_worker_is_killed(tmp_path
         assert loop.poll() is None and held.poll() is None
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
-        killed_at = tether.read_lease(fleet_dir, "t-abc123").at
+        killed_at = workerlink.read_lease(fleet_dir, "t-abc123").at
         assert loop.wait(timeout=30) is not None
         held.wait(timeout=30)
         assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
