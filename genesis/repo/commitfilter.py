@@ -16,6 +16,7 @@ committed version does not have already).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import time
@@ -34,6 +35,7 @@ SCAN_MAX_BYTES = 1 * MB   # larger files are checked by name and size only
 SCAN_BUDGET = 60.0        # seconds of content scanning per commit
 BATCH_BYTES = 16 * MB     # blob bytes read from git at a time
 REGULAR = ("100644", "100755")
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 Git = Callable[..., GitRun]
 
@@ -172,14 +174,58 @@ def _batches(items: Sequence[_Staged], sizes: dict[str, int]) -> Iterable[list[_
         yield batch
 
 
+def _blob_id(data: bytes, like: str) -> str:
+    """The id git gives a blob of data, in the object format of `like` (SHA-1, or SHA-256)."""
+    digest = hashlib.sha256 if len(like) == 64 else hashlib.sha1
+    return digest(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _from_work_tree(top: str, items: Sequence[_Staged], limit: int) -> tuple[dict[str, bytes], dict[str, int]]:
+    """The staged blobs' contents read from the work tree instead of from git (reading tens of
+    thousands of loose objects back costs as much as `git add` itself): a file's bytes count only
+    when they hash to the very blob staged, so what is scanned is what would be committed; a
+    symlink is never followed. Also the work tree's sizes of the files not read (over limit)."""
+    contents: dict[str, bytes] = {}
+    sizes: dict[str, int] = {}
+    for item in items:
+        try:
+            fd = os.open(os.path.join(top, item.path), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | NOFOLLOW)
+        except OSError:
+            continue   # gone, a symlink, unreadable: git says what it staged
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if st.st_size > limit:
+                sizes[item.path] = st.st_size
+                continue
+            data = os.read(fd, limit + 1) if st.st_size else b""
+            while len(data) < st.st_size:   # a short read (large files on some systems)
+                more = os.read(fd, limit + 1 - len(data))
+                if not more:
+                    break
+                data += more
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if len(data) <= limit and _blob_id(data, item.new) == item.new:
+            contents[item.new] = data
+    return contents, sizes
+
+
 def by_content(git: Git, rules: Rules, *, among: Iterable[str] | None = None,
-               skip: Iterable[str] = ()) -> list[LeftOut]:
+               skip: Iterable[str] = (), top: Path | None = None) -> list[LeftOut]:
     """The staged files left out for what they hold: over the size cap, a registry file with
-    credentials, or a new secret detect-secrets finds; a file not scanned within the budget."""
+    credentials, or a new secret detect-secrets finds; a file not scanned within the budget.
+    `top`: the work tree, whose files are read when they hash to the staged blob (git is asked
+    only for the others)."""
     wanted = None if among is None else set(among)
     skipped = set(skip)
     staged = [s for s in _staged(git) if s.path not in skipped and (wanted is None or s.path in wanted)]
-    sizes = _sizes(git, [s.new for s in staged])
+    read, _ = _from_work_tree(os.fspath(top), staged, rules.scan_bytes) if top is not None else ({}, {})
+    sizes = {blob: len(data) for blob, data in read.items()}
+    sizes.update(_sizes(git, [s.new for s in staged if s.new not in sizes]))
     left: list[LeftOut] = []
     scan: list[_Staged] = []
     for item in staged:
@@ -194,7 +240,8 @@ def by_content(git: Git, rules: Rules, *, among: Iterable[str] | None = None,
     deadline = rules.clock() + rules.budget
     with scanner() as look:
         for batch in _batches(scan, sizes):
-            contents = _contents(git, [s.new for s in batch])
+            missing = [s.new for s in batch if s.new not in read]
+            contents = {**_contents(git, missing), **read} if missing else read
             needs = look.needing([(item.path, contents.get(item.new)) for item in batch])
             for item, need in zip(batch, needs):
                 data = contents.get(item.new)
