@@ -125,7 +125,7 @@ def run_home(project: Path, overrides: Mapping[str, str], parallel: str, *, trus
         return exitcodes.USAGE
     spec = fleet_spec(cfg, settings, overrides, n, target, url, env)
     run_id = FLEET_RUN + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
-    home = HomeActivities(cfg.project, cfg, settings.remote, run_id)
+    home = HomeActivities(cfg.project, cfg, settings.remote, run_id, fleet_dir / "ledger.sqlite3")
     try:   # one home per project, and never beside a single loop on it (as the local monitor)
         fleet_fd = take_fleet_lock(fleet_dir / "lock")
     except FleetLocked:
@@ -179,6 +179,10 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
             handle = client.get_workflow_handle(spec.fleet_id)
             say(f"fleet {spec.fleet_id} already runs on Temporal: this home takes it over (the queue, merges, "
                 f"marks and status); it goes on with the settings it started with")
+            # moved while no home watched: judged against the tip the home before gave it
+            await asyncio.to_thread(home.guard_branch, spec.target)
+        else:
+            await asyncio.to_thread(home.keep_start, spec.target)
         started = time.time()
         write_json(fleet_dir / ENGINE_FILE, {"engine": "temporal", "address": settings.address,
                                              "namespace": settings.namespace, "workflow_id": spec.fleet_id,
@@ -208,6 +212,7 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
                 _stop(handle, got, None, outage)
             if time.monotonic() - synced >= SYNC_EVERY:
                 await _sync(client, spec.fleet_id, spec.account_workflow, mirror, outage)
+                await asyncio.to_thread(home.guard_branch, spec.target)   # as the local monitor's watch
                 synced = time.monotonic()
             await asyncio.wait([outcome], timeout=BEAT_EVERY)
         try:
