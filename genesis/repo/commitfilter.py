@@ -180,38 +180,30 @@ def _blob_id(data: bytes, like: str) -> str:
     return digest(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def _from_work_tree(top: str, items: Sequence[_Staged], limit: int) -> tuple[dict[str, bytes], dict[str, int]]:
-    """The staged blobs' contents read from the work tree instead of from git (reading tens of
-    thousands of loose objects back costs as much as `git add` itself): a file's bytes count only
-    when they hash to the very blob staged, so what is scanned is what would be committed; a
-    symlink is never followed. Also the work tree's sizes of the files not read (over limit)."""
-    contents: dict[str, bytes] = {}
-    sizes: dict[str, int] = {}
-    for item in items:
-        try:
-            fd = os.open(os.path.join(top, item.path), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | NOFOLLOW)
-        except OSError:
-            continue   # gone, a symlink, unreadable: git says what it staged
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            if st.st_size > limit:
-                sizes[item.path] = st.st_size
-                continue
-            data = os.read(fd, limit + 1) if st.st_size else b""
-            while len(data) < st.st_size:   # a short read (large files on some systems)
-                more = os.read(fd, limit + 1 - len(data))
-                if not more:
-                    break
-                data += more
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        if len(data) <= limit and _blob_id(data, item.new) == item.new:
-            contents[item.new] = data
-    return contents, sizes
+def _from_work_tree(top: str, item: _Staged, limit: int) -> bytes | None:
+    """The staged blob's content read from the work tree instead of from git (reading tens of
+    thousands of loose objects back costs as much as `git add` itself): the file's bytes, when
+    they hash to the very blob staged (so what is scanned is what would be committed) and are
+    at most limit long; else None (git is asked). A symlink is never followed, nor a FIFO waited on."""
+    try:
+        fd = os.open(os.path.join(top, item.path), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        data = b""
+        while len(data) <= limit:   # a short read (large files on some systems) reads on
+            more = os.read(fd, limit + 1 - len(data))
+            if not more:
+                break
+            data += more
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit and _blob_id(data, item.new) == item.new else None
 
 
 def by_content(git: Git, rules: Rules, *, among: Iterable[str] | None = None,
@@ -219,29 +211,16 @@ def by_content(git: Git, rules: Rules, *, among: Iterable[str] | None = None,
     """The staged files left out for what they hold: over the size cap, a registry file with
     credentials, or a new secret detect-secrets finds; a file not scanned within the budget.
     `top`: the work tree, whose files are read when they hash to the staged blob (git is asked
-    only for the others)."""
+    only for the others). At most about BATCH_BYTES of contents are held at a time."""
     wanted = None if among is None else set(among)
     skipped = set(skip)
     staged = [s for s in _staged(git) if s.path not in skipped and (wanted is None or s.path in wanted)]
-    read, _ = _from_work_tree(os.fspath(top), staged, rules.scan_bytes) if top is not None else ({}, {})
-    sizes = {blob: len(data) for blob, data in read.items()}
-    sizes.update(_sizes(git, [s.new for s in staged if s.new not in sizes]))
     left: list[LeftOut] = []
-    scan: list[_Staged] = []
-    for item in staged:
-        size = sizes.get(item.new)
-        why = "git cannot say how large it is" if size is None else too_big(size, rules)
-        if why:
-            left.append(LeftOut(item.path, why))
-        elif size <= rules.scan_bytes:
-            scan.append(item)
-    if not scan:
+    if not staged:
         return left
     deadline = rules.clock() + rules.budget
     with scanner() as look:
-        for batch in _batches(scan, sizes):
-            missing = [s.new for s in batch if s.new not in read]
-            contents = {**_contents(git, missing), **read} if missing else read
+        def scan(batch: list[_Staged], contents: dict[str, bytes]) -> None:
             needs = look.needing([(item.path, contents.get(item.new)) for item in batch])
             for item, need in zip(batch, needs):
                 data = contents.get(item.new)
@@ -258,6 +237,39 @@ def by_content(git: Git, rules: Rules, *, among: Iterable[str] | None = None,
                 why = _secret_in(git, look, item, data, rules.scan_bytes)
                 if why:
                     left.append(LeftOut(item.path, why))
+
+        asked: list[_Staged] = []   # what the work tree could not show: read from git
+        batch: list[_Staged] = []
+        read: dict[str, bytes] = {}
+        total = 0
+        for item in staged:
+            data = _from_work_tree(os.fspath(top), item, rules.scan_bytes) if top is not None else None
+            if data is None:
+                asked.append(item)
+                continue
+            why = too_big(len(data), rules)
+            if why:
+                left.append(LeftOut(item.path, why))
+                continue
+            batch.append(item)
+            read[item.new] = data
+            total += len(data)
+            if total >= BATCH_BYTES:
+                scan(batch, read)
+                batch, read, total = [], {}, 0
+        if batch:
+            scan(batch, read)
+        sizes = _sizes(git, [s.new for s in asked])
+        small: list[_Staged] = []
+        for item in asked:
+            size = sizes.get(item.new)
+            why = "git cannot say how large it is" if size is None else too_big(size, rules)
+            if why:
+                left.append(LeftOut(item.path, why))
+            elif size <= rules.scan_bytes:
+                small.append(item)
+        for part in _batches(small, sizes):
+            scan(part, _contents(git, [s.new for s in part]))
     return left
 
 
