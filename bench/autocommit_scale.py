@@ -8,6 +8,7 @@ Usage: .venv/bin/python bench/autocommit_scale.py [N ...]   (default: 100000 300
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -59,7 +60,9 @@ def run(sizes: tuple[int, ...] = SIZES) -> list[Row]:
     for n in sizes:
         with tempfile.TemporaryDirectory() as tmp:   # both trees built first: measured back to back
             plain_tree, genesis_tree = _tree(Path(tmp) / "plain", n), _tree(Path(tmp) / "genesis", n)
+            os.sync()   # neither is timed while the other tree's writes are still being flushed
             plain = _plain(plain_tree)
+            os.sync()
             took, left = _genesis(genesis_tree)
         note = "; ".join(f"{count} left out: {why}" for why, count in left.most_common(3)) or "none left out"
         rows.append(Row(f"auto-commit: plain git add -A && git commit, {n} new files", "s", (plain,)))
