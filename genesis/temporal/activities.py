@@ -734,11 +734,11 @@ class HomeActivities:
             merging.keep_start(self.project, target)
 
     def guard_branch(self, target: str) -> None:
-        """The project branch moved behind the merge queue's back (a child's `git update-ref` in a
-        clone sharing this repository) put back and said as the local monitor does
-        (fleet/merging.guard_branch): in the fleet ledger, on the console, to the home's alert
-        channels. Looked at beside the fleet's watch, and before every merge and mark; never
-        while one of ours may be moving the branch."""
+        """The project branch moved behind the merge queue's back (a `git update-ref` by whatever
+        can write this checkout: a loop of a worker on this machine, say) put back and said as the
+        local monitor does (fleet/merging.guard_branch): in the fleet ledger, on the console, to
+        the home's alert channels. Looked at beside the fleet's watch, and before every merge and
+        mark; never while one of ours may be moving the branch."""
         with self.lock:
             if not self.moving:
                 self._guard(target)
@@ -758,7 +758,13 @@ class HomeActivities:
                 self.moving -= 1
 
     def _guard(self, target: str) -> None:
-        merging.guard_branch(self.project, target, self._record, self.alert)
+        merging.guard_branch(self.project, target, self._record, self._tell)
+
+    def _tell(self, alert: AlertInput) -> None:
+        try:
+            self.alert(alert)
+        except Exception as exc:  # noqa: BLE001 - an alert is never worth a merge (as the local monitor's)
+            _say("home", f"the alert could not be sent: {exc}")
 
     def _record(self, kind: str, **detail) -> None:
         if self.fleet_ledger is None:
