@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from genesis.fleet import keeps, mergecheck
+from genesis.fleet.decide import Alert
+from genesis.fleet.lines import say
 from genesis.fleet.taskref import TaskRef
 from genesis.fleet.worktrees import Git, listed, rev
 from genesis.loop.taskcheck import TAIL_BYTES, TAIL_LINES
@@ -477,6 +479,37 @@ def _advance(project: Path, target: str, old: str, new: str, hooks: bool) -> str
         return ""
     return (f"fast-forwarding {target} in {where} failed, so it stays at {old[:10]}: "
             f"{(done.stderr or done.text).strip()[-300:]}")
+
+
+def guard_branch(project: Path, target: str, record: Callable[..., object],
+                 alert: Callable[[Alert], object]) -> branchguard.Moved | None:
+    """The project branch moved behind the merge queue's back (a child's `git update-ref`) put
+    back (repo/branchguard.py) and said: a `branch_moved` event by record, the console, and a
+    high alert; every driver of the fleet (the local monitor, the Temporal home) the same way.
+    Not while a merge of ours is moving it (the caller's to know). A check git cannot make is
+    said as a warning."""
+    try:
+        moved = branchguard.guard(project, target)
+    except (GitFailed, OSError) as exc:
+        say(f"cannot check {target} against the tip the fleet gave it: {exc}", "warn")
+        return None
+    if moved is not None:
+        record("branch_moved", branch=moved.branch, known=moved.known, found=moved.found, kept=moved.kept,
+               put_back=moved.put_back)
+        say(moved.words(), "error")
+        alert(Alert("cascade", "high", f"a child moved {moved.branch} behind the merge queue", moved.words(),
+                    f"see what it was moved to with `git log {moved.kept}`; no merge builds on it"))
+    return moved
+
+
+def keep_start(project: Path, target: str) -> None:
+    """The project branch's tip at the fleet's start kept as its known tip (repo/branchguard.py):
+    a child moving it from there is put back; one git cannot keep is said as a warning."""
+    try:
+        branchguard.remember(project, target)
+    except (GitFailed, OSError) as exc:
+        say(f"cannot keep the tip of {target} the fleet starts from: {exc}; a child moving it would "
+            f"not be put back", "warn")
 
 
 def _known(project: Path, target: str, new: str) -> None:

@@ -71,7 +71,6 @@ from genesis.loop import agentgo, limits
 from genesis.loop.finish import FINAL_ALERT_WAIT
 from genesis.loop.preflight import read_flag
 from genesis.loop.taskcheck import proven
-from genesis.repo import branchguard
 from genesis.repo.gitcmd import GitFailed, GitTimeout, run_git
 from genesis.repo.tasks import parse
 from genesis.status.lately import note_end
@@ -828,17 +827,8 @@ class Monitor:
         put back and said (repo/branchguard.py); not while a merge of ours is moving it."""
         if self.merges and self.merges[0].future is not None and not self.merges[0].future.done():
             return
-        try:
-            moved = branchguard.guard(self.project, self.target)
-        except (GitFailed, OSError) as exc:
-            say(f"cannot check {self.target} against the tip the fleet gave it: {exc}", "warn")
-            return
-        if moved is not None:
-            self.ledger.record("branch_moved", branch=moved.branch, known=moved.known, found=moved.found,
-                               kept=moved.kept, put_back=moved.put_back)
-            say(moved.words(), "error")
-            self.alert("cascade", "high", f"a child moved {moved.branch} behind the merge queue", moved.words(),
-                       f"see what it was moved to with `git log {moved.kept}`; no merge builds on it")
+        merging.guard_branch(self.project, self.target, self.ledger.record,
+                             lambda a: self.alert(a.about, a.severity, a.cause, a.what, a.action))
 
     def _merge(self, row: TaskRow) -> merging.MergeResult:
         planner = row.id.startswith(PLANNER)
@@ -1259,11 +1249,7 @@ def _begin(monitor: Monitor) -> None:
     if last is not None and last.kind == "fleet_start":
         monitor.guard_branch()  # moved while no monitor watched: judged against the tip the one before gave it
     else:
-        try:
-            branchguard.remember(monitor.project, monitor.target)
-        except (GitFailed, OSError) as exc:
-            say(f"cannot keep the tip of {monitor.target} the fleet starts from: {exc}; a child moving it would "
-                f"not be put back", "warn")
+        merging.keep_start(monitor.project, monitor.target)
     monitor.start_seq = ledger.record("fleet_start", run_id=monitor.run_id, parallel=monitor.parallel,
                                       pid=os.getpid(), target=monitor.target)
     say(f"fleet on {monitor.project} (branch {monitor.target}): at most {monitor.parallel} children at once; "

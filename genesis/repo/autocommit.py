@@ -143,7 +143,7 @@ def commit(project: Path, message: str, excluded: list[str], push: bool,
         if added.returncode != 0:
             return CommitResult(False, error=f"git add failed: {_why(added)}", left_out=tuple(left))
         _unstage(git, [p.lstrip("/").rstrip("/*") for p in excluded] + list(keep_out) + [item.path for item in left])
-        content = by_content(git, rules)
+        content = by_content(git, rules, top=git.project)
         _unstage(git, [item.path for item in content])
         left += content
         if git("diff", "--cached", "--quiet").returncode == 0:
@@ -169,7 +169,7 @@ def _commit_only(git: _Git, message: str, paths: Sequence[str], push: bool, rule
     added = git("add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul", stdin=_nul(paths), literal=True)
     if added.returncode != 0:
         return CommitResult(False, error=f"git add failed: {_why(added)}", left_out=tuple(left))
-    content = by_content(git, rules, among=paths)
+    content = by_content(git, rules, among=paths, top=git.project)
     _unstage(git, [item.path for item in content])
     left += content
     dropped |= {item.path for item in content}

@@ -140,7 +140,9 @@ def guard(project: Path, branch: str, clock=time.time) -> Moved | None:
     if holders and any(_under(h, tip) or not _under(h, was) for h in holders):
         remember(project, branch, tip)  # a commit made there (its index moved with it): the user's
         return None
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))
+    # Dashes in the time: a ref of one unbroken run of letters, digits and slashes is redacted
+    # from every line that names it as if it were a key (redact.BASE64_RUN).
+    stamp = time.strftime("%Y-%m-%dT%H%M%SZ", time.gmtime(clock()))
     kept = f"{MOVED_PREFIX}/{stamp}/heads/{branch}"
     _git(project, "update-ref", "--no-deref", kept, tip)
     try:

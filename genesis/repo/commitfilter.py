@@ -16,6 +16,7 @@ committed version does not have already).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import time
@@ -34,6 +35,7 @@ SCAN_MAX_BYTES = 1 * MB   # larger files are checked by name and size only
 SCAN_BUDGET = 60.0        # seconds of content scanning per commit
 BATCH_BYTES = 16 * MB     # blob bytes read from git at a time
 REGULAR = ("100644", "100755")
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 Git = Callable[..., GitRun]
 
@@ -172,29 +174,53 @@ def _batches(items: Sequence[_Staged], sizes: dict[str, int]) -> Iterable[list[_
         yield batch
 
 
+def _blob_id(data: bytes, like: str) -> str:
+    """The id git gives a blob of data, in the object format of `like` (SHA-1, or SHA-256)."""
+    digest = hashlib.sha256 if len(like) == 64 else hashlib.sha1
+    return digest(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _from_work_tree(top: str, item: _Staged, limit: int) -> bytes | None:
+    """The staged blob's content read from the work tree instead of from git (reading tens of
+    thousands of loose objects back costs as much as `git add` itself): the file's bytes, when
+    they hash to the very blob staged (so what is scanned is what would be committed) and are
+    at most limit long; else None (git is asked). A symlink is never followed, nor a FIFO waited on."""
+    try:
+        fd = os.open(os.path.join(top, item.path), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        data = b""
+        while len(data) <= limit:   # a short read (large files on some systems) reads on
+            more = os.read(fd, limit + 1 - len(data))
+            if not more:
+                break
+            data += more
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit and _blob_id(data, item.new) == item.new else None
+
+
 def by_content(git: Git, rules: Rules, *, among: Iterable[str] | None = None,
-               skip: Iterable[str] = ()) -> list[LeftOut]:
+               skip: Iterable[str] = (), top: Path | None = None) -> list[LeftOut]:
     """The staged files left out for what they hold: over the size cap, a registry file with
-    credentials, or a new secret detect-secrets finds; a file not scanned within the budget."""
+    credentials, or a new secret detect-secrets finds; a file not scanned within the budget.
+    `top`: the work tree, whose files are read when they hash to the staged blob (git is asked
+    only for the others). At most about BATCH_BYTES of contents are held at a time."""
     wanted = None if among is None else set(among)
     skipped = set(skip)
     staged = [s for s in _staged(git) if s.path not in skipped and (wanted is None or s.path in wanted)]
-    sizes = _sizes(git, [s.new for s in staged])
     left: list[LeftOut] = []
-    scan: list[_Staged] = []
-    for item in staged:
-        size = sizes.get(item.new)
-        why = "git cannot say how large it is" if size is None else too_big(size, rules)
-        if why:
-            left.append(LeftOut(item.path, why))
-        elif size <= rules.scan_bytes:
-            scan.append(item)
-    if not scan:
+    if not staged:
         return left
     deadline = rules.clock() + rules.budget
     with scanner() as look:
-        for batch in _batches(scan, sizes):
-            contents = _contents(git, [s.new for s in batch])
+        def scan(batch: list[_Staged], contents: dict[str, bytes]) -> None:
             needs = look.needing([(item.path, contents.get(item.new)) for item in batch])
             for item, need in zip(batch, needs):
                 data = contents.get(item.new)
@@ -211,6 +237,39 @@ def by_content(git: Git, rules: Rules, *, among: Iterable[str] | None = None,
                 why = _secret_in(git, look, item, data, rules.scan_bytes)
                 if why:
                     left.append(LeftOut(item.path, why))
+
+        asked: list[_Staged] = []   # what the work tree could not show: read from git
+        batch: list[_Staged] = []
+        read: dict[str, bytes] = {}
+        total = 0
+        for item in staged:
+            data = _from_work_tree(os.fspath(top), item, rules.scan_bytes) if top is not None else None
+            if data is None:
+                asked.append(item)
+                continue
+            why = too_big(len(data), rules)
+            if why:
+                left.append(LeftOut(item.path, why))
+                continue
+            batch.append(item)
+            read[item.new] = data
+            total += len(data)
+            if total >= BATCH_BYTES:
+                scan(batch, read)
+                batch, read, total = [], {}, 0
+        if batch:
+            scan(batch, read)
+        sizes = _sizes(git, [s.new for s in asked])
+        small: list[_Staged] = []
+        for item in asked:
+            size = sizes.get(item.new)
+            why = "git cannot say how large it is" if size is None else too_big(size, rules)
+            if why:
+                left.append(LeftOut(item.path, why))
+            elif size <= rules.scan_bytes:
+                small.append(item)
+        for part in _batches(small, sizes):
+            scan(part, _contents(git, [s.new for s in part]))
     return left
 
 

@@ -83,7 +83,7 @@ def secret_name(path: str) -> str | None:
 
 def has_credentials(path: str, data: bytes) -> str | None:
     """Why a registry's settings file (.npmrc, .pypirc) with these contents is a secret, or None."""
-    name = PurePosixPath(path).name
+    name = path.rstrip("/").rpartition("/")[2]   # a path object a file costs more than the check
     pattern = CREDENTIAL_FILES.get(name)
     if pattern is not None and pattern.search(data):
         return f"{name} with credentials in it"

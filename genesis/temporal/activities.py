@@ -20,6 +20,7 @@ every attempt it runs, and must never wait on git.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import os
 import re
@@ -31,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 from urllib.parse import urlsplit
 
 from temporalio import activity
@@ -46,6 +47,7 @@ from genesis.config import Config, ConfigError, default_of, layout_for, resolve
 from genesis.fleet import children as kids
 from genesis.fleet import merging, telling, worktrees
 from genesis.fleet.beats import newest_beat
+from genesis.fleet.ledger import FleetLedger
 from genesis.fleet.leftovers import SNAPSHOTS, keep_aside, make_startable
 from genesis.fleet.lines import clean
 from genesis.fleet.planning import Verdict, outcome_of
@@ -774,6 +776,56 @@ class HomeActivities:
     cfg: Config
     remote: str
     run_id: str = ""
+    fleet_ledger: Path | None = None   # where a moved project branch is recorded (the Mirror's: the report reads it)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)   # around a look at the branch
+    moving: int = 0     # merges and marks of ours under way: each may move the project branch
+
+    def keep_start(self, target: str) -> None:
+        """The project branch's tip at the fleet's start is its known tip (fleet/merging.keep_start)."""
+        with self.lock:
+            merging.keep_start(self.project, target)
+
+    def guard_branch(self, target: str) -> None:
+        """The project branch moved behind the merge queue's back (a `git update-ref` by whatever
+        can write this checkout: a loop of a worker on this machine, say) put back and said as the
+        local monitor does (fleet/merging.guard_branch): in the fleet ledger, on the console, to
+        the home's alert channels. Looked at beside the fleet's watch, and before every merge and
+        mark; never while one of ours may be moving the branch."""
+        with self.lock:
+            if not self.moving:
+                self._guard(target)
+
+    @contextlib.contextmanager
+    def _moves(self, target: str) -> Iterator[None]:
+        """A merge or mark of ours: the branch looked at first (none builds on a tip a child forged),
+        then not again until it is done."""
+        with self.lock:
+            if not self.moving:
+                self._guard(target)
+            self.moving += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.moving -= 1
+
+    def _guard(self, target: str) -> None:
+        merging.guard_branch(self.project, target, self._record, self._tell)
+
+    def _tell(self, alert: AlertInput) -> None:
+        try:
+            self.alert(alert)
+        except Exception as exc:  # noqa: BLE001 - an alert is never worth a merge (as the local monitor's)
+            _say("home", f"the alert could not be sent: {exc}")
+
+    def _record(self, kind: str, **detail) -> None:
+        if self.fleet_ledger is None:
+            return
+        try:
+            with FleetLedger.open(self.fleet_ledger) as led:
+                led.record(kind, None, **detail)
+        except (OSError, LedgerError) as exc:   # said on the console already: the record is not worth a merge
+            _say("home", f"{kind} could not be recorded in {self.fleet_ledger}: {exc}")
 
     @activity.defn(name="alert")
     def alert(self, inp: AlertInput) -> int:
@@ -795,7 +847,7 @@ class HomeActivities:
         while it works (its tests too): a home that died mid-merge is known within a heartbeat,
         and the next try starts from a fresh merge worktree."""
         _refuse_bad_input("home", inp.fleet_id, inp.task, inp.target, inp.remote_url)
-        with _Beating("merging"):
+        with _Beating("merging"), self._moves(inp.target):
             return self._merge(inp)
 
     def _merge(self, inp: MergeInput) -> MergeOutcome:
@@ -866,7 +918,7 @@ class HomeActivities:
     @activity.defn(name="mark")
     def mark(self, inp: MarkInput) -> str:
         _refuse_bad_input("home", "home", inp.task, inp.target, "")
-        with _Beating("marking"):
+        with _Beating("marking"), self._moves(inp.target):
             return self._mark(inp)
 
     def _mark(self, inp: MarkInput) -> str:

@@ -26,6 +26,7 @@ from genesis import exitcodes
 from genesis.agents import adapter_of
 from genesis.config import Config, ConfigError, layout_for, resolve
 from genesis.fleet import cascade, ladder
+from genesis.fleet.ledger import FleetLedger
 from genesis.fleet.lines import say
 from genesis.fleet.monitor import MONITOR_FILE, FleetLocked, take_fleet_lock
 from genesis.fleet.queue import check_trust, project_branch
@@ -116,16 +117,9 @@ def run_home(project: Path, overrides: Mapping[str, str], parallel: str, *, trus
             f"remote named {settings.remote!r}: add one (`git remote add {settings.remote} URL`) or name yours "
             f"with GENESIS_TEMPORAL_REMOTE", "error")
         return exitcodes.USAGE
-    pushed = run_git(cfg.project, ["push", "-q", "--no-follow-tags", settings.remote,
-                                   f"refs/heads/{target}:refs/heads/{target}"], timeout=GIT_TIMEOUT)
-    if pushed.returncode != 0:
-        say(f"{target} could not be pushed to {settings.remote} (every machine starts its tasks from it there): "
-            f"{(pushed.stderr or pushed.text).strip()[-300:]}; bring the two together (`git pull`), then start "
-            f"again", "error")
-        return exitcodes.USAGE
     spec = fleet_spec(cfg, settings, overrides, n, target, url, env)
     run_id = FLEET_RUN + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
-    home = HomeActivities(cfg.project, cfg, settings.remote, run_id)
+    home = HomeActivities(cfg.project, cfg, settings.remote, run_id, fleet_dir / "ledger.sqlite3")
     try:   # one home per project, and never beside a single loop on it (as the local monitor)
         fleet_fd = take_fleet_lock(fleet_dir / "lock")
     except FleetLocked:
@@ -142,6 +136,18 @@ def run_home(project: Path, overrides: Mapping[str, str], parallel: str, *, trus
     loop = asyncio.new_event_loop()
     loop.set_default_executor(ThreadPoolExecutor(max_workers=4, thread_name_prefix="genesis-home"))
     try:
+        taking_over = _unfinished(fleet_dir)
+        if taking_over:   # moved while no home watched: put back before it is pushed for every machine
+            home.guard_branch(target)
+        pushed = run_git(cfg.project, ["push", "-q", "--no-follow-tags", settings.remote,
+                                       f"refs/heads/{target}:refs/heads/{target}"], timeout=GIT_TIMEOUT)
+        if pushed.returncode != 0:
+            say(f"{target} could not be pushed to {settings.remote} (every machine starts its tasks from it there): "
+                f"{(pushed.stderr or pushed.text).strip()[-300:]}; bring the two together (`git pull`), then start "
+                f"again", "error")
+            return exitcodes.USAGE
+        if not taking_over:
+            home.keep_start(target)
         return loop.run_until_complete(_follow(settings, spec, home, fleet_dir, cfg, run_id))
     except RuntimeError as exc:
         say(f"cannot reach Temporal at {settings.address}: {exc}", "error")
@@ -153,6 +159,17 @@ def run_home(project: Path, overrides: Mapping[str, str], parallel: str, *, trus
         release(layout.loop_record, run_id)
         os.close(loop_fd)
         os.close(fleet_fd)
+
+
+def _unfinished(fleet_dir: Path) -> bool:
+    """Whether the fleet's last home was killed (its start recorded, no end): the project branch
+    is then judged against the tip that home gave it, as a restarted local monitor judges it."""
+    try:
+        with FleetLedger.open(fleet_dir / "ledger.sqlite3", readonly=True) as led:
+            last = led.last_event("fleet_start", "fleet_end")
+    except (OSError, LedgerError):
+        return False
+    return last is not None and last.kind == "fleet_start"
 
 
 async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivities, fleet_dir: Path,
@@ -208,6 +225,7 @@ async def _follow(settings: TemporalSettings, spec: FleetSpec, home: HomeActivit
                 _stop(handle, got, None, outage)
             if time.monotonic() - synced >= SYNC_EVERY:
                 await _sync(client, spec.fleet_id, spec.account_workflow, mirror, outage)
+                await asyncio.to_thread(home.guard_branch, spec.target)   # as the local monitor's watch
                 synced = time.monotonic()
             await asyncio.wait([outcome], timeout=BEAT_EVERY)
         try:

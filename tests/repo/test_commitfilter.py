@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from helpers.git import git
 
-from genesis.repo.autocommit import DEFAULT_RULES, commit
-from genesis.repo.commitfilter import MB, Rules
+from genesis.repo.autocommit import DEFAULT_RULES, _Git, commit
+from genesis.repo.commitfilter import MB, Rules, _from_work_tree, _staged, by_content
 
 pytestmark = pytest.mark.fault(82)
 
@@ -122,3 +122,31 @@ def test_only_a_file_detect_secrets_must_scan_is_left_out_for_time_and_said(proj
     result = commit(project, "phase", [], push=False, rules=Rules(10 * MB, budget=0))
     assert result.committed and committed(project) == {"README.md", "work.txt"}
     assert reasons(result) == {"login.py": "not checked for secrets within 0 s"}
+
+
+def test_what_is_scanned_is_the_staged_blob_whatever_the_work_tree_holds_now(project):
+    (project / "config.py").write_text(CONFIG)
+    (project / "clean.py").write_text("NAME = 'clean'\n")
+    git(project, "add", "config.py", "clean.py")
+    (project / "config.py").write_text("NAME = 'no secret here now'\n")  # changed after it was staged
+    (project / "clean.py").write_text(CONFIG)
+    git_ = _Git(project, {}, False, 60)
+    why = {item.path: item.reason for item in by_content(git_, DEFAULT_RULES, top=project)}
+    assert set(why) == {"config.py"} and why["config.py"].startswith("detect-secrets found ")
+
+
+def test_a_staged_file_is_read_from_the_work_tree_only_when_it_hashes_to_the_staged_blob(project):
+    for name in ("same.py", "changed.py", "linked.py", "fifo.py"):
+        (project / name).write_text(f"NAME = {name!r}\n")
+    (project / "big.py").write_text("x" * 100)   # over the limit asked: git is asked, even for the same bytes
+    git(project, "add", ".")
+    (project / "changed.py").write_text("NAME = 'another'\n")
+    (project / "target.txt").write_text("NAME = 'linked.py'\n")
+    (project / "linked.py").unlink()
+    (project / "linked.py").symlink_to("target.txt")  # never followed, even to the same bytes
+    (project / "fifo.py").unlink()
+    os.mkfifo(project / "fifo.py")  # never waited on
+    staged = {s.path: s for s in _staged(_Git(project, {}, False, 60))}
+    read = {path: _from_work_tree(os.fspath(project), item, 50) for path, item in staged.items()}
+    assert read == {"same.py": b"NAME = 'same.py'\n", "changed.py": None, "linked.py": None, "fifo.py": None,
+                    "big.py": None}

@@ -15,7 +15,9 @@ from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
 from genesis.config import resolve  # noqa: E402
+from genesis.fleet.ledger import FleetLedger  # noqa: E402
 from genesis.fleet.taskref import branch_for, task_id  # noqa: E402
+from genesis.repo import branchguard  # noqa: E402
 from genesis.temporal.activities import HomeActivities  # noqa: E402
 from genesis.temporal.records import HELD, MergeInput, TaskSpec  # noqa: E402
 
@@ -142,3 +144,64 @@ def test_the_home_s_merge_is_green_or_not_landed_the_project_s_check_run_on_the_
     green = merge(project, target, remote, GENESIS_CHECK_CMD="test -f work.txt")
     assert green.outcome == "merged" and "its checks passed (1)" in green.detail, green
     assert git(remote, "rev-parse", target) == git(project, "rev-parse", target) != before
+
+
+def forge(project, target, tmp_path) -> str:
+    """What a hostile child does where it can write the home's repository (a worktree of it): a
+    commit of its own on the project branch's tip made with plumbing, the branch moved onto it."""
+    wt = tmp_path / "hostile"
+    git(project, "worktree", "add", "-q", "--detach", str(wt), target)
+    (wt / "forged.txt").write_text("never the user's\n")
+    git(wt, "add", "forged.txt")
+    tree = git(wt, "write-tree").strip()
+    forged = git(wt, "commit-tree", tree, "-p", f"refs/heads/{target}", "-m", "forged").strip()
+    git(wt, "update-ref", f"refs/heads/{target}", forged)
+    return forged
+
+
+def guarded_home(project, tmp_path) -> tuple[HomeActivities, list]:
+    """The home's activities as the home makes them (the fleet ledger named), its alerts caught."""
+    acts = HomeActivities(project, resolve(project), "origin", "fleet-test", tmp_path / "ledger.sqlite3")
+    sent: list = []
+    acts.alert = sent.append
+    return acts, sent
+
+
+@pytest.mark.fault(201)
+def test_the_home_puts_back_a_moved_project_branch_before_it_merges_and_names_it(home, tmp_path):
+    project, target, remote = home
+    acts, sent = guarded_home(project, tmp_path)
+    acts.keep_start(target)
+    start = git(project, "rev-parse", target).strip()
+    forged = forge(project, target, tmp_path)
+    inp = MergeInput("genesis-fleet-0123456789ab", TaskSpec(TID, TEXT, BRANCH), target, str(remote))
+    done = ActivityEnvironment().run(acts.merge, inp)
+    assert done.outcome == "merged", done
+    tip = git(project, "rev-parse", target).strip()
+    assert git(project, "rev-list", tip).split().count(start) == 1 and forged not in git(project, "rev-list", tip)
+    assert git(remote, "rev-parse", target).strip() == tip   # what every machine starts from: never the forged one
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        (event,) = led.events("branch_moved")
+    assert event.detail["known"] == start and event.detail["found"] == forged and event.detail["put_back"] is True
+    assert git(project, "rev-parse", event.detail["kept"]).strip() == forged   # kept, as evidence
+    (alert,) = sent
+    assert alert.severity == "high" and alert.cause == f"a child moved {target} behind the merge queue"
+    assert f"a child moved {target} from {start[:10]} to {forged[:10]}" in alert.what
+    assert branchguard.known(project, target) == tip   # the merge's tip is the new known one
+    acts.guard_branch(target)
+    assert len(sent) == 1   # said once
+
+
+@pytest.mark.fault(201)
+def test_the_home_s_watch_puts_the_branch_back_but_never_while_a_merge_of_its_own_moves_it(home, tmp_path):
+    project, target, _ = home
+    acts, sent = guarded_home(project, tmp_path)
+    acts.keep_start(target)
+    start = git(project, "rev-parse", target).strip()
+    forged = forge(project, target, tmp_path)
+    acts.moving = 1   # a merge of ours under way: what it does to the branch is its own
+    acts.guard_branch(target)
+    assert git(project, "rev-parse", target).strip() == forged and sent == []
+    acts.moving = 0
+    acts.guard_branch(target)
+    assert git(project, "rev-parse", target).strip() == start and len(sent) == 1

@@ -25,8 +25,10 @@ from helpers.git import git  # noqa: E402
 from helpers.temporal import GENESIS, Machines, loops_under, origin_for  # noqa: E402
 
 from genesis import exitcodes  # noqa: E402
+from genesis.fleet.ledger import FleetLedger  # noqa: E402
 from genesis.fleet.taskref import task_id  # noqa: E402
 from genesis.repo.tasks import DONE, parse  # noqa: E402
+from genesis.store.layout import state_dir_of  # noqa: E402
 from genesis.temporal import reading  # noqa: E402
 from genesis.temporal.records import fingerprint, fleet_workflow_id  # noqa: E402
 
@@ -347,9 +349,12 @@ def test_genesis_stop_at_home_stops_every_machines_loops_and_the_fleet(machines,
 
 
 @pytest.mark.fault(109)
+@pytest.mark.fault(201)
 def test_a_home_killed_mid_fleet_is_taken_over_by_the_next_start(machines, project, tmp_path):
     """The home dies (SIGKILL) while the workers' agents work: the fleet runs on in Temporal, and
-    the next start at home takes it over: its merges, its end and its exit code."""
+    the next start at home takes it over: its merges, its end and its exit code. The project
+    branch moved meanwhile (a hostile child's `git update-ref`) is put back by the next home,
+    named and recorded as the local monitor does, and no merge builds on it."""
     fleet_project(project, TEXTS[:2])
     remote = origin_for(project, tmp_path)
     target = git(project, "symbolic-ref", "--short", "HEAD").strip()
@@ -363,10 +368,21 @@ def test_a_home_killed_mid_fleet_is_taken_over_by_the_next_start(machines, proje
     wait_for("an agent on each machine", lambda: machines.agents("A") and machines.agents("B"), machines)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
+    hostile = tmp_path / "hostile"
+    git(project, "worktree", "add", "-q", "--detach", str(hostile), target)
+    (hostile / "forged.txt").write_text("never the user's\n")
+    git(hostile, "add", "forged.txt")
+    forged = git(hostile, "commit-tree", git(hostile, "write-tree").strip(), "-p", target, "-m", "forged").strip()
+    git(hostile, "update-ref", f"refs/heads/{target}", forged)
     second = machines.home(project, 2, *sets)
     wait_for("the second home took the fleet over", lambda: "takes it over" in machines.log("home"), machines)
     slow.unlink()
     assert wait_end(second, "the fleet", machines) == 0, machines.log("home")[-3000:]
     on_origin = parse(git(remote, "show", f"{target}:TASKS.md"))
     assert {t.text: t.state for t in on_origin.items} == {text: DONE for text in TEXTS[:2]}
+    assert f"a child moved {target} from " in machines.log("home") and f"to {forged[:10]}" in machines.log("home")
+    assert forged not in git(remote, "rev-list", target).split()
+    with FleetLedger.open(state_dir_of(project) / "fleet" / "ledger.sqlite3", readonly=True) as led:
+        (moved,) = led.events("branch_moved")
+    assert moved.detail["found"] == forged and moved.detail["put_back"] is True
     assert len(machines.agents("A") + machines.agents("B")) == 2   # no attempt started again
