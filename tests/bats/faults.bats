@@ -256,10 +256,27 @@ AGENT
   cat >"${BATS_TEST_TMPDIR}/genesis-dies" <<WRAP
 #!/usr/bin/env bash
 if [[ " \$* " == *" run-phase "* ]]; then
+  args=("\$@")
+  for ((i = 0; i < \${#args[@]}; i++)); do
+    case "\${args[i]}" in
+      --phase) phase="\${args[i + 1]}" ;;
+      --iteration) iteration="\${args[i + 1]}" ;;
+    esac
+  done
+  log="\$(printf 'iter-%04d-%s.log' "\${iteration}" "\${phase}")"
   "${REPO_ROOT}/.venv/bin/genesis" "\$@" &
   watcher=\$!
-  sleep 2
-  kill -KILL "\${watcher}"
+  # Killed once its agent runs (the phase's log is there), never before: a phase it skips ends
+  # by itself, however long a loaded machine takes to decide so.
+  for _ in \$(seq 600); do
+    kill -0 "\${watcher}" 2>/dev/null || break
+    if compgen -G "${PROJECT}/orchestrator/logs/*/\${log}" >/dev/null; then
+      sleep 0.5
+      kill -KILL "\${watcher}"
+      break
+    fi
+    sleep 0.1
+  done
   wait "\${watcher}"
   exit
 fi
