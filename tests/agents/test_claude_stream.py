@@ -537,6 +537,7 @@ def test_a_scheduled_wake_up_is_pending_from_its_call_to_its_fire_and_due_when_i
     assert (scheduled[1], first_result[0], first_result[1:3]) == (1090.0, "result", (1090.0, True))
     assert (fired[0], fired[1], fired[3]) == ("command_lifecycle", None, ["woken by its scheduled wake-up "
                                                                           "(loop_wakeup)"])
+    assert fired[2] is False  # the fire begins a turn: the first result is no longer the final one
     assert seen[-1][1] is None and reader.ending(0).result.text == "Woken: the build is done."
 
 

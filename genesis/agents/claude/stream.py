@@ -226,13 +226,16 @@ class StreamReader(OutputReader):
             self._set_wakeup(None)  # refused: nothing was scheduled
 
     def _lifecycle(self, record: dict[str, Any]) -> list[str]:
-        """A scheduled fire started: the wake-up it was set for is no longer pending (one armed
-        later, while it waited in the queue, still is)."""
+        """A scheduled fire started: a new turn, and the wake-up it was set for is no longer
+        pending (one armed later, while it waited in the queue, still is)."""
         if record.get("state") != "started" or not record.get("wakeup_source"):
             return []
         fired = number(record.get("scheduled_for"))
         if self._wakeup is not None and (fired is None or fired / 1000 >= self._wakeup - 1):
             self._set_wakeup(None)
+        # A new turn starts now: the last result is no longer the final one, however long the
+        # CLI takes to send the turn's first record (its init) on a loaded machine.
+        self.result_at = None
         return [one_line(f"woken by its scheduled wake-up ({text(record.get('wakeup_source'))})")]
 
     def _set_wakeup(self, due: float | None) -> None:
