@@ -59,8 +59,9 @@ def test_a_limit_one_loop_meets_holds_the_other_loop_on_the_account_until_the_re
     projects = {"a": new_repo(tmp_path / "a"), "b": new_repo(tmp_path / "b")}
     plan_night(projects["a"], ["Add a /health endpoint with a test"])
     plan_night(projects["b"], ["Log each request"])
-    # a's second request (its Builder, after `cat TASKS.md`) meets a 5-hour limit for ~8 s.
-    window = fast_stub.limit_after(2, 8)
+    # a's second request (its Builder, after `cat TASKS.md`) meets a 5-hour limit for ~20 s: b,
+    # started once a waits, must reach its first phase inside it (its start checks take seconds).
+    window = fast_stub.limit_after(2, 20)
     env = night_env(fast_stub, subscriber=True)
     loops = {"a": start(projects["a"], env)}
     try:
