@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -244,10 +245,51 @@ class Running:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
+FOLDER_PREFIX = "genesis-net-"
+LEFT_AFTER = 60.0  # seconds: a proxy folder this old whose socket no one listens on was left by a killed watcher
+
+
+def sweep(top: str, now: float | None = None) -> int:
+    """Removes the folders under `top` that proxies of this user left when their watcher was
+    killed (SIGKILL runs no clean-up): a real 0700 folder of ours, not a symlink, older than
+    LEFT_AFTER, whose socket refuses a connection. Anything else is left as it is. How many went."""
+    now = time.time() if now is None else now
+    gone = 0
+    try:
+        names = [n for n in os.listdir(top) if n.startswith(FOLDER_PREFIX)][:1000]
+    except OSError:
+        return 0
+    for name in names:
+        folder = os.path.join(top, name)
+        try:
+            st = os.lstat(folder)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077 or \
+                now - st.st_mtime < LEFT_AFTER:
+            continue
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(os.path.join(folder, SOCKET_NAME))
+            continue  # a live proxy
+        except ConnectionRefusedError:
+            pass
+        except OSError:
+            continue  # no socket (yet), or not ours to judge
+        finally:
+            probe.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        gone += 1
+    return gone
+
+
 def start(allow: Allowlist, bounds: Bounds = Bounds(), resolve: Resolver = _resolve, top: str = "/tmp") -> Running:
     """A proxy for one box, listening in a fresh 0700 folder under `top` (/tmp: the box has its
-    own /tmp, so nothing in it can reach or replace the folder but through the bind it gets)."""
-    folder = tempfile.mkdtemp(prefix="genesis-net-", dir=top if os.path.isdir(top) else None)
+    own /tmp, so nothing in it can reach or replace the folder but through the bind it gets).
+    The folders killed watchers left there are swept first."""
+    top = top if os.path.isdir(top) else tempfile.gettempdir()
+    sweep(top)
+    folder = tempfile.mkdtemp(prefix=FOLDER_PREFIX, dir=top)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(os.path.join(folder, SOCKET_NAME))
