@@ -266,8 +266,8 @@ if [[ " \$* " == *" run-phase "* ]]; then
   log="\$(printf 'iter-%04d-%s.log' "\${iteration}" "\${phase}")"
   "${REPO_ROOT}/.venv/bin/genesis" "\$@" &
   watcher=\$!
-  # Killed once its agent runs (the phase's log is there), never before: a phase it skips ends
-  # by itself, however long a loaded machine takes to decide so.
+  # Killed on an event, not after a delay: once its agent runs (the phase's log is there). A
+  # phase the loop skips starts no agent and ends by itself.
   for _ in \$(seq 600); do
     kill -0 "\${watcher}" 2>/dev/null || break
     if compgen -G "${PROJECT}/orchestrator/logs/*/\${log}" >/dev/null; then
