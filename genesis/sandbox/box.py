@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from genesis.sandbox import landlock, network as net
+from genesis.sandbox import landlock, network as net, unixsockets
 from genesis.sandbox.allowlist import Allowlist
 from genesis.sandbox.boxenv import boxed_env, git_identity
 from genesis.sandbox.bwrap import bwrap_argv
@@ -19,6 +19,7 @@ from genesis.sandbox.detect import INSTALL_BWRAP, Machine
 from genesis.sandbox.home import allowed_env
 from genesis.sandbox.places import TMP, Places
 from genesis.sandbox.seatbelt import seatbelt_argv
+from genesis.sandbox.sockets import NAME_SERVICES, named_sockets
 
 __all__ = ["Box", "Unavailable", "choose", "CHOICES", "BUBBLEWRAP", "LANDLOCK", "SEATBELT", "NONE", "OFF"]
 
@@ -30,18 +31,28 @@ UNBOXED = "Genesis fails closed instead (see docs/concepts/box.md)"
 # What of the user's each box keeps from the agent, and what it leaves open (docs/concepts/box.md).
 _NET = "the network is the host's (loopback services included)"
 _TMUX = "a tmux or screen server's, which runs any command it is sent outside the box"
+_HOME_READ = "it CAN read all of HOME (~/.ssh, ~/.aws, ~/.config/gh)"
 REACH = {
     BUBBLEWRAP: ("HOME is private (its CLI's folder, the language caches and GENESIS_BOX_ALLOW kept), no socket "
                  f"under /run or /run/user, no secret variable; {_NET}"),
     SEATBELT: ("HOME is unreadable (but its CLI's folder, the language caches and GENESIS_BOX_ALLOW), no secret "
                f"variable; it CAN reach sockets outside HOME (/tmp, /var/run) and {_NET}"),
-    LANDLOCK: ("no secret variable; it CAN read all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket "
-               f"(ssh-agent, /run/user, docker, {_TMUX}: Landlock cannot keep a socket file from it) and {_NET}"),
+    LANDLOCK: (f"no secret variable; {_HOME_READ}, reach every socket (ssh-agent, /run/user, docker, {_TMUX}: "
+               f"{{why}}) and {_NET}"),
     NONE: ("no secret variable; it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every "
            f"socket (ssh-agent, /run/user, docker, {_TMUX}) and {_NET}"),
     OFF: ("it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket (ssh-agent, "
           f"/run/user, docker), every secret variable and {_NET}"),
 }
+# Landlock's sockets: from ABI 9 it keeps the outside's socket files away; below, a seccomp filter
+# keeps every unix stream socket away (unixsockets.py), the box's own too.
+LANDLOCK_SCOPED = (f"no secret variable, no socket file outside the box but the name services' and "
+                   f"GENESIS_BOX_ALLOW's (Landlock ABI {landlock.RESOLVE_UNIX_ABI}); {_HOME_READ} and {_NET}")
+LANDLOCK_FILTERED = ("no secret variable; no unix stream socket can be opened in the box (a seccomp filter), so no "
+                     "server's socket outside it is reached (ssh-agent, /run/user, docker, a tmux or screen "
+                     "server's): a program that needs one (a local database's socket, Python 3.14's "
+                     "multiprocessing forkserver) fails; bubblewrap or a kernel with Landlock ABI "
+                     f"{landlock.RESOLVE_UNIX_ABI} keeps only the outside's sockets away; {_HOME_READ} and {_NET}")
 ALLOW_NET_SAID = ("a network of its own: its own loopback, and out only through Genesis's proxy to the allowed "
                   "hosts (the host's loopback services and every other host refused, each refusal recorded)")
 SEATBELT_ALLOW_SAID = ("out only through Genesis's proxy to the allowed hosts (every other host refused and recorded "
@@ -71,6 +82,8 @@ class Box:
     proxy_dir: str = ""            # allowlist: the running proxy's folder (network.serving); "": no way out
     proxy_port: int = 0            # allowlist in Seatbelt: the running proxy's port on 127.0.0.1; 0: no way out
     network_wanted: str = ""       # allowlist asked for in a box that cannot: the network stays the host's
+    unix_filter: unixsockets.Filter | None = None  # Landlock below ABI 9: no unix stream socket in the box
+    sockets_open: str = ""         # Landlock: why the outside's socket files stay reachable ("": they do not)
 
     @property
     def pid_namespace(self) -> bool:
@@ -103,6 +116,8 @@ class Box:
         """Between fork and exec: Landlock restricts the agent's process for good."""
         if self.kind == LANDLOCK and self.rules is not None:
             landlock.restrict(self.rules)
+            if self.unix_filter is not None:  # no_new_privs is set: the filter needs it
+                unixsockets.install(self.unix_filter)
 
     def line(self) -> str:
         """The start-up line: the box, and what it protects (or what is lost without one), then
@@ -158,7 +173,7 @@ class Box:
     def reach(self) -> str:
         """What of the user's the agent can reach from this box, in the words the start line,
         the report and `genesis doctor` share."""
-        said = REACH.get(self.kind, REACH[NONE])
+        said = self._landlock_reach() if self.kind == LANDLOCK else REACH.get(self.kind, REACH[NONE])
         if self.network == NO_NET:
             return said.replace(_NET, NO_NET_SAID[self.kind])
         if self.network == ALLOW_NET:
@@ -169,6 +184,13 @@ class Box:
             return said.replace(_NET, f"{_NET}: GENESIS_NETWORK=allowlist needs bubblewrap or Seatbelt, this box "
                                       f"cannot filter it")
         return said
+
+    def _landlock_reach(self) -> str:
+        if self.rules is not None and self.rules.sockets_scoped:
+            return LANDLOCK_SCOPED
+        if self.unix_filter is not None:
+            return LANDLOCK_FILTERED
+        return REACH[LANDLOCK].format(why=self.sockets_open or "Landlock cannot keep a socket file from it")
 
     def environment(self, env: Mapping[str, str], keys: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
         """The agent's environment in this box, and the names left out: the secrets and socket
@@ -203,6 +225,7 @@ class Box:
                                    if self.kind == BUBBLEWRAP and self.places else 0),
                 "protected": list(self.places.protected) if self.places and self.kind != LANDLOCK else [],
                 "landlock_abi": self.rules.abi if self.rules else 0, "code_open": list(self.code_open()),
+                "socket_filter": self.unix_filter is not None,
                 "network": self.network, "network_wanted": self.network_wanted,
                 "allowed": [e.said() for e in self.allowed.entries] if self.allowed else []}
 
@@ -245,8 +268,22 @@ def choose(setting: str, machine: Machine, places: Places, network: str = OPEN_N
 
 def _choose(setting: str, machine: Machine, places: Places) -> Box:
     def landlock_box() -> Box:
-        rules = landlock.prepare(_landlock_writable(places, places.tmpdir), machine.landlock_abi)
-        return Box(LANDLOCK, places, rules=rules)
+        allowed = tuple(a.path for a in places.allow)
+        rules = landlock.prepare(_landlock_writable(places, places.tmpdir), machine.landlock_abi,
+                                 (*NAME_SERVICES, *allowed))
+        if rules.sockets_scoped:
+            return Box(LANDLOCK, places, rules=rules)
+        given = named_sockets(allowed)
+        if given:  # the user's word wins: a filter would refuse their socket too
+            return Box(LANDLOCK, places, rules=rules, sockets_open=(
+                f"GENESIS_BOX_ALLOW gives {', '.join(given)}, and below Landlock ABI {landlock.RESOLVE_UNIX_ABI} "
+                f"only a filter refusing every unix stream socket could keep the others away"))
+        program = unixsockets.build(machine.arch)
+        if program is None:
+            return Box(LANDLOCK, places, rules=rules, sockets_open=(
+                f"below Landlock ABI {landlock.RESOLVE_UNIX_ABI} only a seccomp filter keeps them away, and "
+                f"Genesis has none for this machine ({machine.arch or 'unknown'})"))
+        return Box(LANDLOCK, places, rules=rules, unix_filter=program)
 
     if setting == OFF:
         return Box(OFF, places)

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -33,6 +33,7 @@ class Machine:
     seatbelt: str | None           # sandbox-exec (macOS), or None
     root: bool = False             # Genesis runs as root: the box must take root's capabilities away
     root_why: str = ""             # as root, why a box without capabilities could not run ("": it can)
+    arch: str = field(default_factory=lambda: os.uname().machine)  # Landlock's socket filter is per architecture
 
 
 # As root, bubblewrap keeps every capability unless told: the agent could unmount the read-only

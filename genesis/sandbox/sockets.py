@@ -7,7 +7,8 @@ $XDG_RUNTIME_DIR) are covered with an empty tmpfs, and every other socket found 
 (a bounded walk; the name services' excepted) and $SSH_AUTH_SOCK's is covered with
 /dev/null, so a connect is refused.
 The user gives a socket back through GENESIS_BOX_ALLOW. Abstract sockets have no path:
-only a network namespace of the box's own closes them.
+only a network namespace of the box's own closes them. (The Landlock box keeps sockets away
+by other means: landlock.py from ABI 9, unixsockets.py below.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import stat
 from dataclasses import dataclass
 from typing import Mapping
 
-__all__ = ["Hidden", "hidden", "RUN", "RUN_USER", "SOCKET_VARS"]
+__all__ = ["Hidden", "hidden", "named_sockets", "RUN", "RUN_USER", "NAME_SERVICES", "SOCKET_VARS"]
 
 RUN, RUN_USER = "/run", "/run/user"
 # Name services a program's DNS and user lookups go through (nss-resolve, nscd): they answer
@@ -40,6 +41,18 @@ def _is_socket(path: str) -> bool:
         return stat.S_ISSOCK(os.lstat(path).st_mode)
     except (OSError, ValueError):
         return False
+
+
+def named_sockets(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """Of `paths` (GENESIS_BOX_ALLOW's), those that are sockets, a link followed."""
+    found = []
+    for path in paths:
+        try:
+            if stat.S_ISSOCK(os.stat(path).st_mode):
+                found.append(path)
+        except (OSError, ValueError):
+            continue
+    return tuple(found)
 
 
 def _walk_sockets(top: str, skip: tuple[str, ...]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import replace
 
 import pytest
@@ -9,7 +10,9 @@ import pytest
 from genesis.sandbox.allowlist import Allowlist, parse_entries
 from genesis.sandbox.box import Unavailable, choose
 from genesis.sandbox.detect import Machine
+from genesis.sandbox.home import Allowed
 from genesis.sandbox.places import Places
+from genesis.sandbox.sockets import NAME_SERVICES
 
 PLACES = Places("/p", "/p", "/root", None, (), ("/p/.git/genesis",), "/p/.git/genesis/heartbeats")
 ALL = Machine("/usr/bin/bwrap", "", 7, None)
@@ -86,7 +89,7 @@ def test_as_root_a_box_that_cannot_drop_capabilities_says_it_is_weaker_and_claim
 
 
 @pytest.mark.parametrize("setting, machine, open_", [
-    ("auto", NO_BWRAP, "it CAN read all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket"),
+    ("auto", NO_BWRAP, "it CAN read all of HOME (~/.ssh, ~/.aws, ~/.config/gh) and the network"),
     ("auto", BARE, "it CAN read and write all of HOME (~/.ssh, ~/.aws, ~/.config/gh), reach every socket"),
     ("off", ALL, "every secret variable and the network is the host's"),
     ("auto", MAC, "HOME is unreadable (but its CLI's folder"),
@@ -141,14 +144,56 @@ def test_the_start_line_names_genesiss_code_a_box_leaves_writable():
     assert "it CAN write Genesis's code at /h," in choose("bwrap", ALL, held).line()
 
 
+def landlock_machine(abi: int, arch: str = "x86_64") -> Machine:
+    return Machine(None, "bubblewrap not installed", abi, None, arch=arch)
+
+
 @pytest.mark.fault(206)
-def test_landlock_says_a_tmux_or_screen_server_stays_reachable_from_its_box():
-    """Landlock scopes signals and abstract sockets (ABI 6) but not a socket file: the user's tmux
-    server (the README runs the loop in tmux) takes commands from the box. Said at the start."""
-    line = choose("landlock", NO_BWRAP, PLACES).line()
-    assert "a tmux or screen server's, which runs any command it is sent outside the box" in line
-    assert "Landlock cannot keep a socket file from it" in line
+def test_landlock_keeps_a_tmux_or_screen_server_out_of_reach_and_says_how():
+    """The user's tmux server (the README runs the loop in tmux) runs what it is sent outside the
+    box: from Landlock ABI 9 no socket file made outside is reached, below it a seccomp filter
+    opens no unix stream socket at all, and the start says which, with its cost."""
+    nine = choose("landlock", landlock_machine(9), PLACES)
+    assert nine.rules.sockets_scoped and nine.unix_filter is None and not nine.record()["socket_filter"]
+    assert ("no socket file outside the box but the name services' and GENESIS_BOX_ALLOW's (Landlock ABI 9)"
+            in nine.line())
+    assert "tmux" not in nine.line() and "seccomp" not in nine.line()
+    for arch in ("x86_64", "aarch64"):
+        below = choose("landlock", landlock_machine(7, arch), PLACES)
+        assert below.unix_filter is not None and below.unix_filter.arch == arch and below.record()["socket_filter"]
+        line = below.line()
+        assert ("no unix stream socket can be opened in the box (a seccomp filter), so no server's socket outside "
+                "it is reached (ssh-agent, /run/user, docker, a tmux or screen server's): a program that needs one "
+                "(a local database's socket, Python 3.14's multiprocessing forkserver) fails; bubblewrap or a kernel "
+                "with Landlock ABI 9 keeps only the outside's sockets away") in line
+        assert "reach every socket" not in line
+    other = choose("landlock", landlock_machine(7, "riscv64"), PLACES)
+    assert other.unix_filter is None
+    assert ("reach every socket (ssh-agent, /run/user, docker, a tmux or screen server's, which runs any command it "
+            "is sent outside the box: below Landlock ABI 9 only a seccomp filter keeps them away, and Genesis has "
+            "none for this machine (riscv64))") in other.line()
     assert "tmux" not in choose("bwrap", ALL, PLACES).line()  # the private /tmp and /run/user: none reachable
+
+
+def test_under_landlock_a_socket_given_back_is_reachable_and_below_abi_9_no_filter_runs(tmp_path):
+    given, folder = tmp_path / "db.sock", tmp_path / "tool"
+    folder.mkdir()
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(given))
+    try:
+        places = replace(PLACES, allow=(Allowed(str(folder), False), Allowed(str(given), True)))
+        nine = choose("landlock", landlock_machine(9), places)
+        assert nine.unix_filter is None and set(nine.rules.reachable) <= {*NAME_SERVICES, str(folder), str(given)}
+        assert {str(folder), str(given)} <= set(nine.rules.reachable)
+        below = choose("landlock", landlock_machine(7), places)
+        assert below.unix_filter is None  # the user's word wins: a filter would refuse their socket too
+        assert (f"reach every socket (ssh-agent, /run/user, docker, a tmux or screen server's, which runs any command "
+                f"it is sent outside the box: GENESIS_BOX_ALLOW gives {given}, and below Landlock ABI 9 only a filter "
+                f"refusing every unix stream socket could keep the others away)") in below.line()
+        folder_only = choose("landlock", landlock_machine(7), replace(PLACES, allow=(Allowed(str(folder), True),)))
+        assert folder_only.unix_filter is not None  # a folder given back names no socket
+    finally:
+        server.close()
 
 
 def test_the_allow_list_is_bubblewraps_and_a_weaker_box_says_it_leaves_the_hosts_network():
