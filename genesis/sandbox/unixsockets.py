@@ -40,11 +40,12 @@ IO_URING_SETUP = 425                                    # one number on every ar
 
 @dataclass(frozen=True)
 class _Calls:
-    """One system-call table: socket(2)'s number, socketcall's (0: none), refused outright."""
+    """One system-call table: socket(2)'s number, socketcall's (0: none), the calls refused with
+    EPERM (io_uring_setup) and those refused with EACCES whatever their arguments."""
     socket: int
     socketcall: int = 0
     refused: tuple[int, ...] = (IO_URING_SETUP,)
-    denied: tuple[int, ...] = ()    # refused with EACCES whatever their arguments (x32's socket)
+    denied: tuple[int, ...] = ()    # x32's socket
 
 
 # The host's machine name -> each audit architecture its processes may call the kernel as.
@@ -70,8 +71,21 @@ class Filter:
         return len(self.program) // 8
 
 
+def _ld(offset: int) -> tuple:
+    return (_LD_W_ABS, offset, None, None)
+
+
+def _jeq(k: int, yes: str | None = None, no: str | None = None) -> tuple:
+    """Jump to label `yes` if the value is k, else to `no`; None falls through."""
+    return (_JEQ_K, k, yes, no)
+
+
+def _ret(k: int) -> tuple:
+    return (_RET_K, k, None, None)
+
+
 def _assemble(code: list[tuple]) -> bytes:
-    """Instructions as (opcode, k, true-label, false-label) or ("label", name); jumps forward by name."""
+    """Instructions (op, k, yes, no) and labels ("label", name), jumps resolved (forward only)."""
     at: dict[str, int] = {}
     plain = []
     for item in code:
@@ -80,8 +94,8 @@ def _assemble(code: list[tuple]) -> bytes:
         else:
             plain.append(item)
     out = bytearray()
-    for index, (op, k, *jumps) in enumerate(plain):
-        jt, jf = (at[j] - index - 1 if j else 0 for j in (jumps + [None, None])[:2])
+    for index, (op, k, yes, no) in enumerate(plain):
+        jt, jf = (at[label] - index - 1 if label else 0 for label in (yes, no))
         if not (0 <= jt < 256 and 0 <= jf < 256):
             raise ValueError(f"a jump out of reach at instruction {index}")
         out += struct.pack("=HBBI", op, jt, jf, k)
@@ -90,25 +104,23 @@ def _assemble(code: list[tuple]) -> bytes:
 
 def _program(tables: tuple[tuple[int, _Calls], ...]) -> bytes:
     deny_acces, deny_perm = RET_ERRNO | errno.EACCES, RET_ERRNO | errno.EPERM
-    code: list[tuple] = [(_LD_W_ABS, OFF_ARCH)]
-    for n, (audit, _) in enumerate(tables):
-        code.append((_JEQ_K, audit, f"arch{n}", None))
-    code.append((_RET_K, deny_perm))   # an architecture this host should not have: nothing allowed
+    code: list[tuple] = [_ld(OFF_ARCH)]
+    code += [_jeq(audit, f"arch{n}") for n, (audit, _) in enumerate(tables)]
+    code.append(_ret(deny_perm))   # an architecture this host should not have: nothing allowed
     for n, (_, calls) in enumerate(tables):
-        code += [("label", f"arch{n}"), (_LD_W_ABS, OFF_NR), (_JEQ_K, calls.socket, "unix", None)]
-        code += [(_JEQ_K, nr, "eperm", None) for nr in calls.refused]
-        code += [(_JEQ_K, nr, "eacces", None) for nr in calls.denied]
+        code += [("label", f"arch{n}"), _ld(OFF_NR), _jeq(calls.socket, "unix")]
+        code += [_jeq(nr, "eperm") for nr in calls.refused]
+        code += [_jeq(nr, "eacces") for nr in calls.denied]
         if calls.socketcall:  # its arguments lie in memory: only which call it is can be judged
-            code.append((_JEQ_K, calls.socketcall, "socketcall", None))
-        code.append((_RET_K, RET_ALLOW))
-    code += [("label", "socketcall"), (_LD_W_ABS, OFF_ARG0), (_JEQ_K, SYS_SOCKET_CALL, "eacces", None),
-             (_RET_K, RET_ALLOW),
+            code.append(_jeq(calls.socketcall, "socketcall"))
+        code.append(_ret(RET_ALLOW))
+    code += [("label", "socketcall"), _ld(OFF_ARG0), _jeq(SYS_SOCKET_CALL, "eacces"), _ret(RET_ALLOW),
              # socket(family, type, protocol): the kernel reads family and type as ints, their low words.
-             ("label", "unix"), (_LD_W_ABS, OFF_ARG0), (_JEQ_K, AF_UNIX, None, "allow"),
-             (_LD_W_ABS, OFF_ARG1), (_AND_K, SOCK_TYPE_MASK)]
-    code += [(_JEQ_K, kind, "eacces", None) for kind in STREAMS]
-    code += [("label", "allow"), (_RET_K, RET_ALLOW), ("label", "eacces"), (_RET_K, deny_acces),
-             ("label", "eperm"), (_RET_K, deny_perm)]
+             ("label", "unix"), _ld(OFF_ARG0), _jeq(AF_UNIX, no="allow"),
+             _ld(OFF_ARG1), (_AND_K, SOCK_TYPE_MASK, None, None)]
+    code += [_jeq(kind, "eacces") for kind in STREAMS]
+    code += [("label", "allow"), _ret(RET_ALLOW), ("label", "eacces"), _ret(deny_acces),
+             ("label", "eperm"), _ret(deny_perm)]
     return _assemble(code)
 
 

@@ -6,6 +6,7 @@ command, while its ordinary work (socketpair, a datagram socket, TCP, git) goes 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import shutil
 import socket
@@ -240,6 +241,36 @@ def test_the_filter_leaves_no_way_around_by_x32s_numbers():
     got = under_filter(f"SOCKET, URING = {X32 | 41}, {X32 | 425}\n" + FILTERED)
     # x32's socket is refused whatever it asks; a kernel without x32 would say ENOSYS, never ok.
     assert {got[k] for k in ("stream", "dgram", "inet")} <= {"EACCES"} and got["io_uring"] == "EPERM", got
+
+
+# The same calls made the 32-bit way (int 0x80, x86_64's compat entry), as an i386 program would.
+COMPAT = r"""
+import ctypes, errno, mmap
+def compat(nr, a, b, c):  # push rbx; mov eax, nr; mov ebx, a; mov ecx, b; mov edx, c; int 0x80; pop rbx; ret
+    code = (b"\x53\xb8" + nr.to_bytes(4, "little") + b"\xbb" + a.to_bytes(4, "little") + b"\xb9"
+            + b.to_bytes(4, "little") + b"\xba" + c.to_bytes(4, "little") + b"\xcd\x80\x5b\xc3")
+    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    got = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))()
+    return "ok" if got >= 0 else errno.errorcode.get(-got, str(got))
+for name, call in (("stream", (359, 1, 1, 0)), ("dgram", (359, 1, 2, 0)), ("io_uring", (425, 8, 0, 0))):
+    print(f"{name}={compat(*call)}")
+"""
+
+
+@functools.cache
+def compat_calls() -> str:
+    """"" where this kernel runs 32-bit system calls from a 64-bit process, else why not."""
+    if MACHINE.arch not in ("x86_64", "amd64"):
+        return "int 0x80 is x86's"
+    done = subprocess.run([sys.executable, "-c", COMPAT], capture_output=True, text=True, timeout=30)
+    return "" if done.returncode == 0 and "stream=ok" in done.stdout else f"no 32-bit system calls here: {done}"
+
+
+@pytest.mark.skipif(FILTER is None or bool(compat_calls()), reason=compat_calls() or "no filter")
+def test_the_filter_leaves_no_way_around_by_32_bit_calls():
+    got = under_filter(COMPAT)
+    assert got == {"stream": "EACCES", "dgram": "ok", "io_uring": "EPERM"}, got
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="seccomp is Linux's")
