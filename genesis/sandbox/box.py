@@ -113,7 +113,8 @@ class Box:
         return argv
 
     def in_child(self) -> None:
-        """Between fork and exec: Landlock restricts the agent's process for good."""
+        """Between fork and exec: Landlock restricts the agent's process for good, and below ABI 9
+        the socket filter follows (unixsockets.py)."""
         if self.kind == LANDLOCK and self.rules is not None:
             landlock.restrict(self.rules)
             if self.unix_filter is not None:  # no_new_privs is set: the filter needs it
