@@ -98,7 +98,9 @@ def test_a_wake_up_the_model_scheduled_is_waited_for_past_the_windows_and_the_wo
     # ScheduleWakeup (60 s, due at the next whole minute): the CLI writes its result and waits, idle, with no
     # hook and no output, then runs the woken turn. Past the stale (20 s) and result-exit (5 s) windows.
     e2e.phase("Builder", "wakeup")
-    e2e.env.update(HEARTBEAT_STALE="20s", AGENT_RESULT_EXIT_WINDOW="5s", TOOL_SILENT="5s")
+    # The wake-up is due 60 to 120 s after it is scheduled, by the clock's second: the harness's 120 s
+    # runtime cap would end the phase as overtime whenever the first turn ended late in its minute.
+    e2e.env.update(HEARTBEAT_STALE="20s", AGENT_RESULT_EXIT_WINDOW="5s", TOOL_SILENT="5s", AGENT_MAX_RUNTIME="4m")
     done, _ = e2e.run("--max-iterations", "1")
     assert done.returncode == 0, done.stdout
     assert "its turn is over and it waits for the wake-up it scheduled, due in" in done.stdout

@@ -71,15 +71,17 @@ async def release_once_held(address: str, prefix: str, hold, within: float) -> f
 
     client = await Client.connect(address)
     deadline = time.monotonic() + within
+    seen: dict = {}
     while time.monotonic() < deadline:
         async for wf in client.list_workflows(f'WorkflowId STARTS_WITH "{prefix}-account-"'):
             state = await client.get_workflow_handle(wf.id).query("state")
+            seen[wf.id] = state
             if float(state.get("until") or 0.0) > time.time():
                 at = time.time()
                 hold.unlink()
                 return at
         await asyncio.sleep(0.1)
-    raise AssertionError(f"the account was not held within {within:g}s")
+    raise AssertionError(f"the account was not held within {within:g}s; last seen at {time.time():.1f}: {seen}")
 
 
 @pytest.fixture
@@ -113,7 +115,13 @@ def test_a_limit_met_on_a_holds_the_loop_running_on_b_before_its_next_phase(mach
     wait_for("B's loop in its first phase", lambda: [s[2] for s in starts_of(starts)] == ["B"], machines)
     (_at, on_b, _host), = starts_of(starts)
     machines.worker("A", parallel=1)   # the other task goes to A, whose first agent meets the limit
-    held_at = asyncio.run(release_once_held(machines.address, machines.prefix, tmp_path / "hold", 120))
+    try:
+        held_at = asyncio.run(release_once_held(machines.address, machines.prefix, tmp_path / "hold", 120))
+    except AssertionError as exc:   # what each side did, for whoever reads the failure
+        first = tmp_path / "first"
+        raise AssertionError(f"{exc}\nstarts: {starts_of(starts)}\nlimit met, reset at: "
+                             f"{first.read_text() if first.exists() else None}\nA: {machines.log('A')[-3000:]}\n"
+                             f"B: {machines.log('B')[-2000:]}\nhome: {machines.log('home')[-3000:]}") from exc
     reset = int((tmp_path / "first").read_text())
     assert wait_end(home, "the fleet", machines) == 0, machines.log("home")[-4000:]
 
