@@ -1,0 +1,79 @@
+"""15. What a loop step costs before it does anything: the CPU time (user + system) of a fresh
+interpreter importing exactly what the step imports (genesis.cli and the modules its command
+imports in its body), and how many modules that loads, next to a bare interpreter. The loop
+runs a new `genesis` process for every step, so this is paid several times an iteration.
+
+Usage: .venv/bin/python bench/step_imports.py [N]   (default 15 runs of each, interleaved)
+
+CPU time, not wall time: a loaded machine stretches the latter, hardly the former. The
+heartbeat hook is a bash script (no Python), so it is not here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from common import PY, ROOT, Row
+
+CLI = "genesis.cli"
+RELOCK = "genesis.loop.relock"   # a started run's step reads its snapshot (cli.py, Context.run_config)
+# The loop's steps and what each imports: cli.py's command bodies.
+STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("python alone (no import)", ()),
+    ("loop-settings (genesis.cli alone)", (CLI,)),
+    ("preflight", (CLI, "genesis.loop.preflight")),
+    ("iteration start / finish", (CLI, "genesis.loop.iteration", RELOCK)),
+    ("run-phase / phase-lost", (CLI, "genesis.loop.phase", RELOCK)),
+    ("wait", (CLI, "genesis.loop.ceilings", "genesis.loop.preflight", "genesis.loop.waiting", RELOCK)),
+    ("finish (once a run)", (CLI, "genesis.loop.finish")),
+    ("companion (once a run)", (CLI, "genesis.loop.lostloop", RELOCK)),
+)
+# Heavy third-party or standard modules, named when a step loads them.
+HEAVY = ("detect_secrets", "requests", "asyncio", "rich", "git", "email", "http", "ssl", "logging", "zipfile",
+         "tomllib", "json", "sqlite3", "psutil")
+REPORT = ("import sys; mods = sys.modules; "
+          "print(len(mods), sum(m == 'genesis' or m.startswith('genesis.') for m in mods), "
+          f"' '.join(h for h in {HEAVY!r} if h in mods))")
+
+
+def _cpu(modules: tuple[str, ...]) -> tuple[float, str]:
+    """(CPU seconds, the child's report) of one fresh interpreter importing modules."""
+    code = "".join(f"import {m}; " for m in modules) + REPORT
+    child = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, cwd=ROOT)
+    out = child.stdout.read().decode()
+    child.stdout.close()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"importing {', '.join(modules)} failed (exit {child.returncode})")
+    return usage.ru_utime + usage.ru_stime, out.strip()
+
+
+def run(n: int = 15) -> list[Row]:
+    samples: dict[str, list[float]] = {name: [] for name, _ in STEPS}
+    seen: dict[str, str] = {}
+    for _ in range(n):   # interleaved: load that comes and goes falls on every step alike
+        for name, modules in STEPS:
+            took, seen[name] = _cpu(modules)
+            samples[name].append(took * 1000)
+    rows = []
+    for name, _ in STEPS:
+        count, ours, *heavy = seen[name].split(" ")
+        note = f"{count} modules, {ours} of genesis" + (f"; loads {', '.join(heavy)}" if heavy else "")
+        rows.append(Row(f"step imports: {name}", "ms CPU", tuple(samples[name]), note=note))
+    return rows
+
+
+def main() -> int:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 15
+    print(f"{'step':<44} {'CPU ms':>7} {'min':>7} {'max':>7}  modules")
+    for row in run(n):
+        print(f"{row.name.removeprefix('step imports: '):<44} {row.median:>7.0f} {min(row.samples):>7.0f} "
+              f"{max(row.samples):>7.0f}  {row.note}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
