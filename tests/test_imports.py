@@ -26,6 +26,9 @@ ALLOWED_LAZY: dict[tuple[str, str], str] = {
     ("genesis.sandbox.bridge", "asyncio"):
         "the box's bridge runs before the agent: only its server, after the fork, imports asyncio, so the agent's "
         "exec waits for none of it",
+    ("genesis.repo.commitfilter", "genesis.repo.secretscan"):
+        "detect-secrets (and the requests library it imports) is a quarter of a loop step's imports: only a commit "
+        "with staged files to scan imports the scanner",
 }
 
 
