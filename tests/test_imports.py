@@ -26,6 +26,9 @@ ALLOWED_LAZY: dict[tuple[str, str], str] = {
     ("genesis.sandbox.bridge", "asyncio"):
         "the box's bridge runs before the agent: only its server, after the fork, imports asyncio, so the agent's "
         "exec waits for none of it",
+    ("genesis.sandbox.network", "genesis.sandbox.proxy"):
+        "the proxy serves on asyncio: only a phase whose box has an allow-listed network imports it, when it starts "
+        "the proxy; every step imports the box (the configuration names its choices)",
     ("genesis.repo.commitfilter", "genesis.repo.secretscan"):
         "detect-secrets (and the requests library it imports) is a quarter of a loop step's imports: only a commit "
         "with staged files to scan imports the scanner",
