@@ -29,6 +29,9 @@ ALLOWED_LAZY: dict[tuple[str, str], str] = {
     ("genesis.sandbox.network", "genesis.sandbox.proxy"):
         "the proxy serves on asyncio: only a phase whose box has an allow-listed network imports it, when it starts "
         "the proxy; every step imports the box (the configuration names its choices)",
+    ("genesis.loop.lostloop", "genesis.loop.finish"):
+        "every phase's watcher imports lostloop, and ends the night itself only when it finds the loop killed: the "
+        "night's end (its report rendered with rich, the alerts it waits for) is imported then",
     ("genesis.repo.commitfilter", "genesis.repo.secretscan"):
         "detect-secrets (and the requests library it imports) is a quarter of a loop step's imports: only a commit "
         "with staged files to scan imports the scanner",
