@@ -5,8 +5,10 @@ runs a new `genesis` process for every step, so this is paid several times an it
 
 Usage: .venv/bin/python bench/step_imports.py [N]   (default 15 runs of each, interleaved)
 
-CPU time, not wall time: a loaded machine stretches the latter, hardly the former. The
-heartbeat hook is a bash script (no Python), so it is not here.
+CPU time, not wall time: a loaded machine stretches the latter, hardly the former. The package
+is compiled to bytecode first, as run-tests.sh does (where PYTHONDONTWRITEBYTECODE is set, every
+process would otherwise compile it from source, and that would be most of what is measured).
+The heartbeat hook is a bash script (no Python), so it is not here.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 
 from common import PY, ROOT, Row
 
@@ -38,10 +41,11 @@ REPORT = ("import sys; mods = sys.modules; "
           f"' '.join(h for h in {HEAVY!r} if h in mods))")
 
 
-def _cpu(modules: tuple[str, ...]) -> tuple[float, str]:
-    """(CPU seconds, the child's report) of one fresh interpreter importing modules."""
+def _cpu(modules: tuple[str, ...], where: str) -> tuple[float, str]:
+    """(CPU seconds, the child's report) of one fresh interpreter importing modules, from a
+    folder outside the checkout (as a loop step runs: genesis found as installed)."""
     code = "".join(f"import {m}; " for m in modules) + REPORT
-    child = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, cwd=ROOT)
+    child = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, cwd=where)
     out = child.stdout.read().decode()
     child.stdout.close()
     _, status, usage = os.wait4(child.pid, 0)
@@ -52,12 +56,14 @@ def _cpu(modules: tuple[str, ...]) -> tuple[float, str]:
 
 
 def run(n: int = 15) -> list[Row]:
+    subprocess.run([PY, "-m", "compileall", "-q", str(ROOT / "genesis")], stdout=subprocess.DEVNULL, check=True)
     samples: dict[str, list[float]] = {name: [] for name, _ in STEPS}
     seen: dict[str, str] = {}
-    for _ in range(n):   # interleaved: load that comes and goes falls on every step alike
-        for name, modules in STEPS:
-            took, seen[name] = _cpu(modules)
-            samples[name].append(took * 1000)
+    with tempfile.TemporaryDirectory() as where:
+        for _ in range(n):   # interleaved: load that comes and goes falls on every step alike
+            for name, modules in STEPS:
+                took, seen[name] = _cpu(modules, where)
+                samples[name].append(took * 1000)
     rows = []
     for name, _ in STEPS:
         count, ours, *heavy = seen[name].split(" ")
