@@ -29,7 +29,7 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("preflight", (CLI, "genesis.loop.preflight")),
     ("iteration start / finish", (CLI, "genesis.loop.iteration", RELOCK)),
     ("run-phase / phase-lost", (CLI, "genesis.loop.phase", RELOCK)),
-    ("wait", (CLI, "genesis.loop.ceilings", "genesis.loop.preflight", "genesis.loop.waiting", RELOCK)),
+    ("wait", (CLI, "genesis.loop.ceilings", "genesis.loop.stopflag", "genesis.loop.waiting", RELOCK)),
     ("finish (once a run)", (CLI, "genesis.loop.finish")),
     ("companion (once a run)", (CLI, "genesis.loop.lostloop", RELOCK)),
 )

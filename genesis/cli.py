@@ -264,7 +264,7 @@ def wait_step(obj: Context, run_id: str) -> None:
     cooldown) with a countdown; exit 0 when over or ended by the stop flag, 23 when it would
     end past GENESIS_MAX_RUNTIME_HOURS."""
     from genesis.loop.ceilings import deadline
-    from genesis.loop.preflight import read_flag
+    from genesis.loop.stopflag import read_flag
     from genesis.loop.waiting import sit_out
 
     step = obj.step(run_id)
