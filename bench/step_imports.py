@@ -3,7 +3,10 @@ interpreter importing exactly what the step imports (genesis.cli and the modules
 imports in its body), and how many modules that loads, next to a bare interpreter. The loop
 runs a new `genesis` process for every step, so this is paid several times an iteration.
 
-Usage: .venv/bin/python bench/step_imports.py [N]   (default 15 runs of each, interleaved)
+Usage: .venv/bin/python bench/step_imports.py [N] [--loop ITERATIONS]
+  N: runs of each step's imports, interleaved (default 15); --loop: also the CPU time of the
+  whole loop (start-multi-agent-loop.sh) over that many iterations of the shipped three phases
+  with an agent that exits at once: every process it waited for, steps, agents and git.
 
 CPU time, not wall time: a loaded machine stretches the latter, hardly the former. The package
 is compiled to bytecode first, as run-tests.sh does (where PYTHONDONTWRITEBYTECODE is set, every
@@ -14,11 +17,13 @@ The heartbeat hook is a bash script (no Python), so it is not here.
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
-from common import PY, ROOT, Row
+from common import PY, ROOT, Row, git_project
 
 CLI = "genesis.cli"
 RELOCK = "genesis.loop.relock"   # a started run's step reads its snapshot (cli.py, Context.run_config)
@@ -72,12 +77,41 @@ def run(n: int = 15) -> list[Row]:
     return rows
 
 
+def loop_cpu(iterations: int = 5) -> Row:
+    """The CPU time an iteration of the real loop costs, over `iterations` (loop_overhead.py's
+    set-up: a task under review, so that the shipped triggers run all three phases)."""
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # an alert may still be recorded
+        project = git_project(Path(tmp) / "project")
+        (project / "TASKS.md").write_text("# Tasks\n- [?] a task that stays under review\n")
+        subprocess.run(["git", "add", "TASKS.md"], cwd=project, check=True)
+        subprocess.run(["git", "commit", "-qm", "tasks"], cwd=project, check=True)
+        agent = Path(tmp) / "agent.sh"
+        agent.write_text("echo done\n")
+        env = {**os.environ, "GENESIS_AGENT_CMD": f"bash {agent}", "ITERATION_PAUSE_SECONDS": "0",
+               "CB_WARNING_THRESHOLD": "100", "CB_STOP_THRESHOLD": "100", "HEARTBEAT_CHECK_INTERVAL": "1",
+               "HEARTBEAT_STALE": "30s", "NO_COLOR": "1"}
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(["bash", str(ROOT / "start-multi-agent-loop.sh"), "--project", str(project),
+                        "--max-iterations", str(iterations)], env=env, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return Row("step imports: the whole loop, an iteration", "s CPU", (cpu / iterations,),
+               note=f"{iterations} iterations of three phases, an agent that exits at once")
+
+
 def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 15
+    args = sys.argv[1:]
+    loop = int(args[args.index("--loop") + 1]) if "--loop" in args else 0
+    rest = [a for i, a in enumerate(args) if a != "--loop" and (i == 0 or args[i - 1] != "--loop")]
+    n = int(rest[0]) if rest else 15
     print(f"{'step':<44} {'CPU ms':>7} {'min':>7} {'max':>7}  modules")
     for row in run(n):
         print(f"{row.name.removeprefix('step imports: '):<44} {row.median:>7.0f} {min(row.samples):>7.0f} "
               f"{max(row.samples):>7.0f}  {row.note}", flush=True)
+    if loop:
+        row = loop_cpu(loop)
+        print(f"{row.name.removeprefix('step imports: ')}: {row.median:.2f} s of CPU ({row.note})")
     return 0
 
 
