@@ -28,6 +28,7 @@ import net_cost  # noqa: E402
 import night  # noqa: E402
 import reap_cost  # noqa: E402
 import silences  # noqa: E402
+import step_imports  # noqa: E402
 import tamper  # noqa: E402
 import watcher_cost  # noqa: E402
 from common import Row  # noqa: E402
@@ -69,6 +70,8 @@ def main() -> int:
         ("12. the morning", lambda: morning_cost.run(5 if quick else 10)),
         ("13. the hang classes", lambda: silences.run(((1.0, 5.0, 3.0, 3 if quick else 5),))),
         ("14. the box's network", lambda: net_cost.run(10 if quick else 30, 100 if quick else 300)),
+        ("15. what a loop step imports", lambda: step_imports.run(5 if quick else 15)
+         + [step_imports.loop_cpu(3 if quick else 5)]),
     ]
     only = next((a.split("=", 1)[1] if "=" in a else sys.argv[sys.argv.index(a) + 1]
                  for a in sys.argv[1:] if a.startswith("--only")), None)

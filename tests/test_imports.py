@@ -1,16 +1,23 @@
 """The genesis package's imports: no cycles, and function-level imports only at the command
 boundary (genesis/cli.py: each loop step is its own process, so a command imports only what
-it needs) or where ALLOWED_LAZY below says why.
+it needs) or where ALLOWED_LAZY below says why (a heavy module a step needs only now and then).
 
 Every import counts, at the top of a module or inside a function; only those under
 `if TYPE_CHECKING:` do not, since they never run.
+
+And what the loop's steps import, in a fresh interpreter: none of the heavy libraries a step
+does not use (detect-secrets and requests, asyncio, rich, GitPython) is loaded by them.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from helpers import paths
 
@@ -26,6 +33,15 @@ ALLOWED_LAZY: dict[tuple[str, str], str] = {
     ("genesis.sandbox.bridge", "asyncio"):
         "the box's bridge runs before the agent: only its server, after the fork, imports asyncio, so the agent's "
         "exec waits for none of it",
+    ("genesis.sandbox.network", "genesis.sandbox.proxy"):
+        "the proxy serves on asyncio: only a phase whose box has an allow-listed network imports it, when it starts "
+        "the proxy; every step imports the box (the configuration names its choices)",
+    ("genesis.loop.lostloop", "genesis.loop.finish"):
+        "every phase's watcher imports lostloop, and ends the night itself only when it finds the loop killed: the "
+        "night's end (its report rendered with rich, the alerts it waits for) is imported then",
+    ("genesis.repo.commitfilter", "genesis.repo.secretscan"):
+        "detect-secrets (and the requests library it imports) is a quarter of a loop step's imports: only a commit "
+        "with staged files to scan imports the scanner",
 }
 
 
@@ -281,3 +297,70 @@ def test_only_the_temporal_engine_imports_temporalio():
     eager = [f"  {imp.where}: {imp.text}" for imp in reaching if imp.module != COMMAND_BOUNDARY or not imp.lazy]
     assert not eager, (f"genesis/temporal/ is imported by {COMMAND_BOUNDARY} alone, inside the command that "
                        f"needs it:\n" + "\n".join(eager))
+
+
+# What each step the loop starts imports: genesis.cli and its command's body (cli.py); a started
+# run's step reads its snapshot through genesis.loop.relock (Context.run_config).
+LOOP_STEPS: dict[str, tuple[str, ...]] = {
+    "loop-settings": (),
+    "preflight": ("genesis.loop.preflight",),
+    "iteration start, iteration finish": ("genesis.loop.iteration", "genesis.loop.relock"),
+    "run-phase, phase-lost": ("genesis.loop.phase", "genesis.loop.relock"),
+    "wait": ("genesis.loop.ceilings", "genesis.loop.stopflag", "genesis.loop.waiting", "genesis.loop.relock"),
+    "companion": ("genesis.loop.lostloop", "genesis.loop.relock"),
+}
+# Top-level packages no loop step loads at its start, and why each is kept out: the loop starts
+# a new `genesis` process for every step, several times an iteration.
+NOT_AT_A_STEPS_START: dict[str, str] = {
+    "detect_secrets": "the content scan's: imported by a commit with staged files to scan (repo/secretscan.py)",
+    "requests": "detect-secrets imports it (with urllib3, ssl, email, http)",
+    "asyncio": "the box's proxy's: imported when a box with an allow-listed network starts it (sandbox/network.py)",
+    "rich": "the report's rendering: a step that renders (finish, status, report) imports it",
+    "git": "GitPython: preflight's alone (repo/worktree.py), once a run",
+}
+ALLOWED_AT = {("preflight", "git")}
+
+# Run in a fresh interpreter: imports the modules named, and says which of the watched
+# packages got loaded, by which chain of modules.
+PROBE = """
+import sys
+watched = set(sys.argv[1].split(","))
+seen = {}
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top in watched and top not in seen:
+            frame, chain = sys._getframe(1), []
+            while frame is not None:
+                if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") != "__main__":
+                    chain.append(frame.f_globals.get("__name__", "?"))
+                frame = frame.f_back
+            seen[top] = " <- ".join(chain)
+        return None
+sys.meta_path.insert(0, Watch())
+for module in sys.argv[2:]:
+    __import__(module)
+for top, chain in sorted(seen.items()):
+    print(f"{top}: imported by {chain}")
+"""
+
+
+@pytest.mark.parametrize("step", sorted(LOOP_STEPS))
+def test_a_loop_steps_start_loads_none_of_the_heavy_libraries_it_does_not_use(step):
+    modules = (COMMAND_BOUNDARY, *LOOP_STEPS[step])
+    watched = [top for top in NOT_AT_A_STEPS_START if (step, top) not in ALLOWED_AT]
+    done = subprocess.run([sys.executable, "-c", PROBE, ",".join(watched), *modules], capture_output=True,
+                          text=True, cwd=paths.ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = [line for line in done.stdout.splitlines() if line]
+    assert not loaded, (
+        f"The loop's step `{step}` imports {', '.join(modules)}, which load:\n  " + "\n  ".join(loaded) + "\n"
+        + "\n".join(f"{line.partition(':')[0]}: {NOT_AT_A_STEPS_START[line.partition(':')[0]]}" for line in loaded)
+        + f"\nBreak the chain (a module split by concept), or import it where it is used (ALLOWED_LAZY in {THIS}).")
+
+
+def test_the_probe_sees_what_a_step_loads():
+    """The probe above, on a module that does load one of the watched packages: it names it, and the chain."""
+    done = subprocess.run([sys.executable, "-c", PROBE, "rich", "genesis.reporting.text"], capture_output=True,
+                          text=True, cwd=paths.ROOT, timeout=120)
+    assert done.stdout.startswith("rich: imported by genesis.reporting.text"), done

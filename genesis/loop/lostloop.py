@@ -9,6 +9,10 @@ alert sent. Whichever of the two comes first settles it; the other finds it done
 
 `genesis status` then says STOPPED (killed), or FROZEN while the loop stands stopped
 (status/view.py).
+
+Every phase's watcher imports this module, and settles a lost loop rarely: the night's end
+(finish.py, with the report it prints and the rendering that takes) is imported by `settle`
+when it runs, not by every run-phase.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ import time
 from typing import Iterable
 
 from genesis import exitcodes
-from genesis.loop.finish import finish
 from genesis.loop.step import Step
 from genesis.procs.proctree import ProcId, descendants, kill_all, marked
 from genesis.store.looplock import recorded
@@ -76,6 +79,8 @@ def settle(step: Step, leftovers: Iterable[ProcId], seen_by: str) -> bool:
     gone = not (git_dir / "HEAD").is_file()  # no repository there (a watcher may have made the state folder again)
     reason = GIT_GONE_REASON.format(git_dir=git_dir) if gone else LOST_REASON
     step.say(f"{reason} (seen by {seen_by}); ending what is left of its run", "error")
+    from genesis.loop.finish import finish   # the night's end (its report, in rich): only a lost loop's
+
     report = kill_all(lambda: [i for t in targets for i in descendants(t)] + marked({"GENESIS_RUN_ID": step.run_id}),
                       step.cfg.kill_grace)
     if report.targets:

@@ -28,6 +28,7 @@ from genesis.loop.keptout import note_left_out, rules_of
 from genesis.loop.safekeeping import keep_at_start
 from genesis.loop.sandboxing import announce, box_for
 from genesis.loop.step import Step, StepFailed, agent_env, is_claude, reads_prompt_from_stdin
+from genesis.loop.stopflag import read_flag
 from genesis.procs.markers import markers_for
 from genesis.repo import gitenv
 from genesis.repo.autocommit import commit, user_changes
@@ -37,7 +38,7 @@ from genesis.repo.progress import fingerprint
 from genesis.repo.signing import probe, save, signing_file, unsigned_for
 from genesis.repo.state import OPERATION_NAMES, repo_state, way_out
 from genesis.repo.worktree import open_repo
-from genesis.store.atomicio import CorruptFile, read_bytes, write_json, write_text
+from genesis.store.atomicio import write_json, write_text
 from genesis.store.layout import ensure_git_excludes, heal_dir
 from genesis.store.looplock import Locked, acquire, release
 from genesis.trust import approve, judge
@@ -406,10 +407,3 @@ def _check_hook(step: Step) -> None:
                          f"`{hint(cfg.project, 'hook', 'status', '--agent', adapter.name)}`")
     step.say(f"no working heartbeat hook ({check.state}): {check.detail}. The agent's output still counts "
              f"as a sign of life", "warn")
-
-
-def read_flag(path: Path) -> str | None:
-    try:
-        return read_bytes(path, 64).decode("utf-8", "replace").strip().lower()
-    except (CorruptFile, OSError):  # missing, too large, a FIFO or a symlink: not a "false"
-        return None

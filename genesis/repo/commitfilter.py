@@ -9,7 +9,8 @@ staged blobs themselves (what would be committed, never through a symlink): a re
 with credentials, and what detect-secrets finds in text up to SCAN_MAX_BYTES, within
 SCAN_BUDGET seconds of detect-secrets for the whole commit; a file it did not scan in time is
 left out too, and named with that reason (one no plugin could fire on is never: see
-secrets.py's prefilter, which makes 100k new files cost seconds, not minutes). A
+secretscan.py's prefilter, which makes 100k new files cost seconds, not minutes). The scanner,
+and detect-secrets with it, is imported only by a commit with staged files to scan. A
 file already tracked is the user's choice by name; only new secrets in it count (ones its
 committed version does not have already).
 """
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from genesis.repo.gitcmd import GitFailed, GitRun
-from genesis.repo.secrets import Scan, has_credentials, scanner, secret_name
+from genesis.repo.secrets import Scan, has_credentials, secret_name
 
 __all__ = ["LeftOut", "Rules", "by_name_and_size", "by_content", "exclusions", "MB", "SCAN_MAX_BYTES",
            "SCAN_BUDGET"]
@@ -218,6 +219,8 @@ def by_content(git: Git, rules: Rules, *, among: Iterable[str] | None = None,
     left: list[LeftOut] = []
     if not staged:
         return left
+    from genesis.repo.secretscan import scanner   # detect-secrets: only with something to scan
+
     deadline = rules.clock() + rules.budget
     with scanner() as look:
         def scan(batch: list[_Staged], contents: dict[str, bytes]) -> None:

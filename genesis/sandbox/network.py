@@ -9,6 +9,9 @@ proxy's folder is bound read-only at BOX_DIR in the box's private /tmp; the brid
 on the box's 127.0.0.1:PROXY_PORT and on each forwarded port. HTTPS_PROXY, HTTP_PROXY and
 ALL_PROXY (both cases: curl reads only the lower-case http_proxy) name it; NO_PROXY keeps
 the box's own loopback direct, so dev servers and tests inside work.
+
+The proxy (asyncio) is imported when a box with an allow-list starts it, not by every step
+that imports the box (through the configuration).
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-from genesis.sandbox import proxy
 from genesis.sandbox.allowlist import Allowlist
+from genesis.sandbox.proxyfolder import SOCKET_NAME
+
+if TYPE_CHECKING:
+    from genesis.sandbox.proxy import Running
 
 __all__ = ["ALLOWLIST", "PROXY_PORT", "BOX_DIR", "proxy_env", "proxy_port", "bridge_argv", "serving", "PROXY_VARS"]
 
@@ -48,20 +54,22 @@ def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
 def bridge_argv(allowed: Allowlist, command: tuple[str, ...]) -> tuple[str, ...]:
     """The command the box runs: the bridge, which then execs `command`."""
     forwards = ",".join(str(p) for p in allowed.loopback_ports()) or "-"
-    return (sys.executable, "-I", "-S", BRIDGE, f"{BOX_DIR}/{proxy.SOCKET_NAME}", str(proxy_port(allowed)), forwards,
+    return (sys.executable, "-I", "-S", BRIDGE, f"{BOX_DIR}/{SOCKET_NAME}", str(proxy_port(allowed)), forwards,
             "--", *command)
 
 
 @contextlib.contextmanager
-def serving(box) -> Iterator[tuple[object, proxy.Running | None]]:
+def serving(box) -> Iterator[tuple[object, Running | None]]:
     """The box with its proxy running (its folder set on the box, which wrap binds), and the
     proxy (None when the box has no allow-list to serve); the proxy stopped at the end."""
     if getattr(box, "allowed", None) is None or box.network != ALLOWLIST:
         yield box, None
         return
+    from genesis.sandbox.proxy import start, start_tcp   # asyncio's: imported by a box with a way out alone
+
     seatbelt = box.kind == "seatbelt"  # shares the host's network: the proxy on a TCP port of 127.0.0.1
     try:
-        running = proxy.start_tcp(box.allowed) if seatbelt else proxy.start(box.allowed)
+        running = start_tcp(box.allowed) if seatbelt else start(box.allowed)
     except OSError:  # no folder or socket for it: the box keeps its own loopback alone, no way out
         yield box, None
         return

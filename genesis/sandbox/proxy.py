@@ -11,7 +11,9 @@ refused (no DNS answer reaches the host's services). Bounded: the connections op
 the bytes and seconds of a request's head, the seconds to connect, a tunnel's idle time and
 the refusals kept. It runs in a thread of the process that watches the agent (asyncio, its
 signals blocked so the watcher's own signal wait gets every one), and opens no path but its
-own socket, in a fresh folder of its own (mode 0700, outside anything the box shows).
+own socket, in a fresh folder of its own (mode 0700, outside anything the box shows;
+proxyfolder.py). Only a phase whose box has an allow-listed network imports this module (and
+asyncio with it): network.serving, when it starts the proxy.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import os
 import shutil
 import signal
 import socket
-import stat
 import tempfile
 import threading
 import time
@@ -30,11 +31,11 @@ from typing import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from genesis.sandbox.allowlist import Allowlist, is_loopback
+from genesis.sandbox.proxyfolder import FOLDER_PREFIX, SOCKET_NAME, sweep
 from genesis.sandbox.refused import Refused, Refusals
 
-__all__ = ["Bounds", "Refusals", "Proxy", "Running", "start", "start_tcp", "Refused"]
+__all__ = ["Bounds", "Refusals", "Proxy", "Running", "start", "start_tcp", "Refused", "SOCKET_NAME"]
 
-SOCKET_NAME = "proxy.sock"
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
               "trailer", "upgrade"}
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -243,44 +244,6 @@ class Running:
         self._listener.close()
         if self.folder:
             shutil.rmtree(self.folder, ignore_errors=True)
-
-
-FOLDER_PREFIX = "genesis-net-"
-LEFT_AFTER = 60.0  # seconds: a proxy folder this old whose socket no one listens on was left by a killed watcher
-
-
-def sweep(top: str, now: float | None = None) -> int:
-    """Removes the folders under `top` that proxies of this user left when their watcher was
-    killed (SIGKILL runs no clean-up): a real 0700 folder of ours, not a symlink, older than
-    LEFT_AFTER, whose socket refuses a connection. Anything else is left as it is. How many went."""
-    now = time.time() if now is None else now
-    gone = 0
-    try:
-        names = [n for n in os.listdir(top) if n.startswith(FOLDER_PREFIX)][:1000]
-    except OSError:
-        return 0
-    for name in names:
-        folder = os.path.join(top, name)
-        try:
-            st = os.lstat(folder)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077 or \
-                now - st.st_mtime < LEFT_AFTER:
-            continue
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(os.path.join(folder, SOCKET_NAME))
-            continue  # a live proxy
-        except ConnectionRefusedError:
-            pass
-        except OSError:
-            continue  # no socket (yet), or not ours to judge
-        finally:
-            probe.close()
-        shutil.rmtree(folder, ignore_errors=True)
-        gone += 1
-    return gone
 
 
 def start(allow: Allowlist, bounds: Bounds = Bounds(), resolve: Resolver = _resolve, top: str = "/tmp") -> Running:

@@ -8,7 +8,8 @@ import secrets
 
 import pytest
 
-from genesis.repo.secrets import has_credentials, scanner, secret_name
+from genesis.repo.secrets import has_credentials, secret_name
+from genesis.repo.secretscan import scanner
 
 
 @pytest.mark.parametrize("path", [".env", "app/.env", ".env.local", ".env.production", "certs/server.pem",
