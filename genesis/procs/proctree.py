@@ -16,6 +16,7 @@ __all__ = ["ProcId", "KillReport", "identify", "alive", "descendants", "marked",
            "descends_from", "command_line", "kill_all", "become_subreaper", "reap_zombie_children"]
 
 POLL = 0.05
+_RAW_ENVIRON = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
 
 
 @dataclass(frozen=True, order=True)
@@ -76,6 +77,34 @@ def marked(markers: dict[str, str], uid: int | None = None, every: bool = False)
     match is proof that the process descends from one of our agents.
     """
     uid = os.geteuid() if uid is None else uid
+    if not _RAW_ENVIRON:
+        return _marked_by_psutil(markers, uid, every)
+    # On Linux each environment is read as it lies in /proc, one file a process, and searched for
+    # the exact entries: the watcher scans every tick, and psutil's parsing of every process's
+    # status and environment cost it ~8x as much on a busy machine. What matches is proved as
+    # psutil proves it (the real uid), and named by the same start time as identify().
+    wanted = [b"\0" + f"{key}={value}".encode() + b"\0" for key, value in markers.items()]
+    found = []
+    for pid in psutil.pids():
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:   # another user's (or a setuid program's)
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                block = b"\0" + fh.read() + b"\0"   # what exec gave it: bounded by the kernel
+        except OSError:   # gone, or not ours to read
+            continue
+        if not (all if every else any)(entry in block for entry in wanted):
+            continue
+        try:
+            proc = psutil.Process(pid)
+            if proc.uids().real == uid:
+                found.append(ProcId(pid, proc.create_time()))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def _marked_by_psutil(markers: dict[str, str], uid: int, every: bool) -> list[ProcId]:
     found = []
     for proc in psutil.process_iter(["uids"]):
         try:
