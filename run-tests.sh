@@ -75,9 +75,9 @@ GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WOR
   ${lane[@]+"${lane[@]}"} ${split[@]+"${split[@]}"} "$@" || status=$?
 wait "${bats_pid}" || status=$?
 if ((${#split[@]} > 0)); then
-  # The heavy Temporal scenarios (a dev server and two machines each, mostly waiting on them)
-  # two at a time, then the 50-child fleet alone.
-  GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 2 -m "heavy and temporal" --durations=10 ||
+  # The heavy Temporal scenarios (a dev server and two machines each, mostly waiting on them:
+  # the cores are about 90% idle) three at a time, then the 50-child fleet alone.
+  GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 3 -m "heavy and temporal" --durations=10 ||
     status=$?
   GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 0 -m "heavy and not temporal" || status=$?
 fi
