@@ -37,7 +37,11 @@ def label(epoch: float, seconds: bool) -> str:
 @needs_browser
 def test_the_pages_say_times_in_the_browsers_zone_not_the_servers(project, tmp_path):
     now = time.time()
-    fd = loop_mid_phase(project, RUN, now, hold_lock=False)  # a loop that ran this last hour
+    # A loop that ran the hour up to twenty minutes past the reader's last midnight: its timeline
+    # always has a day's tick (said "29 Nov", as the server says it) beside its times.
+    midnight = dt.datetime.now(ZoneInfo(ZONE)).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+    ran_until = midnight + 20 * 60 if midnight + 20 * 60 < now else midnight - 24 * 3600 + 20 * 60
+    fd = loop_mid_phase(project, RUN, ran_until, hold_lock=False)
     alert(project, RUN, now - 120, "Builder stuck")
     server = subprocess.Popen([*GENESIS, "serve", "--port", "0", "--project", str(project)], stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
@@ -55,6 +59,7 @@ def test_the_pages_say_times_in_the_browsers_zone_not_the_servers(project, tmp_p
                 ticks = page.value(f"[...{svg}.querySelectorAll('g.tick')].map(g => "
                                    "[Number(g.getAttribute('data-at')), g.querySelector('text').textContent])")
                 assert ticks and [text for _, text in ticks] == [label(at, seconds) for at, _ in ticks], ticks
+                assert any(" " in text for _, text in ticks), ticks   # the day's tick among them
                 assert page.value(f"{svg}.querySelector('text.zone').textContent") == "GMT+5:30"
                 fit = page.value("[document.documentElement.scrollWidth, window.innerWidth]")
                 assert fit[0] <= fit[1], (width, fit)

@@ -50,7 +50,7 @@
       const label = g.querySelector("text");
       if (!label) return;
       label.textContent = d.getHours() === 0 && d.getMinutes() === 0 && d.getSeconds() === 0
-        ? d.toLocaleDateString([], { day: "numeric", month: "short" })
+        ? d.getDate() + " " + d.toLocaleDateString([], { month: "short" })   // "29 Nov", as the server says a day
         : d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: seconds ? "2-digit" : undefined,
                                      hourCycle: "h23" });
     });
