@@ -96,12 +96,17 @@ echo "watched attempt: building the parser"
 exec sleep 300
 """
 
-# `genesis` as the loop calls it, but the phase's watcher is SIGKILLed once its agent has begun.
+# `genesis` as the loop calls it, but the phase's watcher is SIGKILLed once its agent has begun
+# and the watcher has copied the agent's first line into the phase's log (on a busy machine the
+# copy can come a moment after the agent's mark).
 KILLS_THE_WATCHER = r"""#!/usr/bin/env bash
 if [[ " $* " == *" run-phase "* ]]; then
   "{genesis}" "$@" &
   watcher=$!
-  for _ in $(seq 600); do [[ -e "{project}/.started-1" ]] && break; sleep 0.05; done
+  for _ in $(seq 600); do
+    [[ -e "{project}/.started-1" ]] && grep -rqs "watched attempt: building" "{project}/orchestrator/logs" && break
+    sleep 0.05
+  done
   kill -KILL "$watcher"
   wait "$watcher"
   exit
