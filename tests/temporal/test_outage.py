@@ -73,11 +73,18 @@ def test_a_server_outage_mid_fleet_is_ridden_out_by_the_home(own_server, project
         world.worker("A", parallel=2)
         home = world.home(project, 2, "--set", f"GENESIS_AGENT_CMD=bash {agent}", "--set", "GENESIS_PHASES=Builder")
         wait_for("two agents working on A", lambda: len(world.agents("A")) == 2, world)
-        live = subprocess.run([*GENESIS, "--project", str(project), "fleet", "status", "--engine", "temporal",
-                               "--json", *world.flags()], env=world.env, capture_output=True, text=True, timeout=90)
-        tasks = json.loads(live.stdout)["tasks"]   # read from Temporal: the running attempt, where it runs
-        assert [(t["state"], t["attempts"]) for t in tasks] == [("running", 1)] * 2, tasks
-        assert all(t["run_id"] and t["reason"].startswith("attempt 1 on A: running, pid ") for t in tasks), tasks
+        read: list = []
+
+        def running_on_a() -> bool:   # read from Temporal: the running attempt, where it runs, once its
+            live = subprocess.run([*GENESIS, "--project", str(project), "fleet", "status", "--engine", "temporal",
+                                   "--json", *world.flags()], env=world.env, capture_output=True, text=True,
+                                  timeout=90)   # activity's heartbeat (every few seconds) has told its pid
+            read[:] = json.loads(live.stdout)["tasks"]
+            return all(t["reason"].startswith("attempt 1 on A: running, pid ") for t in read)
+
+        wait_for("the status saying each attempt runs on A, with its pid", running_on_a, world, timeout=30)
+        assert [(t["state"], t["attempts"]) for t in read] == [("running", 1)] * 2, read
+        assert all(t["run_id"] for t in read), read
 
         kill_server(server)
         down_at = time.time()
