@@ -79,7 +79,6 @@ class Ruleset:
         return self.abi >= RESOLVE_UNIX_ABI
 
 
-
 def prepare(writable: tuple[str, ...], version: int, reachable: tuple[str, ...] = ()) -> Ruleset:
     """The ruleset for `version`: writes only beneath `writable` (folders that exist); from ABI 6
     signals and abstract sockets scoped to the box; from ABI 9 socket files made outside it

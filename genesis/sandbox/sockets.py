@@ -36,23 +36,16 @@ class Hidden:
     sockets: tuple[str, ...]       # covered with /dev/null
 
 
-def _is_socket(path: str) -> bool:
+def _is_socket(path: str, follow: bool = False) -> bool:
     try:
-        return stat.S_ISSOCK(os.lstat(path).st_mode)
+        return stat.S_ISSOCK((os.stat if follow else os.lstat)(path).st_mode)
     except (OSError, ValueError):
         return False
 
 
 def named_sockets(paths: tuple[str, ...]) -> tuple[str, ...]:
     """Of `paths` (GENESIS_BOX_ALLOW's), those that are sockets, a link followed."""
-    found = []
-    for path in paths:
-        try:
-            if stat.S_ISSOCK(os.stat(path).st_mode):
-                found.append(path)
-        except (OSError, ValueError):
-            continue
-    return tuple(found)
+    return tuple(path for path in paths if _is_socket(path, follow=True))
 
 
 def _walk_sockets(top: str, skip: tuple[str, ...]) -> list[str]:
