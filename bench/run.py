@@ -29,6 +29,7 @@ import night  # noqa: E402
 import reap_cost  # noqa: E402
 import silences  # noqa: E402
 import step_imports  # noqa: E402
+import marker_scan  # noqa: E402
 import tamper  # noqa: E402
 import watcher_cost  # noqa: E402
 from common import Row  # noqa: E402
@@ -72,6 +73,7 @@ def main() -> int:
         ("14. the box's network", lambda: net_cost.run(10 if quick else 30, 100 if quick else 300)),
         ("15. what a loop step imports", lambda: step_imports.run(5 if quick else 15)
          + [step_imports.loop_cpu(3 if quick else 5)]),
+        ("16. finding the agent's processes", lambda: marker_scan.run(5 if quick else 20)),
     ]
     only = next((a.split("=", 1)[1] if "=" in a else sys.argv[sys.argv.index(a) + 1]
                  for a in sys.argv[1:] if a.startswith("--only")), None)
