@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from genesis.procs.proctree import ProcId
+from genesis.procs.proctree import ProcId, descendant_pids
 
 __all__ = ["Usage", "Sample", "sample", "Change", "compare", "CPU_BUSY", "IO_BUSY"]
 
@@ -53,12 +53,9 @@ def sample(root: ProcId | None) -> Sample:
     if proc is None:
         return Sample()
     found: dict[ProcId, Usage] = {}
-    try:
-        kids = proc.children(recursive=True)
-    except psutil.Error:
-        return Sample()
-    for kid in kids:
+    for pid in descendant_pids(proc):
         try:
+            kid = psutil.Process(pid)
             with kid.oneshot():
                 ident = ProcId(kid.pid, kid.create_time())
                 times = kid.cpu_times()

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 
 import psutil
 
-from genesis.procs.proctree import ProcId
+from genesis.procs.proctree import ProcId, descendant_pids
 from genesis.repo.gitcmd import GitFailed, run_git
 from genesis.repo.progress import measuring_config
 from genesis.words import sanitize
@@ -123,13 +123,14 @@ def _read_tree(root: ProcId | None, extra: Iterable[ProcId], deadline: float, mo
     if top is not None:
         found.append((top, "root"))
         seen.add(top.pid)
-        try:
-            for kid in top.children(recursive=True):
-                if kid.pid not in seen:
-                    seen.add(kid.pid)
-                    found.append((kid, "tree"))
-        except psutil.Error:
-            pass  # gone meanwhile: what was found is still worth reading
+        for pid in descendant_pids(top):
+            try:
+                kid = psutil.Process(pid)
+            except psutil.Error:
+                continue  # gone meanwhile: what was found is still worth reading
+            if kid.pid not in seen:
+                seen.add(kid.pid)
+                found.append((kid, "tree"))
     elif root is not None:
         notes.append(f"the agent (pid {root.pid}) was already gone")
     for ident in extra:

@@ -12,11 +12,13 @@ from typing import Callable, Iterable
 
 import psutil
 
-__all__ = ["ProcId", "KillReport", "identify", "alive", "descendants", "marked", "protected_pids", "adopted", "spare",
+__all__ = ["ProcId", "KillReport", "identify", "alive", "descendants", "descendant_pids", "marked", "protected_pids", "adopted", "spare",
            "descends_from", "command_line", "kill_all", "become_subreaper", "reap_zombie_children"]
 
 POLL = 0.05
 _RAW_ENVIRON = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
+_TREE_BOUND = 100_000   # more descendants than a machine runs: a walk never goes on without end
+_children_files: bool | None = None   # whether the kernel lists a task's children (CONFIG_PROC_CHILDREN)
 
 
 @dataclass(frozen=True, order=True)
@@ -58,15 +60,57 @@ def descendants(root: ProcId) -> list[ProcId]:
     if proc is None:
         return []
     found = [root]
-    try:
-        kids = proc.children(recursive=True)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return found
-    for kid in kids:
-        ident = identify(kid.pid)
+    for pid in descendant_pids(proc):
+        ident = identify(pid)
         if ident is not None:
             found.append(ident)
     return found
+
+
+def descendant_pids(proc: psutil.Process) -> list[int]:
+    """The pids of every descendant of a live process (not the process itself), parents first.
+
+    The watcher and the companion look at their trees at every check. psutil finds children
+    by reading every process's /proc/PID/stat (a map of parents: ~500 files on a busy machine,
+    twice a check); where Linux lists each task's children (/proc/PID/task/TID/children) the
+    walk reads only the tree's own. Either way it is a moment's sight, as a fork can come just
+    after: the kill freezes what it finds and looks again (kill_all)."""
+    global _children_files
+    if _children_files is None:
+        _children_files = sys.platform.startswith("linux") and \
+            os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+    if not _children_files:
+        try:
+            return [kid.pid for kid in proc.children(recursive=True)]
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return []
+    found: list[int] = []
+    seen = {proc.pid}
+    todo = [proc.pid]
+    while todo and len(found) < _TREE_BOUND:
+        for kid in _children_of(todo.pop(0)):
+            if kid not in seen:
+                seen.add(kid)
+                found.append(kid)
+                todo.append(kid)
+    return found
+
+
+def _children_of(pid: int) -> list[int]:
+    """A process's children as the kernel lists them, under each of its threads (a child is
+    listed under the thread that forked it); none once it is gone."""
+    kids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                kids.extend(int(field) for field in fh.read().split())
+        except (OSError, ValueError):
+            continue   # the thread (or the process) ended meanwhile
+    return kids
 
 
 def marked(markers: dict[str, str], uid: int | None = None, every: bool = False) -> list[ProcId]:
@@ -139,14 +183,11 @@ def adopted(since: float) -> list[ProcId]:
     had started itself before the agent.
     """
     found = []
-    try:
-        kids = psutil.Process().children(recursive=True)
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return found
+    kids = descendant_pids(psutil.Process())
     spared = {ident for root in list(_SPARED) for ident in descendants(root)}
     _SPARED.intersection_update(spared)  # the ones gone are forgotten
     for kid in kids:
-        ident = identify(kid.pid)
+        ident = identify(kid)
         if ident is not None and ident.create_time >= since and ident not in spared:
             found.append(ident)
     return found
