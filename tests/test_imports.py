@@ -39,6 +39,16 @@ ALLOWED_LAZY: dict[tuple[str, str], str] = {
     ("genesis.loop.lostloop", "genesis.loop.finish"):
         "every phase's watcher imports lostloop, and ends the night itself only when it finds the loop killed: the "
         "night's end (its report rendered with rich, the alerts it waits for) is imported then",
+    ("genesis.agents.base", "genesis.agents.hook.selftest"):
+        "every step imports the adapters, and only preflight, `genesis hook check` and doctor run the hook's "
+        "self-test (with its settings files, heartbeat reads and subprocesses)",
+    ("genesis.agents.generic", "genesis.agents.hook.selftest"):
+        "the self-test's states, read only of a check the self-test made (so already imported)",
+    ("genesis.agents.generic", "genesis.agents.claude.hookcheck"):
+        "generic borrows Claude Code's hook: any part of agents.claude imports Claude Code's whole adapter (its "
+        "package), which only a generic agent's phase or check needs",
+    ("genesis.agents.generic", "genesis.agents.claude.settings"):
+        "the same: Claude Code's hook and places, imported when a generic agent's phase asks for them",
     ("genesis.repo.commitfilter", "genesis.repo.secretscan"):
         "detect-secrets (and the requests library it imports) is a quarter of a loop step's imports: only a commit "
         "with staged files to scan imports the scanner",

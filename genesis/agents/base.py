@@ -8,8 +8,6 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from genesis.agents.hook.selftest import spec_self_test
-
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Mapping
@@ -219,6 +217,7 @@ class Adapter:
         """Run the installed hook as the CLI would and see that its beat lands; None: no hooks."""
         if self.hooks is None:
             return None
+        from genesis.agents.hook.selftest import spec_self_test
         return spec_self_test(self.hooks, project, env, heartbeat)
 
     def home(self, env: "Mapping[str, str]") -> "Path | None":

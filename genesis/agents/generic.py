@@ -8,9 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from genesis.agents.base import Adapter
-from genesis.agents.claude.hookcheck import self_test
-from genesis.agents.claude.settings import CLAUDE_HOOKS, claude_paths
-from genesis.agents.hook.selftest import NOT_INSTALLED
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -26,6 +23,7 @@ NO_HOOK = "generic has no per-tool-call hook: its output and its processes' acti
 
 def says_no_hook(adapter: Adapter, check: "HookCheck") -> bool:
     """A generic agent without Claude Code's hook: NO_HOOK is said, not how to install Claude Code's."""
+    from genesis.agents.hook.selftest import NOT_INSTALLED   # imported already: a check was made
     return adapter.name == GenericCli.name and check.state == NOT_INSTALLED
 
 
@@ -34,12 +32,15 @@ class GenericCli(Adapter):
 
     @property
     def hooks(self) -> "HookSpec":
+        from genesis.agents.claude.settings import CLAUDE_HOOKS
         return CLAUDE_HOOKS
 
     def box_paths(self, env: "Mapping[str, str]") -> "tuple[Path, ...]":
         """Claude Code's own places: the command may well wrap it."""
+        from genesis.agents.claude.settings import claude_paths
         return claude_paths(env)
 
     def hook_check(self, project: "Path", env: "Mapping[str, str]", heartbeat: "Path") -> "HookCheck":
         """Every settings scope Claude Code reads, and its switches."""
+        from genesis.agents.claude.hookcheck import self_test
         return self_test(project, env, heartbeat)
