@@ -23,13 +23,13 @@ import hook_cost  # noqa: E402
 import killtime  # noqa: E402
 import ledger_cost  # noqa: E402
 import loop_overhead  # noqa: E402
+import marker_scan  # noqa: E402
 import morning_cost  # noqa: E402
 import net_cost  # noqa: E402
 import night  # noqa: E402
 import reap_cost  # noqa: E402
 import silences  # noqa: E402
 import step_imports  # noqa: E402
-import marker_scan  # noqa: E402
 import tamper  # noqa: E402
 import watcher_cost  # noqa: E402
 from common import Row  # noqa: E402

@@ -125,12 +125,10 @@ def _read_tree(root: ProcId | None, extra: Iterable[ProcId], deadline: float, mo
         seen.add(top.pid)
         for pid in descendant_pids(top):
             try:
-                kid = psutil.Process(pid)
+                found.append((psutil.Process(pid), "tree"))
+                seen.add(pid)
             except psutil.Error:
                 continue  # gone meanwhile: what was found is still worth reading
-            if kid.pid not in seen:
-                seen.add(kid.pid)
-                found.append((kid, "tree"))
     elif root is not None:
         notes.append(f"the agent (pid {root.pid}) was already gone")
     for ident in extra:

@@ -12,13 +12,14 @@ from typing import Callable, Iterable
 
 import psutil
 
-__all__ = ["ProcId", "KillReport", "identify", "alive", "descendants", "descendant_pids", "marked", "protected_pids", "adopted", "spare",
-           "descends_from", "command_line", "kill_all", "become_subreaper", "reap_zombie_children"]
+__all__ = ["ProcId", "KillReport", "identify", "alive", "descendants", "descendant_pids", "marked", "protected_pids",
+           "adopted", "spare", "descends_from", "command_line", "kill_all", "become_subreaper", "reap_zombie_children"]
 
 POLL = 0.05
 _RAW_ENVIRON = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
 _TREE_BOUND = 100_000   # more descendants than a machine runs: a walk never goes on without end
-_children_files: bool | None = None   # whether the kernel lists a task's children (CONFIG_PROC_CHILDREN)
+# Whether the kernel lists each task's children (CONFIG_PROC_CHILDREN, in the common distributions' kernels).
+_CHILD_LISTS = sys.platform.startswith("linux") and os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 
 
 @dataclass(frozen=True, order=True)
@@ -75,11 +76,7 @@ def descendant_pids(proc: psutil.Process) -> list[int]:
     twice a check); where Linux lists each task's children (/proc/PID/task/TID/children) the
     walk reads only the tree's own. Either way it is a moment's sight, as a fork can come just
     after: the kill freezes what it finds and looks again (kill_all)."""
-    global _children_files
-    if _children_files is None:
-        _children_files = sys.platform.startswith("linux") and \
-            os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
-    if not _children_files:
+    if not _CHILD_LISTS:
         try:
             return [kid.pid for kid in proc.children(recursive=True)]
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
@@ -88,7 +85,7 @@ def descendant_pids(proc: psutil.Process) -> list[int]:
     seen = {proc.pid}
     todo = [proc.pid]
     while todo and len(found) < _TREE_BOUND:
-        for kid in _children_of(todo.pop(0)):
+        for kid in _children_of(todo.pop()):   # a child is found only once its parent is
             if kid not in seen:
                 seen.add(kid)
                 found.append(kid)

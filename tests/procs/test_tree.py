@@ -54,7 +54,7 @@ def test_the_walk_finds_what_psutil_finds_children_of_threads_and_grandchildren_
 
 def test_without_the_kernels_lists_the_walk_is_psutils(tree, monkeypatch):
     expected = _settled(tree)
-    monkeypatch.setattr(proctree, "_children_files", False)
+    monkeypatch.setattr(proctree, "_CHILD_LISTS", False)
     assert sorted(descendant_pids(psutil.Process(tree.pid))) == expected
 
 
