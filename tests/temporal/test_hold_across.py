@@ -7,6 +7,7 @@ spent, and both tasks come home after the reset. Proven on the real dev server w
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 import time
 import uuid
@@ -88,7 +89,10 @@ async def release_once_held(address: str, prefix: str, hold, within: float) -> f
 def machines(dev_server, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    script(bin_dir / "claude", CLAUDE.format(python=sys.executable, fixtures=FIXTURES))
+    # The agent runs in its box, whose /tmp is its own: a checkout under /tmp is out of its sight,
+    # the test's folder (its TMPDIR, bound into the box) is not.
+    fixtures = shutil.copytree(FIXTURES, tmp_path / "fixtures")
+    script(bin_dir / "claude", CLAUDE.format(python=sys.executable, fixtures=fixtures))
     env = fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS="3", GENESIS_TEMPORAL_HOST_WAIT_SECONDS="4",
                     GENESIS_TEMPORAL_ACCOUNT="team-subscription", GENESIS_LIMIT_MARGIN_SECONDS=str(MARGIN),
                     PATH=f"{bin_dir}:{fleet_env()['PATH']}", STARTS=str(tmp_path / "starts"),
