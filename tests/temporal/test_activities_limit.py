@@ -5,7 +5,6 @@ about to start on another machine meanwhile asks the account, and must hear of i
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
 import time
 import uuid
@@ -36,7 +35,7 @@ RESET_IN = 600
 # A stand-in `claude` that meets a 5-hour limit resetting RESET_IN seconds from now.
 CLAUDE = r'''#!{python}
 import re, sys, time
-text = open("{fixture}").read()
+text = {text!r}
 sys.stdout.write(re.sub(r'"resetsAt":\d+', '"resetsAt":%d' % int(time.time() + {reset_in}), text))
 sys.exit(1)
 '''
@@ -47,10 +46,10 @@ def test_a_limit_met_on_a_machine_reaches_the_account_from_that_machine(dev_serv
     target = git(project, "symbolic-ref", "--short", "HEAD").strip()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    # The agent runs in its box, whose /tmp is its own: a checkout under /tmp is out of its sight,
-    # the test's folder (its TMPDIR, bound into the box) is not.
-    fixture = shutil.copy(FIXTURES / "limit_five_hour.jsonl", tmp_path)
-    script(bin_dir / "claude", CLAUDE.format(python=sys.executable, fixture=fixture, reset_in=RESET_IN))
+    # The fixture's text is in the script: the agent runs in its box, whose /tmp and HOME (here the
+    # test's folder) are its own, so neither a checkout under /tmp nor this folder is in its sight.
+    text = (FIXTURES / "limit_five_hour.jsonl").read_text()
+    script(bin_dir / "claude", CLAUDE.format(python=sys.executable, text=text, reset_in=RESET_IN))
     env = fleet_env(HOME=str(tmp_path), GENESIS_SHARED_STATE_DIR=str(tmp_path / "state"),
                     PATH=f"{bin_dir}:{fleet_env()['PATH']}")
     root = tmp_path / "root"
