@@ -139,6 +139,16 @@ def git_dir_of(project: Path) -> Path | None:
     return path if path.is_absolute() else Path(project) / path
 
 
+def _config_dir_of(path: Path) -> Path | None:
+    """Where the config files of the repository at path are: a work tree's git dir
+    (git_dir_of), or path itself when it is a bare repository (Genesis's ref store). For the
+    neutralisers' stamp only: what is read there is git's own view of the config."""
+    found = git_dir_of(path)
+    if found is None and (Path(path) / "HEAD").is_file() and (Path(path) / "config").is_file():
+        return Path(path)
+    return found
+
+
 def common_dir_of(git_dir: Path) -> Path:
     try:
         named = (git_dir / "commondir").read_text(encoding="utf-8", errors="replace").strip()
@@ -275,7 +285,7 @@ def _settings(project: Path) -> Settings:
 def neutralisers(project: Path) -> list[tuple[str, str]]:
     """The entries that silence every program key the repository's config names now (read again
     whenever a config file changed; every time when it includes other files)."""
-    git_dir = git_dir_of(project)
+    git_dir = _config_dir_of(project)
     stamp = None
     if git_dir is not None:
         common = common_dir_of(git_dir)

@@ -187,3 +187,21 @@ def test_the_real_git_lfs_configured_at_the_start_is_kept_by_its_full_path(proje
     assert ("filter.lfs.process", f"{bin_dir / 'git-lfs'} filter-process") in settings.entries
     assert gitenv.lfs_line(settings) == (f"git-lfs: its filters run in Genesis's git as configured at the start "
                                          f"({bin_dir / 'git-lfs'})")
+
+
+def test_the_bare_ref_stores_neutralisers_are_read_once_until_its_config_changes(tmp_path, monkeypatch):
+    # Genesis's own store (repo/refstore.py) is a bare repository: no .git inside it. Its
+    # neutralisers are cached like a work tree's, by its config file, and read again when
+    # that file changes.
+    store = tmp_path / "refstore.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(store)], check=True)
+    subprocess.run(["git", "config", "filter.x.clean", "touch planted"], cwd=store, check=True)
+    reads = []
+    real = gitenv.read_config
+    monkeypatch.setattr(gitenv, "read_config", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    first = gitenv.neutralisers(store)
+    assert ("filter.x.clean", "") in first
+    assert gitenv.neutralisers(store) == first and len(reads) == 1
+    subprocess.run(["git", "config", "diff.y.textconv", "touch planted"], cwd=store, check=True)
+    again = gitenv.neutralisers(store)
+    assert ("diff.y.textconv", "cat") in again and set(first) < set(again) and len(reads) == 2
