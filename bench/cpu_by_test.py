@@ -59,6 +59,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or ENV not in os.environ:
         return
     root = Path(os.environ[ENV])
+    # Without workers (-n 0) this process ran the tests: it leaves the last one's group.
     (root.parent / "cgroup.procs").write_text(str(os.getpid()))
     _, counter = _base()
     tests = {g.name: _seconds(g, counter) for g in root.iterdir() if g.is_dir()}
