@@ -7,7 +7,6 @@ spent, and both tasks come home after the reset. Proven on the real dev server w
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
 import time
 import uuid
@@ -49,7 +48,7 @@ if fd is not None:
     reset = int(time.time() + float(os.environ["RESET_IN"]))
     os.write(fd, str(reset).encode())
     os.close(fd)
-    text = re.sub(r'"resetsAt":\d+', f'"resetsAt":{{reset}}', open("{fixtures}/limit_five_hour.jsonl").read())
+    text = re.sub(r'"resetsAt":\d+', f'"resetsAt":{{reset}}', {limit!r})
     sys.stdout.write(text)
     sys.exit(1)
 while machine != os.environ["LIMIT_ON"] and os.path.exists(os.environ["HOLD"]):
@@ -61,7 +60,7 @@ if os.path.exists(note):
     out = [l.replace("[ ]", "[x]", 1) if l.rstrip("\n").endswith(task) and "[ ]" in l else l for l in lines]
     open("TASKS.md", "w").write("".join(out))
 open(note, "a").write(f"{{time.time()!r}}\n")
-sys.stdout.write(open("{fixtures}/success.jsonl").read())
+sys.stdout.write({success!r})
 '''
 
 
@@ -89,10 +88,11 @@ async def release_once_held(address: str, prefix: str, hold, within: float) -> f
 def machines(dev_server, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    # The agent runs in its box, whose /tmp is its own: a checkout under /tmp is out of its sight,
-    # the test's folder (its TMPDIR, bound into the box) is not.
-    fixtures = shutil.copytree(FIXTURES, tmp_path / "fixtures")
-    script(bin_dir / "claude", CLAUDE.format(python=sys.executable, fixtures=fixtures))
+    # The fixtures' text is in the script: the agent runs in its box, whose /tmp is its own, so a
+    # checkout under /tmp is out of its sight.
+    script(bin_dir / "claude", CLAUDE.format(python=sys.executable,
+                                             limit=(FIXTURES / "limit_five_hour.jsonl").read_text(),
+                                             success=(FIXTURES / "success.jsonl").read_text()))
     env = fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS="3", GENESIS_TEMPORAL_HOST_WAIT_SECONDS="4",
                     GENESIS_TEMPORAL_ACCOUNT="team-subscription", GENESIS_LIMIT_MARGIN_SECONDS=str(MARGIN),
                     PATH=f"{bin_dir}:{fleet_env()['PATH']}", STARTS=str(tmp_path / "starts"),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -45,7 +44,7 @@ if fd is not None:
     reset = int(time.time() + float(os.environ["RESET_IN"]))
     os.write(fd, str(reset).encode())
     os.close(fd)
-    text = re.sub(r'"resetsAt":\d+', f'"resetsAt":{{reset}}', open("{fixtures}/limit_five_hour.jsonl").read())
+    text = re.sub(r'"resetsAt":\d+', f'"resetsAt":{{reset}}', {limit!r})
     sys.stdout.write(text)
     sys.exit(1)
 time.sleep(float(os.environ.get("WORK_SECONDS", "0")))
@@ -54,7 +53,7 @@ lines = open("TASKS.md").read().splitlines(keepends=True)
 out = [l.replace("[ ]", "[x]", 1) if l.rstrip("\n").endswith(task) and "[ ]" in l else l for l in lines]
 open("TASKS.md", "w").write("".join(out))
 open(f"work-{{os.environ['GENESIS_TASK_ID']}}.txt", "w").write(task + "\n")
-sys.stdout.write(open("{fixtures}/success.jsonl").read())
+sys.stdout.write({success!r})
 '''
 
 
@@ -75,10 +74,11 @@ async def account_timers(address: str, prefix: str) -> list[int]:
 def machines(dev_server, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    # The agent runs in its box, whose /tmp is its own: a checkout under /tmp is out of its sight,
-    # the test's folder (its TMPDIR, bound into the box) is not.
-    fixtures = shutil.copytree(FIXTURES, tmp_path / "fixtures")
-    script(bin_dir / "claude", CLAUDE.format(python=sys.executable, fixtures=fixtures))
+    # The fixtures' text is in the script: the agent runs in its box, whose /tmp is its own, so a
+    # checkout under /tmp is out of its sight.
+    script(bin_dir / "claude", CLAUDE.format(python=sys.executable,
+                                             limit=(FIXTURES / "limit_five_hour.jsonl").read_text(),
+                                             success=(FIXTURES / "success.jsonl").read_text()))
     env = fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS="3", GENESIS_TEMPORAL_HOST_WAIT_SECONDS="4",
                     GENESIS_TEMPORAL_ACCOUNT="team-subscription", GENESIS_LIMIT_MARGIN_SECONDS="1",
                     PATH=f"{bin_dir}:{fleet_env()['PATH']}", STARTS=str(tmp_path / "starts"),
