@@ -26,12 +26,12 @@ if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
-# Genesis's bytecode, compiled up front: every loop step, `genesis` call and simulated agent
-# the tests start is a new Python process, and where PYTHONDONTWRITEBYTECODE is set (many
-# containers set it) each would compile the whole package from source again, over a minute
-# of the suite's time on 2 cores. A module changed since is recompiled in memory; one that
-# does not compile is the tests' to report.
-.venv/bin/python -m compileall -q genesis >/dev/null || true
+# Genesis's bytecode, and the tests' helpers', compiled up front: every loop step, `genesis`
+# call, stub and simulated agent the tests start is a new Python process, and where
+# PYTHONDONTWRITEBYTECODE is set (many containers set it) each would compile what it imports
+# from source again, over a minute of the suite's time on 2 cores. A module changed since is
+# recompiled in memory; one that does not compile is the tests' to report.
+.venv/bin/python -m compileall -q genesis tests >/dev/null || true
 if [[ ${quick} == true ]]; then
   tests/install-tools.sh --quick
   lane=(--ignore=tests/e2e --ignore=tests/scenarios -m "not whole and not temporal and not heavy")
@@ -75,11 +75,14 @@ GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WOR
   ${lane[@]+"${lane[@]}"} ${split[@]+"${split[@]}"} "$@" || status=$?
 wait "${bats_pid}" || status=$?
 if ((${#split[@]} > 0)); then
-  # The heavy Temporal scenarios (a dev server and two machines each, mostly waiting on them:
-  # the cores are about 90% idle) three at a time, then the 50-child fleet alone.
-  GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 3 -m "heavy and temporal" --durations=10 ||
+  # The heavy Temporal scenarios (a dev server and two machines each) three at a time: more
+  # do not finish sooner (docs/maintainers/testing.md). Then the 50-child fleet alone. Each
+  # collects only the folder its tests live in (tests/conftest.py, HEAVY_HOMES, refuses a heavy
+  # test elsewhere).
+  GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 3 -m "heavy and temporal" --durations=10 \
+    tests/temporal || status=$?
+  GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 0 -m "heavy and not temporal" tests/scenarios ||
     status=$?
-  GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 0 -m "heavy and not temporal" || status=$?
 fi
 cat "${tap}"
 cat "${tap_err}" >&2

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -25,6 +26,13 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN or os.environ.get("NOHUP_IGNORED") == "1":
     os.environ["NOHUP_IGNORED"] = "1"
     signal.signal(signal.SIGHUP, lambda _signum, _frame: None)
+
+# pytest rewrites every test module for its assertions and, where PYTHONDONTWRITEBYTECODE is set
+# (many containers set it), would keep none of that work: each worker of each of run-tests.sh's
+# stages would rewrite and compile all of them again (about 10 CPU-s a process). This process
+# keeps its rewritten modules (in __pycache__, which git ignores); the programs the tests start
+# still see the variable as the caller set it.
+sys.dont_write_bytecode = False
 
 
 @pytest.fixture(autouse=True)
@@ -88,6 +96,22 @@ def pytest_runtest_makereport(item, call):
     faults = [n for mark in item.iter_markers("fault") for n in mark.args]
     if faults:
         outcome.get_result().user_properties.append(("faults", faults))
+
+
+# Where the tests marked heavy live: run-tests.sh's later stages collect only there (collecting
+# every file again costs each stage's workers their time), so a heavy test elsewhere would never run.
+HEAVY_HOMES = {"temporal": "tests/temporal", "other": "tests/scenarios"}
+
+
+def pytest_collection_modifyitems(config, items):
+    root = Path(__file__).resolve().parent.parent
+    for item in items:
+        if item.get_closest_marker("heavy") is None:
+            continue
+        home = root / HEAVY_HOMES["temporal" if item.get_closest_marker("temporal") else "other"]
+        if home not in Path(item.path).resolve().parents:
+            raise pytest.UsageError(f"{item.nodeid} is marked heavy: move it under {home.relative_to(root)}, "
+                                    "the only place run-tests.sh's heavy stages collect (see HEAVY_HOMES)")
 
 
 def pytest_runtest_logreport(report):
