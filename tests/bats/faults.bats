@@ -27,9 +27,10 @@ start_hung_loop() {
   fast_loop_env '*:*=hang'
   export HEARTBEAT_STALE=120s
   set -m
-  # With the default SIGHUP, as from a terminal: under nohup the loop would inherit it ignored,
-  # and bash cannot trap a signal ignored at its start (exec keeps the pid the test signals).
-  "${PY}" -c 'import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+  # With the default SIGHUP and SIGINT, as from a terminal: under nohup, or with the suite started
+  # in the background of a script, the loop would inherit them ignored, and bash cannot trap a
+  # signal ignored at its start (exec keeps the pid the test signals).
+  "${PY}" -c 'import os, signal as s, sys; [s.signal(n, s.SIG_DFL) for n in (s.SIGHUP, s.SIGINT)]; os.execv(sys.argv[1], sys.argv[1:])' \
     "${LOOP}" --project "${PROJECT}" >"${BATS_TEST_TMPDIR}/out" 2>&1 &
   LOOP_PID=$!
   set +m
