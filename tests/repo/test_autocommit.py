@@ -44,7 +44,7 @@ def test_by_default_no_hook_of_the_repository_runs(project, tmp_path):
     port = free_port()
     install_hooks(project, tmp_path, port)
     (project / "work.py").write_text("x = 1\n")
-    markers = markers_for(project, "run-31")
+    markers = markers_for(project, "run-autocommit")
     result = commit(project, "genesis: Builder, iteration 1 (finished)", [], push=False, markers=markers)
     assert result.committed and not result.error
     assert not (tmp_path / "hooks-ran").exists()  # checked first: the test's own git runs them
@@ -58,7 +58,7 @@ def test_with_run_hooks_the_hooks_run_and_what_they_start_carries_the_markers(pr
     port = free_port()
     install_hooks(project, tmp_path, port)
     (project / "work.py").write_text("x = 1\n")
-    markers = markers_for(project, "run-31")
+    markers = markers_for(project, "run-autocommit")
     try:
         result = commit(project, "genesis: Builder, iteration 1 (finished)", [], push=False, markers=markers,
                         run_hooks=True)
@@ -97,7 +97,7 @@ def test_git_lfs_filters_stay_on_for_add_and_carry_the_markers(project, tmp_path
     use_lfs(project)
     (project / ".gitattributes").write_text("*.big filter=lfs\n")
     (project / "data.big").write_text("payload\n")
-    markers = markers_for(project, "run-31")
+    markers = markers_for(project, "run-autocommit")
     assert commit(project, "with a filter", [], push=False, markers=markers).committed
     assert git(project, "show", "HEAD:data.big") == "PAYLOAD\n"
     seen = dict(line.split("=", 1) for line in (tmp_path / "filter-env").read_text().splitlines() if "=" in line)

@@ -81,9 +81,9 @@ def test_fault_2_a_heartbeat_directory_writable_by_others_or_not_ours_is_refused
     hb_dir.chmod(0o777)
     # A step of a started run reads the settings snapshot its preflight left (none: it stops).
     write_json(state_of(project) / "config.json",
-               {"run_id": "r", "settings": snapshot(resolve(project, env={"GENESIS_AGENT_CMD": "true"}))})
+               {"run_id": "run-faults", "settings": snapshot(resolve(project, env={"GENESIS_AGENT_CMD": "true"}))})
     result = CliRunner().invoke(cli, ["--project", str(project), "--set", "GENESIS_AGENT_CMD=true",
-                                      "run-phase", "--iteration", "1", "--phase", "Builder", "--run-id", "r"],
+                                      "run-phase", "--iteration", "1", "--phase", "Builder", "--run-id", "run-faults"],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert f"repaired: {hb_dir} had mode 777; reset to 700" in result.output
@@ -216,13 +216,14 @@ def test_fault_12_a_zombie_that_is_not_our_child_does_not_stall_the_reaper(proje
             "child = subprocess.Popen(['true'])\n"
             "print(child.pid, flush=True)\n"
             "time.sleep(600)\n")  # never waits: the child stays a zombie of this parent
-    parent = procs([sys.executable, "-c", code, "pytest"], env=markers_for(project, "r"), stdout=subprocess.PIPE)
+    parent = procs([sys.executable, "-c", code, "pytest"], env=markers_for(project, "run-faults"),
+                   stdout=subprocess.PIPE)
     zombie_pid = int(parent.stdout.readline())
     wait_for(lambda: psutil.Process(zombie_pid).status() == psutil.STATUS_ZOMBIE, what="the zombie")
     zombie = identify(zombie_pid) or ProcId(zombie_pid, psutil.Process(zombie_pid).create_time())
     result: dict = {}
     worker = threading.Thread(target=lambda: result.update(
-        report=kill_all(lambda: [zombie] + marked(markers_for(project, "r")), grace=1.0)), daemon=True)
+        report=kill_all(lambda: [zombie] + marked(markers_for(project, "run-faults")), grace=1.0)), daemon=True)
     worker.start()
     worker.join(timeout=30)
     assert not worker.is_alive(), "the reaper waited on a zombie that can never be reaped by it"
@@ -238,11 +239,11 @@ def test_fault_13_pid_1_other_users_and_another_worktree_are_never_signalled(pro
     theirs = markers_for(worktree, "run-of-worktree")
     survivors = [(procs([sys.executable, SPAWN, "sleep", "pytest"], env=theirs), theirs)]
     if os.geteuid() == 0:  # another user's process, even one carrying our marker
-        ours = markers_for(project, "r")
+        ours = markers_for(project, "run-faults")
         survivors.append((procs(["sleep", "600"], env=ours, user=65534, group=65534, cwd="/"), ours))
     for proc, markers in survivors:  # running, their markers where a reaper looks
         wait_for(lambda proc=proc, markers=markers: alive(proc.pid) and carries(proc.pid, markers))
-    found = plan_reap(project, "r", "all", PATTERNS, ())
+    found = plan_reap(project, "run-faults", "all", PATTERNS, ())
     assert found.leftovers == ()
     execute(found, grace=0.5)
     assert all(alive(p.pid) for p, _ in survivors)
@@ -265,13 +266,13 @@ def test_fault_14_a_tree_that_keeps_forking_converges(project, procs):
             "while True:\n"
             "    subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
             "    time.sleep(0.01)\n")
-    forker = procs([sys.executable, "-c", code], env=markers_for(project, "r"))
-    wait_for(lambda: len(marked(markers_for(project, "r"))) > 20, what="the tree to grow")
+    forker = procs([sys.executable, "-c", code], env=markers_for(project, "run-faults"))
+    wait_for(lambda: len(marked(markers_for(project, "run-faults"))) > 20, what="the tree to grow")
     root = identify(forker.pid)
-    report = kill_all(lambda: descendants(root) + marked(markers_for(project, "r")), grace=0.5)
+    report = kill_all(lambda: descendants(root) + marked(markers_for(project, "run-faults")), grace=0.5)
     assert report.survivors == ()
     time.sleep(0.2)  # a fork in flight at the kill would show by now
-    assert marked(markers_for(project, "r")) == []
+    assert marked(markers_for(project, "run-faults")) == []
 
 
 # --- breaker and persistence -------------------------------------------------------------
