@@ -1,6 +1,11 @@
-"""A fleet of three children with the real `claude` against the stub API: one meets a 5-hour
-usage limit; the account's limit holds every child (each meets it at most once, mid-turn), no
-phase starts while it is known, and all resume after the reset, one by one; every task comes home.
+"""Fleets with the real `claude` against the stub API. A limit: of two children, one meets a
+5-hour usage limit; the account's limit holds every child (each meets it at most once, mid-turn),
+no phase starts while it is known, and both resume after the reset, one by one; every task comes
+home. A refused tool permission stops the fleet's launches, with the fix.
+
+A policy refusal (exit 37) sending its task to its next strategy is judged by replay
+(tests/fleet/test_ladder.py), the real CLI's refusal read end to end in one loop
+(tests/e2e/test_claude_silences.py).
 
 Time is read only as the order of recorded timestamps against the stub's window.
 """
@@ -35,11 +40,12 @@ def whose(request: dict, worktrees: list[str]) -> str:
 
 def test_a_limit_one_child_meets_holds_the_whole_fleet_until_the_reset(claude, fast_stub, tmp_path):
     project = new_repo(tmp_path / "project")
-    plan_night(project, TASKS)
-    window = fast_stub.limit_after(4, 8)  # the 4th request from now: the three children are mid-phase
+    tasks = TASKS[:2]  # two children: one meets the limit, the other is held by it
+    plan_night(project, tasks)
+    window = fast_stub.limit_after(3, 8)  # the 3rd request from now: both children are mid-phase
     env = night_env(fast_stub, subscriber=True, GENESIS_FLEET_STAGGER_SECONDS="0.5", GENESIS_FLEET_CHECK_SECONDS="0.5",
                     GENESIS_FLEET_MEMORY_FLOOR_MB="0")
-    fleet = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--parallel", "3", "--set",
+    fleet = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--parallel", "2", "--set",
                               "GENESIS_MAX_ITERATIONS=4"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
@@ -50,17 +56,17 @@ def test_a_limit_one_child_meets_holds_the_whole_fleet_until_the_reset(claude, f
         pytest.fail(f"the fleet did not end: {out[-4000:]}")
     assert fleet.returncode == exitcodes.OK, out[-4000:]
     with FleetLedger.open(state_dir_of(project) / "fleet" / "ledger.sqlite3", readonly=True) as led:
-        assert {r.text: r.state for r in led.tasks() if r.text in TASKS} == {t: "merged" for t in TASKS}
+        assert {r.text: r.state for r in led.tasks() if r.text in tasks} == {t: "merged" for t in tasks}
         every = led.events("launch")  # the tasks' children, then the Planner's once they are done
     launches = [e for e in every if not e.task_id.startswith("planner-")]
-    assert len(launches) == 3  # a limit spends no restart: no child was launched twice
-    assert all(f"- [x] {t}" in git(project, "show", "HEAD:TASKS.md") for t in TASKS)
+    assert len(launches) == 2  # a limit spends no restart: no child was launched twice
+    assert all(f"- [x] {t}" in git(project, "show", "HEAD:TASKS.md") for t in tasks)
     margin = float(NIGHT_KNOBS["GENESIS_LIMIT_MARGIN_SECONDS"])
     children = [e.detail["worktree"] for e in every]
     asked = [(r, whose(r, children)) for r in fast_stub.messages()]
     refused = [(r, child) for r, child in asked if r["status"] == 429]
     # Requests that met the limit: each child's at most once (it was mid-turn when the limit began).
-    assert refused and len({child for _r, child in refused}) == len(refused) <= 3, refused
+    assert refused and len({child for _r, child in refused}) == len(refused) <= 2, refused
     assert window.resets_at is not None
     first = min(r["at"] for r, _child in refused)
     # Nothing asked the API while the limit was known but what met it: no phase started meanwhile.
@@ -100,42 +106,3 @@ def test_a_refused_tool_permission_stops_the_fleet_launching_with_the_fix_no_bre
         assert {e.detail["exit_code"] for e in ends} == {exitcodes.AGENT_FATAL}
         assert all(fix in e.detail["reason"] for e in ends) and {e.detail["outcome"] for e in ends} == {"config"}
         assert len(launches) == len(ends) <= 2 and not led.events("restart") and not led.events("failed_permanently")
-
-
-def test_a_policy_refusal_of_one_task_sends_it_to_its_next_strategy_and_the_fleet_goes_on(claude, fast_stub,
-                                                                                         tmp_path):
-    """The model's safeguards refuse one task's request, to every model but one. Its child ends
-    with 37 (no fallback agent of its own); its task goes at once, no restart spent, to its
-    ladder's next strategy, another model, which does it; the other task is never held up, and
-    the fleet ends with 0, every task home."""
-    project = new_repo(tmp_path / "project")
-    refused, other = "Write the port scanner", "Log each request"
-    plan_night(project, [refused, other])
-    fast_stub.refuse_task(refused, allow_model="claude-haiku-4-5")
-    another = "claude -p --model claude-haiku-4-5 --dangerously-skip-permissions"
-    env = night_env(fast_stub, GENESIS_FLEET_ESCALATION=another, GENESIS_FLEET_STAGGER_SECONDS="0.5",
-                    GENESIS_FLEET_CHECK_SECONDS="0.5", GENESIS_FLEET_MEMORY_FLOOR_MB="0")
-    fleet = subprocess.Popen(["bash", str(LOOP), "--project", str(project), "--parallel", "2", "--set",
-                              "GENESIS_MAX_ITERATIONS=4"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
-    try:
-        out = fleet.communicate(timeout=400)[0]
-    except subprocess.TimeoutExpired:  # never leave a fleet behind
-        os.killpg(fleet.pid, signal.SIGTERM)
-        out = fleet.communicate(timeout=150)[0]
-        pytest.fail(f"the fleet did not end: {out[-4000:]}")
-    assert fleet.returncode == exitcodes.OK, out[-4000:]
-    assert "the fleet launches nothing more" not in out
-    with FleetLedger.open(state_dir_of(project) / "fleet" / "ledger.sqlite3", readonly=True) as led:
-        rows = {r.text: r for r in led.tasks()}
-        assert {t: rows[t].state for t in (refused, other)} == {refused: "merged", other: "merged"}
-        tries = [(a.kind, a.agent, a.exit_code, a.outcome) for a in led.attempts(rows[refused].id)]
-        assert [a.attempt for a in led.attempts(rows[other].id)] == [1]
-        ends = [e.detail for e in led.events("child_end") if e.task_id == rows[refused].id]
-    assert [(kind, code, outcome) for kind, _agent, code, outcome in tries] == [
-        ("start", exitcodes.POLICY_REFUSED, "failed"), ("escalate", 0, "verified")], tries
-    assert "haiku" not in tries[0][1] and tries[1][1] == another
-    assert ends[0]["exit_code"] == exitcodes.POLICY_REFUSED and "safeguards" in ends[0]["reason"], ends
-    asked = [(r["body"].get("model"), refused in json.dumps(r["body"])) for r in fast_stub.messages()]
-    assert any(mine and model != "claude-haiku-4-5" for model, mine in asked)  # it was refused there
-    assert all(f"- [x] {t}" in git(project, "show", "HEAD:TASKS.md") for t in (refused, other))

@@ -94,6 +94,7 @@ def test_a_limit_one_loop_meets_holds_the_other_loop_on_the_account_until_the_re
     assert [w["kind"] for w in held] == ["limit"]
     assert f"by the loop of {projects['a'].resolve()}" in outs["b"]
     assert all(r["at"] >= window.resets_at + margin for r in fast_stub.messages() if whose(r, projects) == "b")
+    assert not of(evs["b"], "phase_retry") and "OPEN" not in outs["b"]  # a limit is no failed phase for its breaker
     # Both resumed after the reset plus the margin, not in the same instant.
     untils = [of(evs["a"], "wait_start")[0]["until"], held[0]["until"]]
     assert all(window.resets_at + margin <= u <= window.resets_at + margin * 1.2 for u in untils), untils

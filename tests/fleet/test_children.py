@@ -1,5 +1,6 @@
-"""One child of a fleet: its command line and environment, its liveness by its lock, and a
-signal sent only to the loop it still is (re-confirmed at that moment)."""
+"""One child of a fleet: its command line and environment, its liveness by its lock, a signal
+sent only to the loop it still is (re-confirmed at that moment), and `genesis stop` reaching it
+when no monitor runs."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import sys
 import time
 from pathlib import Path
 
+from click.testing import CliRunner
 from helpers.git import git
 from helpers.procs import alive, lock_held
 
+from genesis.cli import cli
 from genesis.config import default_layout
 from genesis.fleet import children as kids
+from genesis.fleet.ledger import FleetLedger, TaskRow
 from genesis.ledger.store import Ledger
+from genesis.store.layout import private_dir, state_dir_of
 
 
 def spec(tmp_path: Path, **kw) -> kids.ChildSpec:
@@ -127,3 +132,19 @@ def test_agents_killed_inside_a_running_child_are_read_from_its_ledger_once_each
     died, seen, started = kids.agent_deaths(child, 0)
     assert died == [100.0, 101.0] and seen > 0 and started == 100.5   # its newest agent started: this run's
     assert kids.agent_deaths(child, seen) == ([], seen, None)
+
+
+def test_genesis_stop_reaches_the_children_of_a_monitor_that_died_through_the_projects_stop_flag(project, tmp_path):
+    """No monitor holds the project's lock; its child loop still holds its own (a stand-in here):
+    `genesis stop` finds it through the fleet ledger's worktrees and writes the project's stop
+    flag, the one each child is given (GENESIS_STOP_FLAG, above) and reads before its next phase."""
+    wt = worktree(project, tmp_path)
+    with FleetLedger.open(private_dir(private_dir(state_dir_of(project)) / "fleet") / "ledger.sqlite3") as led:
+        led.upsert_task(TaskRow("t", "a task", "running", attempts=1, worktree=str(wt)))
+    with lock_held(default_layout(wt), "child-run") as child:
+        stopped = CliRunner().invoke(cli, ["--project", str(project), "stop"], catch_exceptions=False)
+    assert stopped.exit_code == 0, stopped.output
+    flag = project / "hooks" / "loop_multi_agent.txt"
+    assert stopped.output.startswith(f"wrote false to {flag}; the fleet's monitor is not running, and its 1 child "
+                                     f"loop (pids {child.pid}) each stop before their next phase")
+    assert flag.read_text() == "false\n"

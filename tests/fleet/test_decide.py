@@ -162,12 +162,14 @@ def test_the_restart_budget_holds_the_second_relaunch_within_its_period_across_t
 
 # -- the cascade -------------------------------------------------------------------------------
 
+@pytest.mark.fault(98)
 def test_ten_of_twenty_children_failing_at_once_pause_the_fleet_with_one_alert_then_a_probe_resumes_it():
     fleet = Replay(20)
     for n in range(20):
         fleet.launch(f"t{n}", T0)
-    for n in range(10):
-        fleet.end(f"t{n}", T0 + 100, 1, "killed by SIGKILL (the OOM killer?)")
+    paused_at = [n + 1 for n in range(10) if any(isinstance(e, d.GateMoved) for e in fleet.end(
+        f"t{n}", T0 + 100, 1, "killed by SIGKILL (the OOM killer?)"))]
+    assert paused_at == [7]  # at the end that passes 30% of the 20 that ran (6 is exactly 30%)
     assert fleet.fleet.gate.state == "paused"
     moves = [e.step.action for e in fleet.effects if isinstance(e, d.GateMoved)]
     assert moves == ["pause"]

@@ -1,5 +1,6 @@
-"""The monitor's own refusals and its re-adoption, with real locks, real git and stand-in loops
-(the whole fleet runs in tests/scenarios/test_fleet.py)."""
+"""The monitor over real git and real ledgers: its own refusals and its re-adoption, with real locks
+and stand-in loops, and a fleet's paths replayed, the monitor fed what its children would have
+left (the whole fleet runs in tests/scenarios/test_fleet.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.agent import script
+from helpers.fleet import fleet_project
 from helpers.git import git, new_repo
 from helpers.procs import lock_held
 from helpers.waits import wait_for
 
 from genesis import exitcodes
-from genesis.config import default_layout, resolve
+from genesis.agents.base import Limit
+from genesis.config import default_layout, layout_for, resolve
 from genesis.fleet import monitor as mon
 from genesis.fleet.ledger import FleetLedger, TaskRow
 from genesis.fleet.resources import fleet_settings
@@ -24,7 +28,9 @@ from genesis.fleet.taskref import branch_for, task_id
 from genesis.ledger.store import Ledger
 from genesis.loop import agentgo
 from genesis.loop.step import Step
-from genesis.reporting.fleet import timeline
+from genesis.loop.waiting import plan_limit
+from genesis.repo.tasks import DONE, parse
+from genesis.reporting.fleet import load, render_text, timeline
 from genesis.store.atomicio import write_json
 from genesis.store.layout import private_dir, state_dir_of
 from genesis.store.looplock import current_holder
@@ -668,3 +674,196 @@ def test_an_agent_killed_inside_its_child_starts_again_only_on_the_restart_budge
         assert json.loads((monitor.fleet_dir / "monitor.json").read_text())["agent_restarts"]["t1"] == \
             {"died": now - 4}
         assert agentgo.wait_for_go(steps["t1"], "Builder", 1, {**env, "GENESIS_TASK_ID": "t1"}, now + 60) is None
+
+
+# -- a fleet's paths, replayed: the monitor fed what its children would have left, no child process --
+# (each one's whole fleet, where it has one, is in tests/scenarios/test_fleet.py)
+
+
+def dropping_launches(monitor: mon.Monitor) -> None:
+    """Whatever the monitor launched after all (the test then fails) does not outlive the test."""
+    for child in monitor.children.values():
+        if child is not None and child.popen is not None:
+            child.popen.kill()
+            child.popen.wait()
+
+
+def test_once_the_stop_flag_says_false_nothing_new_starts_and_the_fleet_is_over_with_no_child(project, tmp_path):
+    with_tasks(project, TASK)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        monitor = clocked(project, led, Clock())
+        monitor.cfg.stop_flag.parent.mkdir(parents=True, exist_ok=True)
+        monitor.cfg.stop_flag.write_text("false\n")  # what `genesis stop` writes
+        try:
+            monitor.read_stop()
+            monitor.launches(monitor.sync_queue())
+        finally:
+            dropping_launches(monitor)
+        row = led.task(task_id(TASK))
+        assert monitor.stopping and not monitor.children and not led.events("launch")
+        assert (row.state, row.attempts) == ("queued", 0)  # the next start takes it up
+        assert monitor.done(led.tasks())
+
+
+def started_loop(project: Path) -> Step:
+    """A started run of a loop of this user on another project (the account store is the user's)."""
+    cfg = resolve(project, env={})
+    layout = layout_for(cfg)
+    private_dir(layout.state_dir)
+    step = Step(cfg, layout, "run-single", lambda msg, kind="info": None)
+    step.event("loop_start")
+    return step
+
+
+def test_a_usage_limit_another_loop_met_holds_every_launch_until_its_reset_and_margin(project, tmp_path):
+    """Another loop of this user met a 5-hour limit of the same CLI and account: the fleet starts no
+    child, its task `waiting` and why, until the reset and its margin."""
+    with_tasks(project, TASK)
+    clock = Clock(time.time())
+    limit = Limit(clock.at + 600, "five_hour", "You've hit your 5-hour limit")
+    assert plan_limit(started_loop(new_repo(tmp_path / "single")), limit, "Builder", 1, clock.at) == exitcodes.WAIT
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        monitor = clocked(project, led, clock, GENESIS_LIMIT_MARGIN_SECONDS="2")
+        try:
+            for _ in range(3):  # several checks
+                clock.at += 1
+                monitor.launches(monitor.sync_queue())
+        finally:
+            dropping_launches(monitor)
+        (row,) = led.tasks()
+        (hold,) = led.events("limit_hold")
+        assert not led.events("launch") and row.state == "waiting" and "usage limit of claude" in row.reason
+        assert hold.detail["until"] == limit.resets_at + 2
+        assert monitor.known_limit(limit.resets_at + 1) and not led.events("limit_resume")  # within the margin
+        assert monitor.known_limit(limit.resets_at + 2 + mon.LIMIT_CHECK) == ""
+        assert [e.kind for e in led.events("limit_resume")] == ["limit_resume"]
+
+
+def verified(monitor: mon.Monitor, text: str, files: dict[str, str]) -> TaskRow:
+    """A task as its verified attempt leaves it: its work committed on its branch, its task ticked
+    there, queued for the merge."""
+    ident = task_id(text)
+    wt = worktrees_create(monitor, ident)
+    for name, content in files.items():
+        (wt / name).write_text(content)
+    (wt / "TASKS.md").write_text((wt / "TASKS.md").read_text().replace(f"- [ ] {text}", f"- [x] {text}"))
+    git(wt, "add", "-A")
+    git(wt, "commit", "-qm", text)
+    row = TaskRow(ident, text, "merging", attempts=1, branch=branch_for(ident), worktree=str(wt))
+    monitor.ledger.upsert_task(row)
+    monitor.ledger.begin_attempt(ident, "start", "", "configured", "", monitor.clock())
+    monitor.ledger.end_attempt(ident, 1, 0, "verified", monitor.clock())
+    return row
+
+
+def merge(monitor: mon.Monitor, row: TaskRow) -> None:
+    """The merge queue's step for the task, as the monitor takes it (its result recorded)."""
+    monitor.merged(row, monitor._merge(row), monitor.clock())
+
+
+# The Merger is the configured agent, run once in the task's worktree on the conflict: this one
+# keeps its own task's line and drops the other task's.
+ONE_SIDED = """#!/usr/bin/env bash
+echo "${GENESIS_AGENT} ${GENESIS_TASK_ID} in ${PWD}" >>"${0%.sh}.ran"
+printf '%s\\n' "${GENESIS_TASK}" >shared.txt
+git add shared.txt
+"""
+
+
+def test_a_conflict_the_merger_resolves_by_dropping_the_other_tasks_line_needs_review_naming_the_hunk(project,
+                                                                                                     tmp_path):
+    (project / "shared.txt").write_text("nobody yet\n")
+    git(project, "add", "shared.txt")
+    fleet_project(project, ["say hello", "say goodbye"])
+    merger = script(tmp_path / "merger.sh", ONE_SIDED)
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        monitor = clocked(project, led, Clock(), GENESIS_AGENT_CMD=f"bash {merger}")
+        hello, goodbye = (verified(monitor, text, {"shared.txt": f"{text}\n"}) for text in ("say hello", "say goodbye"))
+        merge(monitor, hello)
+        merge(monitor, goodbye)
+        rows = {r.id: r for r in led.tasks()}
+        (asked,) = led.events("merger")
+        (review,) = led.events("needs_review")
+        alerts = [(e.task_id, e.detail["severity"]) for e in led.events("alert")]
+    assert (rows[hello.id].state, rows[goodbye.id].state) == ("merged", "needs-review")
+    assert (tmp_path / "merger.ran").read_text() == f"Merger {goodbye.id} in {goodbye.worktree}\n"  # once
+    assert asked.task_id == review.task_id == goodbye.id and asked.detail["files"] == ["shared.txt"]
+    # Not landed: the lost hunk named with the task whose commit on the project branch added it.
+    assert review.detail["outcome"] == "dropped"
+    (lost,) = review.detail["lost"]
+    assert lost.startswith("shared.txt line 1 (added by the task 'say hello' (its commit ")
+    assert lost.endswith(" on the project branch): 'say hello')")
+    assert "would drop what was added" in rows[goodbye.id].reason and "not landed" in rows[goodbye.id].reason
+    assert alerts == [(goodbye.id, "high")]
+    assert git(project, "show", "HEAD:shared.txt") == "say hello\n"
+    assert git(project, "show", f"{goodbye.branch}:shared.txt") == "say goodbye\n"  # its branch kept as it was
+
+
+# Two tasks' work together, unmended, fails the project's check (each alone passes).
+CLASH = ("if [ \"$(ls work-*.txt 2>/dev/null | wc -l)\" -gt 1 ] && [ ! -e mended.txt ]; then "
+         "echo 'FAILED test_clash: the two works clash'; exit 1; fi")
+
+
+def test_a_merge_that_breaks_the_projects_check_goes_back_to_its_task_told_the_tail_and_lands_once_mended(
+        project, tmp_path):
+    fleet_project(project, ["add the parser", "add the printer"])
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        monitor = clocked(project, led, Clock(), GENESIS_CHECK_CMD=CLASH)
+        parser, printer = (verified(monitor, text, {f"work-{task_id(text)}.txt": f"{text}\n"})
+                           for text in ("add the parser", "add the printer"))
+        merge(monitor, parser)
+        home = git(project, "rev-parse", "HEAD").strip()
+        merge(monitor, printer)
+        (red,) = led.events("merge_red")
+        row = led.task(printer.id)
+        assert git(project, "rev-parse", "HEAD").strip() == home  # nothing red landed
+        assert red.task_id == printer.id and red.detail["to"] == "task"
+        assert "the project's check" in red.detail["reason"] and "exited 1" in red.detail["reason"]
+        assert red.detail["tail"] == ["FAILED test_clash: the two works clash"]
+        assert [(c["kind"], c["exit_code"]) for c in red.detail["checks"]] == [("project", 1)]
+        # The verified attempt counts as failed; the ladder restarts the task, told on its branch.
+        assert [a.outcome for a in led.attempts(printer.id)] == ["failed"]
+        assert (row.state, row.restarts) == ("restarting", 1)
+        told = (Path(printer.worktree) / "TASKS.md").read_text()
+        assert "- [ ] add the printer" in told and "its merge onto" in told
+        assert "FAILED test_clash: the two works clash" in told
+        # The next attempt mends it (its task ticked again) and comes home green.
+        (Path(printer.worktree) / "mended.txt").write_text("mended\n")
+        (Path(printer.worktree) / "TASKS.md").write_text(told.replace("- [ ] add the printer", "- [x] add the printer"))
+        git(Path(printer.worktree), "add", "-A")
+        git(Path(printer.worktree), "commit", "-qm", "mend the clash")
+        led.set_state(printer.id, "merging", "queued for the merge queue")
+        merge(monitor, row)
+        (merged,) = [e for e in led.events("merged") if e.task_id == printer.id]
+        assert led.task(printer.id).state == "merged"
+    assert [c["exit_code"] for c in merged.detail["checks"]] == [0]
+    tasks = git(project, "show", "HEAD:TASKS.md")
+    assert {t.text: t.state for t in parse(tasks).items} == {"add the parser": DONE, "add the printer": DONE}
+    assert "Genesis:" not in tasks  # the note was the attempt's, never the project's
+    assert git(project, "show", "HEAD:mended.txt") == "mended\n"
+
+
+def test_a_planner_that_added_nothing_is_no_merged_task_of_the_report(project, tmp_path):
+    fleet_project(project, ["write the readme"])
+    ident = task_id("write the readme")
+    clock = Clock()
+    with FleetLedger.open(tmp_path / "ledger.sqlite3") as led:
+        monitor = clocked(project, led, clock)
+        led.upsert_task(TaskRow(ident, "write the readme", "merged", attempts=1, branch=branch_for(ident)))
+        led.begin_attempt(ident, "start", "", "configured", "run-1", clock.at - 60)
+        led.end_attempt(ident, 1, 0, "verified", clock.at - 30)
+        led.record("merged", ident, sha="abc", commits=["abc"])
+        # The Planner's pass, once nothing was open: its child ended 0 with no commit on its branch.
+        planner = mon.PLANNER + monitor.run_id.lower()
+        branch = f"genesis/plan/{monitor.run_id}"
+        wt = mon.worktrees.create(project, monitor.root, planner, branch, monitor.target)
+        row = TaskRow(planner, mon.PLANNER_TEXT, "running", attempts=1, branch=branch, worktree=str(wt))
+        led.upsert_task(row)
+        led.begin_attempt(planner, "start", "", "configured", "run-plan", clock.at - 20)
+        monitor.planner_ended(row, mon.kids.Child(planner, wt, 0, 0.0, clock.at - 20, 1, run_id="run-plan"),
+                              mon.kids.Ending(exitcodes.OK, clock.at, "done: the work is finished"))
+        assert led.task(planner).state == "merged" and not monitor.merges  # nothing to merge
+        assert led.task(planner).reason == "the Planner added nothing: the fleet is done"
+    report = render_text(load(tmp_path / "ledger.sqlite3", project, False, clock.at))
+    assert "1 task: 1 merged; the Planner: nothing-added" in report, report
+    assert "tasks merged without escalation: 1 of 1 task (1 merged in all)" in " ".join(report.split())

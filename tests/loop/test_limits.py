@@ -16,6 +16,7 @@ import pytest
 from genesis import exitcodes
 from genesis.agents import adapter_named
 from genesis.agents.base import Account, Limit, key_fingerprint
+from genesis.config import resolve
 from genesis.hints import hint
 from genesis.loop import limits
 from genesis.loop.limits import Remembered
@@ -55,6 +56,7 @@ def test_an_account_is_the_clis_folder_and_a_fingerprint_of_its_key_never_the_ke
     assert adapter_named("aider").account({"OPENAI_API_KEY": "sk-1"}).home == ""
 
 
+@pytest.mark.fault(61)
 def test_a_limit_binds_its_own_account_only(step, said):
     assert plan_limit(step, SHORT, "Builder", 1, NOW, who=claude_with()) == exitcodes.WAIT
     entry = stored(step)["limits"][0]
@@ -82,6 +84,7 @@ def test_two_accounts_each_keep_their_own_limit(step):
     assert [e["resets_at"] for e in stored(step)["limits"]] == [WEEKLY.resets_at, NOW + 7200]
 
 
+@pytest.mark.fault(61)
 def test_the_stop_names_the_cli_the_account_and_the_ways_to_go_on(step, said):
     assert plan_limit(step, WEEKLY, "Builder", 1, NOW, who=claude_with()) == exitcodes.USAGE_LIMIT
     kind, message = said[-1]
@@ -102,13 +105,19 @@ def test_the_stop_names_the_cli_the_account_and_the_ways_to_go_on(step, said):
     assert step.events(kinds=("limit_stop",))[-1]["known"] is True
 
 
-def test_an_older_genesiss_file_reads_as_the_configured_cli_for_an_unknown_account(step, said):
+def older_file_met_by_claude(step) -> dict:
+    """An older Genesis's limit file (one limit, no CLI, no account) and the run of claude whose
+    phase ended on it, as the ledger keeps it (a limit no run recorded is not applied): the file."""
     old = {"resets_at": WEEKLY.resets_at, "kind": "seven_day", "message": WEEKLY.message, "guessed": False,
            "seen_at": NOW}
     step.layout.limit_file.write_text(json.dumps(old))
-    # The run whose phase ended on it, as the ledger keeps it: a limit no run recorded is not applied.
     ledger_of(step.layout).record("run-older", "loop_start", at=NOW - 60, agent=["claude", "-p"])
     ledger_of(step.layout).record("run-older", "phase_end", at=NOW - 1, ending="limit")
+    return old
+
+
+def test_an_older_genesiss_file_reads_as_the_configured_cli_for_an_unknown_account(step, said):
+    older_file_met_by_claude(step)
     known = known_limit(step, NOW, claude_with())
     assert known.account == Account("claude", None, None) and known.limit == WEEKLY
     # Its account is unknown: it holds for every account of that CLI, never for another CLI.
@@ -124,6 +133,19 @@ def test_an_older_genesiss_file_reads_as_the_configured_cli_for_an_unknown_accou
     assert [(e["cli"], e["home"], e["key"]) for e in data["limits"]][0] == ("claude", None, None)
 
 
+@pytest.mark.fault(62)
+def test_an_older_genesiss_file_read_first_by_a_loop_of_another_cli_holds_the_cli_whose_run_met_it(step, said):
+    old = older_file_met_by_claude(step)
+    codex = adapter_named("codex")
+    loop = Step(resolve(step.cfg.project, env={"GENESIS_AGENT_CMD": "codex exec"}), step.layout, RUN, step.say)
+    # The loop of another CLI reads it first: not its own limit, and not set aside as a planted one.
+    assert known_limit(loop, NOW, (codex, codex.account({"HOME": os.environ["HOME"]}))) is None
+    assert json.loads(step.layout.limit_file.read_text()) == old and not [m for _k, m in said if "aside" in m]
+    # The CLI that met it (the ledger's run says which) is held, whatever its account.
+    assert known_limit(loop, NOW, claude_with(CLAUDE_CONFIG_DIR="/srv/other")).limit == WEEKLY
+
+
+@pytest.mark.fault(62)
 @pytest.mark.parametrize("plant", ["garbage", "empty", "wrong_version", "not_a_list", "symlink"])
 def test_an_unusable_file_is_kept_aside_and_no_limit_is_applied(step, said, tmp_path, plant):
     path = step.layout.limit_file
