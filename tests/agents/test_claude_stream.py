@@ -12,8 +12,10 @@ import pytest
 from helpers import paths
 
 from genesis.agents.base import MAX_RESULT_CHARS, PERMISSION_REFUSED, ApiError, ApiRetry, Ending, Limit
-from genesis.agents.claude import ClaudeTextReader
+from genesis.agents.claude import ClaudeCode, ClaudeTextReader
 from genesis.agents.claude.stream import MAX_LINE_BYTES, StreamReader
+from genesis.loop.ending import how_it_ended
+from genesis.watch.supervisor import Outcome
 
 FIXTURES = paths.FIXTURES / "claude"
 LIMIT_5H = "You've hit your 5-hour limit · resets 9:22am (UTC)"
@@ -365,6 +367,28 @@ def test_a_limit_quoted_in_tool_output_or_by_the_model_is_never_a_limit(failed):
     assert ending.limit is None and ending.api_error is None
     assert ending.final_text == ("" if failed else f"Found: {LIMIT_5H}")
     assert not any(line.startswith(("usage limit", "API error")) for line in transcript)
+
+
+@pytest.mark.fault(43)
+def test_a_successful_run_quoting_the_recorded_limit_finishes_in_stream_json_and_in_text():
+    """A task that names a limit: the agent `cat`s it and its final message quotes it. The real
+    CLI's recorded run with the recorded refusal event and limit sentence in its tool output and
+    its result, and its text-mode answer ending in that sentence: the phase finished, no wait."""
+    said = lines_of("limit_five_hour.txt")[-1]
+    quoting = records_of("success.jsonl")
+    quoting[2]["message"]["content"][0]["content"] = f"{ECHO}\n{said}"  # the first Bash call's output
+    lines = [line.replace("Done: wrote hello.txt and notes.md and committed them.", f"In the FAQ: {said}")
+             for line in dumps(quoting)]
+    stream = ClaudeCode().reader(ClaudeCode().command(("claude", "-p", "--dangerously-skip-permissions")))
+    read(lines, stream)
+    text = ClaudeCode().reader(("claude", "-p", "--output-format", "text"))
+    read(["In the FAQ, as Claude Code says it:", said], text)
+    for reader in (stream, text):
+        ending = reader.ending(0)
+        assert ending.limit is None and ending.final_text.endswith(said), ending
+        assert how_it_ended(Outcome("exited", 0, 1.0, ending=ending)) == "finished"
+    # The same last line from a run that failed is the limit itself.
+    assert how_it_ended(Outcome("exited", 1, 1.0, ending=text.ending(1))) == "limit"
 
 
 def test_a_killed_run_after_a_refusal_event_is_a_limit():
