@@ -89,23 +89,26 @@ class Loop:
         prompt.write_text(f"SCENARIO: {scenario}\nCWD={self.project}\nPARAMS: {extra}\n")
         self.env[f"PHASE_{name}_PROMPT"] = str(prompt)
 
-    def run(self, *args: str, watch: str | None = None,
+    def run(self, *args: str, watch: str | tuple[str, ...] | None = None,
             trace: bool = False) -> tuple[subprocess.CompletedProcess, list[dict]]:
-        """Run the loop to its end; with watch=PHASE, collect every heartbeat it writes; with
-        trace, every process carrying the project's marker (see told)."""
+        """Run the loop to its end; with watch=PHASE (or several), collect every heartbeat they
+        write (each names its phase as "agent"); with trace, every process carrying the
+        project's marker (see told)."""
         seen: list[dict] = []
         stop = threading.Event()
-        hb = state_of(self.project) / "heartbeats" / f"{watch}.json"
+        phases = (watch,) if isinstance(watch, str) else watch or ()
+        hbs = [state_of(self.project) / "heartbeats" / f"{phase}.json" for phase in phases]
 
         def poll():
             while not stop.is_set():
-                try:
-                    beat = json.loads(hb.read_text())
-                    # The hook self-test before each phase beats here too, then removes its beat.
-                    if beat not in seen and not beat.get("session_id", "").startswith("genesis-self-test"):
-                        seen.append(beat)
-                except (OSError, ValueError):
-                    pass
+                for hb in hbs:
+                    try:
+                        beat = json.loads(hb.read_text())
+                        # The hook self-test before each phase beats here too, then removes its beat.
+                        if beat not in seen and not beat.get("session_id", "").startswith("genesis-self-test"):
+                            seen.append(beat)
+                    except (OSError, ValueError):
+                        pass
                 time.sleep(0.01)
 
         def follow():
@@ -115,7 +118,9 @@ class Loop:
                     ns, line = ns_pids(ident.pid), command_line(ident.pid, 10_000)
                     if ns and ident.process() is not None:
                         self.traced.setdefault(ident, (ns[-1], set()))[1].add(line)
-                time.sleep(0.02)
+                # A scan reads every process's environment: 10% of a core at 50 a second. What
+                # the tests look for (the agents, their tool shells) lives for seconds.
+                time.sleep(0.1)
 
         poller = threading.Thread(target=poll, daemon=True)
         tracer = threading.Thread(target=follow, daemon=True)
@@ -157,16 +162,23 @@ class Loop:
     def ended(self) -> list[dict]:
         return [e for e in events_of(self.project) if e["event"] == "phase_end"]
 
+    def log(self, phase: str = "Builder") -> Path:
+        """The readable transcript of the phase's last start in iteration 1 (after a wait or a
+        retry the phase starts again, with a log of its own)."""
+        starts = [e for e in events_of(self.project)
+                  if e["event"] == "phase_start" and (e["iteration"], e["phase"]) == (1, phase)]
+        return Path(starts[-1]["log"])
+
     def progressed(self, done: subprocess.CompletedProcess) -> tuple[str, str]:
         """What the "progress" scenario must leave: the Builder finished, its file and its own
         commit landed, a readable transcript (no raw JSON), breaker CLOSED, nothing running.
-        Returns the run id and the Builder's transcript."""
+        Returns the run id and the Builder's transcript (of its last start)."""
         assert done.returncode == 0, done.stdout
         assert "Builder: finished" in done.stdout
         assert (self.project / "hello.txt").read_text() == "hello from the agent\n"
         assert "agent: hello" in git(self.project, "log", "--format=%s")
         run_id = events_of(self.project)[0]["run_id"]
-        transcript = (self.project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log").read_text()
+        transcript = self.log("Builder").read_text()
         assert "Done: wrote hello.txt and committed it." in transcript
         assert not [line for line in transcript.splitlines() if line.startswith("{")]
         breaker = self.breaker()
@@ -174,18 +186,18 @@ class Loop:
         assert self.leftovers() == []
         return run_id, transcript
 
-    def hung(self, done: subprocess.CompletedProcess) -> tuple[int, list[dict]]:
-        """What the "hang" scenario must leave: the Builder stuck; the tool's shell (in a session
-        of its own for most CLIs) and every agent the Builder ran dead; nothing carrying the
+    def hung(self, done: subprocess.CompletedProcess, phase: str = "Builder") -> tuple[int, list[dict]]:
+        """What the "hang" scenario must leave: the phase stuck; the tool's shell (in a session
+        of its own for most CLIs) and every agent the phase ran dead; nothing carrying the
         run's marker left. Returns the tool shell's pid and the phases' ends."""
-        assert "Builder: stuck:" in done.stdout, done.stdout
+        assert f"{phase}: stuck:" in done.stdout, done.stdout
         tool_shell = int((self.project / "tool-shell.pid").read_text())
         shells = self.told(tool_shell, *TOOL_SHELL)  # the $$ it wrote is its box's: the host's process
         ended = self.ended()
-        builders = [e for e in ended if e["phase"] == "Builder"]
-        assert builders and all(e["status"] == "stuck" for e in builders), ended
-        assert shells and not {s.pid for s in shells} & {e["pid"] for e in builders}, (shells, self.traced)
-        assert all(gone(s) for s in shells) and all(gone(self.agent(e)) for e in builders)
+        hung = [e for e in ended if e["phase"] == phase]
+        assert hung and all(e["status"] == "stuck" for e in hung), ended
+        assert shells and not {s.pid for s in shells} & {e["pid"] for e in hung}, (shells, self.traced)
+        assert all(gone(s) for s in shells) and all(gone(self.agent(e)) for e in hung)
         assert self.leftovers() == []
         return tool_shell, ended
 

@@ -81,10 +81,16 @@ def test_there_is_no_hook_to_install(e2e):
     assert done.returncode == exitcodes.USAGE and "aider has no per-tool-call hooks" in done.stderr
 
 
-def test_progress_the_edit_is_committed_its_cost_read_and_the_breaker_stays_closed(e2e, stub):
+def test_aiders_own_retries_are_waiting_on_the_api_and_its_edit_is_committed_with_its_cost(e2e, stub):
+    """A short rate limit first: aider's HTTP client retries twice by itself, quietly; aider says
+    the third refusal and retries, which the loop reads as waiting on the API. Then the model
+    answers: the edit is committed by the loop, its cost read, and the breaker stays closed."""
+    stub.refuse(*rate_limited(retry_after=0.5), count=3)
     e2e.phase("Builder", "progress")
     done, beats = e2e.run("--max-iterations", "1", watch="Builder")
     assert done.returncode == 0, done.stdout
+    assert "Builder: the model API is failing (429 RateLimitError); the agent retries by itself" in done.stdout
+    assert [r["status"] for r in stub.requests][:4] == [429, 429, 429, 200]
     assert "Builder: finished" in done.stdout
     assert "no per-tool-call hook" in done.stdout   # said at start: its output is its sign of life
     project = e2e.project
@@ -96,6 +102,7 @@ def test_progress_the_edit_is_committed_its_cost_read_and_the_breaker_stays_clos
     assert beats == []   # no hook, no heartbeat: aider's output kept it alive
     builder = phase_ends(project)[0]
     assert (builder["phase"], builder["status"], builder["ending"]) == ("Builder", "exited", "finished")
+    assert builder["api_retries"] == 1
     assert builder["num_turns"] == 1 and builder["cost_usd"] > 0 and builder["input_tokens"] > 0
     assert builder["result"].startswith("hello.txt")
     # The command the loop ran: the user's program, with the unattended flags and the prompt last.
@@ -135,18 +142,6 @@ def test_a_silent_hung_test_command_gets_stuck_and_aider_and_its_tree_are_killed
     assert (e2e.project / "hang.txt").exists()
     assert "(ended: stuck, killed; partial work)" in git(e2e.project, "log", "-1", "--format=%s")
     assert e2e.leftovers() == []
-
-
-def test_aiders_own_retries_of_a_short_rate_limit_are_waiting_on_the_api(e2e, stub):
-    # Its HTTP client retries twice by itself, quietly; aider says the third refusal and retries.
-    stub.refuse(*rate_limited(retry_after=0.5), count=3)
-    e2e.phase("Builder", "progress")
-    done, _ = e2e.run("--max-iterations", "1")
-    assert done.returncode == 0, done.stdout
-    assert "Builder: the model API is failing (429 RateLimitError); the agent retries by itself" in done.stdout
-    assert "Builder: finished" in done.stdout
-    assert phase_ends(e2e.project)[0]["api_retries"] == 1
-    assert [r["status"] for r in stub.requests][:4] == [429, 429, 429, 200]
 
 
 def test_no_credit_left_ends_aider_at_its_first_retry_and_stops_the_loop(e2e, stub):

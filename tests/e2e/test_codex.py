@@ -71,33 +71,42 @@ def test_the_install_records_the_trust_codex_checks(e2e, hermetic):
     assert config.startswith('model = "stub-model"\nmodel_provider = "stub"\n')  # the user's settings kept
 
 
-def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
+def test_a_limit_is_waited_out_every_tool_call_beats_and_a_hung_command_is_killed_in_one_night(e2e, stub):
+    """Three Codex runs in one night. The Builder's first meets a usage limit that resets at once
+    (Codex does not retry it): the loop waits it out and runs the phase again, which makes progress,
+    each tool call beating. The Planner then hangs in a shell command: stuck, and killed with its
+    tool shell and the hooks' parent."""
+    stub.refuse(*usage_limit(time.time() + 1), count=1)
     e2e.phase("Builder", "progress")
-    done, beats = e2e.run("--max-iterations", "1", watch="Builder")
+    e2e.phase("Planner", "hang")
+    e2e.env.update(GENESIS_LIMIT_MARGIN_SECONDS="0", PHASE_RETRIES="0")
+    done, beats = e2e.run("--max-iterations", "1", watch=("Builder", "Planner"), trace=True)
+    # The limit, in Codex's words, and the wait for its reset.
+    assert "Builder: usage limit of codex (config " in done.stdout and ") until " in done.stdout
+    assert "the agent said 'You’ve hit your usage limit" in done.stdout
+    ended = [(e["phase"], e["status"], e.get("ending")) for e in e2e.ended()]
+    assert ended == [("Builder", "exited", "limit"), ("Builder", "exited", "finished"),
+                     ("Planner", "stuck", "stuck")], ended
+    # The run after the wait: progress.
     run_id, transcript = e2e.progressed(done)
     assert "agent: codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox --" in done.stdout
-    thread = thread_of(e2e.project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log")
+    thread = thread_of(e2e.log("Builder"))
     assert f"session {thread}" in transcript and "assistant: Done: wrote hello.txt and committed it." in transcript
     assert "tool Bash: $ echo hello from the agent > hello.txt" in transcript
-    assert calls(beats, "PreToolUse", "Bash") == 2 and calls(beats, "PostToolUse", "Bash") == 2, beats
-    assert all(b["session_id"] == thread and b["agent"] == "Builder" for b in beats)
+    # Its tool calls (each run beats SessionStart too, the refused one with a thread of its own).
+    built = [b for b in beats if b["agent"] == "Builder" and b["event"] != "SessionStart"]
+    assert calls(built, "PreToolUse", "Bash") == 2 and calls(built, "PostToolUse", "Bash") == 2, beats
+    assert all(b["session_id"] == thread for b in built)
     assert {b["run_id"] for b in beats} == {run_id}
     # The hooks' parent: Codex's native binary, which the `codex` launcher the loop started runs.
-    assert len({b["pid"] for b in beats}) == 1
-
-
-def test_a_hung_shell_command_gets_stuck_and_codex_and_the_tool_shell_are_killed(e2e):
-    e2e.phase("Builder", "hang")
-    done, beats = e2e.run("--max-iterations", "1", watch="Builder", trace=True)
-    assert done.returncode == 0, done.stdout
-    assert "Builder: stuck: no heartbeat for" in done.stdout
-    assert "Planner: finished" in done.stdout
-    assert (beats[-1]["event"], beats[-1]["tool"]) == ("PreToolUse", "Bash")
-    tool_shell, ended = e2e.hung(done)
-    assert [(e["phase"], e["status"], e["attempt"]) for e in ended] == [
-        ("Builder", "stuck", 0), ("Builder", "stuck", 1), ("Planner", "exited", 0)]
-    parents = e2e.told(beats[-1]["pid"], "codex")  # the hooks' parent too, as the host sees it
-    assert tool_shell != beats[-1]["pid"] and parents and all(gone(p) for p in parents)
+    assert len({b["pid"] for b in built}) == 1
+    # The hang.
+    assert "Planner: stuck: no heartbeat for" in done.stdout
+    hung = [b for b in beats if b["agent"] == "Planner"]
+    assert (hung[-1]["event"], hung[-1]["tool"]) == ("PreToolUse", "Bash")
+    tool_shell, _ = e2e.hung(done, "Planner")
+    parents = e2e.told(hung[-1]["pid"], "codex")  # the hooks' parent too, as the host sees it
+    assert tool_shell != hung[-1]["pid"] and parents and all(gone(p) for p in parents)
 
 
 def minute(epoch: float) -> float:
@@ -118,21 +127,6 @@ def test_a_usage_limit_beyond_the_longest_wait_stops_the_loop_with_its_reset(e2e
     limit = json.loads((state_of(e2e.project) / "limit.json").read_text())["limits"][0]
     assert limit["resets_at"] == minute(resets) and not limit["guessed"] and limit["cli"] == "codex"
     assert [r["status"] for r in stub.requests if r["path"].endswith("/responses")] == [429]  # no retry
-    assert e2e.leftovers() == []
-
-
-def test_a_usage_limit_that_resets_now_is_waited_out_and_the_phase_runs_again(e2e, stub):
-    stub.refuse(*usage_limit(time.time() + 1), count=1)
-    e2e.phase("Builder", "progress")
-    e2e.env["GENESIS_LIMIT_MARGIN_SECONDS"] = "0"
-    done, _ = e2e.run("--max-iterations", "1")
-    assert done.returncode == 0, done.stdout
-    assert "Builder: usage limit of codex (config " in done.stdout and ") until " in done.stdout
-    assert "the agent said 'You’ve hit your usage limit" in done.stdout
-    assert "Builder: finished" in done.stdout
-    assert (e2e.project / "hello.txt").read_text() == "hello from the agent\n"
-    ended = [(e["phase"], e.get("ending")) for e in events_of(e2e.project) if e["event"] == "phase_end"]
-    assert ended[0] == ("Builder", "limit"), ended
     assert e2e.leftovers() == []
 
 

@@ -104,58 +104,50 @@ def session_of(log: Path) -> str:
     raise AssertionError(f"no event in {log.with_suffix('.jsonl')}")
 
 
-def test_progress_every_tool_call_beats_and_the_breaker_stays_closed(e2e):
+def test_a_rate_limit_is_waited_out_every_tool_call_beats_and_a_hung_command_is_killed_in_one_night(e2e, stub):
+    """Three opencode runs in one night. The Builder's first meets a rate limit that outlasts
+    opencode's own retries: it retries a 429 five times by itself, each after the API's
+    retry-after (the plugin tells the loop so), and the sixth refusal ends its run with the error,
+    whose reset the loop waits for. The phase runs again and makes progress, each tool call
+    beating. The Planner then hangs in a silent shell command: stuck, and killed with its tool shell."""
+    stub.refused_with, stub.refusals = rate_limited(retry_after=0.6), 6
     e2e.phase("Builder", "progress")
-    done, beats = e2e.run("--max-iterations", "1", watch="Builder", trace=True)
+    e2e.phase("Planner", "hang")
+    del e2e.env["GENESIS_PHASES"]   # the Builder and the Planner (no TASKS.md: no Criticizer)
+    e2e.env.update(GENESIS_LIMIT_MARGIN_SECONDS="0", TOOL_SILENT="3s", PHASE_RETRIES="0")
+    done, beats = e2e.run("--max-iterations", "1", watch=("Builder", "Planner"), trace=True)
+    ended = e2e.ended()
+    assert [(e["phase"], e["status"], e.get("ending")) for e in ended] == [
+        ("Builder", "exited", "limit"), ("Builder", "exited", "finished"), ("Planner", "stuck", "stuck")], ended
+    # The rate limit: opencode's retries, then its error, and the wait for the reset.
+    assert "the agent retries by itself (attempt 1 of 5" in done.stdout, done.stdout
+    assert "Builder: usage limit (rate_limit) of opencode (config " in done.stdout and ") until " in done.stdout
+    assert "the agent said 'Rate limit reached for stub-model" in done.stdout
+    assert len([r for r in stub.requests if r["status"] == 429]) == 6
+    first = [e["log"] for e in events_of(e2e.project) if e["event"] == "phase_start"][0]
+    assert "API retry 5/5 in 0.6s (Rate limit reached" in Path(first).read_text()
+    # The run after the wait: progress.
     run_id, transcript = e2e.progressed(done)
-    session = session_of(e2e.project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log")
+    session = session_of(e2e.log("Builder"))
     assert f"session {session}" in transcript and "tool bash: $ echo hello from the agent > hello.txt" in transcript
     assert "assistant: Done: wrote hello.txt and committed it." in transcript
     # Two bash calls, each beating before and after. The beats are read by polling the one heartbeat
     # file, so a beat the next one overwrote within a poll (opencode's after and before can come
     # milliseconds apart) may go unseen: each event is seen, never more often than it fired.
-    assert 1 <= calls(beats, "tool.execute.before", "bash") <= 2, beats
-    assert 1 <= calls(beats, "tool.execute.after", "bash") <= 2, beats
-    assert {tool_event(b["event"]) for b in beats} == {"PreToolUse", "PostToolUse"}
-    assert all(b["session_id"] == session and b["agent"] == "Builder" for b in beats)
+    built = [b for b in beats if b["agent"] == "Builder"]
+    assert 1 <= calls(built, "tool.execute.before", "bash") <= 2, beats
+    assert 1 <= calls(built, "tool.execute.after", "bash") <= 2, beats
+    assert {tool_event(b["event"]) for b in built} == {"PreToolUse", "PostToolUse"}
+    assert all(b["session_id"] == session for b in built)
     assert {b["run_id"] for b in beats} == {run_id}
-    builder = e2e.ended()[0]  # the plugin's process: the opencode the box runs, its pid there
-    assert {b["pid"] for b in beats} == {builder["box_pid"]} and e2e.agent(builder).pid == builder["pid"]
-
-
-def test_a_hung_shell_command_gets_stuck_and_opencode_and_the_tool_shell_are_killed(e2e):
-    e2e.phase("Builder", "hang")
-    e2e.env.update(TOOL_SILENT="3s", PHASE_RETRIES="0")
-    done, beats = e2e.run("--max-iterations", "1", watch="Builder", trace=True)
-    assert done.returncode == 0, done.stdout
-    assert "Builder: stuck: inside bash" in done.stdout, done.stdout
-    assert (beats[-1]["event"], beats[-1]["tool"]) == ("tool.execute.before", "bash")
-    _, ended = e2e.hung(done)
-    assert [(e["phase"], e["status"]) for e in ended] == [("Builder", "stuck")]
-    assert beats[-1]["pid"] == ended[0]["box_pid"]  # the plugin runs in opencode itself
-
-
-def test_a_rate_limit_that_outlasts_opencodes_retries_is_waited_out_and_the_phase_runs_again(e2e, stub):
-    # opencode retries a 429 five times by itself, each after the API's retry-after (the plugin
-    # tells the loop so); the sixth refusal ends its run with the error, whose reset the loop waits for.
-    stub.refused_with, stub.refusals = rate_limited(retry_after=0.6), 6
-    e2e.phase("Builder", "progress")
-    e2e.env["GENESIS_LIMIT_MARGIN_SECONDS"] = "0"
-    done, _ = e2e.run("--max-iterations", "1")
-    assert done.returncode == 0, done.stdout
-    assert "the agent retries by itself (attempt 1 of 5" in done.stdout, done.stdout
-    assert "Builder: usage limit (rate_limit) of opencode (config " in done.stdout and ") until " in done.stdout
-    assert "the agent said 'Rate limit reached for stub-model" in done.stdout
-    assert "Builder: finished" in done.stdout
-    assert (e2e.project / "hello.txt").read_text() == "hello from the agent\n"
-    ended = [(e["phase"], e.get("ending")) for e in events_of(e2e.project) if e["event"] == "phase_end"]
-    assert ended[0] == ("Builder", "limit"), ended
-    refused = [r for r in stub.requests if r["status"] == 429]
-    assert len(refused) == 6
-    run_id = events_of(e2e.project)[0]["run_id"]
-    log = e2e.project / "orchestrator" / "logs" / run_id / "iter-0001-Builder.log"
-    assert "API retry 5/5 in 0.6s (Rate limit reached" in log.read_text()
-    assert e2e.leftovers() == []
+    builder = ended[1]  # the plugin's process: the opencode the box runs, its pid there
+    assert {b["pid"] for b in built} == {builder["box_pid"]} and e2e.agent(builder).pid == builder["pid"]
+    # The hang.
+    assert "Planner: stuck: inside bash" in done.stdout, done.stdout
+    hung = [b for b in beats if b["agent"] == "Planner"]
+    assert (hung[-1]["event"], hung[-1]["tool"]) == ("tool.execute.before", "bash")
+    e2e.hung(done, "Planner")
+    assert hung[-1]["pid"] == ended[2]["box_pid"]  # the plugin runs in opencode itself
 
 
 def test_a_limit_an_hour_away_ends_opencodes_wait_and_the_loop_stops_with_its_reset(e2e, stub):

@@ -8,7 +8,8 @@ step in its own wire format.
 
 A test can make the API refuse the next requests, the way the provider does: `refuse`
 answers them with the status, headers and body given (a quota error in that provider's
-own words). Every request is recorded with when it came and the status it got. For the
+own words), every request or only those to one path (the model's turns, not a CLI's side
+questions). Every request is recorded with when it came and the status it got. For the
 silences (docs/concepts/silences.md) a test can make it `hold` every request (accepted, never
 answered) or `drop` every stream (its first event sent, then nothing on a connection held open),
 until the stub shuts down.
@@ -81,13 +82,17 @@ def step_for(name: str, done: int, params: dict[str, str] | None = None) -> Shel
 
 @dataclass
 class Refusal:
-    """The next `count` requests (every one when None) are answered with this error."""
+    """The next `count` requests (every one when None) whose path holds `path` are answered
+    with this error."""
     status: int
     body: dict | str
     headers: dict[str, str] = field(default_factory=dict)
     count: int | None = None
+    path: str = ""
 
-    def take(self) -> bool:
+    def take(self, path: str) -> bool:
+        if self.path not in path:
+            return False
         if self.count is None:
             return True
         if self.count <= 0:
@@ -123,7 +128,7 @@ class StubHandler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self._body()
-        refusal = self.server.refusal()
+        refusal = self.server.refusal(self.path)
         if refusal is not None:
             self.server.record(self, body, refusal.status)
             self.json(refusal.body, refusal.status, refusal.headers)
@@ -204,16 +209,16 @@ class StubServer(ThreadingHTTPServer):
         self.server_close()
 
     def refuse(self, status: int, body: dict | str, headers: dict[str, str] | None = None,
-               count: int | None = None) -> Refusal:
-        refusal = Refusal(status, body, dict(headers or {}), count)
+               count: int | None = None, path: str = "") -> Refusal:
+        refusal = Refusal(status, body, dict(headers or {}), count, path)
         with self._lock:
             self._refusals.append(refusal)
         return refusal
 
-    def refusal(self) -> Refusal | None:
+    def refusal(self, path: str) -> Refusal | None:
         with self._lock:
             for refusal in self._refusals:
-                if refusal.take():
+                if refusal.take(path):
                     return refusal
         return None
 
