@@ -10,7 +10,7 @@ from typing import Iterator
 
 import psutil
 
-__all__ = ["alive", "free_port", "listening", "carries", "LISTEN"]
+__all__ = ["alive", "free_port", "listening", "carries", "loop_leftovers", "LISTEN"]
 
 # A listener as `python -c LISTEN PORT`: listens on 127.0.0.1:PORT, then sleeps.
 LISTEN = ("import socket, sys, time\n"
@@ -34,6 +34,20 @@ def carries(pid: int, markers: dict[str, str]) -> bool:
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False
     return all(env.get(k) == v for k, v in markers.items())
+
+
+def loop_leftovers(project, run_id: str) -> list[str]:
+    """Processes of a loop still running: its script and steps (they name the project) and
+    anything carrying the run's marker (the agent's tree)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            line = " ".join(proc.info["cmdline"] or [])
+            if str(project) in line or proc.environ().get("GENESIS_RUN_ID") == run_id:
+                found.append(f"pid {proc.pid}: {line}")
+        except psutil.Error:
+            continue
+    return found
 
 
 def free_port() -> int:

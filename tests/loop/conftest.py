@@ -34,18 +34,15 @@ def step(project: Path, said, request) -> Step:
 
 
 @pytest.fixture
-def start(project: Path, tmp_path: Path, said, request):
-    """start(**flags): the preflight of the test module's run RUN with a small agent script,
-    as the loop calls it."""
-    agent = script(tmp_path / "agent.sh", "#!/bin/sh\nexit 0\n")
-    cfg = resolve(project, env={"GENESIS_AGENT_CMD": str(agent), "GENESIS_PHASES": "Builder"})
-    lay = layout_for(cfg)
-    private_dir(lay.state_dir)
+def preflighted(said, request):
+    """preflighted(cfg, **flags): the preflight of the test module's run RUN on these settings,
+    as the loop calls it, the loop's lock released after: its step."""
     run_id = request.module.RUN
 
-    def run(auto_commit: bool = True, **flags) -> Step:
-        step = Step(replace(cfg, auto_commit=auto_commit), lay, run_id,
-                    lambda msg, kind="info": said.append((kind, msg)))
+    def run(cfg, **flags) -> Step:
+        lay = layout_for(cfg)
+        private_dir(lay.state_dir)
+        step = Step(cfg, lay, run_id, lambda msg, kind="info": said.append((kind, msg)))
         fd = os.open(lay.loop_lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             preflight(step, os.getpid(), fd, **flags)
@@ -53,5 +50,18 @@ def start(project: Path, tmp_path: Path, said, request):
             release(lay.loop_record, run_id)
             os.close(fd)
         return step
+
+    return run
+
+
+@pytest.fixture
+def start(project: Path, tmp_path: Path, preflighted):
+    """start(**flags): the preflight of the test module's run RUN with a small agent script,
+    as the loop calls it."""
+    agent = script(tmp_path / "agent.sh", "#!/bin/sh\nexit 0\n")
+    cfg = resolve(project, env={"GENESIS_AGENT_CMD": str(agent), "GENESIS_PHASES": "Builder"})
+
+    def run(auto_commit: bool = True, **flags) -> Step:
+        return preflighted(replace(cfg, auto_commit=auto_commit), **flags)
 
     return run

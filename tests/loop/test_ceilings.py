@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
+
+import pytest
 
 from genesis import exitcodes
 from genesis.config import layout_for, resolve
 from genesis.loop.ceilings import deadline, reached, spent
+from genesis.loop.phase import run_phase
 from genesis.loop.step import Step, ledger_of
 from genesis.store.layout import private_dir
 
@@ -48,3 +52,21 @@ def test_the_cost_ceiling_sums_the_agents_reported_costs_of_this_run_only(projec
     log.record("run-1", "phase_end", cost_usd=0.4)
     code, why = reached(step, 0)
     assert code == exitcodes.MAX_COST and "$1.00" in why
+
+
+@pytest.mark.parametrize("ceiling, code", [(dict(max_cost_usd=0.005), exitcodes.MAX_COST),
+                                           (dict(max_run_seconds=60.0), exitcodes.MAX_RUNTIME)],
+                         ids=["cost", "runtime"])
+def test_a_ceiling_reached_stops_the_loop_before_the_next_phase_starts(project, ceiling, code):
+    """Checked just before each phase, never during one: a running phase finishes first."""
+    said: list[tuple[str, str]] = []
+    step = make_step(project, **ceiling)
+    step = Step(step.cfg, step.layout, step.run_id, lambda msg, kind="info": said.append((kind, msg)))
+    ledger_of(step.layout).record(step.run_id, "loop_start", at=time.time() - 3600)  # started an hour ago
+    step.event("phase_end", iteration=1, phase="Builder", cost_usd=0.006)  # one phase's reported cost
+    planner = next(p for p in step.cfg.phases if p.name == "Planner")
+    assert run_phase(step, planner, 1) == code
+    (stop,) = step.events(kinds=("ceiling",))
+    assert (stop["iteration"], stop["phase"], stop["code"]) == (1, "Planner", code)
+    assert said[-1][0] == "warn" and said[-1][1].endswith(": stopping before Planner")
+    assert not step.events(kinds=("phase_start",)) and not step.events(kinds=("phase_skip",))

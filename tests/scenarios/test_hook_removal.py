@@ -1,5 +1,7 @@
 """The user's `genesis hook uninstall` while the real loop runs is respected, never undone; what
-an agent removes (its `rm`, or a `genesis hook uninstall` of its own) is put back as ever.
+an agent removes through a `genesis hook uninstall` of its own is put back as ever (its plain
+`rm`: tests/bats/tamper.bats). The loop's decisions (stop, go on without the hook when its
+agent can, put it back) are replayed in tests/loop/test_guard_hook.py.
 
 The agent is the simulated Claude Code, held in its Builder phase (helpers/gate.py) while the
 test, as the user in another terminal, uninstalls the hook the loop uses.
@@ -87,27 +89,12 @@ def test_fault_67_the_user_s_uninstall_is_respected_and_the_loop_stops_cleanly(p
     assert end["reason"].startswith("the heartbeat hook was removed by the user's `hook uninstall`"), end
     assert not (state_of(project) / "loop.json").exists()  # ended cleanly: the lock's record released
 
-    # The printed command, pasted elsewhere, puts the hook back; the next start runs.
+    # The printed command, pasted elsewhere, puts the hook back (and a restart then runs with it:
+    # tests/loop/test_guard_hook.py).
     back = subprocess.run(["bash", "-c", again], cwd=tmp_path / "elsewhere", capture_output=True, text=True,
                           timeout=60)
     assert back.returncode == 0 and installed_events(path), back.stderr
-    env["GENESIS_AGENT_CMD"] = simagent("*:*=idle", "--output-format", "text")
-    done = run_loop(project, "--max-iterations", "1", env=env)
-    assert done.returncode == 0, done.stderr
-    assert "heartbeat hook: working (local settings" in done.stderr and "removed" not in done.stderr
-
-
-@pytest.mark.fault(67)
-def test_fault_67_an_agent_that_can_do_without_the_hook_goes_on_without_it(project, tmp_path, procs):
-    # The simulated agent run as a plain command: its output and processes are its signs of life.
-    env = held_env()
-    err, code, told = uninstall_meanwhile(project, tmp_path, env, procs)
-    assert "it will not put it back, and goes on without it" in told
-    assert code == exitcodes.OK, err
-    assert err.count("by your `hook uninstall`: the loop does not put it back, and goes on without it") == 1
-    assert "repaired: the heartbeat hook" not in err
-    assert err.count("Planner: finished") == 2  # both iterations ran their phases
-    assert installed_events(local_settings(project)) == []
+    assert not (state_of(project) / "hook-removed.json").exists()
 
 
 def action(command: str) -> str:
@@ -119,10 +106,9 @@ def test_fault_68_what_an_agent_removes_is_put_back_even_through_genesis_hook_un
     install(project)
     said = tmp_path / "agent-uninstall.txt"
     own = shlex.join([sys.executable, "-m", "genesis", "--project", ".", "hook", "uninstall", "--scope", "local"])
-    script = (f"1:Builder={action(f'{own} >{shlex.quote(str(said))} 2>&1')},"
-              f"2:Builder={action('rm -f .claude/settings.local.json')},*:*=idle")
+    script = f"1:Builder={action(f'{own} >{shlex.quote(str(said))} 2>&1')},*:*=idle"
     env = loop_env(GENESIS_AGENT_CLI="claude", GENESIS_AGENT_CMD=simagent(script, "--output-format", "text"))
-    done = run_loop(project, "--max-iterations", "2", env=env)
+    done = run_loop(project, "--max-iterations", "1", env=env)
     assert done.returncode == 0, done.stderr
     # The agent's own uninstall ran inside the loop: not the user's word.
     text = said.read_text()
@@ -130,7 +116,7 @@ def test_fault_68_what_an_agent_removes_is_put_back_even_through_genesis_hook_un
     assert "started this command (an agent's): it puts the hook back before its next phase" in text
     path = local_settings(project.resolve())
     repaired = re.findall(r"repaired: the heartbeat hook stopped working .*; reinstalled it in (\S+)", done.stderr)
-    assert repaired == [str(path), str(path)], done.stderr
+    assert repaired == [str(path)], done.stderr  # before the Planner
     assert installed_events(path)
     assert not (state_of(project) / "hook-removed.json").exists()
     assert not [e for e in events_of(project) if e["event"] in ("hook_removed", "stop_reason")]

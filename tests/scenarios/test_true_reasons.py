@@ -7,19 +7,20 @@ box changes nothing here, so these run without it (GENESIS_SANDBOX=off)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import psutil
 import pytest
+from click.testing import CliRunner
 from helpers.agent import script
 from helpers.git import git
-from helpers.loop import GENESIS, loop_env, run_loop
+from helpers.loop import loop_env, run_loop
 from helpers.procs import alive
 from helpers.state import events_of
 from helpers.waits import wait_for
 
 from genesis import exitcodes
+from genesis.cli import cli
 
 
 def night(project: Path, tmp_path: Path, body: str, phases: str = "Builder") -> tuple[str, ...]:
@@ -35,28 +36,24 @@ def subjects(project: Path) -> list[str]:
 
 
 @pytest.mark.fault(84)
-def test_a_stale_index_lock_is_removed_and_recorded_and_the_work_committed(project, tmp_path):
-    """A git killed mid-command leaves .git/index.lock: every auto-commit failed all night."""
-    args = night(project, tmp_path, ": >.git/index.lock  # as a git killed mid-command leaves it")
-    done = run_loop(project, *args, "--max-iterations", "2", env=loop_env(GENESIS_SANDBOX="off"))
-    assert done.returncode == 0, done.stderr
-    assert "index.lock (" in done.stderr and "no process held it or ran git here), left by a git that was " \
-                                            "killed, was removed" in done.stderr
-    removed = [e for e in events_of(project) if e["event"] == "index_lock_removed"]
-    assert len(removed) == 2 and removed[0]["phase"] == "Builder"
-    assert sum("genesis: Builder" in s for s in subjects(project)) == 2, subjects(project)
-    assert not [e for e in events_of(project) if e["event"] == "commit_failed"]
-
-
-@pytest.mark.fault(84)
-def test_signing_that_waits_on_a_prompt_is_found_at_the_start_and_commits_say_they_are_unsigned(project, tmp_path):
+def test_a_stale_index_lock_is_removed_and_signing_that_waits_on_a_prompt_is_found_and_the_work_committed(
+        project, tmp_path):
+    """A git killed mid-command leaves .git/index.lock, and a signing program waits on a prompt
+    nobody answers: either made every auto-commit fail, or wait, all night."""
     waiter = script(tmp_path / "gpg-waits.sh", f"#!/usr/bin/env bash\necho $$ >>{tmp_path}/gpg-pids\n"
                                                "exec sleep 600  # a pinentry nobody answers\n")
-    args = night(project, tmp_path, "")
+    args = night(project, tmp_path, ": >.git/index.lock  # as a git killed mid-command leaves it")
     git(project, "config", "commit.gpgsign", "true")
     git(project, "config", "gpg.program", str(waiter))
     done = run_loop(project, *args, "--max-iterations", "2", env=loop_env(GENESIS_SANDBOX="off"), timeout=90)
     assert done.returncode == 0, done.stderr
+    # The lock: removed before each commit, said and recorded.
+    assert "index.lock (" in done.stderr and "no process held it or ran git here), left by a git that was " \
+                                            "killed, was removed" in done.stderr
+    removed = [e for e in events_of(project) if e["event"] == "index_lock_removed"]
+    assert len(removed) == 2 and removed[0]["phase"] == "Builder"
+    assert not [e for e in events_of(project) if e["event"] == "commit_failed"]
+    # The signing: found at the start, and Genesis's own commits made unsigned, saying so.
     assert "commit.gpgsign is on, but signing with" in done.stderr and "waited over" in done.stderr
     assert "Genesis's own commits are made unsigned" in done.stderr
     made = [s for s in subjects(project) if "genesis: Builder" in s]
@@ -83,8 +80,7 @@ def test_auto_commits_failing_in_a_row_are_events_abnormal_in_the_report_and_an_
     assert "Builder: auto-commit failed (3 in a row): git commit failed" in done.stderr
     wait_for(lambda: tickets.exists() and "auto-commit failed 3 times in a row" in tickets.read_text(), 30,
              "the alert after three failed auto-commits")
-    report = subprocess.run(GENESIS + ["--project", str(project), "report"], env=env, capture_output=True,
-                            text=True, timeout=60)
+    report = CliRunner().invoke(cli, ["--project", str(project), "report"], catch_exceptions=False)
     assert "3 failed auto-commits" in report.stdout
     assert "auto-commit troubles (3 failed, abnormal: the work was left uncommitted)" in report.stdout
     assert "empty ident name" in report.stdout
