@@ -47,6 +47,7 @@ def test_the_streak_counts_the_newest_failures_and_those_with_the_newest_words()
     assert streak([{**quick, "detail": "a"}, finished, {**quick, "detail": "a"}]) == Streak(1, 1, "a")
 
 
+@pytest.mark.fault(63)
 def test_the_same_quick_failure_three_times_in_a_row_is_a_configuration_error(step, said, tmp_path):
     command = ("claude", "-p", "--dangerously-skip-permisions")
     log = tmp_path / "iter-0003-Builder.log"
@@ -66,6 +67,23 @@ def test_the_same_quick_failure_three_times_in_a_row_is_a_configuration_error(st
            f"configuration error" in message  # the agent's own lines, escape sequences gone, never Genesis's
     assert "the breaker was not moved" in message and "claude -p --dangerously-skip-permisions" in message
     assert step.events(kinds=("agent_cannot_start",))[0]["failures"] == START_FAILURES
+
+
+@pytest.mark.fault(63)
+def test_the_same_failure_in_every_phase_of_an_iteration_counts_in_one_streak(step, said, tmp_path):
+    """Builder and Planner fail in iteration 1, the Builder again in iteration 2: the third stops
+    the loop, and iteration 1 was never counted by the breaker."""
+    log = tmp_path / "iter-0002-Builder.log"
+    log.write_text("error: unknown option '--dangerously-skip-permisions'\n")
+    for iteration, phase in ((1, "Builder"), (1, "Planner")):
+        step.event("phase_end", iteration=iteration, phase=phase, status="exited", ending="failed", duration=0.4,
+                   detail=ROOT, returncode=1)
+        assert stop_if_it_cannot_start(step, phase, ("claude",), log) is None
+    assert spares_breaker(step, 1) == Streak(2, 2, ROOT)
+    end(step, 2)
+    assert stop_if_it_cannot_start(step, "Builder", ("claude",), log) == exitcodes.USAGE
+    assert f"failed to start {START_FAILURES} times in a row" in said[-1][1]
+    assert [e["failures"] for e in step.events(kinds=("agent_cannot_start",))] == [START_FAILURES]
 
 
 def test_an_agent_that_printed_nothing_is_quoted_by_how_it_ended(step, said, tmp_path):

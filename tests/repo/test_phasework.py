@@ -8,6 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 import genesis.repo.phasework
 from genesis.repo.phasework import after, before
 
@@ -60,6 +62,21 @@ def test_a_phase_lists_its_commits_oldest_first_the_distinct_files_and_the_newly
     ]
     assert work["files_changed"] == 4     # a.py, b.py, c.py, TASKS.md
     assert work["tasks_done"] == ["a", "b"]  # "old" was ticked before the phase
+
+
+@pytest.mark.fault(69)
+def test_tasks_ticked_in_a_numbered_or_nested_list_are_the_phases_as_any_other(project):
+    """The report counts a phase's ticked tasks from here, and `genesis status` TASKS.md's by the
+    same grammar (tests/repo/test_tasks.py): a numbered list's were never counted."""
+    (project / "TASKS.md").write_text("# Tasks\n\n- [X] Set up\n* [?] Add a greeting\n1. [ ] Serve it over HTTP\n"
+                                      "2) [ ] Log each request\n   + [ ] with a test\n")
+    commit(project, "tasks")
+    start = before(project)
+    assert start.done == frozenset({"Set up"})
+    (project / "TASKS.md").write_text("# Tasks\n\n- [X] Set up\n* [x] Add a greeting\n1. [x] Serve it over HTTP\n"
+                                      "2) [ ] Log each request\n   + [X] with a test\n")
+    commit(project, "ticked")
+    assert after(project, start)["tasks_done"] == ["Add a greeting", "Serve it over HTTP", "with a test"]
 
 
 def test_a_phase_without_a_commit_changed_no_file_even_with_an_edit_left_uncommitted(project):

@@ -1,6 +1,10 @@
 """The alerts a person gets from a real loop, at a local webhook and ntfy receiver: a stall
 that heals itself is one quiet message and then its resolution; an OPEN breaker and the
-loop's end are one message; the end of the night is a summary."""
+loop's end are one message; the end of the night is a summary. The report the loop prints at
+its end says where its final alert went and counts as told only what a channel took.
+
+Its other endings by replay: a final alert still being sent when the wait's bound passes, or
+no channel set (tests/loop/test_finish.py, tests/reporting/test_consistent.py)."""
 
 from __future__ import annotations
 
@@ -98,7 +102,10 @@ def test_a_stall_that_heals_itself_is_one_quiet_message_then_its_resolution_and_
     assert resolved["priority"] == "low" and resolved["x-sequence-id"] == quiet["x-sequence-id"]
 
 
-def test_an_open_breaker_and_the_loops_end_are_one_message(project_with_tasks, tmp_path):
+@pytest.mark.fault(88)
+@pytest.mark.fault(90)
+def test_an_open_breaker_and_the_loops_end_are_one_message_and_the_printed_report_says_where_it_went(
+        project_with_tasks, tmp_path):
     project = project_with_tasks
     idle = script(tmp_path / "idle.sh", IDLE)
     with Receiver() as rx:
@@ -106,6 +113,8 @@ def test_an_open_breaker_and_the_loops_end_are_one_message(project_with_tasks, t
                         env=loop_env(**channels(rx), GENESIS_PHASES="Builder", CB_WARNING_THRESHOLD="1",
                                      CB_STOP_THRESHOLD="2"))
         assert done.returncode == 3, done.stderr
+        had = [r.json["genesis"]["final"] for r in rx.requests if r.path == "/hook"]
+        assert had and had[-1] is True  # the receiver had the final alert before the printed report said so
         wait_for(lambda: {"iteration_end", "loop_end"} <= {a["ticket"]["kind"] for a in events_of(project, kind="alert")
                                                             if a["ticket"]["severity"] == "critical"
                                                             or a["ticket"]["final"]}, 40,
@@ -117,6 +126,24 @@ def test_an_open_breaker_and_the_loops_end_are_one_message(project_with_tasks, t
     assert lines[0] == f"{project.name}: breaker OPEN, loop stopped"
     assert "Ended:" in lines[1] and "(exit 3)" in lines[1]
     assert lines[-1].startswith("Act: fix the task list")
-    opened = [a for a in events_of(project, kind="alert") if a["ticket"]["kind"] == "iteration_end" and "OPEN" in a["ticket"]["cause"]
+    alerts = events_of(project, kind="alert")
+    opened = [a for a in alerts if a["ticket"]["kind"] == "iteration_end" and "OPEN" in a["ticket"]["cause"]
               and "HALF" not in a["ticket"]["cause"]]
     assert [(a["decision"], a.get("folded")) for a in opened] == [("dismiss", True)]
+
+    # The report the loop printed at its end: where its final alert went, listed with the triage's
+    # reason as the ledger has it.
+    printed = [line.split("] ", 1)[-1] for line in (done.stdout + done.stderr).splitlines()]
+    assert "final alert: sent to webhook, ntfy" in printed, "\n".join(printed[-60:])
+    (final,) = [a for a in alerts if a["ticket"].get("final")]
+    start = next(n for n, line in enumerate(printed) if line.startswith("alerts ("))
+    listed = " ".join(" ".join(printed[start:]).split())
+    assert (f"{final['ticket']['ticket_id']} " in listed and
+            f"{final['ticket']['cause']} (sent to webhook, ntfy) triage (rules): {final['why']}" in listed), listed
+    # Told: what a channel took, or what was folded into the end's message that one took.
+    raised = [a for a in alerts if not a["ticket"].get("final") and a["ticket"].get("kind") != "resolved"]
+    reached = [a for a in raised if a.get("delivered") or a.get("folded")]
+    assert raised, "the breaker raised no ticket"
+    (rate,) = [" ".join(line.split()) for line in printed if line.startswith("escalation rate  ")]
+    assert rate == (f"escalation rate {100 * len(reached) / len(raised):.0f}% tickets that reached the operator: a "
+                    f"channel took {len(reached)} of {len(raised)} ticket{'s' if len(raised) != 1 else ''} raised")

@@ -1,8 +1,9 @@
-"""The real loop started with the mistakes of a first evening: a misspelt knob in the
-environment (warned about, with the name it most likely meant), the same typo in
-genesis.conf (refused, with the same suggestion), a `$VARIABLE` in genesis.conf (warned
-about: nothing there is expanded), and a first run without the package index (what failed,
-in pip's words, and how to go on: exit 2)."""
+"""The real loop started with the mistakes of a first evening: misspelt knobs in the
+environment (warned about, with the name each most likely meant) and `$VARIABLE`s in
+genesis.conf (warned about: nothing there is expanded), both in one night; the same typo in
+genesis.conf or --set (refused, with the same suggestion); and a first run without the
+package index (what failed, in pip's words, and how to go on: exit 2). Which words for which
+mistake, by replay: tests/test_config.py."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from helpers import paths
 from helpers.git import git
 from helpers.loop import GENESIS, loop_env, run_loop
 
+
 def conf(project: Path, text: str) -> None:
     (project / "orchestrator").mkdir(exist_ok=True)
     (project / "orchestrator" / "genesis.conf").write_text(text)
@@ -26,14 +28,19 @@ def conf(project: Path, text: str) -> None:
 
 
 @pytest.mark.fault(71)
-def test_a_misspelt_knob_in_the_environment_is_named_with_the_one_it_meant(one_builder):
-    """GENESIS_MAX_ITERATONS and GENESIS_TRIAGE_COMMAND were silently ignored. (A misspelt alert
-    channel is refused instead: tests/scenarios/test_alert_channels.py.)"""
+def test_misspelt_knobs_in_the_environment_and_variables_in_genesis_conf_are_warned_about_with_what_was_meant(
+        one_builder, tmp_path):
+    """GENESIS_MAX_ITERATONS and GENESIS_TRIAGE_COMMAND were silently ignored, and
+    GENESIS_LOG_DIR=$HOME/... made a folder named `$HOME` in the project, unsaid. (A misspelt
+    alert channel is refused instead: tests/scenarios/test_alert_channels.py.)"""
     project, args = one_builder
+    conf(project, "GENESIS_LOG_DIR=$HOME/night-logs\nGENESIS_STOP_FLAG=${NOT_SET_HERE}/stop\n"
+                  "PHASE_Builder_TRIGGER='when:[ -n \"$HOME\" ]'\nREAP_PATTERNS='server$'\n")
     env = loop_env(GENESIS_MAX_ITERATONS="1", GENESIS_TRIAGE_COMAND="judge", HEARTBEAT_STALE_MINS="3",
                    PHASE_Builder_TRIGER="never", PHASE_Bulder_PROMPT="x.md", CB_STOPTHRESHOLD="9",
                    # Variables that merely share a prefix, and those Genesis itself sets, are no typo.
-                   GENESIS_ITERATION="4", GENESIS_PHASE="Builder", AUTO_RELOAD_PROXY="1")
+                   GENESIS_ITERATION="4", GENESIS_PHASE="Builder", AUTO_RELOAD_PROXY="1",
+                   HOME=str(tmp_path / "home"))
     done = run_loop(project, *args, "--max-iterations", "1", env=env)
     assert done.returncode == 0, done.stderr
     for typo, meant in [("GENESIS_MAX_ITERATONS", "GENESIS_MAX_ITERATIONS"),
@@ -48,9 +55,25 @@ def test_a_misspelt_knob_in_the_environment_is_named_with_the_one_it_meant(one_b
            "(Builder), so it is ignored; did you mean PHASE_Builder_PROMPT?" in done.stderr
     for name in ("GENESIS_ITERATION", "GENESIS_PHASE ", "AUTO_RELOAD_PROXY"):
         assert name not in done.stderr
+
+    # genesis.conf is never run by a shell: a $VARIABLE there is said, with the value to write.
+    assert (f"GENESIS_LOG_DIR='$HOME/night-logs' in orchestrator/genesis.conf is used as written, $HOME and all: "
+            f"genesis.conf is never run by a shell, so nothing in it is expanded. Write the value itself: "
+            f"GENESIS_LOG_DIR={tmp_path}/home/night-logs") in done.stderr
+    assert ("GENESIS_STOP_FLAG='${NOT_SET_HERE}/stop' in orchestrator/genesis.conf is used as written, "
+            "$NOT_SET_HERE and all") in done.stderr
+    assert "Write the value itself there, or set GENESIS_STOP_FLAG in the environment or with --set, where your " \
+           "shell expands it" in done.stderr
+    # A when: command is run by bash, and a regex's $ is an anchor: neither is a mistake.
+    # (The trigger is named once, as a command trusted on first use: never as a mistake.)
+    assert not [line for line in done.stderr.splitlines() if "PHASE_Builder_TRIGGER=" in line and "used as written"
+                in line]
+    assert "REAP_PATTERNS=" not in done.stderr
+    logs = project / "$HOME" / "night-logs"
+    assert logs.is_dir()  # as written, and now said
+
     # The warnings are in the run's console log too, and `config show` says them on stderr.
-    assert "did you mean GENESIS_MAX_ITERATIONS?" in next((project / "orchestrator/logs").glob("*/console.log")) \
-        .read_text()
+    assert "did you mean GENESIS_MAX_ITERATIONS?" in next(logs.glob("*/console.log")).read_text()
     shown = subprocess.run(GENESIS + ["--project", str(project), "config", "show"], env=env, capture_output=True,
                            text=True, timeout=60)
     assert shown.returncode == 0
@@ -68,30 +91,6 @@ def test_the_same_typo_in_genesis_conf_is_refused_with_the_same_suggestion(one_b
     assert done.returncode == 2
     assert "genesis.conf:1: 'GENESIS_MAX_ITERATONS=1' is not KEY=VALUE with a known key; did you mean " \
            "GENESIS_MAX_ITERATIONS?" in done.stderr
-
-
-@pytest.mark.fault(71)
-def test_a_variable_in_genesis_conf_is_warned_about_with_the_value_to_write(one_builder, tmp_path):
-    """GENESIS_LOG_DIR=$HOME/... made a folder named `$HOME` in the project, unsaid."""
-    project, args = one_builder
-    conf(project, "GENESIS_LOG_DIR=$HOME/night-logs\nGENESIS_STOP_FLAG=${NOT_SET_HERE}/stop\n"
-                  "PHASE_Builder_TRIGGER='when:[ -n \"$HOME\" ]'\nREAP_PATTERNS='server$'\n")
-    env = loop_env(HOME=str(tmp_path / "home"))
-    done = run_loop(project, *args, "--max-iterations", "1", env=env)
-    assert done.returncode == 0, done.stderr
-    assert (f"GENESIS_LOG_DIR='$HOME/night-logs' in orchestrator/genesis.conf is used as written, $HOME and all: "
-            f"genesis.conf is never run by a shell, so nothing in it is expanded. Write the value itself: "
-            f"GENESIS_LOG_DIR={tmp_path}/home/night-logs") in done.stderr
-    assert ("GENESIS_STOP_FLAG='${NOT_SET_HERE}/stop' in orchestrator/genesis.conf is used as written, "
-            "$NOT_SET_HERE and all") in done.stderr
-    assert "Write the value itself there, or set GENESIS_STOP_FLAG in the environment or with --set, where your " \
-           "shell expands it" in done.stderr
-    # A when: command is run by bash, and a regex's $ is an anchor: neither is a mistake.
-    # (The trigger is named once, as a command trusted on first use: never as a mistake.)
-    assert not [line for line in done.stderr.splitlines() if "PHASE_Builder_TRIGGER=" in line and "used as written"
-                in line]
-    assert "REAP_PATTERNS=" not in done.stderr
-    assert (project / "$HOME" / "night-logs").is_dir()  # as written, and now said
 
 
 def closed_port() -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-from helpers.fleet import fleet_env, fleet_project, start_fleet, task_agent
+from helpers.fleet import fleet_project, start_fleet, task_agent
 from helpers.git import git
 from helpers.loop import GENESIS, LOOP, loop_env
 
