@@ -24,12 +24,12 @@ fi
 
 rm -f "${histories}"/*.json
 export TEMPORAL_RECORD_HISTORIES=1
-# Each scenario's name says which of its tests records: "cascade" (in process), "four-tasks",
-# "machine-lost", "ladder" and "machine-gone" (two workers and a home).
+# Each scenario's name says which of its tests records: "cascade" (in process), "machine-lost",
+# "ladder" and "machine-gone" (two workers and a home).
 "${python}" -m pytest -n 0 -q tests/temporal/test_workflows_cascade.py \
   -k test_two_tasks_failing_at_once_pause_the_fleet_until_a_probe_succeeds
-"${python}" -m pytest -n 0 -q tests/temporal/test_fleet.py \
-  -k "four_tasks_on_two_machines or machine_killed_mid_phase or always_fails_climbs or machine_is_gone_moves"
+"${python}" -m pytest -n 0 -q tests/temporal/test_fleet.py -k "killed_mid_phase or always_fails_climbs"
+"${python}" -m pytest -n 0 -q tests/temporal/test_placement.py -k moves_to_a_fresh_clone_when_that_machine_dies
 unset TEMPORAL_RECORD_HISTORIES
 "${python}" -m pytest -n 0 -q tests/temporal/test_replay.py
 ls -l "${histories}"

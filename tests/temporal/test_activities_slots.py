@@ -31,6 +31,8 @@ pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
 TEXTS = ["write the alpha note", "write the beta note"]
 # No heartbeat hook; prints while $HOLD exists (at most 6 s), then does its task.
 PRINTING = printing_agent(30)
+# The same for 2 s at most: two loops at once would overlap for seconds, sampled every 0.1 s.
+BRIEF = printing_agent(10)
 
 
 @pytest.fixture
@@ -72,6 +74,7 @@ def machine(client, root, tmp, running=None, floor_mb: str = "0") -> MachineActi
 
 def test_two_attempts_on_a_one_slot_machine_run_one_after_the_other(dev_server, world, tmp_path):
     project, remote, agent, root = world
+    task_agent(agent, BRIEF)   # the machine's trusted agent, briefer
     (tmp_path / "hold").touch()
     most: list[int] = []
     done = threading.Event()

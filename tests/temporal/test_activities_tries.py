@@ -1,8 +1,9 @@
 """run_attempt's tries share a task branch through the remote: a try SIGKILLed once its first
-phase was pushed is retried on another machine, which skips the phase already keyed (nothing
-committed twice, nothing pushed lost); a try whose branch another loop pushed meanwhile steps
-aside (a "stopped" result with 34, never a retryable git failure), and the attempt that follows
-on the same machine starts from the pushed branch, its own refused commit kept under a ref.
+phase was pushed is retried on another machine's fresh clone, then on its own machine's
+worktree, each skipping the phase already keyed (nothing committed twice, nothing pushed lost);
+a try whose branch another loop pushed meanwhile steps aside (a "stopped" result with 34, never
+a retryable git failure), and the attempt that follows on the same machine starts from the
+pushed branch, its own refused commit kept under a ref.
 The activity runs in the SDK's ActivityEnvironment with a client of the real dev server."""
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ from helpers.fleet import fleet_env, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
 from helpers.temporal import procs_under, pushed_project, trusting  # noqa: E402
 from temporalio.client import Client  # noqa: E402
+from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
 from genesis import exitcodes  # noqa: E402
 from genesis.fleet.taskref import branch_for, task_id  # noqa: E402
 from genesis.repo.phasekeys import keys_on  # noqa: E402
 from genesis.temporal.activities import ASIDE_REFS, MachineActivities  # noqa: E402
-from genesis.temporal.records import AttemptInput, TaskSpec, commit_key  # noqa: E402
+from genesis.temporal.records import USAGE_LIMIT, AttemptInput, TaskSpec, commit_key  # noqa: E402
+
+from .test_activities_gate import Gated  # noqa: E402
 
 pytestmark = [pytest.mark.temporal]
 
@@ -103,54 +107,59 @@ def pushed_keys(remote: Path, key: str) -> list:
     return list(keys_on(remote, f"refs/heads/{BRANCH}", prefix=key))
 
 
-@pytest.mark.parametrize("retry_on", ["B", "A"], ids=["another-machine", "the-same-machine"])
-def test_a_try_killed_after_its_first_push_is_retried_without_committing_it_twice(
-        dev_server, world, tmp_path, retry_on):
+def test_a_try_killed_after_its_first_push_is_retried_without_committing_it_twice(dev_server, world, tmp_path):
+    """A's try dies once its Builder's keyed commit is pushed; Temporal's retry on B (a fresh
+    clone) skips that phase and dies in the next; the retry after it, back on A (its own
+    worktree, as the first try left it), skips it too and finishes the attempt."""
     project, remote, agent, (root_a, root_b) = world
     hold = tmp_path / "hold"
     hold.touch()
     key = commit_key("tfleet/task", 1)
     inp = attempt(project, remote, agent)
 
-    def kill_after_first_push() -> str:
-        """Machine A dies, its loop with it (SIGKILL), once the Builder's keyed commit is pushed
-        and the Criticizer is at work."""
+    def kill_in_criticizer(host: str, root: Path) -> str:
+        """The machine dies, its loop with it (SIGKILL), once the Builder's keyed commit is
+        pushed and the machine's Criticizer is at work: the branch as pushed then."""
         wait_until("the Builder's push", lambda: pushed_keys(remote, key))
-        wait_until("the Criticizer's start", lambda: "Criticizer A" in (tmp_path / "runs").read_text())
-        for proc in procs_under(root_a):
+        wait_until(f"the Criticizer's start on {host}", lambda: f"Criticizer {host}" in (tmp_path / "runs").read_text())
+        for proc in procs_under(root):
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         return git(remote, "rev-parse", f"refs/heads/{BRANCH}").strip()
 
-    async def run():
-        client = await Client.connect(dev_server.address)
-        first = ActivityEnvironment()
-        lost = asyncio.create_task(first.run(machine(client, root_a, tmp_path, "A", hold).run_attempt, inp))
-        pushed = await asyncio.to_thread(kill_after_first_push)
-        first.cancel()   # its worker went with the machine: no end, no final push from A
+    async def lose(client, host: str, root: Path, attempt_no: int) -> str:
+        env = ActivityEnvironment()   # Temporal's try of the same attempt
+        env.info = dataclasses.replace(env.info, attempt=attempt_no)
+        lost = asyncio.create_task(env.run(machine(client, root, tmp_path, host, hold).run_attempt, inp))
+        pushed = await asyncio.to_thread(kill_in_criticizer, host, root)
+        env.cancel()   # its worker went with the machine: no end, no final push from it
         with contextlib.suppress(BaseException):
             await lost
+        return pushed
+
+    async def run():
+        client = await Client.connect(dev_server.address)
+        pushed = await lose(client, "A", root_a, 1)
+        assert await lose(client, "B", root_b, 2) == pushed   # B's Criticizer never pushed
         hold.unlink()
-        second = ActivityEnvironment()   # Temporal's retry of the same attempt: B's fresh clone, or A's worktree
-        second.info = dataclasses.replace(second.info, attempt=2)
-        root = root_b if retry_on == "B" else root_a
-        return pushed, await second.run(machine(client, root, tmp_path, retry_on, hold).run_attempt, inp)
+        third = ActivityEnvironment()
+        third.info = dataclasses.replace(third.info, attempt=3)
+        return pushed, await third.run(machine(client, root_a, tmp_path, "A", hold).run_attempt, inp)
 
     pushed, result = asyncio.run(run())
-    assert result.outcome == "verified" and result.host == retry_on, result
-    assert result.fresh_clone == (retry_on == "B") and not result.adopted, result
+    assert result.outcome == "verified" and result.host == "A", result
+    assert not result.fresh_clone and not result.adopted, result
     tip = git(remote, "rev-parse", f"refs/heads/{BRANCH}").strip()
     assert result.tip == tip
     # Nothing pushed is lost: A's pushed Builder commit is under the final branch ...
     git(remote, "merge-base", "--is-ancestor", pushed, tip)
-    # ... and nothing is committed twice: B skipped the keyed Builder, every key appears once.
+    # ... and nothing is committed twice: both retries skipped the keyed Builder, every key appears once.
     keys = [(k.iteration, k.phase) for k in pushed_keys(remote, key)]
     assert len(keys) == len(set(keys)) and (1, "Builder") in keys, keys
     (builder,) = [k for k in pushed_keys(remote, key) if (k.iteration, k.phase) == (1, "Builder")]
     assert builder.sha == git(remote, "log", "-1", "--format=%H", "--grep=Builder, iteration 1", pushed).strip()
     runs = (tmp_path / "runs").read_text().splitlines()
-    assert runs.count("Builder A") == 1 and "Builder B" not in runs, runs
-    assert runs.count(f"Criticizer {retry_on}") == (2 if retry_on == "A" else 1), runs
+    assert runs == ["Builder A", "Criticizer A", "Criticizer B", "Criticizer A"], runs
     assert git(remote, "show", f"{tip}:built.txt") == "built on A\n"
 
 
@@ -178,20 +187,21 @@ def test_a_refused_push_steps_aside_and_the_next_attempt_starts_from_the_pushed_
         acts = machine(client, root_a, tmp_path, "A", tmp_path / "no-hold", builder_hold=hold)
         rival = asyncio.create_task(asyncio.to_thread(rival_pushes))
         stepped = await ActivityEnvironment().run(acts.run_attempt, attempt(project, remote, agent))
-        theirs = await rival
-        following = await ActivityEnvironment().run(acts.run_attempt, attempt(project, remote, agent, number=2))
-        return theirs, stepped, following
+        return await rival, stepped, acts.env
 
-    theirs, stepped, following = asyncio.run(run())
+    theirs, stepped, env = asyncio.run(run())
     # The refused try is a "stopped" result with 34 (the workflow's free new attempt), not a failure.
     assert stepped.outcome == "stopped" and stepped.exit_code == exitcodes.STEPPED_ASIDE, stepped
     assert "was refused" in stepped.reason and "steps aside" in stepped.reason, stepped.reason
-    # The next attempt on the same machine starts from the pushed branch (theirs under its work),
-    # the refused commit kept under a ref of this clone, never pushed over theirs.
-    assert following.outcome == "verified" and not following.fresh_clone, following
-    tip = git(remote, "rev-parse", f"refs/heads/{BRANCH}").strip()
-    git(remote, "merge-base", "--is-ancestor", theirs, tip)
-    clone = root_a / "tfleet" / "repo"
-    kept = git(clone, "rev-parse", f"{ASIDE_REFS}/{TID}").strip()
-    assert git(clone, "log", "-1", "--format=%s", kept).startswith("genesis: Builder, iteration 1")
-    assert subprocess.run(["git", "-C", str(clone), "merge-base", "--is-ancestor", kept, tip]).returncode == 1
+    # The next attempt on the same machine, as far as its loop's launch (which the account's
+    # limit then refuses): its worktree starts from the pushed branch (theirs), the refused
+    # commit kept under a ref of this clone, never pushed over theirs.
+    gated = Gated(None, root_a, "A", env)
+    with pytest.raises(ApplicationError) as held:
+        asyncio.run(ActivityEnvironment().run(gated.run_attempt, attempt(project, remote, agent, number=2)))
+    assert held.value.type == USAGE_LIMIT and gated.calls == ["prepared", "ask tacct"], gated.calls
+    (wt,) = root_a.glob(f"tfleet/*/{TID}")
+    assert git(wt, "rev-parse", "HEAD").strip() == theirs == git(remote, "rev-parse", f"refs/heads/{BRANCH}").strip()
+    kept = git(wt, "rev-parse", f"{ASIDE_REFS}/{TID}").strip()
+    assert git(wt, "log", "-1", "--format=%s", kept).startswith("genesis: Builder, iteration 1")
+    assert subprocess.run(["git", "-C", str(wt), "merge-base", "--is-ancestor", kept, theirs]).returncode == 1

@@ -1,6 +1,11 @@
 """A fleet on the real dev server, two `genesis worker`s in two separate "machines" (each its own
 root, HOME and shared state, one bare origin between them), the home's `genesis fleet run
---engine temporal` at the project's checkout, and the suite's stub task agent."""
+--engine temporal` at the project's checkout, and the suite's stub task agent: a machine and
+then the home lost mid-fleet, the Temporal server lost mid-fleet, a ladder that runs the fallback
+agent, a stop at home. (Where an attempt runs: test_placement.py; the fleet's rules, by replay:
+tests/fleet/test_decide.py and test_parity.py.) They run one after the other in one worker
+(--dist loadfile), and xdist hands out the files with the most tests first: the longest
+scenarios start first."""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import pytest
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install -e '.[test]'")
 
 from helpers.dashboard import first_line  # noqa: E402
-from helpers.fleet import TASK_AGENT, fleet_env, fleet_project, task_agent  # noqa: E402
+from helpers.fleet import fleet_env, fleet_project, task_agent  # noqa: E402
 from helpers.git import git  # noqa: E402
 from helpers.temporal import GENESIS, Machines, loops_under, origin_for  # noqa: E402
 
@@ -29,13 +34,16 @@ from genesis.fleet.ledger import FleetLedger  # noqa: E402
 from genesis.fleet.taskref import task_id  # noqa: E402
 from genesis.repo.tasks import DONE, parse  # noqa: E402
 from genesis.store.layout import state_dir_of  # noqa: E402
-from genesis.temporal import reading  # noqa: E402
+from genesis.temporal import binary, reading  # noqa: E402
 from genesis.temporal.records import fingerprint, fleet_workflow_id  # noqa: E402
+
+from .conftest import dev_binary  # noqa: E402
 
 pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
 
 TEXTS = ["write the alpha note", "write the beta note", "write the gamma note", "write the delta note"]
 FLEET_WAIT = 300.0
+OUTAGE = 30.0             # seconds the Temporal server is down in the outage scenario
 
 
 @pytest.fixture
@@ -99,42 +107,19 @@ def wait_end(proc, what: str, world: Machines, timeout: float = FLEET_WAIT) -> i
     return proc.returncode
 
 
-def test_four_tasks_on_two_machines_are_all_merged_once(machines, project, tmp_path):
-    fleet_project(project, TEXTS)
-    remote = origin_for(project, tmp_path)
-    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
-    agent = task_agent(tmp_path / "agent.sh")
-    machines.worker("A")
-    machines.worker("B")
-    home = machines.home(project, 4, "--set", f"GENESIS_AGENT_CMD=bash {agent}", "--set", "GENESIS_PHASES=Builder")
-    code = wait_end(home, "the fleet", machines)
-    assert code == 0, machines.log("home")[-4000:]
-    on_origin = parse(git(remote, "show", f"{target}:TASKS.md"))
-    assert {t.text: t.state for t in on_origin.items} == {text: DONE for text in TEXTS}
-    assert git(project, "rev-parse", target) == git(remote, "rev-parse", target)
-    ticks = git(remote, "log", "--format=%s", target).splitlines()
-    for text in TEXTS:  # each task came home once: one tick commit each
-        assert sum(1 for s in ticks if text in s) == 1, ticks
-    # Cleaned by default: no merged task's branch is left on the remote, nor at home.
-    assert git(remote, "for-each-ref", "refs/heads/genesis/task/") == ""
-    assert git(project, "for-each-ref", "refs/heads/genesis/task/") == ""
-    for host in ("A", "B"):  # both machines ran tasks, each in a clone of its own
-        ran = list(machines.roots[host].glob("*/fleet/children/*.log"))
-        assert ran, f"machine {host} ran no attempt\n{machines.log(f'worker-{host}')[-2000:]}"
-        assert list(machines.roots[host].glob("*/repo/.git"))
-    said = machines.log("home")
-    for text in TEXTS:   # the home's console says each start, end and merge, as the local monitor does
-        assert re.search(rf"\] started {re.escape(repr(text))} \(start, attempt 1, configured\)", said), said[-3000:]
-        assert f"] {text!r} ended: exit 0, verified (" in said, said[-3000:]
-        assert re.search(rf"\] {re.escape(repr(text))} came home: [0-9a-f]{{12}}\n", said), said[-3000:]
-    record_histories(machines, project, remote, "four-tasks")
-
-
 @pytest.mark.fault(105)
-def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the_other(machines, project, tmp_path):
-    """B's power cut (its worker, loops and agents SIGKILLed) while its two tasks' agents work: each
-    attempt's heartbeat times out, and Temporal's next try runs on A, on a fresh clone of the
-    task's branch; all four come home once."""
+@pytest.mark.fault(109)
+@pytest.mark.fault(201)
+def test_a_machine_killed_mid_phase_then_the_home_killed_lose_nothing_each_task_comes_home_once(
+        machines, project, tmp_path):
+    """Four tasks on two machines. B's power cut (its worker, loops and agents SIGKILLed) while
+    its two tasks' agents work: each attempt's heartbeat times out, and Temporal's next try runs
+    on A, on a fresh clone of the task's branch. Then the home dies (SIGKILL): the fleet runs on
+    in Temporal, and the next start at home takes it over: its merges, its end and its exit code.
+    The project branch moved meanwhile (a hostile child's `git update-ref`) is put back by the
+    next home, named and recorded as the local monitor does, and no merge builds on it. All four
+    come home once, each said at home as the local monitor says it, and read back the same by
+    the report, the status, the dashboard and a third clone reading Temporal."""
     fleet_project(project, TEXTS)
     remote = origin_for(project, tmp_path)
     target = git(project, "symbolic-ref", "--short", "HEAD").strip()
@@ -143,7 +128,8 @@ def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the
     slow.write_text("held\n")
     machines.env["SLOW_FILE"] = str(slow)
     machines.worker("B", parallel=2)
-    home = machines.home(project, 4, "--set", f"GENESIS_AGENT_CMD=bash {agent}", "--set", "GENESIS_PHASES=Builder")
+    sets = ("--set", f"GENESIS_AGENT_CMD=bash {agent}", "--set", "GENESIS_PHASES=Builder")
+    first = machines.home(project, 4, *sets)
     wait_for("two agents working on B", lambda: len(machines.agents("B")) == 2, machines)
     machines.worker("A", parallel=4)
     wait_for("two agents working on A", lambda: len(machines.agents("A")) == 2, machines)
@@ -152,14 +138,44 @@ def test_a_machine_killed_mid_phase_has_its_phases_timed_out_and_finished_on_the
     on_b = {line.split()[1] for line in machines.agents("B")}
     killed_at = machines.kill("B")
     wait_for("B's two tasks started again on A", lambda: len(machines.agents("A")) == 4, machines, timeout=60)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    hostile = tmp_path / "hostile"
+    git(project, "worktree", "add", "-q", "--detach", str(hostile), target)
+    (hostile / "forged.txt").write_text("never the user's\n")
+    git(hostile, "add", "forged.txt")
+    forged = git(hostile, "commit-tree", git(hostile, "write-tree").strip(), "-p", target, "-m", "forged").strip()
+    git(hostile, "update-ref", f"refs/heads/{target}", forged)
+    second = machines.home(project, 4, *sets)
+    wait_for("the second home took the fleet over", lambda: "takes it over" in machines.log("home"), machines)
     slow.unlink()
-    assert wait_end(home, "the fleet", machines) == 0, machines.log("home")[-4000:]
+    assert wait_end(second, "the fleet", machines) == 0, machines.log("home")[-4000:]
 
     on_origin = parse(git(remote, "show", f"{target}:TASKS.md"))
     assert {t.text: t.state for t in on_origin.items} == {text: DONE for text in TEXTS}
+    assert git(project, "rev-parse", target) == git(remote, "rev-parse", target)
     ticks = git(remote, "log", "--format=%s", target).splitlines()
-    for text in TEXTS:
+    for text in TEXTS:  # each task came home once: one tick commit each
         assert sum(1 for s in ticks if text in s) == 1, ticks
+    assert len(machines.agents("A") + machines.agents("B")) == 6   # the home's death started no attempt again
+    # Cleaned by default: no merged task's branch is left on the remote, nor at home.
+    assert git(remote, "for-each-ref", "refs/heads/genesis/task/") == ""
+    assert git(project, "for-each-ref", "refs/heads/genesis/task/") == ""
+    for host in ("A", "B"):  # both machines ran tasks, each in a clone of its own
+        ran = list(machines.roots[host].glob("*/fleet/children/*.log"))
+        assert ran, f"machine {host} ran no attempt\n{machines.log(f'worker-{host}')[-2000:]}"
+        assert list(machines.roots[host].glob("*/repo/.git"))
+    said = machines.log("home")
+    for text in TEXTS:   # the homes' console says each start, end and merge, as the local monitor does
+        assert re.search(rf"\] started {re.escape(repr(text))} \(start, attempt 1, configured\)", said), said[-3000:]
+        assert f"] {text!r} ended: exit 0, verified (" in said, said[-3000:]
+        assert re.search(rf"\] {re.escape(repr(text))} came home: [0-9a-f]{{12}}\n", said), said[-3000:]
+    assert f"a child moved {target} from " in said and f"to {forged[:10]}" in said, said[-3000:]
+    assert forged not in git(remote, "rev-list", target).split()
+    with FleetLedger.open(state_dir_of(project) / "fleet" / "ledger.sqlite3", readonly=True) as led:
+        (moved,) = led.events("branch_moved")
+    assert moved.detail["found"] == forged and moved.detail["put_back"] is True
+
     memos, tries = asyncio.run(read_fleet(machines.address, fleet_id(project, remote)))
     resumed = []
     for task in on_b:
@@ -269,59 +285,6 @@ def test_a_task_that_always_fails_climbs_the_ladder_to_a_permanent_failure(machi
     record_histories(machines, project, remote, "ladder")
 
 
-FAILS_FIRST = r"""#!/usr/bin/env bash
-set -euo pipefail
-if [[ ! -e ${FIRST} ]]; then
-  touch "${FIRST}"
-  printf 'from the first attempt, on %s\n' "${MACHINE}" >first-attempt.txt
-  exit 1
-fi
-""" + "\n".join(TASK_AGENT.splitlines()[2:]) + "\n"
-
-
-@pytest.mark.fault(108)
-def test_a_task_whose_machine_is_gone_moves_to_another_on_a_fresh_clone_of_its_branch(machines, project, tmp_path):
-    """The task's first attempt fails on B (its worktree is there, so its restart is pinned to B);
-    B is gone before the restart: it waits GENESIS_TEMPORAL_HOST_WAIT_SECONDS for B, then runs on
-    A, on a fresh clone of the task's branch as B pushed it (B's work kept)."""
-    fleet_project(project, ["write the alpha note"])
-    remote = origin_for(project, tmp_path)
-    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
-    machines.env["FIRST"] = str(tmp_path / "first")
-    machines.worker("B", parallel=1)
-    home = machines.home(project, 1, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'a.sh', FAILS_FIRST)}",
-                         "--set", "GENESIS_PHASES=Builder", "--set", "GENESIS_FLEET_CHILD_ITERATIONS=1",
-                         "--set", "GENESIS_FLEET_RESTART_BACKOFF_SECONDS=8")
-    fleet = fleet_id(project, remote)
-    task = task_id("write the alpha note")
-
-    def failed_on_b() -> bool:
-        try:
-            memos, _ = asyncio.run(read_fleet(machines.address, fleet))
-        except Exception:  # noqa: BLE001 - not started yet
-            return False
-        return any(a.get("outcome") == "failed" for a in memos.get(task, {}).get("attempts", []))
-
-    wait_for("the first attempt failed on B", failed_on_b, machines)
-    machines.kill("B")
-    machines.worker("A", parallel=1)
-    assert wait_end(home, "the fleet", machines) == 0, machines.log("home")[-4000:]
-
-    memos, tries = asyncio.run(read_fleet(machines.address, fleet))
-    steps = [(a["kind"], a["outcome"], a["host"], a["fresh_clone"]) for a in memos[task]["attempts"]]
-    assert steps[0][:3] == ("start", "failed", "B") and steps[-1] == ("resume", "verified", "A", True), steps
-    assert steps[1][:3] == ("restart", "stopped", "B"), steps
-    assert "did not come back" in memos[task]["attempts"][1]["reason"]
-    runs = [t for t in tries[task] if t.activity == "run_attempt"]
-    assert runs[1].queue.endswith("@B") and runs[1].closed == "timed out" and "ScheduleToStart" in runs[1].failure
-    assert runs[2].queue.endswith("-any") and runs[2].host == "A"
-    home_tree = git(remote, "ls-tree", "-r", "--name-only", target).split()
-    assert "first-attempt.txt" in home_tree   # B's pushed work came home through A's fresh clone
-    assert "B" in git(remote, "show", f"{target}:first-attempt.txt")
-    assert "[x] write the alpha note" in git(remote, "show", f"{target}:TASKS.md")
-    record_histories(machines, project, remote, "machine-gone")
-
-
 def test_genesis_stop_at_home_stops_every_machines_loops_and_the_fleet(machines, project, tmp_path):
     """`genesis stop` on the project (its stop flag, as for a local fleet): the home stops the
     fleet's workflow, each running attempt stops its loop where it runs, nothing more starts."""
@@ -348,41 +311,93 @@ def test_genesis_stop_at_home_stops_every_machines_loops_and_the_fleet(machines,
     assert len(machines.agents("A") + machines.agents("B")) == 2   # nothing started after the stop
 
 
-@pytest.mark.fault(109)
-@pytest.mark.fault(201)
-def test_a_home_killed_mid_fleet_is_taken_over_by_the_next_start(machines, project, tmp_path):
-    """The home dies (SIGKILL) while the workers' agents work: the fleet runs on in Temporal, and
-    the next start at home takes it over: its merges, its end and its exit code. The project
-    branch moved meanwhile (a hostile child's `git update-ref`) is put back by the next home,
-    named and recorded as the local monitor does, and no merge builds on it."""
-    fleet_project(project, TEXTS[:2])
-    remote = origin_for(project, tmp_path)
-    target = git(project, "symbolic-ref", "--short", "HEAD").strip()
-    slow = tmp_path / "slow"
-    slow.write_text("held\n")
-    machines.env["SLOW_FILE"] = str(slow)
-    machines.worker("A", parallel=1)
-    machines.worker("B", parallel=1)
-    sets = ("--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'agent.sh')}", "--set", "GENESIS_PHASES=Builder")
-    first = machines.home(project, 2, *sets)
-    wait_for("an agent on each machine", lambda: machines.agents("A") and machines.agents("B"), machines)
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait()
-    hostile = tmp_path / "hostile"
-    git(project, "worktree", "add", "-q", "--detach", str(hostile), target)
-    (hostile / "forged.txt").write_text("never the user's\n")
-    git(hostile, "add", "forged.txt")
-    forged = git(hostile, "commit-tree", git(hostile, "write-tree").strip(), "-p", target, "-m", "forged").strip()
-    git(hostile, "update-ref", f"refs/heads/{target}", forged)
-    second = machines.home(project, 2, *sets)
-    wait_for("the second home took the fleet over", lambda: "takes it over" in machines.log("home"), machines)
-    slow.unlink()
-    assert wait_end(second, "the fleet", machines) == 0, machines.log("home")[-3000:]
-    on_origin = parse(git(remote, "show", f"{target}:TASKS.md"))
-    assert {t.text: t.state for t in on_origin.items} == {text: DONE for text in TEXTS[:2]}
-    assert f"a child moved {target} from " in machines.log("home") and f"to {forged[:10]}" in machines.log("home")
-    assert forged not in git(remote, "rev-list", target).split()
-    with FleetLedger.open(state_dir_of(project) / "fleet" / "ledger.sqlite3", readonly=True) as led:
-        (moved,) = led.events("branch_moved")
-    assert moved.detail["found"] == forged and moved.detail["put_back"] is True
-    assert len(machines.agents("A") + machines.agents("B")) == 2   # no attempt started again
+pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
+
+def kill_server(server: binary.DevServer) -> None:
+    """The server's power cut: SIGKILL to its process group, nothing flushed on the way out."""
+    os.killpg(server.proc.pid, signal.SIGKILL)
+    server.proc.wait()
+
+
+@pytest.fixture
+def own_server(tmp_path):
+    """A dev server of this test alone (it is killed and started again), on a fixed port and file."""
+    dev_binary()
+    db = tmp_path / "temporal.sqlite"
+    servers = [binary.start_dev(db, log=tmp_path / "server.log")]
+    yield servers
+    servers[-1].stop()
+
+
+def test_a_server_outage_mid_fleet_is_ridden_out_by_the_home(own_server, project, tmp_path):
+    """The dev server SIGKILLed while the fleet's agents work, 30 s away, then started again on
+    the same port and SQLite file: the home says it is unreachable (console and status), keeps
+    its fleet, and the fleet ends merged."""
+    server = own_server[0]
+    port = int(server.address.rpartition(":")[2])
+    world = Machines(tmp_path, server.address, f"t{uuid.uuid4().hex[:8]}",
+                     fleet_env(GENESIS_TEMPORAL_HEARTBEAT_SECONDS="3", GENESIS_TEMPORAL_HOST_WAIT_SECONDS="4",
+                               HEARTBEAT_STALE="300s"))
+    try:
+        fleet_project(project, TEXTS[:2])
+        remote = origin_for(project, tmp_path)
+        target = git(project, "symbolic-ref", "--short", "HEAD").strip()
+        agent = task_agent(tmp_path / "agent.sh")
+        slow = tmp_path / "slow"
+        slow.write_text("held\n")
+        world.env["SLOW_FILE"] = str(slow)
+        world.worker("A", parallel=2)
+        home = world.home(project, 2, "--set", f"GENESIS_AGENT_CMD=bash {agent}", "--set", "GENESIS_PHASES=Builder")
+        wait_for("two agents working on A", lambda: len(world.agents("A")) == 2, world)
+        read: list = []
+
+        def running_on_a() -> bool:   # read from Temporal: the running attempt, where it runs, once its
+            live = subprocess.run([*GENESIS, "--project", str(project), "fleet", "status", "--engine", "temporal",
+                                   "--json", *world.flags()], env=world.env, capture_output=True, text=True,
+                                  timeout=90)   # activity's heartbeat (every few seconds) has told its pid
+            read[:] = json.loads(live.stdout)["tasks"]
+            return all(t["reason"].startswith("attempt 1 on A: running, pid ") for t in read)
+
+        wait_for("the status saying each attempt runs on A, with its pid", running_on_a, world, timeout=30)
+        assert [(t["state"], t["attempts"]) for t in read] == [("running", 1)] * 2, read
+        assert all(t["run_id"] for t in read), read
+
+        kill_server(server)
+        down_at = time.time()
+        monitor = _monitor_file(project)
+        wait_for("the home saying Temporal is unreachable", lambda: "Temporal unreachable at" in world.log("home"),
+                 world, timeout=60)
+        wait_for("monitor.json saying since when", lambda: _since(monitor) is not None, world, timeout=30)
+        status = subprocess.run([*GENESIS, "--project", str(project), "fleet", "status"], env=world.env,
+                                capture_output=True, text=True, timeout=60)
+        assert "Temporal unreachable since" in status.stdout and "retrying" in status.stdout, status.stdout
+        time.sleep(max(0.0, down_at + OUTAGE - time.time()))
+        assert home.poll() is None, world.log("home")[-3000:]
+
+        own_server.append(binary.start_dev(server.db, port=port, log=tmp_path / "server.log"))
+        wait_for("the home saying Temporal answers again", lambda: "Temporal answers again" in world.log("home"),
+                 world, timeout=90)
+        slow.unlink()
+        assert wait_end(home, "the fleet", world) == 0, world.log("home")[-4000:] + world.log("worker-A")[-3000:]
+        said = world.log("home")
+        assert "Traceback" not in said, said[-4000:]
+        assert _since(monitor) is None
+        on_origin = parse(git(remote, "show", f"{target}:TASKS.md"))
+        assert {t.text: t.state for t in on_origin.items} == {text: DONE for text in TEXTS[:2]}
+        ticks = git(remote, "log", "--format=%s", target).splitlines()
+        for text in TEXTS[:2]:   # each came home once
+            assert sum(1 for s in ticks if text in s) == 1, ticks
+    finally:
+        world.stop_all()
+
+
+def _monitor_file(project):
+    """The home's monitor.json, in the project's state folder."""
+    return state_dir_of(project) / "fleet" / "monitor.json"
+
+
+def _since(monitor) -> float | None:
+    try:
+        return json.loads(monitor.read_text()).get("temporal_unreachable_since")
+    except (OSError, ValueError):
+        return None

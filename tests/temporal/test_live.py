@@ -21,41 +21,51 @@ from genesis.temporal.binary import free_port  # noqa: E402
 from genesis.temporal.mirror import Mirror  # noqa: E402
 from genesis.temporal.records import fingerprint, fleet_workflow_id  # noqa: E402
 
-pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
+pytestmark = [pytest.mark.temporal]
 
 ROW = {"id": "t-1", "text": "do it", "state": "verified", "strategy": 0, "attempts": 1, "restarts": 0,
        "escalations": 0, "branch": "genesis/task/t-1", "reason": "", "not_before": 0.0, "updated": 10.0,
        "created": 1.0}
 
 
+def argv(project, address: str, *more: str) -> list[str]:
+    return [*GENESIS, "--project", str(project), "fleet", "status", "--engine", "temporal", "--temporal-address",
+            address, *more]
+
+
 def status(project, address: str, *more: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*GENESIS, "--project", str(project), "fleet", "status", "--engine", "temporal",
-                           "--temporal-address", address, *more], capture_output=True, text=True, timeout=90)
+    return subprocess.run(argv(project, address, *more), capture_output=True, text=True, timeout=90)
 
 
-def test_a_clone_whose_fleet_never_ran_on_temporal_is_told_so(dev_server, project, tmp_path):
+def reading(project, address: str, *more: str) -> subprocess.Popen:
+    """The status, started: read alongside others."""
+    return subprocess.Popen(argv(project, address, *more), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def ended(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=90)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.heavy   # the dev server read by eight processes at once: beside the heavy stage's waits
+def test_a_clone_whose_fleet_never_ran_on_temporal_is_told_so_and_every_read_ends_cleanly(dev_server, project,
+                                                                                           tmp_path):
+    """Said on the screen and in the JSON document, each with its code. Read eight times at once:
+    the SDK's core threads must not outlive the command, whose interpreter's finalization with
+    them alive aborts it (exit 134) after the right words, in some runs and not others."""
     git(tmp_path, "init", "-q", "--bare", str(tmp_path / "origin.git"))
     git(project, "remote", "add", "origin", str(tmp_path / "origin.git"))
     branch = git(project, "symbolic-ref", "--short", "HEAD").strip()
     fleet = fleet_workflow_id(fingerprint(str(tmp_path / "origin.git"), branch))
-    screen = status(project, dev_server.address)
-    assert screen.returncode == exitcodes.NOT_RUNNING, screen.stderr
-    assert f"no fleet {fleet} on Temporal at {dev_server.address}" in screen.stderr
-    doc = status(project, dev_server.address, "--json")
-    assert doc.returncode == exitcodes.NOT_RUNNING
-    got = json.loads(doc.stdout)
-    assert (got["state"], got["exit_code"], got["tasks"]) == ("not_running", exitcodes.NOT_RUNNING, [])
-    assert fleet in got["error"]
-
-
-def test_a_read_that_finds_no_fleet_ends_cleanly_every_time(dev_server, project, tmp_path):
-    """The SDK's core threads must not outlive the command: the interpreter's finalization with
-    them alive aborts it (exit 134) after the right words, in some runs and not others."""
-    git(tmp_path, "init", "-q", "--bare", str(tmp_path / "origin.git"))
-    git(project, "remote", "add", "origin", str(tmp_path / "origin.git"))
-    runs = [status(project, dev_server.address, *(("--json",) if n % 2 else ())) for n in range(8)]
+    reads = [reading(project, dev_server.address, *(("--json",) if n % 2 else ())) for n in range(8)]
+    runs = [ended(r) for r in reads]
     assert [(r.returncode, "Fatal Python error" in r.stderr) for r in runs] == \
         [(exitcodes.NOT_RUNNING, False)] * 8, [r.stderr[-600:] for r in runs if r.returncode != exitcodes.NOT_RUNNING]
+    screen, doc = runs[:2]
+    assert f"no fleet {fleet} on Temporal at {dev_server.address}" in screen.stderr, screen.stderr
+    got = json.loads(doc.stdout)
+    assert (got["state"], got["exit_code"], got["tasks"]) == ("not_running", exitcodes.NOT_RUNNING, []), got
+    assert fleet in got["error"]
 
 
 def test_a_temporal_that_does_not_answer_is_an_error_or_at_home_the_copy_saying_so(project, tmp_path):

@@ -153,7 +153,7 @@ def test_two_tasks_failing_at_once_pause_the_fleet_until_a_probe_succeeds(dev_se
     seen = {"fleet_row": False, "task_row": False}
 
     async def watch(client):   # gamma's rows, as a status reads them, while the cascade holds it
-        while True:
+        while not all(seen.values()):   # once both are seen, the server is asked no more
             memo = await reading.fleet_memo(client, spec.fleet_id)
             if ((memo.get("tasks") or {}).get(g) or {}).get("paused"):
                 seen["fleet_row"] = True
@@ -191,32 +191,29 @@ async def fleet_memo_of(address: str, fleet_id: str) -> dict:
     return await reading.fleet_memo(await Client.connect(address), fleet_id)
 
 
-def test_the_restart_budget_spaces_two_restarts_by_a_durable_timer(dev_server, tmp_path):
-    project, origin, target = make_home(tmp_path, [ALPHA, BETA])
+def test_the_stagger_and_the_restart_budget_space_launches_by_durable_timers(dev_server, tmp_path):
+    """Three tasks launched the stagger apart; alpha and beta fail together and their two restarts
+    go the budget's period apart (its wait far longer than the stagger's): each a timer of the
+    fleet's workflow."""
+    project, origin, target = make_home(tmp_path, [ALPHA, BETA, GAMMA])
+    stagger = 1.5
     every = 5.0   # far more than the time between the two failures, even on a loaded machine
-    spec = spec_for(project, origin, target, parallel=2, restart_every=every)
+    spec = spec_for(project, origin, target, stagger=stagger, restart_every=every)
     a, b = task_id(ALPHA), task_id(BETA)
     agent = Agent(origin, tmp_path, {a: ["failed"], b: ["failed"]}, together=(a, b))
     result, events = asyncio.run(run_fleet(dev_server.address, spec, agent, Alerts()))
-    assert result["exit_code"] == 0 and states(result) == {a: "merged", b: "merged"}, result
-    gone = signals_out(events, "go")
-    assert len(gone) == 2, gone
-    assert timers_between(events, gone[0], gone[1]), "the second restart waited for the budget's timer"
-    assert seconds(gone[1]) - seconds(gone[0]) >= every - 0.25, (seconds(gone[0]), seconds(gone[1]))
-
-
-def test_the_stagger_spaces_launches_by_a_durable_timer(dev_server, tmp_path):
-    project, origin, target = make_home(tmp_path, [ALPHA, BETA, GAMMA])
-    stagger = 1.5
-    spec = spec_for(project, origin, target, stagger=stagger)
-    result, events = asyncio.run(run_fleet(dev_server.address, spec, Agent(origin, tmp_path, {}), Alerts()))
     assert result["exit_code"] == 0 and set(states(result).values()) == {"merged"}, result
     launched = [e for e in events if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED]
     assert len(launched) == 3, launched
     for first, second in zip(launched, launched[1:]):
         assert timers_between(events, first, second), "each launch waited for the stagger's timer"
         assert seconds(second) - seconds(first) >= stagger - 0.25, (seconds(first), seconds(second))
-
+    gone = signals_out(events, "go")
+    assert len(gone) == 2, gone
+    waits = [t.timer_started_event_attributes.start_to_fire_timeout.ToMilliseconds() / 1000
+             for t in timers_between(events, gone[0], gone[1])]
+    assert waits and max(waits) > stagger, ("the second restart waited for the budget's timer", waits)
+    assert seconds(gone[1]) - seconds(gone[0]) >= every - 0.25, (seconds(gone[0]), seconds(gone[1]))
 
 
 def test_a_ceiling_ends_the_restarts_waiting_for_the_fleet(dev_server, tmp_path):

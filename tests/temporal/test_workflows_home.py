@@ -1,9 +1,11 @@
 """The fleet's workflows on the real dev server, in one process: the real workflow code, the
 home's real activities (open_tasks, merge, mark) on a real checkout and bare origin, and a
 stand-in `run_attempt` whose verdicts each test plans ("verified" does the task's work for
-real: its branch, as pushed, ticks the task). What this covers is the workflows' decisions:
-a merge held or refused, a stopped attempt, a limit's hold, the account's continue-as-new,
-and which task workflows a status reads."""
+real: its branch, as pushed, ticks the task). What this covers is the workflows' own paths:
+a merge held (a durable wait) or refused (Temporal's tries, then a person), a loop that steps
+aside, a limit's hold, the account's continue-as-new, the memo's upserts, and which task
+workflows a status reads. The rules they share with the local monitor (the ladder, a ceiling,
+the alerts' words) are judged by replay: tests/fleet/test_decide.py, test_parity.py."""
 
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ from genesis import exitcodes  # noqa: E402
 from genesis.fleet.taskref import task_id  # noqa: E402
 from genesis.repo.tasks import DONE, parse  # noqa: E402
 from genesis.temporal import reading  # noqa: E402
-from genesis.temporal.records import (USAGE_LIMIT, AttemptInput, AttemptResult, FleetSpec,  # noqa: E402
-                                      fleet_queue, task_workflow_id)
+from genesis.temporal.records import (TASK_MEMO, USAGE_LIMIT, AttemptInput, AttemptResult,  # noqa: E402
+                                      FleetSpec, fleet_queue, task_workflow_id)
 from genesis.temporal.workflows import ASIDES_MAX, WORKFLOWS, AccountWorkflow  # noqa: E402
 
 pytestmark = [pytest.mark.temporal]
@@ -109,6 +111,24 @@ def ticked(project: Path, target: str) -> set[str]:
     return set(parse(text).texts(DONE))
 
 
+def alpha_alone(project: Path, target: str) -> None:
+    """The project's tasks down to alpha, pushed: a fleet of one task."""
+    (project / "TASKS.md").write_text(f"# Tasks\n\n- [ ] {ALPHA}\n")
+    git(project, "commit", "-qam", "alpha alone")
+    git(project, "push", "-q", "origin", target)
+
+
+async def upserted_rows(client: Client, fleet_id: str) -> list[list[str]]:
+    """The memo keys each of the fleet workflow's upserts carried, in order."""
+    from temporalio.api.enums.v1 import EventType
+
+    rows = []
+    async for event in client.get_workflow_handle(fleet_id).fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+            rows.append(sorted(event.workflow_properties_modified_event_attributes.upserted_memo.fields))
+    return rows
+
+
 @pytest.mark.fault(112)
 def test_a_merge_held_by_the_dirty_checkout_waits_then_merges_once_it_is_clean(dev_server, home, tmp_path):
     project, origin, target = home
@@ -134,11 +154,23 @@ def test_a_merge_held_by_the_dirty_checkout_waits_then_merges_once_it_is_clean(d
     assert states(result) == {task_id(ALPHA): "merged", task_id(BETA): "merged"}, result
     assert ticked(project, target) == {ALPHA, BETA}
 
+    # The fleet's memo, on the way: each upsert carries the header and the one row that changed
+    # (a memo rewritten whole grows with every task), and its last state says both merged.
+    async def read():
+        client = await Client.connect(dev_server.address)
+        return await upserted_rows(client, spec.fleet_id), await reading.fleet_memo(client, spec.fleet_id)
+
+    upserts, memo = asyncio.run(read())
+    assert len(upserts) >= 6, upserts   # each task queued, running, merging, merged
+    assert all(len([k for k in keys if k.startswith(TASK_MEMO)]) <= 1 for keys in upserts), upserts
+    assert {row["state"] for row in memo["tasks"].values()} == {"merged"} and len(memo["tasks"]) == 2, memo
+
 
 @pytest.mark.fault(112)
 def test_a_target_push_the_remote_rejects_makes_the_task_needs_review_and_the_fleet_32(dev_server, home,
                                                                                         tmp_path):
     project, origin, target = home
+    alpha_alone(project, target)   # Temporal tries each merge HOME_TRIES times: one task is enough
     hook = origin / "hooks" / "pre-receive"
     hook.write_text(f"#!/bin/sh\nwhile read old new ref; do [ \"$ref\" = refs/heads/{target} ] && "
                     f"{{ echo 'protected branch' >&2; exit 1; }}; done; exit 0\n")
@@ -154,54 +186,37 @@ def test_a_target_push_the_remote_rejects_makes_the_task_needs_review_and_the_fl
     assert said == sorted((tid, "high", f"task needs review: {text}") for tid, text in review.items()), said
 
 
-def test_a_ceiling_launches_nothing_more_and_ends_the_fleet_with_its_code(dev_server, home, tmp_path):
+def test_a_loop_that_steps_aside_gets_a_new_attempt_that_spends_nothing_until_a_bound(dev_server, home, tmp_path):
+    """Alpha's loops keep stepping aside: the task fails after ASIDES_MAX of them, not forever.
+    Beta's steps aside once: its next attempt resumes it, with no restart or escalation spent."""
     project, origin, target = home
     spec = spec_for(project, origin, target, f"w{uuid.uuid4().hex[:8]}")
-    agent = Agent(origin, tmp_path, {task_id(ALPHA): [("stopped", exitcodes.MAX_COST)]})
-    result = asyncio.run(run_fleet(dev_server.address, spec, agent))
-    assert result["exit_code"] == exitcodes.MAX_COST, result
-    assert agent.calls == [(task_id(ALPHA), "start")], agent.calls   # beta never launched
-    assert states(result) == {task_id(ALPHA): "queued", task_id(BETA): "queued"}, result
-
-
-def test_a_loop_that_stepped_aside_gets_a_new_attempt_that_spends_nothing(dev_server, home, tmp_path):
-    project, origin, target = home
-    spec = spec_for(project, origin, target, f"w{uuid.uuid4().hex[:8]}")
-    agent = Agent(origin, tmp_path, {task_id(ALPHA): [("stopped", exitcodes.STEPPED_ASIDE)]})
+    # MONITOR_LOST counts as a step aside too: a history recorded before STEPPED_ASIDE holds it.
+    asides = [("stopped", exitcodes.STEPPED_ASIDE), ("stopped", exitcodes.MONITOR_LOST)] * (ASIDES_MAX // 2 + 3)
+    agent = Agent(origin, tmp_path, {task_id(ALPHA): asides, task_id(BETA): [("stopped", exitcodes.STEPPED_ASIDE)]})
     captured = {}
 
-    async def keep_alpha(client):   # the task's memo, read while its workflow is there
+    async def keep_beta(client):   # the task's memo, read while its workflow is there
         while True:
             try:
                 memos = await reading.task_memos(client, spec.fleet_id)
             except Exception:  # noqa: BLE001 - not started yet
                 memos = {}
-            row = (memos.get(task_id(ALPHA)) or {}).get("row") or {}
+            row = (memos.get(task_id(BETA)) or {}).get("row") or {}
             if row.get("state") == "verified":
-                captured.update(memos[task_id(ALPHA)])
+                captured.update(memos[task_id(BETA)])
                 return
             await asyncio.sleep(0.1)
 
-    result = asyncio.run(run_fleet(dev_server.address, spec, agent, keep_alpha))
-    assert result["exit_code"] == 0, result
-    assert states(result) == {task_id(ALPHA): "merged", task_id(BETA): "merged"}, result
-    assert [c for c in agent.calls if c[0] == task_id(ALPHA)] == [(task_id(ALPHA), "start"),
-                                                                  (task_id(ALPHA), "resume")], agent.calls
-    assert captured["row"]["restarts"] == 0 and captured["row"]["escalations"] == 0, captured
-
-
-def test_a_task_whose_loops_keep_stepping_aside_fails_after_a_bound_not_forever(dev_server, home, tmp_path):
-    project, origin, target = home
-    spec = spec_for(project, origin, target, f"w{uuid.uuid4().hex[:8]}")
-    # MONITOR_LOST counts as a step aside too: a history recorded before STEPPED_ASIDE holds it.
-    asides = [("stopped", exitcodes.STEPPED_ASIDE), ("stopped", exitcodes.MONITOR_LOST)] * (ASIDES_MAX // 2 + 3)
-    agent = Agent(origin, tmp_path, {task_id(ALPHA): asides})
-    result = asyncio.run(run_fleet(dev_server.address, spec, agent))
+    result = asyncio.run(run_fleet(dev_server.address, spec, agent, keep_beta))
     assert result["exit_code"] == exitcodes.FLEET_TASKS_FAILED, result
     assert states(result) == {task_id(ALPHA): "failed", task_id(BETA): "merged"}, result
     assert f"stepped aside {ASIDES_MAX} times in a row" in result["tasks"][task_id(ALPHA)]["reason"], result
     assert len([c for c in agent.calls if c[0] == task_id(ALPHA)]) == ASIDES_MAX, agent.calls
     assert f"- [!] {ALPHA}" in git(project, "show", f"{target}:TASKS.md")
+    assert [c for c in agent.calls if c[0] == task_id(BETA)] == [(task_id(BETA), "start"),
+                                                                 (task_id(BETA), "resume")], agent.calls
+    assert captured["row"]["restarts"] == 0 and captured["row"]["escalations"] == 0, captured
 
 
 def test_a_held_task_starts_at_the_limits_end_when_its_release_is_lost(dev_server, home, tmp_path):
@@ -246,9 +261,7 @@ def test_the_account_continues_as_new_with_its_subscribers_and_its_limit(dev_ser
 
 def test_a_status_reads_only_the_current_fleet_runs_tasks(dev_server, home, tmp_path):
     project, origin, target = home
-    (project / "TASKS.md").write_text(f"# Tasks\n\n- [ ] {ALPHA}\n")
-    git(project, "commit", "-qam", "alpha alone")
-    git(project, "push", "-q", "origin", target)
+    alpha_alone(project, target)
     spec = spec_for(project, origin, target, f"w{uuid.uuid4().hex[:8]}")
     first = asyncio.run(run_fleet(dev_server.address, spec, Agent(origin, tmp_path, {})))
     assert states(first) == {task_id(ALPHA): "merged"}, first
@@ -262,27 +275,3 @@ def test_a_status_reads_only_the_current_fleet_runs_tasks(dev_server, home, tmp_
         return await reading.task_ids(await Client.connect(dev_server.address), spec.fleet_id)
 
     assert asyncio.run(ids()) == [task_workflow_id(spec.fleet_id, task_id(BETA))]
-
-
-def test_each_memo_upsert_carries_the_header_and_the_one_row_that_changed(dev_server, home, tmp_path):
-    from temporalio.api.enums.v1 import EventType
-
-    from genesis.temporal.records import TASK_MEMO
-
-    project, origin, target = home
-    spec = spec_for(project, origin, target, f"w{uuid.uuid4().hex[:8]}")
-    result = asyncio.run(run_fleet(dev_server.address, spec, Agent(origin, tmp_path, {})))
-    assert states(result) == {task_id(ALPHA): "merged", task_id(BETA): "merged"}, result
-
-    async def read():
-        client = await Client.connect(dev_server.address)
-        rows = []
-        async for event in client.get_workflow_handle(spec.fleet_id).fetch_history_events():
-            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
-                rows.append(sorted(event.workflow_properties_modified_event_attributes.upserted_memo.fields))
-        return rows, await reading.fleet_memo(client, spec.fleet_id)
-
-    upserts, memo = asyncio.run(read())
-    assert len(upserts) >= 6, upserts   # each task queued, running, merging, merged
-    assert all(len([k for k in keys if k.startswith(TASK_MEMO)]) <= 1 for keys in upserts), upserts
-    assert {row["state"] for row in memo["tasks"].values()} == {"merged"} and len(memo["tasks"]) == 2, memo
