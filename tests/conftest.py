@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -145,3 +146,15 @@ def pytest_terminal_summary(terminalreporter):
         counts[status] = counts.get(status, 0) + n
     with open(path, "w") as fh:
         json.dump({"faults": {str(k): v for k, v in sorted(faults.items())}, "counts": counts}, fh)
+
+
+@pytest.fixture
+def tz(monkeypatch):
+    """Sets the reader's time zone for a test (and restores it)."""
+    def use(zone: str) -> None:
+        monkeypatch.setenv("TZ", zone)
+        time.tzset()
+
+    yield use
+    monkeypatch.undo()
+    time.tzset()

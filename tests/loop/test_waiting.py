@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from dataclasses import replace
 
 import pytest
@@ -76,28 +75,16 @@ def test_a_limit_beyond_the_longest_wait_stops_and_says_when_to_restart(step, sa
     assert evs(step, "limit_stop")[0]["resets_at"] == NOW + 3 * 86400
 
 
-@pytest.fixture
-def zone(monkeypatch):
-    """Sets the reader's time zone for a test (and restores it)."""
-    def use(name: str) -> None:
-        monkeypatch.setenv("TZ", name)
-        time.tzset()
-
-    yield use
-    monkeypatch.undo()
-    time.tzset()
-
-
 @pytest.mark.fault(73)
-def test_a_reset_time_is_said_in_the_readers_zone_and_in_utc_only_where_that_zone_is_another(step, said, zone):
+def test_a_reset_time_is_said_in_the_readers_zone_and_in_utc_only_where_that_zone_is_another(step, said, tz):
     """Where the local zone was UTC, the reset was said twice: "20:22 UTC (20:22 UTC)"."""
     limit = Limit(NOW + 3 * 86400, "seven_day", "You've hit your weekly limit · resets Jan 18, 8:00am (UTC)")
-    zone("UTC")
+    tz("UTC")
     assert plan_limit(step, limit, "Builder", 1, NOW) == exitcodes.USAGE_LIMIT
     message = said[-1][1]
     assert "It resets at 2027-01-18 08:00 UTC, later than GENESIS_MAX_LIMIT_WAIT" in message, message
     assert "Restart the loop after 2027-01-18 08:00 UTC;" in message and "UTC (" not in message, message
-    zone("JST-9")  # elsewhere, the local time and its zone, then UTC
+    tz("JST-9")  # elsewhere, the local time and its zone, then UTC
     plan_limit(step, limit, "Builder", 1, NOW)
     assert "It resets at 2027-01-18 17:00 JST (2027-01-18 08:00 UTC), later than" in said[-1][1], said[-1][1]
 

@@ -16,14 +16,3 @@ def utc(monkeypatch):
     monkeypatch.undo()
     time.tzset()
 
-
-@pytest.fixture
-def tz(monkeypatch):
-    """Sets the reader's time zone for a test (and restores it)."""
-    def use(zone: str) -> None:
-        monkeypatch.setenv("TZ", zone)
-        time.tzset()
-
-    yield use
-    monkeypatch.undo()
-    time.tzset()

@@ -64,6 +64,14 @@ def wait_for(what: str, check, world: Machines, timeout: float = 120.0) -> None:
         time.sleep(0.1)
 
 
+def held_agent(world, tmp_path: Path) -> tuple[Path, Path]:
+    """The task agent, and the file that holds each of its phases while it exists (SLOW_FILE)."""
+    slow = tmp_path / "slow"
+    slow.write_text("held\n")
+    world.env["SLOW_FILE"] = str(slow)
+    return task_agent(tmp_path / "agent.sh"), slow
+
+
 def fleet_id(project, remote) -> str:
     target = git(project, "symbolic-ref", "--short", "HEAD").strip()
     return fleet_workflow_id(fingerprint(str(remote), target))
@@ -123,10 +131,7 @@ def test_a_machine_killed_mid_phase_then_the_home_killed_lose_nothing_each_task_
     fleet_project(project, TEXTS)
     remote = origin_for(project, tmp_path)
     target = git(project, "symbolic-ref", "--short", "HEAD").strip()
-    agent = task_agent(tmp_path / "agent.sh")
-    slow = tmp_path / "slow"
-    slow.write_text("held\n")
-    machines.env["SLOW_FILE"] = str(slow)
+    agent, slow = held_agent(machines, tmp_path)
     machines.worker("B", parallel=2)
     sets = ("--set", f"GENESIS_AGENT_CMD=bash {agent}", "--set", "GENESIS_PHASES=Builder")
     first = machines.home(project, 4, *sets)
@@ -290,12 +295,10 @@ def test_genesis_stop_at_home_stops_every_machines_loops_and_the_fleet(machines,
     fleet's workflow, each running attempt stops its loop where it runs, nothing more starts."""
     fleet_project(project, TEXTS[:2])
     origin_for(project, tmp_path)
-    slow = tmp_path / "slow"
-    slow.write_text("held\n")
-    machines.env["SLOW_FILE"] = str(slow)
+    agent, _held = held_agent(machines, tmp_path)
     machines.worker("A", parallel=1)
     machines.worker("B", parallel=1)
-    home = machines.home(project, 2, "--set", f"GENESIS_AGENT_CMD=bash {task_agent(tmp_path / 'agent.sh')}",
+    home = machines.home(project, 2, "--set", f"GENESIS_AGENT_CMD=bash {agent}",
                          "--set", "GENESIS_PHASES=Builder")
     wait_for("an agent on each machine", lambda: machines.agents("A") and machines.agents("B"), machines)
     stop = subprocess.run([*GENESIS, "--project", str(project), "stop"], env=machines.env, capture_output=True,
@@ -310,8 +313,6 @@ def test_genesis_stop_at_home_stops_every_machines_loops_and_the_fleet(machines,
     assert sorted(t["state"] for t in doc["tasks"]) == ["queued", "queued"], doc
     assert len(machines.agents("A") + machines.agents("B")) == 2   # nothing started after the stop
 
-
-pytestmark = [pytest.mark.temporal, pytest.mark.heavy]
 
 def kill_server(server: binary.DevServer) -> None:
     """The server's power cut: SIGKILL to its process group, nothing flushed on the way out."""
@@ -342,10 +343,7 @@ def test_a_server_outage_mid_fleet_is_ridden_out_by_the_home(own_server, project
         fleet_project(project, TEXTS[:2])
         remote = origin_for(project, tmp_path)
         target = git(project, "symbolic-ref", "--short", "HEAD").strip()
-        agent = task_agent(tmp_path / "agent.sh")
-        slow = tmp_path / "slow"
-        slow.write_text("held\n")
-        world.env["SLOW_FILE"] = str(slow)
+        agent, slow = held_agent(world, tmp_path)
         world.worker("A", parallel=2)
         home = world.home(project, 2, "--set", f"GENESIS_AGENT_CMD=bash {agent}", "--set", "GENESIS_PHASES=Builder")
         wait_for("two agents working on A", lambda: len(world.agents("A")) == 2, world)
