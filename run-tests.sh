@@ -22,6 +22,14 @@ if [[ ${1:-} == --quick ]]; then
   shift
 fi
 
+# The programs the tests drive install while pip installs Genesis: neither needs the other.
+tools=(tests/install-tools.sh)
+if [[ ${quick} == true ]]; then
+  tools+=(--quick)
+fi
+"${tools[@]}" &
+tools_pid=$!
+trap 'kill "${tools_pid}" 2>/dev/null || true' EXIT  # pip failed: no install left running on
 if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi
@@ -32,12 +40,11 @@ fi
 # from source again, over a minute of the suite's time on 2 cores. A module changed since is
 # recompiled in memory; one that does not compile is the tests' to report.
 .venv/bin/python -m compileall -q genesis tests >/dev/null || true
+wait "${tools_pid}"
 if [[ ${quick} == true ]]; then
-  tests/install-tools.sh --quick
   lane=(--ignore=tests/e2e --ignore=tests/scenarios -m "not whole and not temporal and not heavy")
   bats_suites=(tests/bats/hook.bats)
 else
-  tests/install-tools.sh
   lane=()
   bats_suites=(tests/bats)
 fi
@@ -57,8 +64,9 @@ bats_pid=$!
 set +m
 # Its own process group: on Ctrl-C (or any exit) it is ended with us.
 trap 'kill -- "-${bats_pid}" 2>/dev/null || true; rm -f "${tally}" "${tap}" "${tap_err}"' EXIT
-# Three workers by default, on 2 cores: most tests wait on real loops and windows, not on
-# the CPU (GENESIS_TEST_WORKERS; 0 runs them in one process). Every test
+# Four workers by default, on 2 cores: most of the longest tests wait on real loops and windows,
+# not on the CPU, and they start first (tests/conftest.py, LONGEST_FIRST), so the short files fill
+# the cores meanwhile (GENESIS_TEST_WORKERS; 0 runs them in one process). Every test
 # makes its own projects, ports, tmux servers and process trees; a file's tests stay in one
 # worker, one after the other, and no two files mark their agents with the same run id,
 # so no watcher's sweep or reaper of one worker can take the other's processes for its own.
@@ -71,16 +79,16 @@ if [[ ${quick} == false ]] && (($# == 0)); then
   split=(-m "not heavy")
 fi
 # The slowest tests are named at the end (--durations): where the suite's time goes.
-GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-3}" --durations=25 \
+GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n "${GENESIS_TEST_WORKERS:-4}" --durations=25 \
   ${lane[@]+"${lane[@]}"} ${split[@]+"${split[@]}"} "$@" || status=$?
 wait "${bats_pid}" || status=$?
 if ((${#split[@]} > 0)); then
   # The heavy Temporal scenarios (a dev server and two machines each) three at a time: more
-  # do not finish sooner (docs/maintainers/testing.md). Then the 50-child fleet alone. Each
-  # collects only the folder its tests live in (tests/conftest.py, HEAVY_HOMES, refuses a heavy
-  # test elsewhere).
-  GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 3 -m "heavy and temporal" --durations=10 \
-    tests/temporal || status=$?
+  # do not finish sooner (docs/maintainers/testing.md); the files with the most of them first.
+  # Then the 50-child fleet alone. Each collects only the folder its tests live in
+  # (tests/conftest.py, HEAVY_HOMES, refuses a heavy test elsewhere).
+  GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 3 --loadscope-reorder -m "heavy and temporal" \
+    --durations=10 tests/temporal || status=$?
   GENESIS_FAULT_TALLY="${tally}" .venv/bin/python -m pytest -n 0 -m "heavy and not temporal" tests/scenarios ||
     status=$?
 fi

@@ -104,7 +104,20 @@ def pytest_runtest_makereport(item, call):
 HEAVY_HOMES = {"temporal": "tests/temporal", "other": "tests/scenarios"}
 
 
+# The folders whose files take longest, mostly waiting on real windows (whole nights with the real
+# CLIs, then whole loops and fleets): handed to the workers first (run-tests.sh keeps this order,
+# --no-loadscope-reorder), so that the many short files fill the cores while they wait, and no long
+# file starts last and runs on alone at the end.
+LONGEST_FIRST = ("e2e", "scenarios", "web", "temporal", "loop", "fleet")
+
+
+def _longest_first(item) -> int:
+    parts = Path(item.path).resolve().relative_to(Path(__file__).resolve().parent).parts
+    return LONGEST_FIRST.index(parts[0]) if len(parts) > 1 and parts[0] in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_longest_first)  # stable: each file's tests keep their order
     root = Path(__file__).resolve().parent.parent
     for item in items:
         if item.get_closest_marker("heavy") is None:

@@ -36,6 +36,9 @@ ALLOWED_LAZY: dict[tuple[str, str], str] = {
     ("genesis.sandbox.network", "genesis.sandbox.proxy"):
         "the proxy serves on asyncio: only a phase whose box has an allow-listed network imports it, when it starts "
         "the proxy; every step imports the box (the configuration names its choices)",
+    ("genesis.alerts.notify", "genesis.actions.alerting"):
+        "every alert is delivered by a process of its own; only a webhook or ntfy delivery with action links reads "
+        "the configuration and the fleet's ledger for them (about 40 ms of imports)",
     ("genesis.loop.lostloop", "genesis.loop.finish"):
         "every phase's watcher imports lostloop, and ends the night itself only when it finds the loop killed: the "
         "night's end (its report rendered with rich, the alerts it waits for) is imported then",

@@ -22,7 +22,6 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Callable, Collection, Mapping
 
-from genesis.actions.alerting import links_for, ntfy_actions
 from genesis.alerts.bounded import run_bounded
 from genesis.alerts.channels import configured
 from genesis.alerts.message import ntfy_headers, safe_ticket, slack_payload, text, title
@@ -116,6 +115,8 @@ def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> i
 
 def _webhook(url: str, env: Mapping[str, str], actions_url: str | None = None) -> Channel:
     def send(ticket: Ticket, timeout: float) -> None:
+        from genesis.actions.alerting import links_for  # reads the configuration: only a delivery with links pays for it
+
         payload = slack_payload(ticket, env)
         links = links_for(ticket, actions_url, env)
         if links:  # a link each: it opens the dashboard's page for that action, whose one button does it
@@ -131,6 +132,8 @@ def _webhook(url: str, env: Mapping[str, str], actions_url: str | None = None) -
 
 def _ntfy(url: str, env: Mapping[str, str], actions_url: str | None = None) -> Channel:
     def send(ticket: Ticket, timeout: float) -> None:
+        from genesis.actions.alerting import links_for, ntfy_actions  # as in _webhook
+
         links = links_for(ticket, actions_url, env)
         post(url, text(ticket, env).encode(), {"Content-Type": "text/plain; charset=utf-8",
                                                **ntfy_headers(ticket, env),
