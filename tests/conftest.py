@@ -15,6 +15,7 @@ import psutil
 import pytest
 from helpers.git import new_repo
 from helpers.hermetic import cleared
+from helpers.waits import wait_for
 
 # Started in the background of a script, the suite inherits SIGINT ignored, and so would every
 # loop the tests interrupt with it (bash cannot trap a signal ignored at its start): restored.
@@ -59,6 +60,14 @@ def project(tmp_path) -> Path:
     return new_repo(tmp_path / "project")
 
 
+def _execed(pid: int) -> bool:
+    """Its command line is laid out (or it has already ended)."""
+    try:
+        return bool(psutil.Process(pid).cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return True
+
+
 @pytest.fixture
 def procs():
     """Processes a test starts; whatever is still alive at the end is killed."""
@@ -67,6 +76,10 @@ def procs():
     def start(argv, env=None, **kw) -> subprocess.Popen:
         proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL, **kw)
         started.append(proc)
+        # Popen returns as the exec begins, a moment before the kernel lays out the new program's
+        # arguments and environment: until then /proc shows neither, so nothing (a reaper, an
+        # incident's capture) could tell it is ours. Handed back once it is its own program.
+        wait_for(lambda: _execed(proc.pid), what=f"{argv[0]} to start")
         return proc
 
     yield start

@@ -9,7 +9,7 @@ import time
 from click.testing import CliRunner
 from helpers import paths
 from helpers.git import new_repo
-from helpers.procs import LOCK_HOLDER, alive, carries
+from helpers.procs import LOCK_HOLDER, alive
 from helpers.state import state_of
 from helpers.waits import wait_for
 
@@ -114,9 +114,8 @@ def test_stop_writes_false_to_the_flag_file_of_a_running_loop(project):
 
 
 def test_reap_dry_run_lists_and_kills_nothing_then_reap_kills(project, procs):
-    marks = markers_for(project)
-    leftover = procs([sys.executable, SPAWN, "sleep", "pytest"], env=marks)
-    wait_for(lambda: carries(leftover.pid, marks))  # exec'd: a fork still has the test's environment
+    leftover = procs([sys.executable, SPAWN, "sleep", "pytest"], env=markers_for(project))
+    wait_for(lambda: alive(leftover.pid))
     dry = invoke(project, "reap", "--dry-run")
     assert dry.exit_code == 0
     assert f"would kill pid {leftover.pid}:" in dry.output and "(matches REAP_PATTERNS)" in dry.output

@@ -40,15 +40,6 @@ def record(project: Path, root=None, extra=(), **kw):
     return capture(root, list(extra), **given)
 
 
-def command_line(pid: int) -> list[str]:
-    import psutil
-
-    try:
-        return psutil.Process(pid).cmdline()
-    except psutil.Error:
-        return []
-
-
 def children_of(pid: int) -> list:
     import psutil
 
@@ -64,8 +55,7 @@ def test_the_incident_names_the_tree_its_listener_wchan_and_the_git_status(proje
     # Asleep, not still starting up (a loaded machine may take a moment to get there).
     wait_for(lambda: all(k.status() == "sleeping" for k in children_of(root.pid)), what="both children asleep")
     outsider = procs([sys.executable, SPAWN, "sleep", "outsider-tag"], start_new_session=True)
-    # Its own program already, not the fork that is about to exec it (whose command reads "[python]").
-    wait_for(lambda: "outsider-tag" in " ".join(command_line(outsider.pid)), what="the outsider")
+    wait_for(lambda: identify(outsider.pid) is not None, what="the outsider")
     (project / "README.md").write_text("changed\n")
     (project / "new.txt").write_text("new\n")
 

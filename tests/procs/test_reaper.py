@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from helpers import paths
-from helpers.procs import alive, carries, free_port, listening
+from helpers.procs import alive, free_port, listening
 from helpers.waits import wait_for
 
 from genesis.procs.proctree import ProcId, identify, kill_all
@@ -55,17 +55,15 @@ def test_ours_die_unrelated_survive_and_a_foreign_port_is_reported(project, tmp_
 def test_scope_matching_spares_leftovers_that_match_nothing(project, procs):
     marks = markers_for(project, "run-reap")
     plain = procs([sys.executable, SPAWN, "sleep", "plain"], env=marks)
-    # Marked: already its own program, not the fork about to exec it (which has the test's environment).
-    wait_for(lambda: carries(plain.pid, marks))
+    wait_for(lambda: alive(plain.pid))
     assert plan_reap(project, "run-reap", "matching", PATTERNS, ()).leftovers == ()
     plan = plan_reap(project, "run-reap", "all", PATTERNS, ())
     assert [lo.ident.pid for lo in plan.leftovers] == [plain.pid]
 
 
 def test_dry_run_planning_kills_nothing(project, procs):
-    marks = markers_for(project, "r")
-    leftover = procs([sys.executable, SPAWN, "sleep", "pytest"], env=marks)
-    wait_for(lambda: carries(leftover.pid, marks))  # exec'd: a fork still has the test's environment
+    leftover = procs([sys.executable, SPAWN, "sleep", "pytest"], env=markers_for(project, "r"))
+    wait_for(lambda: alive(leftover.pid))
     assert len(plan_reap(project, "r", "all", PATTERNS, ()).leftovers) == 1
     time.sleep(0.2)  # a kill, had one been sent, would have landed by now
     assert alive(leftover.pid)

@@ -16,7 +16,7 @@ from helpers.agent import script
 from helpers.git import git, new_repo
 from helpers.hermetic import cleared
 from helpers.loop import GENESIS, LOOP, loop_env, run_loop
-from helpers.procs import alive, carries
+from helpers.procs import alive
 from helpers.state import events_of, state_of
 from helpers.waits import wait_for
 
@@ -275,9 +275,8 @@ def test_reap_dry_run_during_a_run_tells_the_live_agent_tree_from_leftovers(proj
             raise AssertionError(f"no agent started; the loop said:\n{log.read_text(errors='replace')[-3000:]}")
         agent_pid = int(pid_file.read_text())
         # A leftover of an earlier run over this project: the project's marker, another run id.
-        marks = {**markers_for(project), "GENESIS_RUN_ID": "an-earlier-run"}
-        leftover = procs(["sleep", "300"], env=marks)
-        wait_for(lambda: carries(leftover.pid, marks))  # exec'd: a fork still has the test's environment
+        leftover = procs(["sleep", "300"], env={**markers_for(project), "GENESIS_RUN_ID": "an-earlier-run"})
+        wait_for(lambda: alive(leftover.pid))
         dry = subprocess.run(GENESIS + ["--project", str(project), "reap", "--dry-run"], capture_output=True,
                              text=True, timeout=60)
         assert dry.returncode == 0, dry.stderr
