@@ -27,9 +27,12 @@ tools=(tests/install-tools.sh)
 if [[ ${quick} == true ]]; then
   tools+=(--quick)
 fi
+# In a process group of its own, so that if pip fails, the exit ends npm and apt with it.
+set -m
 "${tools[@]}" &
 tools_pid=$!
-trap 'kill "${tools_pid}" 2>/dev/null || true' EXIT  # pip failed: no install left running on
+set +m
+trap 'kill -- "-${tools_pid}" 2>/dev/null || true' EXIT
 if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi
