@@ -28,6 +28,7 @@ from helpers.hermetic import isolated_env
 from helpers.procs import alive
 from helpers.state import events_of, state_of
 
+from genesis.health.toollog import ToolCall, read_tail, tool_log_path
 from genesis.procs.nspid import ns_pids
 from genesis.procs.proctree import ProcId, command_line, marked
 
@@ -159,6 +160,12 @@ class Loop:
         assert len(found) == 1, (ended, self.traced)
         return found[0]
 
+    def tool_calls(self, phase: str = "Builder") -> list[ToolCall]:
+        """Every tool event the hook logged in the phase's last run. The hook appends one line a
+        call to the tool log, so this counts them all; the heartbeat file holds only the newest
+        beat, and run(watch=...) samples it (two beats a few ms apart show as one)."""
+        return read_tail(tool_log_path(state_of(self.project) / "heartbeats" / f"{phase}.json"), most=10_000)
+
     def ended(self) -> list[dict]:
         return [e for e in events_of(self.project) if e["event"] == "phase_end"]
 
@@ -207,9 +214,9 @@ def gone(ident: ProcId) -> bool:
     return ident.process() is None or not alive(ident.pid)
 
 
-def calls(beats: list[dict], event: str, tool: str) -> int:
-    """How many heartbeats name this event and tool."""
-    return sum(1 for b in beats if (b["event"], b["tool"]) == (event, tool))
+def calls(logged: list[ToolCall], event: str, tool: str) -> int:
+    """How many of the hook's tool events (Loop.tool_calls) name this event and tool."""
+    return sum(1 for c in logged if (c.event, c.tool) == (event, tool))
 
 
 # --- the Claude Code nights (acceptance, night, morning) ------------------------------------

@@ -77,8 +77,9 @@ def test_every_tool_call_beats_and_a_silent_hung_command_is_killed_in_one_night(
     assert f"session {session}" in transcript and "assistant: Done: wrote hello.txt and committed it." in transcript
     assert "tool run_shell_command: $ echo hello from the agent > hello.txt" in transcript
     built = [b for b in beats if b["agent"] == "Builder"]
-    assert calls(built, "PreToolUse", "run_shell_command") == 2, beats
-    assert calls(built, "PostToolUse", "run_shell_command") == 2, beats
+    logged = e2e.tool_calls("Builder")
+    assert calls(logged, "PreToolUse", "run_shell_command") == 2, logged
+    assert calls(logged, "PostToolUse", "run_shell_command") == 2, logged
     assert all(b["session_id"] == session for b in built)
     assert {b["run_id"] for b in beats} == {run_id}
     assert len({b["pid"] for b in built}) == 1   # the hooks' parent: the Qwen process that runs the tools
