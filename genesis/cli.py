@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -296,7 +297,10 @@ def finish(obj: Context, run_id: str, reason: str, code: int) -> None:
     """Reap, let go of the lock, print the summary (when the loop stops for any reason)."""
     from genesis.loop.finish import finish as run
 
-    run(obj.step(run_id, started=False), reason, code)
+    # The loop calls finish only once preflight started the run (a refused start exits before
+    # it), so the run's start belongs in the ledger, though one begun anew since lost it. Its
+    # settings are read as a step of no run reads them: finish runs when the state is gone too.
+    run(replace(obj.step(run_id, started=False), started=True), reason, code)
 
 
 @cli.command(hidden=True)

@@ -4,9 +4,14 @@ and not at all when no channel is set (nothing will go out)."""
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
+from helpers.loop import GENESIS
+from helpers.state import events_of, state_of
 
 from genesis.config import layout_for, resolve
 from genesis.loop.finish import FINAL_ALERT_WAIT, _await_final_alert
@@ -85,3 +90,31 @@ def test_an_agent_that_cannot_start_ends_the_loop_naming_its_cause_and_the_alert
                          "at": "2026-11-24T03:20:00Z"}, project)
     assert ticket is not None and "cannot start: error: unknown option '--dangerously" in ticket.headline, ticket.headline
     assert ticket.headline.endswith(", loop stopped") and len(ticket.headline) <= 80
+
+
+@pytest.mark.fault(75)
+@pytest.mark.parametrize("begun_by", ["finish", "another writer"])
+def test_a_run_whose_ledger_was_damaged_ends_on_its_own_record_in_the_new_one(project, begun_by):
+    """The agent drops the ledger's tables mid-run; the new ledger is begun by the loop's finish
+    or, first, by another of Genesis's writers (an alert's deliverer): either way the run's start
+    is recorded again beside its end, and the report shows the run."""
+    from genesis.ledger.store import Ledger
+
+    (project / "orchestrator" / "logs" / RUN).mkdir(parents=True)  # as preflight makes it
+    state_of(project).mkdir(mode=0o700)
+    ledger = state_of(project) / "ledger.sqlite3"
+    with Ledger.open(ledger) as led:
+        led.record(RUN, "loop_start", at=time.time() - 60)
+    with sqlite3.connect(ledger) as db:
+        db.execute("DROP TABLE events")
+    if begun_by == "another writer":
+        with Ledger.open(ledger) as led:
+            assert led.reset_note
+    done = subprocess.run(GENESIS + ["--project", str(project), "finish", "--run-id", RUN, "--reason", "spent",
+                                     "--code", "25"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "no summary" not in done.stderr and f"Genesis run {RUN}" in done.stderr, done.stderr
+    assert [e["event"] for e in events_of(project, RUN)][:1] == ["loop_start"]
+    report = subprocess.run(GENESIS + ["--project", str(project), "report", "--list"], capture_output=True,
+                            text=True, timeout=60)
+    assert report.returncode == 0 and RUN in report.stdout and "exit 25: spent" in report.stdout, report

@@ -157,7 +157,7 @@ def test_fault_75_dropped_ledger_tables_neither_make_retries_endless_nor_lose_la
     # The report reads it without a traceback (in this process, as the views below); a later night
     # is recorded.
     report = CliRunner().invoke(cli, ["--project", str(project), "report"], catch_exceptions=False)
-    assert "Traceback" not in report.output and report.exit_code == 0, report.output
+    assert "Traceback" not in report.output and report.exit_code == 0, (report.output, done.stderr)
     ok = agents("ok.sh", "#!/usr/bin/env bash\necho fine >ok.txt\n")
     later = run_loop(project, "--agent-cmd", str(ok), "--max-iterations", "1", env=env, timeout=60)
     assert later.returncode == 0, later.stderr
