@@ -4,7 +4,6 @@ as the environment lies in /proc, and the same answer as psutil's parsing gives.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import uuid
 
@@ -17,19 +16,14 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
 @pytest.fixture
-def sleepers():
-    """Starts a sleeping process with extra environment entries; all are killed at the end."""
-    started: list[subprocess.Popen] = []
+def sleepers(procs):
+    """Starts a sleeping process with extra environment entries, handed back once /proc shows its
+    environment (the procs fixture); all are killed at the end."""
 
     def start(**extra: str) -> int:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MARK")}
-        started.append(subprocess.Popen(SLEEPER, env={**env, **extra}))   # returns once exec is done
-        return started[-1].pid
+        return procs(SLEEPER, env=extra).pid
 
-    yield start
-    for proc in started:
-        proc.kill()
-        proc.wait()
+    return start
 
 
 def _ours(found, pids) -> set[int]:

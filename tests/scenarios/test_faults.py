@@ -173,7 +173,7 @@ def test_fault_8_a_hook_writing_on_after_the_agent_died_does_not_hide_its_death(
 # --- reaping ------------------------------------------------------------------------------
 
 @pytest.mark.fault(9)
-def test_fault_9_an_orphaned_grandchild_is_reaped(project, tmp_path):
+def test_fault_9_an_orphaned_grandchild_is_reaped(project, tmp_path, procs):
     out, notes = run_agent(tmp_path, "sh -c 'echo $$ >sh.pid; sleep 999 & echo $! >orphan.pid; exit'\n",
                            run_id="run-9")
     assert out.status == "exited"
@@ -183,15 +183,10 @@ def test_fault_9_an_orphaned_grandchild_is_reaped(project, tmp_path):
     assert any("sleep 999" in note for note in notes), notes
     assert plan_reap(project, "run-9", "all", PATTERNS, ()).leftovers == ()
     # An orphan the sweep did not see (started outside the watcher) is still the reaper's.
-    leftover = subprocess.Popen(["sleep", "998"], env={**os.environ, **markers_for(project, "run-9")},
-                                start_new_session=True)
-    try:
-        found = plan_reap(project, "run-9", "all", PATTERNS, ()).leftovers
-        assert [(lo.cmdline, lo.why) for lo in found] == [("sleep 998", "left behind by an agent of this loop")]
-        assert execute(plan_reap(project, "run-9", "all", PATTERNS, ()), grace=1.0).survivors == ()
-    finally:
-        leftover.kill()
-        leftover.wait()
+    procs(["sleep", "998"], env=markers_for(project, "run-9"), start_new_session=True)
+    found = plan_reap(project, "run-9", "all", PATTERNS, ()).leftovers
+    assert [(lo.cmdline, lo.why) for lo in found] == [("sleep 998", "left behind by an agent of this loop")]
+    assert execute(plan_reap(project, "run-9", "all", PATTERNS, ()), grace=1.0).survivors == ()
 
 
 @pytest.mark.fault(11)
