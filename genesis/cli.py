@@ -15,7 +15,6 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -298,9 +297,9 @@ def finish(obj: Context, run_id: str, reason: str, code: int) -> None:
     from genesis.loop.finish import finish as run
 
     # The loop calls finish only once preflight started the run (a refused start exits before
-    # it), so the run's start belongs in the ledger, though one begun anew since lost it. Its
-    # settings are read as a step of no run reads them: finish runs when the state is gone too.
-    run(replace(obj.step(run_id, started=False), started=True), reason, code)
+    # it): a step of a started run, whose start goes into a ledger begun anew since. Its settings
+    # are read as a step of no run reads them, since finish runs when the state is gone too.
+    run(obj.step_of(obj.run_config(run_id), run_id), reason, code)
 
 
 @cli.command(hidden=True)

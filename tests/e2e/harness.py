@@ -98,7 +98,7 @@ class Loop:
         seen: list[dict] = []
         stop = threading.Event()
         phases = (watch,) if isinstance(watch, str) else watch or ()
-        hbs = [state_of(self.project) / "heartbeats" / f"{phase}.json" for phase in phases]
+        hbs = [self.heartbeat_file(phase) for phase in phases]
 
         def poll():
             while not stop.is_set():
@@ -160,11 +160,14 @@ class Loop:
         assert len(found) == 1, (ended, self.traced)
         return found[0]
 
+    def heartbeat_file(self, phase: str) -> Path:
+        return state_of(self.project) / "heartbeats" / f"{phase}.json"
+
     def tool_calls(self, phase: str = "Builder") -> list[ToolCall]:
         """Every tool event the hook logged in the phase's last run. The hook appends one line a
         call to the tool log, so this counts them all; the heartbeat file holds only the newest
         beat, and run(watch=...) samples it (two beats a few ms apart show as one)."""
-        return read_tail(tool_log_path(state_of(self.project) / "heartbeats" / f"{phase}.json"), most=10_000)
+        return read_tail(tool_log_path(self.heartbeat_file(phase)), most=10_000)
 
     def ended(self) -> list[dict]:
         return [e for e in events_of(self.project) if e["event"] == "phase_end"]

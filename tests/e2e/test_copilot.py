@@ -85,8 +85,8 @@ def test_a_rate_limit_is_backed_off_every_tool_call_beats_and_a_hung_command_is_
     assert "tool bash: $ echo hello from the agent > hello.txt" in transcript
     # Copilot's own event names and tool name, passed by the hook command (its payload names no event).
     built = [b for b in beats if b["agent"] == "Builder"]
-    logged = e2e.tool_calls("Builder")
-    assert calls(logged, "PreToolUse", "bash") == 2 and calls(logged, "PostToolUse", "bash") == 2, logged  # logged by their common names
+    logged = e2e.tool_calls("Builder")  # the tool log keeps the common event names
+    assert calls(logged, "PreToolUse", "bash") == 2 and calls(logged, "PostToolUse", "bash") == 2, logged
     assert all(b["session_id"] == session for b in built)
     assert {b["run_id"] for b in beats} == {run_id}
     # The hang.
