@@ -43,7 +43,6 @@ fi
 # from source again, over a minute of the suite's time on 2 cores. A module changed since is
 # recompiled in memory; one that does not compile is the tests' to report.
 .venv/bin/python -m compileall -q genesis tests >/dev/null || true
-wait "${tools_pid}"
 if [[ ${quick} == true ]]; then
   lane=(--ignore=tests/e2e --ignore=tests/scenarios -m "not whole and not temporal and not heavy")
   bats_suites=(tests/bats/hook.bats)
@@ -51,6 +50,11 @@ else
   lane=()
   bats_suites=(tests/bats)
 fi
+# The test modules, rewritten by pytest for its assertions, once here while the tools install
+# (mostly waiting on downloads), not by each of the workers at its start: tests/conftest.py
+# keeps them. A module that does not import is the run's to report.
+.venv/bin/python -m pytest --collect-only -q -p no:cacheprovider ${lane[@]+"${lane[@]}"} >/dev/null 2>&1 || true
+wait "${tools_pid}"
 
 export PATH="${PWD}/.venv/bin:${PATH}"
 status=0
