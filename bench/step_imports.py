@@ -8,6 +8,10 @@ Usage: .venv/bin/python bench/step_imports.py [N] [--loop ITERATIONS]
   whole loop (start-multi-agent-loop.sh) over that many iterations of the shipped three phases
   with an agent that exits at once: every process it waited for, steps, agents and git.
 
+Last, the same run-phase step forked from an interpreter that already imported it: what a step
+would cost to start if a warm process forked each (no such step server exists; the figure says
+what one would save).
+
 CPU time, not wall time: a loaded machine stretches the latter, hardly the former. The package
 is compiled to bytecode first, as run-tests.sh does (where PYTHONDONTWRITEBYTECODE is set, every
 process would otherwise compile it from source, and that would be most of what is measured).
@@ -77,6 +81,27 @@ def run(n: int = 15) -> list[Row]:
     return rows
 
 
+FORKED = """import os, resource
+for _ in range({n}):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+used = resource.getrusage(resource.RUSAGE_CHILDREN)
+print((used.ru_utime + used.ru_stime) / {n})"""
+
+
+def forked(n: int = 15) -> Row:
+    """What a phase's step would pay to start if it were forked from an interpreter that had
+    already imported what it imports (a step server), not started afresh: the CPU of each fork."""
+    modules = dict(STEPS)["run-phase / phase-lost"]
+    code = "".join(f"import {m}; " for m in modules) + "\n" + FORKED.format(n=max(n, 50))
+    with tempfile.TemporaryDirectory() as where:
+        out = subprocess.run([PY, "-c", code], cwd=where, capture_output=True, text=True, check=True).stdout
+    return Row("step imports: run-phase, forked from a warm interpreter", "ms CPU", (float(out) * 1000,),
+               note="each fork of a process that imported it; no interpreter start, no import")
+
+
 def loop_cpu(iterations: int = 5) -> Row:
     """The CPU time an iteration of the real loop costs, over `iterations` (loop_overhead.py's
     set-up: a task under review, so that the shipped triggers run all three phases)."""
@@ -109,6 +134,8 @@ def main() -> int:
     for row in run(n):
         print(f"{row.name.removeprefix('step imports: '):<44} {row.median:>7.0f} {min(row.samples):>7.0f} "
               f"{max(row.samples):>7.0f}  {row.note}", flush=True)
+    row = forked(n)
+    print(f"{row.name.removeprefix('step imports: '):<44} {row.median:>7.1f} {'':>7} {'':>7}  {row.note}")
     if loop:
         row = loop_cpu(loop)
         print(f"{row.name.removeprefix('step imports: ')}: {row.median:.2f} s of CPU ({row.note})")
