@@ -50,10 +50,12 @@ else
   lane=()
   bats_suites=(tests/bats)
 fi
-# The test modules, rewritten by pytest for its assertions, once here while the tools install
-# (mostly waiting on downloads), not by each of the workers at its start: tests/conftest.py
-# keeps them. A module that does not import is the run's to report.
-.venv/bin/python -m pytest --collect-only -q -p no:cacheprovider ${lane[@]+"${lane[@]}"} >/dev/null 2>&1 || true
+# The test modules, rewritten by pytest for its assertions, once here while the tools install,
+# not by each of the workers at its start (tests/conftest.py keeps them); a run of chosen tests
+# leaves it to pytest. A module that does not import is the run's to report.
+if (($# == 0)); then
+  .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider ${lane[@]+"${lane[@]}"} >/dev/null 2>&1 || true
+fi
 wait "${tools_pid}"
 
 export PATH="${PWD}/.venv/bin:${PATH}"
