@@ -55,7 +55,6 @@ def test_ours_die_unrelated_survive_and_a_foreign_port_is_reported(project, tmp_
 def test_scope_matching_spares_leftovers_that_match_nothing(project, procs):
     marks = markers_for(project, "run-reap")
     plain = procs([sys.executable, SPAWN, "sleep", "plain"], env=marks)
-    wait_for(lambda: alive(plain.pid))
     assert plan_reap(project, "run-reap", "matching", PATTERNS, ()).leftovers == ()
     plan = plan_reap(project, "run-reap", "all", PATTERNS, ())
     assert [lo.ident.pid for lo in plan.leftovers] == [plain.pid]
@@ -63,7 +62,6 @@ def test_scope_matching_spares_leftovers_that_match_nothing(project, procs):
 
 def test_dry_run_planning_kills_nothing(project, procs):
     leftover = procs([sys.executable, SPAWN, "sleep", "pytest"], env=markers_for(project, "r"))
-    wait_for(lambda: alive(leftover.pid))
     assert len(plan_reap(project, "r", "all", PATTERNS, ()).leftovers) == 1
     time.sleep(0.2)  # a kill, had one been sent, would have landed by now
     assert alive(leftover.pid)
@@ -82,7 +80,6 @@ def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(project, pr
 @pytest.mark.fault(11)
 def test_a_recycled_pid_is_left_alone(procs):
     bystander = procs([sys.executable, SPAWN, "sleep"])
-    wait_for(lambda: alive(bystander.pid))
     real = identify(bystander.pid)
     recorded = ProcId(real.pid, real.create_time - 100.0)  # same pid, another process's start time
     report = kill_all(lambda: [recorded], grace=0.2)
